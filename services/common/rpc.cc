@@ -1,0 +1,30 @@
+#include "services/common/rpc.h"
+
+namespace strata {
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  // Reconnect quickly after a peer restarts instead of gRPC's long default backoff.
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+}
+
+void ConfigureServer(grpc::ServerBuilder* builder) {
+  builder->SetMaxReceiveMessageSize(kMaxMessageBytes);
+  builder->SetMaxSendMessageSize(kMaxMessageBytes);
+}
+
+std::unique_ptr<grpc::Server> StartServer(const std::string& address,
+                                          const std::vector<grpc::Service*>& services, int* port) {
+  grpc::ServerBuilder builder;
+  ConfigureServer(&builder);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  for (grpc::Service* s : services) builder.RegisterService(s);
+  return builder.BuildAndStart();
+}
+
+}  // namespace strata

@@ -1,0 +1,30 @@
+// gRPC settings shared by every client and server: message limits raised explicitly on both ends
+// (tensors still travel in chunks far below them) and deadlines from durations.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+namespace strata {
+
+// Chunks are <= 1 MiB; the limit leaves room for a whole small model in one message (tests,
+// Evaluate) while refusing anything absurd.
+inline constexpr int kMaxMessageBytes = 64 << 20;
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+
+// Applies message limits and keepalive to a server under construction.
+void ConfigureServer(grpc::ServerBuilder* builder);
+
+inline std::chrono::system_clock::time_point DeadlineAfter(std::chrono::milliseconds d) {
+  return std::chrono::system_clock::now() + d;
+}
+
+// Binds `address` ("host:0" picks a free port) and returns the bound port in *port.
+std::unique_ptr<grpc::Server> StartServer(const std::string& address,
+                                          const std::vector<grpc::Service*>& services, int* port);
+
+}  // namespace strata

@@ -1,0 +1,26 @@
+#include "services/common/sgd.h"
+
+#include <cmath>
+
+namespace strata {
+
+void SgdStep(float* __restrict params, const float* __restrict grads, float* __restrict velocity,
+             size_t n, const SgdOptions& o) {
+  const float lr = o.lr, m = o.momentum, wd = o.weight_decay;
+  for (size_t i = 0; i < n; ++i) {
+    const float d = grads[i] + wd * params[i];
+    const float v = m * velocity[i] + d;
+    velocity[i] = v;
+    params[i] -= lr * v;
+  }
+}
+
+double ScheduledLearningRate(double base_lr, const LrScheduleSpec& schedule, double epoch) {
+  double lr = base_lr;
+  for (int milestone : schedule.milestones) {
+    if (epoch >= milestone) lr *= schedule.gamma;
+  }
+  return lr;
+}
+
+}  // namespace strata
