@@ -1,0 +1,11 @@
+// The `strata` command line: each subcommand lives in its own file and registers itself here.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace strata::cli {
+
+// Each Add*Command adds a subcommand to `app` whose callback sets *exit_code.
+void AddShardCommand(CLI::App& app, int* exit_code);
+
+}  // namespace strata::cli

@@ -1,0 +1,33 @@
+// The seam between the training loop and the way replicas agree on a model. The loop computes a
+// mini-batch's gradients into trainer.gradient_data() and calls Step(); when Step() returns, the
+// trainer's parameters (and float buffers) are the model for the next step. The loop does not
+// know which synchroniser it has: ring all-reduce or parameter-server push/pull.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <absl/status/status.h>
+
+#include "services/common/trainer.h"
+
+namespace strata {
+
+struct StepContext {
+  int64_t epoch = 0;        // 0-based epoch of this worker
+  int64_t step = 0;         // steps completed by this worker since the start (its clock)
+  int64_t batch_examples = 0;
+};
+
+class Synchroniser {
+ public:
+  virtual ~Synchroniser() = default;
+  virtual std::string name() const = 0;
+  // Before the first step of this synchroniser (also right after a switch): agree on the
+  // starting model (all-reduce: every replica already holds the same one; push/pull: pull it).
+  virtual absl::Status Start(Trainer& trainer) = 0;
+  // After the gradients of one step are in trainer.gradient_data().
+  virtual absl::Status Step(Trainer& trainer, const StepContext& context) = 0;
+};
+
+}  // namespace strata
