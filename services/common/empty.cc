@@ -1,0 +1,1 @@
+// Anchors libraries whose other sources are globbed and may be empty.
