@@ -1,0 +1,466 @@
+#include "services/worker/worker.h"
+
+#include <atomic>
+#include <cstring>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <spdlog/spdlog.h>
+
+#include "services/common/checkpoint.h"
+#include "services/common/dataset.h"
+#include "services/common/files.h"
+#include "services/common/rpc.h"
+#include "services/common/shard_index.h"
+#include "services/common/status.h"
+#include "services/common/tensor_codec.h"
+#include "services/common/trainer.h"
+#include "services/worker/allreduce_sync.h"
+#include "services/worker/push_pull_sync.h"
+#include "services/worker/ring_allreduce.h"
+#include "strata/v1/worker.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Work handed to the training thread; runs at the next step boundary (or at once when idle).
+using Task = std::function<void(Trainer&)>;
+
+std::string ModeName(v1::SyncMode mode) {
+  return mode == v1::SYNC_MODE_PS ? "ps" : "allreduce";
+}
+
+class WorkerState {
+ public:
+  // Everything the RPC threads may read or request, behind one lock.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<v1::StartRequest> start;
+  std::optional<v1::SwitchRequest> pending_switch;
+  std::shared_ptr<std::promise<absl::StatusOr<v1::SwitchReply>>> switch_done;
+  std::deque<Task> tasks;
+  bool stop = false;
+  v1::WorkerStatus status;
+
+  void Post(Task task) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      tasks.push_back(std::move(task));
+    }
+    cv.notify_all();
+  }
+
+  // Runs the posted tasks on the calling (training) thread.
+  void RunTasks(Trainer& trainer) {
+    std::deque<Task> run;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      run.swap(tasks);
+    }
+    for (Task& t : run) t(trainer);
+  }
+
+  bool stopping() {
+    std::lock_guard<std::mutex> lock(mu);
+    return stop;
+  }
+};
+
+// Posts `fn` to the training thread and waits for its result until the RPC's deadline.
+template <typename T>
+absl::StatusOr<T> OnTrainingThread(WorkerState& state, grpc::ServerContext* context,
+                                   std::function<absl::StatusOr<T>(Trainer&)> fn) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<T>>>();
+  std::future<absl::StatusOr<T>> result = promise->get_future();
+  state.Post([promise, fn = std::move(fn)](Trainer& trainer) { promise->set_value(fn(trainer)); });
+  while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (context->IsCancelled()) {
+      return absl::DeadlineExceededError("the worker did not reach a step boundary in time");
+    }
+  }
+  return result.get();
+}
+
+class WorkerService final : public v1::Worker::Service {
+ public:
+  explicit WorkerService(WorkerState* state) : state_(state) {}
+
+  grpc::Status Start(grpc::ServerContext*, const v1::StartRequest* request,
+                     v1::StartReply*) override {
+    if (request->mode() != v1::SYNC_MODE_ALLREDUCE && request->mode() != v1::SYNC_MODE_PS) {
+      return ToGrpcStatus(absl::InvalidArgumentError("Start: mode must be ALLREDUCE or PS"));
+    }
+    if (request->mode() == v1::SYNC_MODE_PS && request->parameter_servers().empty()) {
+      return ToGrpcStatus(absl::InvalidArgumentError("Start: mode PS needs parameter_servers"));
+    }
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->start) return ToGrpcStatus(absl::FailedPreconditionError("already started"));
+      if (request->mode() == v1::SYNC_MODE_ALLREDUCE && request->workers_size() < 1) {
+        return ToGrpcStatus(absl::InvalidArgumentError("Start: workers list is empty"));
+      }
+      state_->start = *request;
+    }
+    state_->cv.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::WorkerStatusRequest*,
+                         v1::WorkerStatus* reply) override {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    *reply = state_->status;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Stop(grpc::ServerContext*, const v1::StopRequest* request, v1::StopReply*) override {
+    spdlog::info("stop requested: {}", request->reason());
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->stop = true;
+    }
+    state_->cv.notify_all();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Switch(grpc::ServerContext* context, const v1::SwitchRequest* request,
+                      v1::SwitchReply* reply) override {
+    if (request->mode() != v1::SYNC_MODE_PS) {
+      return ToGrpcStatus(absl::InvalidArgumentError("Switch: only all-reduce -> PS is supported"));
+    }
+    if (request->parameter_servers().empty()) {
+      return ToGrpcStatus(absl::InvalidArgumentError("Switch: parameter_servers is empty"));
+    }
+    auto promise = std::make_shared<std::promise<absl::StatusOr<v1::SwitchReply>>>();
+    auto result = promise->get_future();
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->status.mode() != v1::SYNC_MODE_ALLREDUCE) {
+        return ToGrpcStatus(absl::FailedPreconditionError("Switch: the worker is not in all-reduce mode"));
+      }
+      if (state_->pending_switch) {
+        return ToGrpcStatus(absl::AlreadyExistsError("Switch: a switch is already pending"));
+      }
+      if (request->at_step() != 0 && request->at_step() < state_->status.step()) {
+        return ToGrpcStatus(absl::FailedPreconditionError(
+            absl::StrCat("Switch: at_step ", request->at_step(), " has passed (worker at step ",
+                         state_->status.step(), ")")));
+      }
+      state_->pending_switch = *request;
+      state_->switch_done = promise;
+    }
+    state_->cv.notify_all();
+    while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "switch not done in time");
+    }
+    auto done = result.get();
+    if (!done.ok()) return ToGrpcStatus(done.status());
+    *reply = *done;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status SaveCheckpoint(grpc::ServerContext* context, const v1::CheckpointRequest* request,
+                              v1::CheckpointReply* reply) override {
+    if (request->path().empty()) return ToGrpcStatus(absl::InvalidArgumentError("SaveCheckpoint: empty path"));
+    const std::string path = request->path();
+    auto saved = OnTrainingThread<int64_t>(*state_, context, [this, path](Trainer& trainer) -> absl::StatusOr<int64_t> {
+      int64_t epoch, step;
+      {
+        std::lock_guard<std::mutex> lock(state_->mu);
+        epoch = state_->status.epoch();
+        step = state_->status.step();
+      }
+      Checkpoint c = trainer.ToCheckpoint(epoch, step, step);
+      STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c));
+      return step;
+    });
+    if (!saved.ok()) return ToGrpcStatus(saved.status());
+    reply->set_path(path);
+    reply->set_version(*saved);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetModel(grpc::ServerContext* context, const v1::ModelRequest*,
+                        grpc::ServerWriter<v1::TensorChunk>* writer) override {
+    auto model = OnTrainingThread<std::vector<NamedTensor>>(
+        *state_, context, [](Trainer& trainer) -> absl::StatusOr<std::vector<NamedTensor>> {
+          std::vector<NamedTensor> tensors;
+          const float* params = trainer.parameter_data();
+          for (const FlatEntry& e : trainer.parameters().entries()) {
+            NamedTensor t = NamedTensor::Zeros(e.spec);
+            std::memcpy(t.data.data(), params + e.offset, e.numel * sizeof(float));
+            tensors.push_back(std::move(t));
+          }
+          std::vector<float> buffers(trainer.buffers().total_floats());
+          trainer.CopyBuffersTo(buffers.data());
+          for (const FlatEntry& e : trainer.buffers().entries()) {
+            NamedTensor t = NamedTensor::Zeros(e.spec);
+            std::memcpy(t.data.data(), buffers.data() + e.offset, e.numel * sizeof(float));
+            tensors.push_back(std::move(t));
+          }
+          return tensors;
+        });
+    if (!model.ok()) return ToGrpcStatus(model.status());
+    for (const NamedTensor& t : *model) {
+      absl::Status s = EncodeTensor({&t.spec, t.data.data()}, {},
+                                    [&](const v1::TensorChunk& c) { return writer->Write(c); });
+      if (!s.ok()) return ToGrpcStatus(s);
+    }
+    return grpc::Status::OK;
+  }
+
+ private:
+  WorkerState* state_;
+};
+
+class WorkerRunner {
+ public:
+  WorkerRunner(const WorkerOptions& options, WorkerState* state, RingAllReduce* ring)
+      : options_(options), state_(state), ring_(ring) {}
+
+  // Waits for Start, trains, then serves model requests until Stop.
+  void Run(Trainer& trainer) {
+    if (WaitForStart(trainer)) {
+      absl::Status status = Train(trainer);
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (!status.ok()) {
+        spdlog::error("training stopped: {}", std::string(status.message()));
+        state_->status.set_error(std::string(status.message()));
+      }
+      state_->status.set_finished(true);
+      if (state_->switch_done) {
+        state_->switch_done->set_value(absl::AbortedError(
+            status.ok() ? "training ended before the switch step" : std::string(status.message())));
+        state_->switch_done.reset();
+        state_->pending_switch.reset();
+      }
+    }
+    // Keep serving GetModel / SaveCheckpoint until Stop.
+    for (;;) {
+      std::unique_lock<std::mutex> lock(state_->mu);
+      state_->cv.wait(lock, [&] { return state_->stop || !state_->tasks.empty(); });
+      if (state_->stop) break;
+      lock.unlock();
+      state_->RunTasks(trainer);
+    }
+    state_->RunTasks(trainer);  // answer what is still queued
+  }
+
+ private:
+  bool WaitForStart(Trainer& trainer) {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(state_->mu);
+      state_->cv.wait(lock, [&] { return state_->stop || state_->start || !state_->tasks.empty(); });
+      if (state_->stop) return false;
+      if (state_->start && state_->tasks.empty()) return true;
+      lock.unlock();
+      state_->RunTasks(trainer);
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPull(
+      const google::protobuf::RepeatedPtrField<std::string>& servers, const Trainer& trainer) {
+    PushPullOptions o;
+    o.servers.assign(servers.begin(), servers.end());
+    o.rank = options_.rank;
+    o.deadline = options_.deadline;
+    return MakePushPullSynchroniser(o, trainer);
+  }
+
+  // Starts a synchroniser, retrying while the servers are still loading the handed-over model.
+  absl::Status StartWithRetry(Synchroniser& sync, Trainer& trainer) {
+    const auto give_up = Clock::now() + options_.deadline;
+    for (;;) {
+      absl::Status s = sync.Start(trainer);
+      if (s.ok() || (s.code() != absl::StatusCode::kFailedPrecondition &&
+                     s.code() != absl::StatusCode::kUnavailable) ||
+          Clock::now() > give_up || state_->stopping()) {
+        return s;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // back-off between polls
+    }
+  }
+
+  absl::Status DoSwitch(Trainer& trainer, const v1::SwitchRequest& request, int64_t epoch,
+                        int64_t step, std::unique_ptr<Synchroniser>* sync) {
+    const auto start = Clock::now();
+    if (options_.rank == 0) {
+      // The handover: the parameter servers load this file (DESIGN.md §3, step 2).
+      STRATA_RETURN_IF_ERROR(MakeDirs(options_.run_dir + "/checkpoints"));
+      const std::string path =
+          absl::StrCat(options_.run_dir, "/checkpoints/switch-step", step, ".ckpt");
+      STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, trainer.ToCheckpoint(epoch, step, step)));
+      spdlog::info("switch: wrote {}", path);
+    }
+    STRATA_ASSIGN_OR_RETURN(auto next, MakePushPull(request.parameter_servers(), trainer));
+    STRATA_RETURN_IF_ERROR(StartWithRetry(*next, trainer));
+    *sync = std::move(next);
+    spdlog::info("switch: now push/pull at step {} after {:.3f} s", step,
+                 std::chrono::duration<double>(Clock::now() - start).count());
+    return absl::OkStatus();
+  }
+
+  absl::Status Train(Trainer& trainer) {
+    v1::StartRequest start;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      start = *state_->start;
+      state_->status.set_mode(start.mode());
+    }
+    std::unique_ptr<Synchroniser> sync;
+    if (start.mode() == v1::SYNC_MODE_ALLREDUCE) {
+      std::vector<std::string> peers(start.workers().begin(), start.workers().end());
+      if (static_cast<int>(peers.size()) != options_.world) {
+        return absl::InvalidArgumentError(absl::StrCat("Start names ", peers.size(), " workers, --world is ",
+                                                       options_.world));
+      }
+      STRATA_RETURN_IF_ERROR(ring_->Connect(peers));
+      AllReduceOptions ar;
+      ar.deadline = options_.deadline;
+      STRATA_ASSIGN_OR_RETURN(sync, MakeAllReduceSynchroniser(ring_, ar));
+    } else {
+      STRATA_ASSIGN_OR_RETURN(sync, MakePushPull(start.parameter_servers(), trainer));
+    }
+    STRATA_RETURN_IF_ERROR(StartWithRetry(*sync, trainer));
+
+    int64_t steps_per_epoch = trainer.batches_per_epoch();
+    if (start.steps_per_epoch() > 0) steps_per_epoch = std::min(steps_per_epoch, start.steps_per_epoch());
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->status.set_steps_per_epoch(steps_per_epoch);
+    }
+    spdlog::info("training: mode {}, {} examples, {} steps per epoch, {} epochs", ModeName(start.mode()),
+                 trainer.shard_size(), steps_per_epoch, options_.spec.training.epochs);
+    int64_t step = 0;
+    auto phase_start = Clock::now();
+    int64_t phase_samples = 0;
+    for (int64_t epoch = 0; epoch < options_.spec.training.epochs; ++epoch) {
+      trainer.StartEpoch(epoch);
+      double loss_sum = 0;
+      int64_t seen = 0;
+      for (int64_t b = 0; b < steps_per_epoch; ++b) {
+        state_->RunTasks(trainer);
+        if (state_->stopping()) return absl::CancelledError("stopped");
+        STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer.ComputeGradients(b));
+        StepContext context{epoch, step, stats.examples};
+        STRATA_RETURN_IF_ERROR(sync->Step(trainer, context));
+        ++step;
+        loss_sum += stats.loss * stats.examples;
+        seen += stats.examples;
+        phase_samples += stats.examples;
+        std::optional<v1::SwitchRequest> switch_now;
+        {
+          std::lock_guard<std::mutex> lock(state_->mu);
+          state_->status.set_step(step);
+          state_->status.set_train_loss(loss_sum / seen);
+          const double secs = std::chrono::duration<double>(Clock::now() - phase_start).count();
+          state_->status.set_samples_per_s(phase_samples / std::max(secs, 1e-9));
+          if (state_->pending_switch &&
+              (state_->pending_switch->at_step() == 0 || state_->pending_switch->at_step() == step)) {
+            switch_now = state_->pending_switch;
+          }
+        }
+        if (switch_now) {
+          absl::Status s = DoSwitch(trainer, *switch_now, epoch, step, &sync);
+          std::lock_guard<std::mutex> lock(state_->mu);
+          if (s.ok()) {
+            state_->status.set_mode(v1::SYNC_MODE_PS);
+            v1::SwitchReply reply;
+            reply.set_switched_at_step(step);
+            reply.set_epoch(epoch);
+            state_->switch_done->set_value(reply);
+          } else {
+            state_->switch_done->set_value(s);
+          }
+          state_->switch_done.reset();
+          state_->pending_switch.reset();
+          if (!s.ok()) return Annotate(s, "switch");
+          phase_start = Clock::now();
+          phase_samples = 0;
+        }
+      }
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->status.set_epoch(epoch + 1);
+    }
+    return absl::OkStatus();
+  }
+
+  const WorkerOptions& options_;
+  WorkerState* state_;
+  RingAllReduce* ring_;
+};
+
+absl::StatusOr<std::vector<int64_t>> LoadShard(const WorkerOptions& options, size_t train_size) {
+  if (!options.shard_file.empty()) {
+    STRATA_ASSIGN_OR_RETURN(auto shard, ReadShardIndex(options.shard_file));
+    for (int64_t e : shard) {
+      if (e < 0 || static_cast<size_t>(e) >= train_size) {
+        return absl::InvalidArgumentError(absl::StrCat(options.shard_file, ": example ", e,
+                                                       " outside the training split of ", train_size));
+      }
+    }
+    if (shard.empty()) return absl::InvalidArgumentError(absl::StrCat(options.shard_file, ": empty shard"));
+    return shard;
+  }
+  // Without a shard plan: every world-th example (what `mod` sharding gives).
+  std::vector<int64_t> shard;
+  for (size_t e = static_cast<size_t>(options.rank); e < train_size; e += options.world) {
+    shard.push_back(static_cast<int64_t>(e));
+  }
+  return shard;
+}
+
+}  // namespace
+
+absl::Status RunWorker(const WorkerOptions& options) {
+  const JobSpec& spec = options.spec;
+  DatasetOptions data;
+  data.name = spec.dataset.name;
+  data.path = spec.dataset.path;
+  data.label_set = spec.dataset.label_set;
+  data.max_train = static_cast<size_t>(spec.dataset.max_train);
+  data.max_test = static_cast<size_t>(spec.dataset.max_test);
+  data.seed = spec.training.seed;
+  STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(data));
+  auto shared = std::make_shared<const Dataset>(std::move(dataset));
+
+  TrainerOptions trainer_options = TrainerOptions::FromJobSpec(spec);
+  trainer_options.batch_size = std::max(1, spec.training.batch_size / options.world);
+  trainer_options.threads = spec.cluster.threads_per_worker;
+  STRATA_ASSIGN_OR_RETURN(trainer_options.shard, LoadShard(options, shared->train.size()));
+  ConfigureTorchThreads(trainer_options.threads);
+  // Every replica starts from the same weights: the model seed is the job's, not the rank's; the
+  // data order differs because the shards differ.
+  STRATA_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options, shared));
+
+  WorkerState state;
+  state.status.set_rank(options.rank);
+  state.status.set_mode(v1::SYNC_MODE_UNSPECIFIED);
+  RingAllReduce ring(options.rank);
+  WorkerService service(&state);
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = StartServer(options.listen, {&service, ring.service()}, &port);
+  if (!server || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  }
+  if (!options.port_file.empty()) {
+    STRATA_RETURN_IF_ERROR(WriteFileAtomic(options.port_file, std::to_string(port) + "\n"));
+  }
+  spdlog::info("worker {}/{} serving on port {} ({} examples in shard, batch {})", options.rank,
+               options.world, port, trainer->shard_size(), trainer_options.batch_size);
+
+  WorkerRunner runner(options, &state, &ring);
+  runner.Run(*trainer);
+  server->Shutdown(DeadlineAfter(std::chrono::seconds(2)));
+  return absl::OkStatus();
+}
+
+}  // namespace strata

@@ -1,0 +1,36 @@
+// The worker process: trains its shard with a pluggable synchroniser and serves the Worker
+// control service (and the ring's Collective service) on one gRPC server.
+//
+// One thread owns the Trainer. RPCs that need the model (GetModel, SaveCheckpoint) and the switch
+// are handed to that thread and run at a step boundary, so they always see a consistent model
+// and never race the optimizer.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <absl/status/status.h>
+
+#include "services/common/job_spec.h"
+
+namespace strata {
+
+struct WorkerOptions {
+  JobSpec spec;
+  int rank = 0;
+  int world = 1;
+  std::string shard_file;  // empty: the whole training split (or rank::world striding for tests)
+  std::string listen = "127.0.0.1:0";
+  std::string port_file;
+  std::string run_dir;  // checkpoints/ goes here
+  // Deadline of every blocking operation: ring steps, pushes and pulls, waiting for servers to
+  // load a handed-over model.
+  std::chrono::milliseconds deadline{120000};
+};
+
+// Runs the worker until Stop (or a fatal start-up error). Training errors do not end the process:
+// they are reported through GetStatus so that the orchestrator can name the failing peer.
+absl::Status RunWorker(const WorkerOptions& options);
+
+}  // namespace strata

@@ -1,0 +1,54 @@
+// strata-worker: one training replica. Usually started by `strata run`; see docs/protocol.md.
+#include <sys/prctl.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "services/common/logging.h"
+#include "services/worker/worker.h"
+
+int main(int argc, char** argv) {
+  // The orchestrator owns shutdown: a worker never outlives it.
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  CLI::App app{"Strata worker"};
+  std::string config, log_file;
+  std::vector<std::string> overrides;
+  int epochs = 0;
+  int deadline_s = 120;
+  strata::WorkerOptions options;
+  app.add_option("--config", config, "job spec (YAML)")->required()->check(CLI::ExistingFile);
+  app.add_option("--rank", options.rank, "this worker's rank")->required()->check(CLI::NonNegativeNumber);
+  app.add_option("--world", options.world, "number of workers")->required()->check(CLI::PositiveNumber);
+  app.add_option("--shard-file", options.shard_file, "index file of this worker's shard");
+  app.add_option("--epochs", epochs, "override training.epochs")->check(CLI::PositiveNumber);
+  app.add_option("--set", overrides, "override a job-spec key (key=value)");
+  app.add_option("--listen", options.listen, "address to serve on (port 0 = pick a free one)");
+  app.add_option("--port-file", options.port_file, "write the bound port here once serving");
+  app.add_option("--run-dir", options.run_dir, "run directory (checkpoints are written under it)");
+  app.add_option("--log-file", log_file, "log file (in addition to stderr)");
+  app.add_option("--deadline-s", deadline_s, "deadline of every blocking operation, seconds")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+  if (options.rank >= options.world) {
+    std::fprintf(stderr, "strata-worker: --rank %d must be below --world %d\n", options.rank, options.world);
+    return 2;
+  }
+  strata::InitLogging({"worker-" + std::to_string(options.rank), log_file, "info"});
+  if (epochs > 0) overrides.push_back("training.epochs=" + std::to_string(epochs));
+  auto spec = strata::LoadJobSpec(config, overrides);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "strata-worker: %s\n", std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  options.spec = *spec;
+  options.deadline = std::chrono::seconds(deadline_s);
+  absl::Status status = strata::RunWorker(options);
+  if (!status.ok()) {
+    spdlog::error("{}", std::string(status.message()));
+    return 1;
+  }
+  return 0;
+}
