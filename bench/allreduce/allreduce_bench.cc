@@ -1,0 +1,86 @@
+// strata-bench-allreduce: ring all-reduce between N processes on loopback, measured the way
+// ../shared/peers/gloo_allreduce.py measures gloo: a few warm-up operations, a barrier, ITERS
+// operations, a barrier; time per operation, algbw = bytes / time, busbw = algbw * 2(n-1)/n
+// (the nccl-tests definition). Last line: busbw_MBps=<value>.
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/allreduce/rank_launcher.h"
+#include "services/common/rpc.h"
+#include "services/worker/ring_allreduce.h"
+
+namespace {
+
+int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t segment_bytes,
+            const std::string& dir) {
+  strata::bench::DieWithParent();
+  strata::RingAllReduce ring(rank);
+  int port = 0;
+  auto server = strata::StartServer("127.0.0.1:0", {ring.service()}, &port);
+  if (!server) {
+    std::fprintf(stderr, "rank %d: cannot listen on 127.0.0.1\n", rank);
+    return 1;
+  }
+  auto peers = strata::bench::ExchangePorts(dir, rank, world, port, std::chrono::seconds(60));
+  absl::Status status = peers.ok() ? ring.Connect(*peers) : peers.status();
+  strata::AllReduceOptions options;
+  options.deadline = std::chrono::seconds(60);
+  options.segment_bytes = segment_bytes;
+  std::vector<float> data(floats, 1.0f);
+  float token = 0;
+  const auto barrier = [&] { return ring.AllReduceAverage(&token, 1, options); };
+  for (int i = 0; i < warmup && status.ok(); ++i) status = ring.AllReduceAverage(data.data(), floats, options);
+  if (status.ok()) status = barrier();
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < iters && status.ok(); ++i) status = ring.AllReduceAverage(data.data(), floats, options);
+  if (status.ok()) status = barrier();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+  if (!status.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
+    return 1;
+  }
+  if (rank == 0) {
+    const double bytes = static_cast<double>(floats) * sizeof(float);
+    const double algbw = bytes / secs / 1e6;
+    const double busbw = algbw * 2.0 * (world - 1) / world;
+    std::printf("strata world=%d bytes=%.0f segment_bytes=%zu ms_per_op=%.2f algbw_MBps=%.0f busbw_MBps=%.0f\n",
+                world, bytes, segment_bytes, secs * 1e3, algbw, busbw);
+    std::printf("busbw_MBps=%.0f\n", busbw);
+    std::fflush(stdout);
+  }
+  server->Shutdown();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Ring all-reduce bandwidth between N processes on loopback"};
+  int world = 2, iters = 20, warmup = 3, rank = -1;
+  size_t floats = 1 << 20, segment_bytes = strata::AllReduceOptions{}.segment_bytes;
+  std::string dir;
+  app.add_option("--world", world, "ranks (processes)")->check(CLI::Range(1, 64));
+  app.add_option("--floats", floats, "floats per rank")->check(CLI::PositiveNumber);
+  app.add_option("--iters", iters, "timed operations")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "untimed operations first")->check(CLI::NonNegativeNumber);
+  app.add_option("--segment-bytes", segment_bytes, "payload per message")->check(CLI::PositiveNumber);
+  app.add_option("--rank", rank, "internal: run one rank")->group("");
+  app.add_option("--dir", dir, "internal: port exchange directory")->group("");
+  CLI11_PARSE(app, argc, argv);
+
+  if (rank >= 0) return RunRank(rank, world, floats, iters, warmup, segment_bytes, dir);
+  if (world == 1) {
+    // Nothing to exchange; report the trivial operation so scripts still get a line.
+    std::printf("strata world=1 bytes=%zu ms_per_op=0.00 algbw_MBps=inf busbw_MBps=0\nbusbw_MBps=0\n",
+                floats * sizeof(float));
+    return 0;
+  }
+  return strata::bench::RunRanks(
+      std::filesystem::read_symlink("/proc/self/exe").string(), world,
+      {"--world", std::to_string(world), "--floats", std::to_string(floats), "--iters", std::to_string(iters),
+       "--warmup", std::to_string(warmup), "--segment-bytes", std::to_string(segment_bytes)},
+      std::chrono::seconds(600));
+}

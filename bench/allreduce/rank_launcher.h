@@ -1,0 +1,114 @@
+// Starts N ranks of a benchmark as real processes on loopback (the binary re-executes itself with
+// --rank), and lets each rank find the others: every rank binds 127.0.0.1:0, writes its port into
+// <dir>/port.<rank> atomically and polls for the other files. Shared by the all-reduce benchmarks.
+#pragma once
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <absl/status/statusor.h>
+#include <absl/strings/str_cat.h>
+
+#include "services/common/files.h"
+
+extern char** environ;
+
+namespace strata::bench {
+
+// Parent: runs `self` once per rank with `args` + --rank r --dir DIR, waits for all of them and
+// kills the rest as soon as one fails (or when `limit` passes). Returns the exit code to use.
+inline int RunRanks(const std::string& self, int world, const std::vector<std::string>& args,
+                    std::chrono::seconds limit) {
+  char pattern[] = "/tmp/strata-bench-ring-XXXXXX";
+  if (mkdtemp(pattern) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = pattern;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    std::vector<std::string> argv_s = {self};
+    argv_s.insert(argv_s.end(), args.begin(), args.end());
+    for (const std::string& extra : {std::string("--rank"), std::to_string(r), std::string("--dir"), dir}) {
+      argv_s.push_back(extra);
+    }
+    std::vector<char*> argv;
+    for (auto& a : argv_s) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid;
+    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+      std::perror("posix_spawn");
+      for (pid_t p : pids) kill(p, SIGKILL);
+      return 1;
+    }
+    pids.push_back(pid);
+  }
+  int rc = 0;
+  size_t alive = pids.size();
+  const auto until = std::chrono::steady_clock::now() + limit;
+  while (alive > 0) {
+    int status = 0;
+    pid_t done = waitpid(-1, &status, WNOHANG);
+    if (done > 0) {
+      --alive;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (rc == 0) std::fprintf(stderr, "a rank failed (pid %d); stopping the others\n", done);
+        rc = 1;
+        for (pid_t p : pids) kill(p, SIGKILL);  // reaped ones are gone; the kill is then a no-op
+      }
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > until) {
+      std::fprintf(stderr, "ranks still running after %lld s; killing them\n",
+                   static_cast<long long>(limit.count()));
+      for (pid_t p : pids) kill(p, SIGKILL);
+      rc = 1;
+      while (waitpid(-1, nullptr, 0) > 0) {
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling children, not syncing
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  return rc;
+}
+
+// Child: dies with the parent, so an interrupted benchmark leaves no ranks behind.
+inline void DieWithParent() { prctl(PR_SET_PDEATHSIG, SIGKILL); }
+
+// Child: publishes this rank's port and returns every rank's host:port, by rank.
+inline absl::StatusOr<std::vector<std::string>> ExchangePorts(const std::string& dir, int rank, int world,
+                                                              int port, std::chrono::seconds limit) {
+  absl::Status written = WriteFileAtomic(absl::StrCat(dir, "/port.", rank), std::to_string(port));
+  if (!written.ok()) return written;
+  std::vector<std::string> peers(world);
+  const auto until = std::chrono::steady_clock::now() + limit;
+  for (int r = 0; r < world; ++r) {
+    while (true) {
+      auto text = ReadFile(absl::StrCat(dir, "/port.", r));
+      if (text.ok() && !text->empty()) {
+        peers[r] = absl::StrCat("127.0.0.1:", *text);
+        break;
+      }
+      if (std::chrono::steady_clock::now() > until) {
+        return absl::DeadlineExceededError(absl::StrCat("rank ", r, " did not publish its port within ",
+                                                        limit.count(), " s"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return peers;
+}
+
+}  // namespace strata::bench

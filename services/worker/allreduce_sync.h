@@ -1,0 +1,21 @@
+// The all-reduce synchroniser: every step, the ranks average their gradients and their float
+// buffers (BatchNorm running statistics) with one ring all-reduce, then each applies the same
+// local SGD step, so the replicas stay bit-identical (the ring hands every rank the same bits).
+#pragma once
+
+#include <memory>
+
+#include <absl/status/statusor.h>
+
+#include "services/worker/ring_allreduce.h"
+#include "services/worker/synchroniser.h"
+
+namespace strata {
+
+// `ring` must be connected and outlive the synchroniser. Start() broadcasts rank 0's parameters,
+// buffers and optimizer velocity so that every replica starts from the same model (also after a
+// checkpoint was loaded on rank 0 only).
+absl::StatusOr<std::unique_ptr<Synchroniser>> MakeAllReduceSynchroniser(RingAllReduce* ring,
+                                                                        const AllReduceOptions& options);
+
+}  // namespace strata

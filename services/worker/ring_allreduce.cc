@@ -1,0 +1,700 @@
+#include "services/worker/ring_allreduce.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+
+#include <absl/strings/str_cat.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include "services/common/rpc.h"
+#include "services/common/status.h"
+#include "strata/v1/collective.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kRingMethod[] = "/strata.v1.Collective/Ring";
+
+// RingSegment field numbers (proto/strata/v1/collective.proto) and protobuf wire types.
+enum : uint32_t { kOperation = 1, kSender = 2, kWorld = 3, kCount = 4, kStep = 5, kOffset = 6, kData = 7, kAbort = 8 };
+enum : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
+
+struct SegmentHeader {
+  uint64_t operation = 0;
+  uint32_t sender = 0;
+  uint32_t world = 0;
+  uint64_t count = 0;
+  uint32_t step = 0;
+  uint64_t offset = 0;
+};
+
+// A received segment. The payload is not copied out of the received gRPC slices: the reducing
+// thread reads it where it landed.
+struct Segment {
+  SegmentHeader header;
+  std::string abort;
+  std::vector<grpc::Slice> slices;
+  size_t data_slice = 0, data_pos = 0, data_bytes = 0;
+  bool has_data = false;
+};
+
+// ---- wire format -------------------------------------------------------------------------------
+
+uint8_t* PutVarint(uint64_t v, uint8_t* p) {
+  while (v >= 0x80) {
+    *p++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<uint8_t>(v);
+  return p;
+}
+uint8_t* PutFixed64(uint32_t field, uint64_t v, uint8_t* p) {
+  p = PutVarint(field << 3 | kFixed64, p);
+  std::memcpy(p, &v, 8);  // x86/ARM little-endian, as protobuf's fixed64
+  return p + 8;
+}
+uint8_t* PutFixed32(uint32_t field, uint32_t v, uint8_t* p) {
+  p = PutVarint(field << 3 | kFixed32, p);
+  std::memcpy(p, &v, 4);
+  return p + 4;
+}
+
+// One message, one slice: the header fields, then `data` (or `abort`). The payload is copied
+// once, into memory gRPC owns, so a failed operation never leaves gRPC pointing into the
+// caller's buffer.
+grpc::ByteBuffer EncodeSegment(const SegmentHeader& h, const float* data, size_t floats,
+                               const std::string& abort = {}) {
+  uint8_t head[80];
+  uint8_t* p = head;
+  p = PutFixed64(kOperation, h.operation, p);
+  p = PutFixed32(kSender, h.sender, p);
+  p = PutFixed32(kWorld, h.world, p);
+  p = PutFixed64(kCount, h.count, p);
+  p = PutFixed32(kStep, h.step, p);
+  p = PutFixed64(kOffset, h.offset, p);
+  const size_t payload = abort.empty() ? floats * sizeof(float) : abort.size();
+  p = PutVarint((abort.empty() ? kData : kAbort) << 3 | kLengthDelimited, p);
+  p = PutVarint(payload, p);
+  const size_t head_bytes = static_cast<size_t>(p - head);
+  grpc::Slice slice(head_bytes + payload);
+  uint8_t* out = const_cast<uint8_t*>(slice.begin());  // freshly allocated, ours until sent
+  std::memcpy(out, head, head_bytes);
+  if (abort.empty()) {
+    if (payload > 0) std::memcpy(out + head_bytes, data, payload);
+  } else {
+    std::memcpy(out + head_bytes, abort.data(), payload);
+  }
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// Reads bytes across the slices of a received message.
+class SliceCursor {
+ public:
+  explicit SliceCursor(const std::vector<grpc::Slice>& slices) : slices_(slices) { Settle(); }
+  bool AtEnd() const { return i_ == slices_.size(); }
+  size_t slice() const { return i_; }
+  size_t pos() const { return p_; }
+  bool Read(void* out, size_t n) {
+    auto* o = static_cast<uint8_t*>(out);
+    while (n > 0) {
+      if (AtEnd()) return false;
+      const size_t take = std::min(n, slices_[i_].size() - p_);
+      std::memcpy(o, slices_[i_].begin() + p_, take);
+      o += take;
+      n -= take;
+      p_ += take;
+      Settle();
+    }
+    return true;
+  }
+  bool Skip(size_t n) {
+    while (n > 0) {
+      if (AtEnd()) return false;
+      const size_t take = std::min(n, slices_[i_].size() - p_);
+      n -= take;
+      p_ += take;
+      Settle();
+    }
+    return true;
+  }
+  bool ReadVarint(uint64_t* v) {
+    *v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      uint8_t b;
+      if (!Read(&b, 1)) return false;
+      *v |= static_cast<uint64_t>(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  }
+
+ private:
+  void Settle() {
+    while (i_ < slices_.size() && p_ == slices_[i_].size()) {
+      ++i_;
+      p_ = 0;
+    }
+  }
+  const std::vector<grpc::Slice>& slices_;
+  size_t i_ = 0, p_ = 0;
+};
+
+// Parses a RingSegment in any field order; unknown fields are skipped as protobuf does.
+absl::Status ParseSegment(const grpc::ByteBuffer& buffer, Segment* seg) {
+  grpc::Status dumped = buffer.Dump(&seg->slices);
+  if (!dumped.ok()) return absl::InvalidArgumentError("unreadable ring segment");
+  SliceCursor c(seg->slices);
+  const auto bad = [] { return absl::InvalidArgumentError("malformed ring segment"); };
+  while (!c.AtEnd()) {
+    uint64_t tag;
+    if (!c.ReadVarint(&tag)) return bad();
+    const uint32_t field = static_cast<uint32_t>(tag >> 3), wire = static_cast<uint32_t>(tag & 7);
+    if (wire == kVarint) {
+      uint64_t ignored;
+      if (!c.ReadVarint(&ignored)) return bad();
+    } else if (wire == kFixed64) {
+      uint64_t v;
+      if (!c.Read(&v, 8)) return bad();
+      if (field == kOperation) seg->header.operation = v;
+      if (field == kCount) seg->header.count = v;
+      if (field == kOffset) seg->header.offset = v;
+    } else if (wire == kFixed32) {
+      uint32_t v;
+      if (!c.Read(&v, 4)) return bad();
+      if (field == kSender) seg->header.sender = v;
+      if (field == kWorld) seg->header.world = v;
+      if (field == kStep) seg->header.step = v;
+    } else if (wire == kLengthDelimited) {
+      uint64_t len;
+      if (!c.ReadVarint(&len)) return bad();
+      if (field == kData) {
+        seg->has_data = true;
+        seg->data_slice = c.slice();
+        seg->data_pos = c.pos();
+        seg->data_bytes = len;
+        if (!c.Skip(len)) return bad();
+      } else if (field == kAbort) {
+        if (len > (1 << 16)) return bad();
+        seg->abort.resize(len);
+        if (!c.Read(seg->abort.data(), len)) return bad();
+      } else if (!c.Skip(len)) {
+        return bad();
+      }
+    } else {
+      return bad();
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- applying a received payload ---------------------------------------------------------------
+
+enum class Apply { kAdd, kAddThenScale, kCopy };
+
+void AddInto(float* dst, const uint8_t* src, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    float v;
+    std::memcpy(&v, src + i * sizeof(float), sizeof(float));  // slices need not be aligned
+    dst[i] += v;
+  }
+}
+void AddScaleInto(float* dst, const uint8_t* src, size_t count, float divisor) {
+  for (size_t i = 0; i < count; ++i) {
+    float v;
+    std::memcpy(&v, src + i * sizeof(float), sizeof(float));
+    // Division, not multiplication by 1/n: the average of exact integer sums is then exact
+    // wherever the quotient is representable.
+    dst[i] = (dst[i] + v) / divisor;
+  }
+}
+
+// Applies the payload to dst[0..floats) in place; a float may straddle two slices.
+void ApplySegment(const Segment& seg, float* dst, Apply mode, float divisor) {
+  if (mode == Apply::kCopy) {
+    auto* out = reinterpret_cast<uint8_t*>(dst);
+    size_t left = seg.data_bytes, pos = seg.data_pos;
+    for (size_t i = seg.data_slice; left > 0; ++i, pos = 0) {
+      const size_t take = std::min(left, seg.slices[i].size() - pos);
+      std::memcpy(out, seg.slices[i].begin() + pos, take);
+      out += take;
+      left -= take;
+    }
+    return;
+  }
+  const auto run = [&](const uint8_t* src, size_t count) {
+    if (mode == Apply::kAdd) {
+      AddInto(dst, src, count);
+    } else {
+      AddScaleInto(dst, src, count, divisor);
+    }
+    dst += count;
+  };
+  uint8_t carry[sizeof(float)];
+  size_t carried = 0, left = seg.data_bytes, pos = seg.data_pos;
+  for (size_t i = seg.data_slice; left > 0; ++i, pos = 0) {
+    const uint8_t* p = seg.slices[i].begin() + pos;
+    size_t len = std::min(left, seg.slices[i].size() - pos);
+    left -= len;
+    if (carried > 0) {
+      const size_t take = std::min(sizeof(float) - carried, len);
+      std::memcpy(carry + carried, p, take);
+      carried += take;
+      p += take;
+      len -= take;
+      if (carried < sizeof(float)) continue;
+      run(carry, 1);
+      carried = 0;
+    }
+    const size_t whole = len / sizeof(float);
+    run(p, whole);
+    p += whole * sizeof(float);
+    len -= whole * sizeof(float);
+    std::memcpy(carry, p, len);
+    carried = len;
+  }
+}
+
+// ---- shared state --------------------------------------------------------------------------
+
+// Segments received for one operation, in stream order.
+struct Inbox {
+  std::deque<Segment> segments;
+  bool ended = false;  // the sender's stream is over (closed or broken)
+};
+
+// State shared by the operation thread and gRPC's callback threads; reactors hold it by
+// shared_ptr so that a late callback never touches a destroyed RingAllReduce.
+struct Core {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<uint64_t, Inbox> inboxes;  // by operation
+  uint64_t next_operation = 0;        // lower operations are over: their segments are dropped
+};
+
+// The receiving end of one stream from the previous rank: queues each segment for its operation.
+class RingReceiver final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
+ public:
+  RingReceiver(std::shared_ptr<Core> core, grpc::ByteBuffer* response)
+      : core_(std::move(core)), response_(response) {
+    StartRead(&incoming_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      MarkEnded();
+      grpc::Slice empty;  // RingAck has no fields: its encoding is empty
+      *response_ = grpc::ByteBuffer(&empty, 1);
+      Finish(grpc::Status::OK);
+      return;
+    }
+    Segment seg;
+    absl::Status parsed = ParseSegment(incoming_, &seg);
+    incoming_.Clear();
+    if (!parsed.ok()) {
+      MarkEnded();
+      Finish(ToGrpcStatus(parsed));
+      return;
+    }
+    operation_ = seg.header.operation;
+    has_operation_ = true;
+    {
+      std::lock_guard<std::mutex> lock(core_->mu);
+      if (operation_ >= core_->next_operation) {
+        core_->inboxes[operation_].segments.push_back(std::move(seg));
+      }
+    }
+    core_->cv.notify_all();
+    StartRead(&incoming_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  void MarkEnded() {
+    if (!has_operation_) return;
+    {
+      std::lock_guard<std::mutex> lock(core_->mu);
+      if (operation_ >= core_->next_operation) core_->inboxes[operation_].ended = true;
+    }
+    core_->cv.notify_all();
+  }
+
+  std::shared_ptr<Core> core_;
+  grpc::ByteBuffer* response_;
+  grpc::ByteBuffer incoming_;
+  uint64_t operation_ = 0;
+  bool has_operation_ = false;
+};
+
+class CollectiveService final
+    : public v1::Collective::WithRawCallbackMethod_Ring<v1::Collective::Service> {
+ public:
+  explicit CollectiveService(std::shared_ptr<Core> core) : core_(std::move(core)) {}
+  using v1::Collective::WithRawCallbackMethod_Ring<v1::Collective::Service>::Ring;
+  grpc::ServerReadReactor<grpc::ByteBuffer>* Ring(grpc::CallbackServerContext* context,
+                                                  grpc::ByteBuffer* response) override {
+    return new RingReceiver(core_, response);
+  }
+
+ private:
+  std::shared_ptr<Core> core_;
+};
+
+// The sending side of one operation's stream to the next rank. Guarded by core->mu.
+struct SendState {
+  explicit SendState(std::shared_ptr<Core> c) : core(std::move(c)) {}
+  std::shared_ptr<Core> core;
+  grpc::ClientContext context;  // outlives the call: the reactor deletes itself, this stays
+  std::deque<grpc::ByteBuffer> queue;
+  bool writing = false;
+  bool close_requested = false, close_started = false;
+  bool broken = false;  // a write failed: the stream is over
+  bool done = false;
+  grpc::Status status;
+};
+
+// One write in flight at a time (the callback API's rule); later segments wait in a queue. The
+// operation thread holds the reactor (AddHold) until it has made its last call, so the reactor
+// cannot finish and delete itself under it.
+class RingSender final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit RingSender(std::shared_ptr<SendState> state) : state_(std::move(state)) {}
+
+  void Start(grpc::GenericStub* stub) {
+    stub->PrepareBidiStreamingCall(&state_->context, kRingMethod, grpc::StubOptions(), this);
+    AddHold();
+    StartRead(&ack_);
+    StartCall();
+  }
+
+  void Send(grpc::ByteBuffer message) {
+    {
+      std::lock_guard<std::mutex> lock(state_->core->mu);
+      if (state_->broken || state_->close_requested) return;
+      if (state_->writing) {
+        state_->queue.push_back(std::move(message));
+        return;
+      }
+      state_->writing = true;
+    }
+    current_ = std::move(message);
+    StartWrite(&current_);
+  }
+
+  void CloseWrites() {
+    {
+      std::lock_guard<std::mutex> lock(state_->core->mu);
+      if (state_->close_requested) return;
+      state_->close_requested = true;
+      if (state_->writing || state_->broken) return;
+      state_->close_started = true;
+    }
+    StartWritesDone();
+  }
+
+  // The operation thread's last call.
+  void Release() { RemoveHold(); }
+
+  void OnWriteDone(bool ok) override {
+    std::unique_lock<std::mutex> lock(state_->core->mu);
+    if (!ok) {
+      state_->broken = true;
+      state_->writing = false;
+      state_->queue.clear();
+      lock.unlock();
+      state_->core->cv.notify_all();
+      return;
+    }
+    if (!state_->queue.empty()) {
+      current_ = std::move(state_->queue.front());
+      state_->queue.pop_front();
+      lock.unlock();
+      StartWrite(&current_);
+      return;
+    }
+    state_->writing = false;
+    if (state_->close_requested && !state_->close_started) {
+      state_->close_started = true;
+      lock.unlock();
+      StartWritesDone();
+    }
+  }
+
+  void OnReadDone(bool ok) override {}
+
+  void OnDone(const grpc::Status& status) override {
+    {
+      std::lock_guard<std::mutex> lock(state_->core->mu);
+      state_->done = true;
+      state_->status = status;
+    }
+    state_->core->cv.notify_all();
+    delete this;
+  }
+
+ private:
+  std::shared_ptr<SendState> state_;
+  grpc::ByteBuffer current_;
+  grpc::ByteBuffer ack_;
+};
+
+std::string Ms(std::chrono::milliseconds d) { return absl::StrCat(d.count(), " ms"); }
+
+}  // namespace
+
+// ---- the operation -----------------------------------------------------------------------------
+
+struct RingAllReduce::Impl {
+  int rank = 0;
+  int world = 0;
+  std::vector<std::string> peers;
+  std::shared_ptr<Core> core = std::make_shared<Core>();
+  CollectiveService service{core};
+  std::unique_ptr<grpc::GenericStub> next_stub;
+  std::vector<std::weak_ptr<SendState>> lingering;  // streams of failed operations
+
+  int next() const { return (rank + 1) % world; }
+  int prev() const { return (rank + world - 1) % world; }
+  std::string Name(int r) const { return absl::StrCat("rank ", r, " (", peers[r], ")"); }
+
+  absl::Status Run(float* data, size_t n, const AllReduceOptions& options, bool average);
+};
+
+namespace {
+
+// After its own deadline a rank waits this much longer for its upstream neighbour's abort,
+// which names the rank that really stopped answering (the neighbour's deadline fired a moment
+// earlier for the same reason). The stream's gRPC deadline includes it so the abort can still go.
+std::chrono::milliseconds GraceFor(std::chrono::milliseconds deadline) {
+  return std::clamp(deadline / 10, std::chrono::milliseconds(200), std::chrono::milliseconds(2000));
+}
+
+}  // namespace
+
+absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOptions& options,
+                                      bool average) {
+  if (world == 0) return absl::FailedPreconditionError("ring all-reduce: Connect() first");
+  if (world == 1 || n == 0) return absl::OkStatus();
+  if (data == nullptr) return absl::InvalidArgumentError("ring all-reduce: null buffer");
+
+  uint64_t op;
+  {
+    std::lock_guard<std::mutex> lock(core->mu);
+    op = core->next_operation;
+  }
+  const auto start = Clock::now();
+  const auto deadline = start + options.deadline;
+  const auto grace = GraceFor(options.deadline);
+  const size_t seg_floats = std::max<size_t>(1, options.segment_bytes / sizeof(float));
+  const int steps = 2 * (world - 1);
+  const auto chunk_begin = [&](int c) { return n * static_cast<size_t>(c) / world; };
+  const auto mod = [&](int x) { return ((x % world) + world) % world; };
+  // The chunk this rank receives at step s; it sends the same chunk at step s + 1.
+  const auto recv_chunk = [&](int s) { return s < world - 1 ? mod(rank - s - 1) : mod(rank - (s - (world - 1))); };
+
+  auto state = std::make_shared<SendState>(core);
+  state->context.set_deadline(std::chrono::system_clock::now() + options.deadline + grace);
+  auto* sender = new RingSender(state);
+  sender->Start(next_stub.get());
+
+  SegmentHeader header;
+  header.operation = op;
+  header.sender = static_cast<uint32_t>(rank);
+  header.world = static_cast<uint32_t>(world);
+  header.count = n;
+  const auto send_chunk = [&](int step, int chunk) {
+    header.step = static_cast<uint32_t>(step);
+    for (size_t b = chunk_begin(chunk), e = chunk_begin(chunk + 1); b < e; b += seg_floats) {
+      header.offset = b;
+      sender->Send(EncodeSegment(header, data + b, std::min(seg_floats, e - b)));
+    }
+  };
+
+  // Waits for the next segment of this operation from the previous rank. Errors name the rank
+  // that did not answer.
+  const auto op_name = absl::StrCat("all-reduce operation ", op, " on rank ", rank);
+  const auto downstream_error = [&]() -> absl::Status {
+    return Annotate(FromGrpcStatus(state->status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broke")
+                                                      : state->status,
+                                   absl::StrCat("sending to ", Name(next()))),
+                    op_name);
+  };
+  const auto next_segment = [&](int s, Segment* out) -> absl::Status {
+    std::unique_lock<std::mutex> lock(core->mu);
+    Inbox& inbox = core->inboxes[op];
+    while (true) {
+      if (!inbox.segments.empty()) {
+        *out = std::move(inbox.segments.front());
+        inbox.segments.pop_front();
+        return absl::OkStatus();
+      }
+      if (state->broken || (state->done && !state->status.ok())) return downstream_error();
+      if (inbox.ended) {
+        return absl::UnavailableError(absl::StrCat(op_name, ": the stream from ", Name(prev()),
+                                                   " ended at step ", s + 1, " of ", steps,
+                                                   " (that rank failed or left)"));
+      }
+      if (core->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
+          inbox.segments.empty() && !inbox.ended) {
+        return absl::DeadlineExceededError(absl::StrCat(op_name, ": no data from ", Name(prev()),
+                                                        " within ", Ms(options.deadline), " (step ",
+                                                        s + 1, " of ", steps, ")"));
+      }
+    }
+  };
+
+  absl::Status status;
+  int step = 0;
+  send_chunk(0, rank);
+  for (; step < steps && status.ok(); ++step) {
+    const int chunk = recv_chunk(step);
+    const Apply mode = step < world - 2    ? Apply::kAdd
+                       : step == world - 2 ? (average ? Apply::kAddThenScale : Apply::kAdd)
+                                           : Apply::kCopy;
+    for (size_t b = chunk_begin(chunk), e = chunk_begin(chunk + 1); b < e && status.ok(); b += seg_floats) {
+      const size_t len = std::min(seg_floats, e - b);
+      Segment seg;
+      status = next_segment(step, &seg);
+      if (!status.ok()) break;
+      if (!seg.abort.empty()) {
+        // The previous rank gave up; its reason names the culprit. Pass it on unchanged.
+        status = absl::UnavailableError(seg.abort);
+        break;
+      }
+      const SegmentHeader& h = seg.header;
+      if (h.sender != static_cast<uint32_t>(prev()) || h.world != static_cast<uint32_t>(world) ||
+          h.count != n || h.step != static_cast<uint32_t>(step) || h.offset != b || !seg.has_data ||
+          seg.data_bytes != len * sizeof(float)) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            op_name, ": ", Name(prev()), " sent a segment (sender ", h.sender, ", world ", h.world,
+            ", buffer of ", h.count, " floats, step ", h.step, ", offset ", h.offset, ", ",
+            seg.data_bytes, " bytes) where this rank expected (sender ", prev(), ", world ", world,
+            ", buffer of ", n, " floats, step ", step, ", offset ", b, ", ", len * sizeof(float),
+            " bytes); every rank must reduce the same number of floats in the same order"));
+        break;
+      }
+      ApplySegment(seg, data + b, mode, static_cast<float>(world));
+      if (step + 1 < steps) {
+        header.step = static_cast<uint32_t>(step + 1);
+        header.offset = b;
+        sender->Send(EncodeSegment(header, data + b, len));
+      }
+    }
+  }
+
+  if (!status.ok()) {
+    // Tell the next rank at once. Then, for a short while, take any later abort from the previous
+    // rank: it comes from further up the ring, so it is closer to the rank that really stopped
+    // (a rank that times out first blames its own neighbour, which was only waiting too).
+    sender->Send(EncodeSegment(header, nullptr, 0, std::string(status.message())));
+    const auto until = Clock::now() + grace;
+    while (true) {
+      std::vector<std::string> later;
+      bool over = false;
+      {
+        std::unique_lock<std::mutex> lock(core->mu);
+        Inbox& inbox = core->inboxes[op];
+        for (auto it = inbox.segments.begin(); it != inbox.segments.end();) {
+          if (it->abort.empty()) {
+            ++it;
+          } else {
+            later.push_back(std::move(it->abort));
+            it = inbox.segments.erase(it);
+          }
+        }
+        if (later.empty()) {
+          over = inbox.ended || core->cv.wait_until(lock, until) == std::cv_status::timeout;
+        }
+      }
+      for (const std::string& reason : later) {
+        status = absl::UnavailableError(reason);
+        sender->Send(EncodeSegment(header, nullptr, 0, reason));
+      }
+      if (over) break;
+    }
+    sender->CloseWrites();
+    sender->Release();
+    lingering.push_back(state);
+  } else {
+    // Everything received; the operation is complete once the next rank acknowledges the stream.
+    sender->CloseWrites();
+    sender->Release();
+    std::unique_lock<std::mutex> lock(core->mu);
+    while (!state->done) {
+      if (core->cv.wait_until(lock, deadline + grace) == std::cv_status::timeout && !state->done) {
+        state->context.TryCancel();
+        lingering.push_back(state);
+        status = absl::DeadlineExceededError(
+            absl::StrCat(op_name, ": ", Name(next()), " did not acknowledge within ", Ms(options.deadline)));
+        break;
+      }
+    }
+    if (status.ok() && !state->status.ok()) status = downstream_error();
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(core->mu);
+    core->inboxes.erase(core->inboxes.begin(), core->inboxes.upper_bound(op));
+    core->next_operation = op + 1;
+  }
+  lingering.erase(std::remove_if(lingering.begin(), lingering.end(),
+                                 [](const std::weak_ptr<SendState>& w) { return w.expired(); }),
+                  lingering.end());
+  return status;
+}
+
+RingAllReduce::RingAllReduce(int rank) : impl_(std::make_unique<Impl>()) { impl_->rank = rank; }
+
+RingAllReduce::~RingAllReduce() {
+  // Streams of failed operations may still be open: cancel them and wait for gRPC to finish
+  // with them, so no callback runs after the process starts tearing gRPC down.
+  for (auto& weak : impl_->lingering) {
+    if (auto state = weak.lock()) state->context.TryCancel();
+  }
+  for (auto& weak : impl_->lingering) {
+    auto state = weak.lock();
+    if (!state) continue;
+    std::unique_lock<std::mutex> lock(state->core->mu);
+    state->core->cv.wait_for(lock, std::chrono::seconds(10), [&] { return state->done; });
+  }
+}
+
+grpc::Service* RingAllReduce::service() { return &impl_->service; }
+
+absl::Status RingAllReduce::Connect(const std::vector<std::string>& peers) {
+  if (peers.empty()) return absl::InvalidArgumentError("ring all-reduce: no peers");
+  if (impl_->rank < 0 || static_cast<size_t>(impl_->rank) >= peers.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("ring all-reduce: rank ", impl_->rank,
+                                                   " outside a world of ", peers.size()));
+  }
+  for (size_t r = 0; r < peers.size(); ++r) {
+    if (peers[r].empty()) return absl::InvalidArgumentError(absl::StrCat("ring all-reduce: empty address for rank ", r));
+  }
+  impl_->peers = peers;
+  impl_->world = static_cast<int>(peers.size());
+  if (impl_->world > 1) {
+    impl_->next_stub = std::make_unique<grpc::GenericStub>(MakeChannel(peers[impl_->next()]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RingAllReduce::AllReduceAverage(float* data, size_t n, const AllReduceOptions& options) {
+  return impl_->Run(data, n, options, /*average=*/true);
+}
+
+absl::Status RingAllReduce::AllReduceSum(float* data, size_t n, const AllReduceOptions& options) {
+  return impl_->Run(data, n, options, /*average=*/false);
+}
+
+int RingAllReduce::rank() const { return impl_->rank; }
+int RingAllReduce::world() const { return impl_->world; }
+
+}  // namespace strata

@@ -1,0 +1,70 @@
+// Ring all-reduce of a float buffer between the workers of a job, over gRPC streaming
+// (the Collective service of proto/strata/v1/collective.proto). No LibTorch: it works on raw
+// float buffers, such as the trainer's fused gradient buffer.
+//
+// Each operation is a reduce-scatter (world-1 steps) followed by an all-gather (world-1 steps)
+// over the buffer cut into `world` chunks; each chunk travels in segments so that sending,
+// receiving and adding overlap. Every rank sends 2(world-1)/world of the buffer per operation.
+// docs/algorithms.md has the details and the measured figures.
+//
+// Usage: create it before the peers are known, register service() on the process's gRPC server,
+// Connect() once every rank's address is known, then call AllReduceAverage() on every rank with
+// the same size. Operations are numbered on each rank in call order, so every rank must issue the
+// same sequence of operations. One operation at a time per instance.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <absl/status/status.h>
+
+namespace grpc {
+class Service;
+}
+
+namespace strata {
+
+struct AllReduceOptions {
+  // The whole operation must finish within this time; otherwise it fails with an error naming
+  // the rank that did not answer.
+  std::chrono::milliseconds deadline{60000};
+  // Payload per message. Measured on loopback (docs/benchmarks.md): smaller segments pipeline
+  // better but cost per-message overhead.
+  size_t segment_bytes = 256 << 10;
+};
+
+class RingAllReduce {
+ public:
+  explicit RingAllReduce(int rank);
+  ~RingAllReduce();
+  RingAllReduce(const RingAllReduce&) = delete;
+  RingAllReduce& operator=(const RingAllReduce&) = delete;
+
+  // The Collective service receiving the previous rank's segments. Register it on the process's
+  // gRPC server before any peer starts an operation; the server must be shut down before this
+  // object is destroyed.
+  grpc::Service* service();
+
+  // `peers` holds the host:port of every rank, by rank (this rank's own entry included). Only
+  // the next rank is dialled; the previous rank's address is used in error messages.
+  absl::Status Connect(const std::vector<std::string>& peers);
+
+  // Replaces data[0..n) on every rank with the element-wise average over the ranks. Every rank
+  // ends with the same bits. A world of one returns at once.
+  absl::Status AllReduceAverage(float* data, size_t n, const AllReduceOptions& options);
+  // The same with the sum. With zeros on every rank but one, this is a broadcast from that rank
+  // (adding zeros is exact).
+  absl::Status AllReduceSum(float* data, size_t n, const AllReduceOptions& options);
+
+  int rank() const;
+  int world() const;  // 0 before Connect
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata
