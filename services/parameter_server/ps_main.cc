@@ -1,0 +1,177 @@
+// strata-ps: one parameter-server partition (docs/protocol.md documents the command line). It
+// links no LibTorch, so it starts in milliseconds; the orchestrator launches one per partition.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+#include <absl/strings/str_cat.h>
+#include <spdlog/spdlog.h>
+
+#include "services/common/files.h"
+#include "services/common/job_spec.h"
+#include "services/common/logging.h"
+#include "services/common/rpc.h"
+#include "services/parameter_server/partition.h"
+#include "services/parameter_server/service.h"
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "strata-ps: %s\n", message.c_str());
+  return 2;
+}
+
+// Set by Stop, a signal or the parent's death; main() waits for it.
+class StopFlag {
+ public:
+  void Set(const std::string& reason) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!stopped_) reason_ = reason;
+    stopped_ = true;
+    cv_.notify_all();
+  }
+  // True once stopped; waits at most `d`.
+  bool WaitFor(std::chrono::milliseconds d) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, d, [&] { return stopped_; });
+  }
+  std::string reason() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return reason_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopped_ = false;
+  std::string reason_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Exit with the orchestrator (or test) that launched us: the parent's death sends SIGTERM,
+  // which the signal thread below turns into an orderly stop.
+  const pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) return Fail("parent exited during start-up");
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: all inherit it
+
+  CLI::App app{"Strata parameter server: one partition of the model"};
+  std::string listen = "127.0.0.1:0", port_file, config_path, consistency, init_checkpoint, run_dir, log_file;
+  int partition = 0, partitions = 1, workers = 1, staleness = -1;
+  double lr_scale = 0, checkpoint_every_s = 0;
+  int64_t train_examples = 0;
+  app.add_option("--listen", listen, "address to serve on; port 0 picks a free port");
+  app.add_option("--port-file", port_file, "file that receives the bound port (written atomically)");
+  app.add_option("--partition", partition, "this server's partition index")->required()->check(CLI::NonNegativeNumber);
+  app.add_option("--partitions", partitions, "number of partitions (servers)")->required()->check(CLI::PositiveNumber);
+  app.add_option("--workers", workers, "number of workers pushing")->required()->check(CLI::PositiveNumber);
+  app.add_option("--config", config_path, "job spec (YAML): training.* and strategy.* defaults")
+      ->required()->check(CLI::ExistingFile);
+  app.add_option("--consistency", consistency, "asp | bsp | ssp (default: strategy.consistency)")
+      ->check(CLI::IsMember({"asp", "bsp", "ssp"}));
+  app.add_option("--staleness", staleness, "SSP bound (default: strategy.staleness)")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-scale", lr_scale, "ASP/SSP per-worker lr = training.lr * X (default: strategy.ps_lr_scale, else 1/workers)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--train-examples", train_examples, "training-set size (global epoch = samples / M)")
+      ->required()->check(CLI::PositiveNumber);
+  app.add_option("--init-checkpoint", init_checkpoint, "load this checkpoint (whole model or partition) at start")
+      ->check(CLI::ExistingFile);
+  app.add_option("--run-dir", run_dir, "run directory (checkpoints go to <run-dir>/checkpoints)");
+  app.add_option("--checkpoint-every-s", checkpoint_every_s, "save the partition every S seconds (needs --run-dir)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--log-file", log_file, "also log to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  if (partition >= partitions) return Fail(absl::StrCat("--partition ", partition, " must be < --partitions ", partitions));
+  if (checkpoint_every_s > 0 && run_dir.empty()) return Fail("--checkpoint-every-s needs --run-dir");
+  strata::InitLogging({absl::StrCat("ps-", partition), log_file, "info"});
+
+  auto spec = strata::LoadJobSpec(config_path);
+  if (!spec.ok()) return Fail(std::string(spec.status().message()));
+  strata::PartitionConfig config;
+  config.partition = partition;
+  config.partitions = partitions;
+  config.workers = workers;
+  auto mode = strata::ConsistencyFromName(consistency.empty() ? spec->strategy.consistency : consistency);
+  if (!mode.ok()) return Fail(std::string(mode.status().message()));
+  config.consistency = *mode;
+  config.staleness = staleness >= 0 ? staleness : spec->strategy.staleness;
+  config.lr = spec->training.lr;
+  config.momentum = spec->training.momentum;
+  config.weight_decay = spec->training.weight_decay;
+  config.lr_schedule = spec->training.lr_schedule;
+  config.lr_scale = lr_scale > 0 ? lr_scale
+                    : spec->strategy.ps_lr_scale > 0 ? spec->strategy.ps_lr_scale
+                                                     : 1.0 / workers;
+  config.train_examples = train_examples;
+
+  strata::ParameterPartition state(config);
+  StopFlag stop;
+  strata::ParameterServerServiceOptions service_options;
+  service_options.run_dir = run_dir;
+  service_options.on_stop = [&stop](const std::string& reason) {
+    stop.Set(reason.empty() ? "Stop RPC" : "Stop RPC: " + reason);
+  };
+  strata::ParameterServerService service(&state, service_options);
+  if (!init_checkpoint.empty()) {
+    auto loaded = service.Load(init_checkpoint);
+    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+  }
+
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = strata::StartServer(listen, {&service}, &port);
+  if (server == nullptr || port == 0) return Fail(absl::StrCat("cannot listen on ", listen));
+  if (!port_file.empty()) {
+    if (absl::Status s = strata::WriteFileAtomic(port_file, absl::StrCat(port, "\n")); !s.ok()) {
+      return Fail(std::string(s.message()));
+    }
+  }
+  spdlog::info("partition {} of {} serving on port {}: {} workers, {} (staleness {}), lr {} x {}, {} training examples{}",
+               partition, partitions, port, workers, strata::ConsistencyName(config.consistency),
+               config.staleness, config.lr, config.lr_scale, train_examples,
+               state.loaded() ? "" : "; idle until LoadCheckpoint");
+
+  std::thread signal_thread([&] {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    stop.Set(absl::StrCat("signal ", signal));
+  });
+  signal_thread.detach();  // stays blocked in sigwait when Stop ends the process instead
+
+  int64_t saved_version = -1;
+  auto save_if_changed = [&] {
+    const auto status = state.Status();
+    if (!status.loaded || status.version == saved_version) return;
+    auto saved = service.Save("");
+    if (saved.ok()) {
+      saved_version = saved->version();
+      spdlog::info("checkpoint {} at version {}", saved->path(), saved->version());
+    } else {
+      spdlog::warn("periodic checkpoint failed: {}", std::string(saved.status().message()));
+    }
+  };
+  const auto every = std::chrono::milliseconds(static_cast<int64_t>(checkpoint_every_s * 1000));
+  while (!stop.WaitFor(checkpoint_every_s > 0 ? every : std::chrono::hours(24))) {
+    if (checkpoint_every_s > 0) save_if_changed();
+  }
+  spdlog::info("stopping: {}", stop.reason());
+  state.Shutdown();  // releases waiting pulls and BSP rounds with UNAVAILABLE
+  server->Shutdown(strata::DeadlineAfter(std::chrono::seconds(3)));
+  server->Wait();
+  return 0;
+}

@@ -1,0 +1,54 @@
+// Launches a strata-ps process on loopback and owns it: the small launcher that integration
+// tests and benchmarks use until the orchestrator's launcher exists. The process dies with its
+// owner (the destructor kills it; PR_SET_PDEATHSIG covers a crash of the launching thread).
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+
+namespace strata {
+
+struct PsProcessOptions {
+  std::string binary;    // path to strata-ps
+  std::string work_dir;  // receives the port file and the log (must exist)
+  std::string config;    // job spec
+  int partition = 0, partitions = 1, workers = 1;
+  int64_t train_examples = 1;
+  std::string consistency;  // empty: the job spec's
+  int staleness = -1;       // < 0: the job spec's
+  double lr_scale = 0;      // 0: default
+  std::string init_checkpoint;
+  std::vector<std::string> extra_args;
+  std::chrono::milliseconds start_deadline{60000};
+};
+
+class PsProcess {
+ public:
+  static absl::StatusOr<std::unique_ptr<PsProcess>> Launch(const PsProcessOptions& options);
+  ~PsProcess();
+  PsProcess(const PsProcess&) = delete;
+  PsProcess& operator=(const PsProcess&) = delete;
+
+  std::string address() const;  // 127.0.0.1:port
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+  // Waits for the process to exit on its own; returns its exit code (128+signal if killed).
+  absl::StatusOr<int> WaitForExit(std::chrono::milliseconds deadline);
+  void Kill();
+
+ private:
+  PsProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
+  pid_t pid_;
+  int port_ = 0;
+  std::string log_path_;
+  bool exited_ = false;
+};
+
+}  // namespace strata

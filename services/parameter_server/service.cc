@@ -1,0 +1,261 @@
+#include "services/parameter_server/service.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <absl/strings/str_cat.h>
+#include <spdlog/spdlog.h>
+
+#include "services/common/checkpoint.h"
+#include "services/common/files.h"
+#include "services/common/status.h"
+#include "services/common/tensor_codec.h"
+
+namespace strata {
+namespace {
+
+WaitOptions WaitFor(grpc::ServerContext* context) {
+  WaitOptions wait;
+  wait.deadline = context->deadline();
+  wait.cancelled = [context] { return context->IsCancelled(); };
+  return wait;
+}
+
+v1::Consistency ToProto(ConsistencyMode mode) {
+  switch (mode) {
+    case ConsistencyMode::kAsp: return v1::CONSISTENCY_ASP;
+    case ConsistencyMode::kBsp: return v1::CONSISTENCY_BSP;
+    case ConsistencyMode::kSsp: return v1::CONSISTENCY_SSP;
+  }
+  return v1::CONSISTENCY_UNSPECIFIED;
+}
+
+}  // namespace
+
+ParameterServerService::ParameterServerService(ParameterPartition* partition,
+                                               ParameterServerServiceOptions options)
+    : partition_(partition), options_(std::move(options)) {}
+
+absl::StatusOr<int64_t> ParameterServerService::ReceivePush(grpc::ServerContext* context,
+                                                            const ReadFn& read) {
+  auto refused = [&](absl::Status s) {
+    if (s.code() == absl::StatusCode::kInvalidArgument) partition_->CountRejected();
+    return s;
+  };
+  v1::PushRequest request;
+  if (!read(&request)) return refused(absl::InvalidArgumentError("empty push stream: no header"));
+  if (!request.has_header()) {
+    return refused(absl::InvalidArgumentError("a push stream must start with a PushHeader"));
+  }
+  const v1::PushHeader& h = request.header();
+  PushMeta meta{h.worker(), h.version(), h.clock(), h.samples()};
+  const int workers = partition_->config().workers;
+  if (meta.worker < 0 || meta.worker >= workers) {
+    return refused(absl::InvalidArgumentError(
+        absl::StrCat("push from worker ", meta.worker, ": this job has workers 0..", workers - 1)));
+  }
+  if (meta.version < 0 || meta.clock < 0 || meta.samples < 0) {
+    return refused(absl::InvalidArgumentError(
+        absl::StrCat("push from worker ", meta.worker, ": negative version, clock or samples")));
+  }
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PushStaging> staging, partition_->NewStaging());
+  // The stream may carry exactly this partition's bytes: anything more is refused as it arrives.
+  AssemblerLimits limits;
+  limits.max_tensor_bytes = staging->total_bytes();
+  limits.max_total_bytes = staging->total_bytes();
+  TensorAssembler assembler([&](const TensorSpec& spec) { return staging->Destination(spec); }, limits);
+  while (read(&request)) {
+    if (!request.has_chunk()) {
+      return refused(absl::InvalidArgumentError(
+          absl::StrCat("push from worker ", meta.worker, ": a second header inside the stream")));
+    }
+    if (absl::Status s = assembler.Add(request.chunk()); !s.ok()) {
+      return refused(Annotate(s, absl::StrCat("push from worker ", meta.worker)));
+    }
+  }
+  if (context->IsCancelled()) return absl::CancelledError("the pushing worker went away");
+  if (absl::Status s = assembler.Finish(); !s.ok()) {
+    return refused(Annotate(s, absl::StrCat("push from worker ", meta.worker)));
+  }
+  if (absl::Status s = staging->Validate(); !s.ok()) {
+    return refused(Annotate(s, absl::StrCat("push from worker ", meta.worker)));
+  }
+  auto version = partition_->Push(meta, *staging, WaitFor(context));
+  if (!version.ok()) return refused(version.status());
+  return version;
+}
+
+absl::Status ParameterServerService::SendPull(const PullSnapshot& snapshot,
+                                              const std::function<bool(const v1::PullResponse&)>& write) {
+  v1::PullResponse response;
+  response.mutable_header()->set_version(snapshot.version);
+  response.mutable_header()->set_global_epoch(snapshot.global_epoch);
+  if (!write(response)) return absl::UnavailableError("the pulling worker went away");
+  // Chunks are cut here (not through EncodeTensor) so the bytes go from the snapshot straight
+  // into the reused response: one copy.
+  const size_t step = std::max<size_t>(options_.chunk_bytes, 64);
+  v1::TensorChunk* chunk = response.mutable_chunk();
+  for (const auto& e : snapshot.layout->entries) {
+    const char* bytes = reinterpret_cast<const char*>(snapshot.values.data() + e.offset);
+    const size_t total = e.spec.bytes();
+    size_t offset = 0;
+    ToProto(e.spec, chunk->mutable_header());
+    do {
+      const size_t n = std::min(step, total - offset);
+      chunk->set_offset(offset);
+      chunk->mutable_data()->assign(bytes + offset, n);
+      if (!write(response)) return absl::UnavailableError("the pulling worker went away");
+      chunk->clear_header();
+      offset += n;
+    } while (offset < total);
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status ParameterServerService::PushPull(
+    grpc::ServerContext* context, grpc::ServerReaderWriter<v1::PullResponse, v1::PushRequest>* stream) {
+  int worker = -1;
+  auto version = ReceivePush(context, [&](v1::PushRequest* r) {
+    if (!stream->Read(r)) return false;
+    if (r->has_header()) worker = r->header().worker();
+    return true;
+  });
+  if (!version.ok()) return ToGrpcStatus(version.status());
+  auto snapshot = partition_->Pull(worker, *version, WaitFor(context));
+  if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
+  return ToGrpcStatus(SendPull(*snapshot, [&](const v1::PullResponse& r) { return stream->Write(r); }));
+}
+
+grpc::Status ParameterServerService::Push(grpc::ServerContext* context,
+                                          grpc::ServerReader<v1::PushRequest>* reader,
+                                          v1::PushReply* reply) {
+  auto version = ReceivePush(context, [&](v1::PushRequest* r) { return reader->Read(r); });
+  if (!version.ok()) return ToGrpcStatus(version.status());
+  reply->set_version(*version);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Pull(grpc::ServerContext* context, const v1::PullRequest* request,
+                                          grpc::ServerWriter<v1::PullResponse>* writer) {
+  if (request->clock() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError("pull with a negative clock"));
+  }
+  auto snapshot = partition_->Pull(request->worker(), 0, WaitFor(context));
+  if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
+  return ToGrpcStatus(SendPull(*snapshot, [&](const v1::PullResponse& r) { return writer->Write(r); }));
+}
+
+grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const v1::ServerStatusRequest*,
+                                               v1::ServerStatus* reply) {
+  const PartitionStatus s = partition_->Status();
+  const PartitionConfig& c = partition_->config();
+  reply->set_partition(c.partition);
+  reply->set_partitions(c.partitions);
+  reply->set_workers(c.workers);
+  reply->set_consistency(ToProto(c.consistency));
+  reply->set_staleness(c.staleness);
+  reply->set_loaded(s.loaded);
+  reply->set_version(s.version);
+  reply->set_pushes(s.pushes);
+  reply->set_rejected_pushes(s.rejected_pushes);
+  reply->set_samples(s.samples);
+  reply->set_global_epoch(s.global_epoch);
+  reply->set_completed_epochs(s.completed_epochs);
+  reply->set_max_clock_gap(s.max_clock_gap);
+  reply->set_waited_pulls(s.waited_pulls);
+  reply->set_lr(s.lr);
+  reply->set_bytes(static_cast<int64_t>(s.bytes));
+  for (int64_t v : s.staleness_histogram) reply->add_staleness_histogram(v);
+  for (int64_t v : s.clocks) reply->add_clocks(v);
+  for (const auto& t : s.tensors) reply->add_tensors(t);
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::WatchProgress(grpc::ServerContext* context,
+                                                   const v1::WatchProgressRequest*,
+                                                   grpc::ServerWriter<v1::Progress>* writer) {
+  int64_t sent_epochs = -1;
+  for (;;) {
+    const PartitionStatus s = partition_->Status();
+    if (s.completed_epochs != sent_epochs) {
+      v1::Progress p;
+      p.set_version(s.version);
+      p.set_samples(s.samples);
+      p.set_global_epoch(s.global_epoch);
+      p.set_completed_epochs(s.completed_epochs);
+      if (!writer->Write(p)) return grpc::Status::OK;
+      sent_epochs = s.completed_epochs;
+    }
+    if (context->IsCancelled()) return grpc::Status::OK;
+    if (context->deadline() <= std::chrono::system_clock::now()) return grpc::Status::OK;
+    // Bounded waits so a client that went away frees the thread.
+    partition_->WaitForProgress(sent_epochs, std::chrono::milliseconds(250));
+    if (partition_->stopping()) return grpc::Status::OK;
+  }
+}
+
+std::string ParameterServerService::DefaultCheckpointPath() const {
+  if (options_.run_dir.empty()) return "";
+  return absl::StrCat(options_.run_dir, "/checkpoints/ps-", partition_->config().partition, ".ckpt");
+}
+
+absl::StatusOr<v1::CheckpointReply> ParameterServerService::Save(const std::string& requested) {
+  std::string path = requested.empty() ? DefaultCheckpointPath() : requested;
+  if (path.empty()) {
+    return absl::InvalidArgumentError("SaveCheckpoint without a path needs --run-dir on the server");
+  }
+  if (!partition_->loaded()) {
+    return absl::FailedPreconditionError(absl::StrCat("partition ", partition_->config().partition,
+                                                      " holds no model to save"));
+  }
+  const Checkpoint c = partition_->ToCheckpoint();
+  if (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0) {
+    STRATA_RETURN_IF_ERROR(MakeDirs(path.substr(0, slash)));
+  }
+  STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c));
+  v1::CheckpointReply reply;
+  reply.set_path(path);
+  reply.set_version(c.version);
+  reply.set_tensors(static_cast<int32_t>(c.entries.size()));
+  return reply;
+}
+
+absl::StatusOr<v1::CheckpointReply> ParameterServerService::Load(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("LoadCheckpoint needs a path");
+  STRATA_ASSIGN_OR_RETURN(Checkpoint c, ReadCheckpoint(path));
+  STRATA_RETURN_IF_ERROR(partition_->Load(c, path));
+  const PartitionStatus s = partition_->Status();
+  spdlog::info("loaded partition {} of {} from {}: {} tensors, {} bytes, version {}, global epoch {:.3f}",
+               partition_->config().partition, partition_->config().partitions, path, s.tensors.size(),
+               s.bytes, s.version, s.global_epoch);
+  v1::CheckpointReply reply;
+  reply.set_path(path);
+  reply.set_version(s.version);
+  reply.set_tensors(static_cast<int32_t>(s.tensors.size()));
+  return reply;
+}
+
+grpc::Status ParameterServerService::SaveCheckpoint(grpc::ServerContext*, const v1::CheckpointRequest* request,
+                                                    v1::CheckpointReply* reply) {
+  auto r = Save(request->path());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *reply = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::LoadCheckpoint(grpc::ServerContext*, const v1::CheckpointRequest* request,
+                                                    v1::CheckpointReply* reply) {
+  auto r = Load(request->path());
+  if (!r.ok()) return ToGrpcStatus(r.status());
+  *reply = *r;
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::Stop(grpc::ServerContext*, const v1::StopRequest* request,
+                                          v1::StopReply*) {
+  spdlog::info("Stop requested: {}", request->reason().empty() ? "(no reason)" : request->reason());
+  if (options_.on_stop) options_.on_stop(request->reason());
+  return grpc::Status::OK;
+}
+
+}  // namespace strata

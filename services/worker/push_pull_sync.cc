@@ -1,0 +1,221 @@
+#include "services/worker/push_pull_sync.h"
+
+#include <algorithm>
+#include <cstring>
+#include <thread>
+
+#include <absl/strings/str_cat.h>
+
+#include "services/common/flat_layout.h"
+#include "services/common/rpc.h"
+#include "services/common/status.h"
+#include "services/common/tensor_codec.h"
+#include "strata/v1/parameter_server.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+// One model tensor as the worker holds it: trainable parameters live in the trainer's fused
+// buffers (parameters, gradients), float buffers in a copy the synchroniser keeps.
+struct ModelTensor {
+  TensorSpec spec;
+  bool is_buffer = false;
+  size_t offset = 0;  // floats, into the fused parameter buffer or the buffer copy
+};
+
+struct ServerLink {
+  int index = 0;
+  std::string address;
+  std::unique_ptr<v1::ParameterServer::Stub> stub;
+  std::vector<size_t> tensors;  // indices into the model tensor list, in model order
+  int64_t version = 0;          // the model version last pulled from this partition
+  std::string context(const char* what) const {
+    return absl::StrCat(what, " parameter server ", index, " (", address, ")");
+  }
+};
+
+class PushPullSynchroniser final : public Synchroniser {
+ public:
+  PushPullSynchroniser(PushPullOptions options, std::vector<ModelTensor> model,
+                       std::vector<ServerLink> servers, size_t buffer_floats)
+      : options_(std::move(options)),
+        model_(std::move(model)),
+        servers_(std::move(servers)),
+        buffers_(buffer_floats) {}
+
+  std::string name() const override { return "push-pull"; }
+
+  absl::Status Start(Trainer& trainer) override {
+    STRATA_RETURN_IF_ERROR(ForEachServer([&](ServerLink& s) { return PullFrom(s, trainer); }));
+    trainer.SetBuffersFrom(buffers_.data());
+    return absl::OkStatus();
+  }
+
+  absl::Status Step(Trainer& trainer, const StepContext& context) override {
+    trainer.CopyBuffersTo(buffers_.data());
+    STRATA_RETURN_IF_ERROR(
+        ForEachServer([&](ServerLink& s) { return PushPullWith(s, trainer, context); }));
+    trainer.SetBuffersFrom(buffers_.data());
+    ++steps_;
+    return absl::OkStatus();
+  }
+
+ private:
+  // Runs `f` for every partition at once (the last on this thread); returns the first error in
+  // partition order, so the message names the server that failed.
+  template <typename F>
+  absl::Status ForEachServer(F&& f) {
+    std::vector<absl::Status> results(servers_.size());
+    std::vector<std::thread> threads;
+    for (size_t i = 0; i + 1 < servers_.size(); ++i) {
+      threads.emplace_back([&, i] { results[i] = f(servers_[i]); });
+    }
+    results.back() = f(servers_.back());
+    for (auto& t : threads) t.join();
+    for (const auto& r : results) STRATA_RETURN_IF_ERROR(r);
+    return absl::OkStatus();
+  }
+
+  float* Base(const ModelTensor& t, float* params) { return t.is_buffer ? buffers_.data() : params; }
+
+  std::unique_ptr<grpc::ClientContext> NewContext() const {
+    auto context = std::make_unique<grpc::ClientContext>();
+    context->set_deadline(DeadlineAfter(options_.deadline));
+    return context;
+  }
+
+  // Reads a pull answer (header, then this partition's tensors) into the trainer and buffers_.
+  template <typename Stream>
+  absl::Status Receive(ServerLink& s, Trainer& trainer, Stream* stream) {
+    v1::PullResponse response;
+    if (!stream->Read(&response)) {
+      // Finish() says why the server ended the call; this only shows if it claims success.
+      return absl::UnavailableError("the reply ended before its header");
+    }
+    if (!response.has_header()) {
+      return absl::InternalError("the reply did not start with a PullHeader");
+    }
+    const int64_t version = response.header().version();
+    float* params = trainer.parameter_data();
+    std::vector<bool> seen(s.tensors.size(), false);
+    TensorAssembler assembler([&](const TensorSpec& spec) -> absl::StatusOr<void*> {
+      for (size_t k = 0; k < s.tensors.size(); ++k) {
+        const ModelTensor& t = model_[s.tensors[k]];
+        if (t.spec.name != spec.name) continue;
+        if (t.spec.shape != spec.shape || spec.dtype != DType::kFloat32) {
+          return absl::FailedPreconditionError(
+              absl::StrCat("tensor '", spec.name, "' has shape ", ShapeString(spec.shape),
+                           ", this worker's model has ", ShapeString(t.spec.shape),
+                           ": the server holds a different model"));
+        }
+        if (seen[k]) return absl::InternalError(absl::StrCat("tensor '", spec.name, "' sent twice"));
+        seen[k] = true;
+        return static_cast<void*>(Base(t, params) + t.offset);
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "tensor '", spec.name, "' is not in this partition of this worker's model: the server holds a "
+          "different model or partition plan"));
+    });
+    while (stream->Read(&response)) {
+      if (!response.has_chunk()) return absl::InternalError("a second PullHeader inside the reply");
+      STRATA_RETURN_IF_ERROR(assembler.Add(response.chunk()));
+    }
+    STRATA_RETURN_IF_ERROR(assembler.Finish());
+    for (size_t k = 0; k < seen.size(); ++k) {
+      if (!seen[k]) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the reply lacks tensor '", model_[s.tensors[k]].spec.name, "'"));
+      }
+    }
+    s.version = version;
+    return absl::OkStatus();
+  }
+
+  absl::Status PullFrom(ServerLink& s, Trainer& trainer) {
+    auto context = NewContext();
+    v1::PullRequest request;
+    request.set_worker(options_.rank);
+    request.set_clock(steps_);
+    auto reader = s.stub->Pull(context.get(), request);
+    return Finish(Receive(s, trainer, reader.get()), context.get(), reader.get(), s.context("pull from"));
+  }
+
+  absl::Status PushPullWith(ServerLink& s, Trainer& trainer, const StepContext& step) {
+    auto context = NewContext();
+    auto stream = s.stub->PushPull(context.get());
+    v1::PushRequest request;
+    v1::PushHeader* header = request.mutable_header();
+    header->set_worker(options_.rank);
+    header->set_version(s.version);
+    header->set_clock(step.step);
+    header->set_samples(step.batch_examples);
+    bool open = stream->Write(request);
+    // Gradients of trainable tensors, values of buffers; cut into chunks straight from the
+    // trainer's memory into the reused message (one copy).
+    const float* grads = trainer.gradient_data();
+    const size_t chunk_bytes = std::max<size_t>(options_.chunk_bytes, 64);
+    v1::TensorChunk* chunk = request.mutable_chunk();
+    for (size_t k = 0; open && k < s.tensors.size(); ++k) {
+      const ModelTensor& t = model_[s.tensors[k]];
+      const char* bytes = reinterpret_cast<const char*>((t.is_buffer ? buffers_.data() : grads) + t.offset);
+      const size_t total = t.spec.bytes();
+      size_t offset = 0;
+      ToProto(t.spec, chunk->mutable_header());
+      do {
+        const size_t n = std::min(chunk_bytes, total - offset);
+        chunk->set_offset(offset);
+        chunk->mutable_data()->assign(bytes + offset, n);
+        open = stream->Write(request);
+        chunk->clear_header();
+        offset += n;
+      } while (open && offset < total);
+    }
+    absl::Status received = absl::UnavailableError("the server closed the stream during the push");
+    if (open && stream->WritesDone()) received = Receive(s, trainer, stream.get());
+    return Finish(received, context.get(), stream.get(), s.context("push/pull with"));
+  }
+
+  // The server's status explains a stream that ended early; our own finding explains a reply
+  // we refused (then the call is cancelled and the server's view is only "cancelled").
+  template <typename Stream>
+  static absl::Status Finish(const absl::Status& received, grpc::ClientContext* context, Stream* stream,
+                             const std::string& what) {
+    const bool refused_reply = !received.ok() && received.code() != absl::StatusCode::kUnavailable;
+    if (refused_reply) context->TryCancel();
+    const grpc::Status finished = stream->Finish();
+    if (!finished.ok() && !refused_reply) return FromGrpcStatus(finished, what);
+    return Annotate(received, what);
+  }
+
+  const PushPullOptions options_;
+  const std::vector<ModelTensor> model_;
+  std::vector<ServerLink> servers_;
+  std::vector<float> buffers_;
+  int64_t steps_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPullSynchroniser(const PushPullOptions& options,
+                                                                      const Trainer& trainer) {
+  if (options.servers.empty()) return absl::InvalidArgumentError("push/pull needs at least one parameter server");
+  if (options.rank < 0) return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is negative"));
+  if (options.deadline.count() <= 0) return absl::InvalidArgumentError("push/pull deadline must be positive");
+  std::vector<ModelTensor> model;
+  std::vector<TensorSpec> specs;
+  for (const auto& e : trainer.parameters().entries()) model.push_back({e.spec, false, e.offset});
+  for (const auto& e : trainer.buffers().entries()) model.push_back({e.spec, true, e.offset});
+  for (const auto& t : model) specs.push_back(t.spec);
+  STRATA_ASSIGN_OR_RETURN(PartitionPlan plan, PlanPartitions(specs, static_cast<int>(options.servers.size())));
+  std::vector<ServerLink> servers(options.servers.size());
+  for (size_t i = 0; i < servers.size(); ++i) {
+    servers[i].index = static_cast<int>(i);
+    servers[i].address = options.servers[i];
+    servers[i].stub = v1::ParameterServer::NewStub(MakeChannel(options.servers[i]));
+    servers[i].tensors = plan.tensors_of[i];
+  }
+  return std::unique_ptr<Synchroniser>(new PushPullSynchroniser(
+      options, std::move(model), std::move(servers), trainer.buffers().total_floats()));
+}
+
+}  // namespace strata

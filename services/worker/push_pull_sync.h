@@ -1,0 +1,32 @@
+// The parameter-server synchroniser: the worker's side of push/pull (docs/protocol.md).
+// Start() pulls every partition concurrently into the trainer; Step() sends each partition its
+// gradients (and float buffers as values) and receives the updated weights in one PushPull round
+// trip per partition, all partitions concurrently. Every call carries `deadline`; a timeout or a
+// refusal names the server (partition index and address).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+
+#include "services/common/trainer.h"
+#include "services/worker/synchroniser.h"
+
+namespace strata {
+
+struct PushPullOptions {
+  std::vector<std::string> servers;  // host:port, one per partition, in partition order
+  int rank = 0;
+  std::chrono::milliseconds deadline{60000};
+  size_t chunk_bytes = 1 << 20;
+};
+
+// The partition plan is computed from the trainer's parameters() then buffers(), as the servers
+// compute it from a whole-model checkpoint.
+absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPullSynchroniser(const PushPullOptions& options,
+                                                                      const Trainer& trainer);
+
+}  // namespace strata
