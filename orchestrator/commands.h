@@ -7,5 +7,10 @@ namespace strata::cli {
 
 // Each Add*Command adds a subcommand to `app` whose callback sets *exit_code.
 void AddShardCommand(CLI::App& app, int* exit_code);
+void AddValidateCommand(CLI::App& app, int* exit_code);
+void AddRunCommand(CLI::App& app, int* exit_code);
+void AddSwitchCommand(CLI::App& app, int* exit_code);
+void AddStatusCommand(CLI::App& app, int* exit_code);
+void AddReportCommand(CLI::App& app, int* exit_code);
 
 }  // namespace strata::cli

@@ -1,0 +1,132 @@
+#include "orchestrator/lib/child_process.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include <absl/strings/str_cat.h>
+
+namespace strata {
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOptions& options) {
+  if (options.argv.empty()) return absl::InvalidArgumentError("spawn: empty argv");
+  if (::access(options.argv[0].c_str(), X_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat(options.name, ": cannot execute ", options.argv[0], ": ",
+                                            std::strerror(errno)));
+  }
+  const int log_fd = ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return absl::InternalError(absl::StrCat(options.name, ": cannot open log ", options.log_path, ": ",
+                                            std::strerror(errno)));
+  }
+  // Everything the child needs is prepared before fork: after it only async-signal-safe calls.
+  std::vector<char*> argv;
+  for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  const pid_t parent = ::getpid();
+
+  const pid_t pid = ::fork();
+  if (pid < 0) {
+    const int err = errno;
+    ::close(log_fd);
+    return absl::InternalError(absl::StrCat(options.name, ": fork failed: ", std::strerror(err)));
+  }
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the orchestrator died before prctl took effect
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGPIPE, SIG_DFL);
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(log_fd, STDERR_FILENO);
+    ::execv(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(log_fd);
+  // Also from the parent, so that a signal sent right after Spawn already finds the group.
+  ::setpgid(pid, pid);
+  return std::unique_ptr<ChildProcess>(new ChildProcess(options.name, options.log_path, pid));
+}
+
+ChildProcess::~ChildProcess() {
+  if (!exited_) {
+    Signal(SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+bool ChildProcess::Poll() {
+  if (exited_) return true;
+  int status = 0;
+  const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+  if (r == pid_) {
+    exited_ = true;
+    wait_status_ = status;
+  } else if (r < 0 && errno == ECHILD) {
+    exited_ = true;  // reaped elsewhere; nothing more to learn
+  }
+  return exited_;
+}
+
+std::string ChildProcess::ExitDescription() const {
+  if (!exited_) return "is running";
+  if (WIFEXITED(wait_status_)) return absl::StrCat("exited with code ", WEXITSTATUS(wait_status_));
+  if (WIFSIGNALED(wait_status_)) {
+    const int sig = WTERMSIG(wait_status_);
+    return absl::StrCat("was killed by signal ", sig, " (", ::strsignal(sig), ")");
+  }
+  return "ended";
+}
+
+bool ChildProcess::succeeded() const {
+  return exited_ && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 0;
+}
+
+void ChildProcess::Signal(int signal) {
+  if (exited_) return;
+  // The group first (the service and anything it started), the pid as a fallback.
+  if (::killpg(pid_, signal) != 0) ::kill(pid_, signal);
+}
+
+bool ChildProcess::WaitFor(std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!Poll()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a pid; no event to wait on
+  }
+  return true;
+}
+
+void TerminateAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace) {
+  for (ChildProcess* c : children) {
+    if (!c->Poll()) c->Signal(SIGTERM);
+  }
+  const auto until = std::chrono::steady_clock::now() + grace;
+  for (ChildProcess* c : children) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    c->WaitFor(std::max(left, std::chrono::milliseconds(0)));
+  }
+  for (ChildProcess* c : children) {
+    if (!c->Poll()) {
+      c->Signal(SIGKILL);
+      c->WaitFor(std::chrono::seconds(10));
+    }
+  }
+}
+
+}  // namespace strata

@@ -1,0 +1,60 @@
+// Child processes of `strata run`: each service runs in its own process group (so Ctrl-C on the
+// terminal reaches only the orchestrator, which then shuts the services down in order) with
+// PR_SET_PDEATHSIG, so that no service outlives the orchestrator even when it is killed -9.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+
+namespace strata {
+
+struct SpawnOptions {
+  std::string name;               // "worker-1", for messages
+  std::vector<std::string> argv;  // argv[0] is the executable path
+  std::string log_path;           // stdout and stderr go here (appended)
+};
+
+class ChildProcess {
+ public:
+  // Must be called from a thread that lives as long as the child: PR_SET_PDEATHSIG fires when
+  // the forking *thread* ends. `strata run` spawns from its main thread.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const SpawnOptions& options);
+  ~ChildProcess();  // kills and reaps the child if it still runs
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  const std::string& name() const { return name_; }
+  const std::string& log_path() const { return log_path_; }
+  pid_t pid() const { return pid_; }
+
+  // Reaps without blocking; true once the child has exited.
+  bool Poll();
+  bool exited() const { return exited_; }
+  // "exited with code 1" / "killed by signal 9 (Killed)"; meaningful once exited().
+  std::string ExitDescription() const;
+  bool succeeded() const;
+
+  // Signals the child's whole process group.
+  void Signal(int signal);
+  // Polls until the child exits or the timeout passes; true if it exited.
+  bool WaitFor(std::chrono::milliseconds timeout);
+
+ private:
+  ChildProcess(std::string name, std::string log_path, pid_t pid)
+      : name_(std::move(name)), log_path_(std::move(log_path)), pid_(pid) {}
+  std::string name_, log_path_;
+  pid_t pid_;
+  bool exited_ = false;
+  int wait_status_ = 0;
+};
+
+// Ends every child: SIGTERM to each group, up to `grace` to exit, then SIGKILL, then reaps.
+void TerminateAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace);
+
+}  // namespace strata

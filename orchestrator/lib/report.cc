@@ -1,0 +1,190 @@
+#include "orchestrator/lib/report.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+
+#include "orchestrator/lib/run_paths.h"
+#include "services/common/files.h"
+#include "services/common/metrics.h"
+
+namespace strata {
+namespace {
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+struct Series {
+  std::string label, color;
+  std::vector<std::pair<double, double>> points;
+};
+
+double Number(const nlohmann::json& j, const char* key) {
+  if (j.contains(key) && j[key].is_number()) return j[key].get<double>();
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+// One line chart with axes, ticks, a legend and an optional vertical marker (the switch).
+std::string Chart(const std::string& title, const std::string& x_label,
+                  const std::vector<Series>& series, double marker_x, const std::string& marker_label) {
+  const double W = 460, H = 280, L = 56, R = 16, T = 28, B = 44;
+  double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
+  for (const Series& s : series) {
+    for (auto [x, y] : s.points) {
+      if (!std::isfinite(x) || !std::isfinite(y)) continue;
+      x0 = std::min(x0, x), x1 = std::max(x1, x), y0 = std::min(y0, y), y1 = std::max(y1, y);
+    }
+  }
+  std::string svg = absl::StrFormat(
+      "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' class='chart'>"
+      "<text x='%.0f' y='18' font-size='14' font-weight='bold'>%s</text>",
+      W, H, L, Escape(title));
+  if (!std::isfinite(x0)) return svg + "<text x='60' y='140'>no data yet</text></svg>";
+  if (std::isfinite(marker_x)) x0 = std::min(x0, marker_x), x1 = std::max(x1, marker_x);
+  if (x1 - x0 < 1e-12) x0 -= 0.5, x1 += 0.5;
+  const double pad = (y1 - y0) * 0.05 + 1e-9;
+  y0 -= pad, y1 += pad;
+  auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
+  auto py = [&](double y) { return T + (1 - (y - y0) / (y1 - y0)) * (H - T - B); };
+  absl::StrAppendFormat(&svg, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='none' stroke='#999'/>",
+                        L, T, W - L - R, H - T - B);
+  for (int i = 0; i <= 4; ++i) {
+    const double yv = y0 + (y1 - y0) * i / 4, xv = x0 + (x1 - x0) * i / 4;
+    absl::StrAppendFormat(&svg,
+                          "<text x='%.1f' y='%.1f' font-size='10' text-anchor='end'>%.3g</text>"
+                          "<text x='%.1f' y='%.1f' font-size='10' text-anchor='middle'>%.3g</text>",
+                          L - 4, py(yv) + 3, yv, px(xv), H - B + 14, xv);
+  }
+  absl::StrAppendFormat(&svg, "<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%s</text>",
+                        (L + W - R) / 2, H - 8, Escape(x_label));
+  if (std::isfinite(marker_x)) {
+    absl::StrAppendFormat(&svg,
+                          "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#d62728' "
+                          "stroke-dasharray='5,4' class='switch-marker'/>"
+                          "<text x='%.1f' y='%.1f' font-size='10' fill='#d62728'>%s</text>",
+                          px(marker_x), T, px(marker_x), H - B, px(marker_x) + 3, T + 12,
+                          Escape(marker_label));
+  }
+  int legend = 0;
+  for (const Series& s : series) {
+    std::string path;
+    for (auto [x, y] : s.points) {
+      if (!std::isfinite(x) || !std::isfinite(y)) continue;
+      absl::StrAppendFormat(&path, "%s%.1f,%.1f", path.empty() ? "M" : " L", px(x), py(y));
+    }
+    if (path.empty()) continue;
+    absl::StrAppendFormat(&svg, "<path d='%s' fill='none' stroke='%s' stroke-width='2'/>", path, s.color);
+    for (auto [x, y] : s.points) {
+      if (std::isfinite(x) && std::isfinite(y)) {
+        absl::StrAppendFormat(&svg, "<circle cx='%.1f' cy='%.1f' r='2.5' fill='%s'/>", px(x), py(y), s.color);
+      }
+    }
+    absl::StrAppendFormat(&svg,
+                          "<rect x='%.1f' y='%.1f' width='10' height='3' fill='%s'/>"
+                          "<text x='%.1f' y='%.1f' font-size='10'>%s</text>",
+                          W - R - 110, T + 10 + legend * 14, s.color, W - R - 96, T + 14 + legend * 14,
+                          Escape(s.label));
+    ++legend;
+  }
+  return svg + "</svg>";
+}
+
+}  // namespace
+
+std::string RenderReportHtml(const ReportInput& in) {
+  Series val_loss{"val loss", "#1f77b4", {}}, train_loss{"train loss", "#ff7f0e", {}};
+  Series val_acc{"val accuracy", "#2ca02c", {}};
+  Series val_loss_t = val_loss, train_loss_t = train_loss, val_acc_t = val_acc;
+  for (const auto& m : in.metrics) {
+    const double e = Number(m, "epoch"), t = Number(m, "wall_s");
+    val_loss.points.emplace_back(e, Number(m, "val_loss"));
+    train_loss.points.emplace_back(e, Number(m, "train_loss"));
+    val_acc.points.emplace_back(e, Number(m, "val_acc"));
+    val_loss_t.points.emplace_back(t, Number(m, "val_loss"));
+    train_loss_t.points.emplace_back(t, Number(m, "train_loss"));
+    val_acc_t.points.emplace_back(t, Number(m, "val_acc"));
+  }
+  double switch_epoch = std::numeric_limits<double>::quiet_NaN(), switch_time = switch_epoch;
+  for (const auto& e : in.events) {
+    if (e.value("event", "") == "switch_done") {
+      switch_epoch = Number(e, "epoch");
+      switch_time = Number(e, "wall_s");
+    }
+  }
+  const std::string label = "switch to PS";
+  std::string html = absl::StrCat(
+      "<!DOCTYPE html><html><head><meta charset='utf-8'><title>", Escape(in.title),
+      "</title><style>body{font-family:sans-serif;margin:24px;color:#222}"
+      "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
+      "font-size:13px}.charts{display:flex;flex-wrap:wrap;gap:12px}pre{background:#f6f6f6;padding:8px;"
+      "font-size:12px}</style></head><body><h1>", Escape(in.title), "</h1>");
+  if (!in.summary.is_null()) {
+    html += "<h2>Summary</h2><table>";
+    for (auto it = in.summary.begin(); it != in.summary.end(); ++it) {
+      absl::StrAppend(&html, "<tr><th>", Escape(it.key()), "</th><td>", Escape(it.value().dump()),
+                      "</td></tr>");
+    }
+    html += "</table>";
+  } else {
+    html += "<p><b>The run is still going</b>; run <code>strata report RUN_DIR</code> again to refresh.</p>";
+  }
+  html += "<h2>Curves</h2><div class='charts'>";
+  html += Chart("Loss vs epoch", "epoch", {val_loss, train_loss}, switch_epoch, label);
+  html += Chart("Validation accuracy vs epoch", "epoch", {val_acc}, switch_epoch, label);
+  html += Chart("Loss vs wall time", "seconds", {val_loss_t, train_loss_t}, switch_time, label);
+  html += Chart("Validation accuracy vs wall time", "seconds", {val_acc_t}, switch_time, label);
+  html += "</div><h2>Evaluations</h2><table><tr><th>epoch</th><th>phase</th><th>val loss</th>"
+          "<th>val acc</th><th>train loss</th><th>wall s</th></tr>";
+  for (const auto& m : in.metrics) {
+    absl::StrAppendFormat(&html, "<tr><td>%.0f</td><td>%s</td><td>%.4f</td><td>%.4f</td><td>%.4f</td><td>%.1f</td></tr>",
+                          Number(m, "epoch"), Escape(m.value("phase", "")), Number(m, "val_loss"),
+                          Number(m, "val_acc"), Number(m, "train_loss"), Number(m, "wall_s"));
+  }
+  html += "</table><h2>Events</h2><pre>";
+  for (const auto& e : in.events) absl::StrAppend(&html, Escape(e.dump()), "\n");
+  absl::StrAppend(&html, "</pre><h2>Job</h2><pre>", Escape(in.job_yaml), "</pre></body></html>\n");
+  return html;
+}
+
+absl::Status WriteRunReport(const std::string& run_dir) {
+  RunPaths paths(run_dir);
+  ReportInput in;
+  auto job = ReadFile(paths.job_yaml);
+  if (!job.ok()) return absl::NotFoundError(absl::StrCat(run_dir, " is not a run directory (no job.yaml)"));
+  in.job_yaml = *job;
+  in.title = absl::StrCat("Strata run ", run_dir);
+  struct stat st;
+  if (::stat(paths.metrics.c_str(), &st) == 0) {
+    auto m = ReadJsonLines(paths.metrics);
+    if (!m.ok()) return m.status();
+    in.metrics = std::move(*m);
+  }
+  if (::stat(paths.events.c_str(), &st) == 0) {
+    auto e = ReadJsonLines(paths.events);
+    if (!e.ok()) return e.status();
+    in.events = std::move(*e);
+  }
+  if (auto s = ReadFile(paths.summary); s.ok()) {
+    in.summary = nlohmann::json::parse(*s, nullptr, /*allow_exceptions=*/false);
+    if (in.summary.is_discarded()) in.summary = nullptr;
+  }
+  return WriteFileAtomic(paths.report, RenderReportHtml(in));
+}
+
+}  // namespace strata

@@ -1,0 +1,37 @@
+// The run directory of DESIGN.md §4, one place that names its files.
+#pragma once
+
+#include <string>
+
+namespace strata {
+
+struct RunPaths {
+  explicit RunPaths(std::string dir)
+      : root(std::move(dir)),
+        job_yaml(root + "/job.yaml"),
+        shards(root + "/shards"),
+        checkpoints(root + "/checkpoints"),
+        logs(root + "/logs"),
+        ports(root + "/ports"),
+        metrics(root + "/metrics.jsonl"),
+        events(root + "/events.jsonl"),
+        summary(root + "/summary.json"),
+        report(root + "/report.html"),
+        status(root + "/status.json"),
+        switch_request(root + "/switch.request") {}
+
+  std::string root;
+  std::string job_yaml;        // resolved spec, defaults filled in
+  std::string shards;          // manifest.json + shard-<rank>.idx
+  std::string checkpoints;     // switch-step<S>.ckpt, init.ckpt
+  std::string logs;            // one log per service
+  std::string ports;           // port files of the services
+  std::string metrics;         // one line per evaluation
+  std::string events;          // launches, switch, failures
+  std::string summary;         // written when the run ends
+  std::string report;          // charts
+  std::string status;          // live state, rewritten about once a second while running
+  std::string switch_request;  // `strata switch` drops it; the running orchestrator acts on it
+};
+
+}  // namespace strata

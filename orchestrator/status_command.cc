@@ -1,0 +1,96 @@
+// `strata status RUN_DIR`: where a running or finished run stands, from its run directory alone.
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include <absl/strings/str_format.h>
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/commands.h"
+#include "orchestrator/lib/run_paths.h"
+#include "services/common/files.h"
+#include "services/common/metrics.h"
+
+namespace strata::cli {
+namespace {
+
+nlohmann::json ReadJson(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+  return j.is_discarded() ? nlohmann::json(nullptr) : j;
+}
+
+std::string Num(const nlohmann::json& j, const char* key, const char* format) {
+  if (!j.contains(key) || !j[key].is_number()) return "--";
+  return absl::StrFormat(format, j[key].get<double>());
+}
+
+int ShowStatus(const std::string& dir) {
+  RunPaths paths(dir);
+  if (!ReadFile(paths.job_yaml).ok()) {
+    std::fprintf(stderr, "strata status: %s is not a run directory (no job.yaml)\n", dir.c_str());
+    return 2;
+  }
+  nlohmann::json status = ReadJson(paths.status);
+  nlohmann::json summary = ReadJson(paths.summary);
+  std::vector<nlohmann::json> metrics;
+  if (auto m = ReadJsonLines(paths.metrics); m.ok()) metrics = std::move(*m);
+  std::vector<nlohmann::json> events;
+  if (auto e = ReadJsonLines(paths.events); e.ok()) events = std::move(*e);
+
+  std::string state = status.is_object() ? status.value("state", "unknown") : "unknown";
+  if (state == "running") {
+    const int pid = status.value("orchestrator_pid", 0);
+    if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) state = "abandoned (the orchestrator is gone)";
+  }
+  std::printf("run:       %s\n", dir.c_str());
+  std::printf("state:     %s\n", state.c_str());
+  if (status.is_object()) {
+    std::printf("job:       %s, strategy %s\n", status.value("name", "").c_str(), status.value("strategy", "").c_str());
+    std::printf("progress:  epoch %s of %d, phase %s, %s samples/s, %s s\n", Num(status, "epoch", "%.2f").c_str(),
+                status.value("epochs", 0), status.value("phase", "").c_str(),
+                Num(status, "samples_per_s", "%.0f").c_str(), Num(status, "wall_s", "%.1f").c_str());
+  }
+  if (!metrics.empty()) {
+    const auto& m = metrics.back();
+    std::printf("last eval: epoch %d (%s): val_loss %s, val_acc %s\n", m.value("epoch", 0),
+                m.value("phase", "").c_str(), Num(m, "val_loss", "%.4f").c_str(), Num(m, "val_acc", "%.4f").c_str());
+  }
+  for (const auto& e : events) {
+    const std::string name = e.value("event", "");
+    if (name == "switch_decided") {
+      std::printf("switch:    decided by %s at epoch %d: %s\n", e.value("trigger", "").c_str(), e.value("epoch", 0),
+                  e.value("reason", "").c_str());
+    } else if (name == "switch_done") {
+      std::printf("switch:    done at step %lld (epoch %s), handover %s s\n",
+                  static_cast<long long>(e.value("at_step", 0)), Num(e, "epoch", "%.2f").c_str(),
+                  Num(e, "handover_s", "%.3f").c_str());
+    } else if (name == "run_failed") {
+      std::printf("error:     %s\n", e.value("error", "").c_str());
+    }
+  }
+  if (summary.is_object()) {
+    std::printf("final:     val_acc %s, val_loss %s, %s s\n", Num(summary, "final_val_acc", "%.4f").c_str(),
+                Num(summary, "final_val_loss", "%.4f").c_str(), Num(summary, "wall_s", "%.1f").c_str());
+  }
+  if (status.is_object() && status.contains("processes")) {
+    for (const auto& p : status["processes"]) {
+      std::printf("  %-12s pid %-7d %-22s %s\n", p.value("name", "").c_str(), p.value("pid", 0),
+                  p.value("address", "").c_str(), p.value("running", false) ? "running" : "ended");
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddStatusCommand(CLI::App& app, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand("status", "show where a running or finished run stands");
+  auto dir = std::make_shared<std::string>();
+  cmd->add_option("run_dir", *dir, "run directory")->required();
+  cmd->callback([=] { *exit_code = ShowStatus(*dir); });
+}
+
+}  // namespace strata::cli

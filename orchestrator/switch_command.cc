@@ -1,0 +1,96 @@
+// `strata switch RUN_DIR`: asks a running `switch` job to hand over to the parameter servers now.
+// The request is a file in the run directory that the running orchestrator picks up within a
+// polling period; the command then waits for the outcome in events.jsonl.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/commands.h"
+#include "orchestrator/lib/run_paths.h"
+#include "services/common/files.h"
+#include "services/common/metrics.h"
+
+namespace strata::cli {
+namespace {
+
+int RequestSwitch(const std::string& dir, int wait_s) {
+  RunPaths paths(dir);
+  auto status_text = ReadFile(paths.status);
+  if (!status_text.ok()) {
+    std::fprintf(stderr, "strata switch: %s is not a run directory (no status.json)\n", dir.c_str());
+    return 2;
+  }
+  nlohmann::json status = nlohmann::json::parse(*status_text, nullptr, false);
+  if (status.is_discarded() || status.value("state", "") != "running") {
+    std::fprintf(stderr, "strata switch: the run in %s is not running (state %s)\n", dir.c_str(),
+                 status.is_discarded() ? "unknown" : status.value("state", "unknown").c_str());
+    return 1;
+  }
+  const int pid = status.value("orchestrator_pid", 0);
+  if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) {
+    std::fprintf(stderr, "strata switch: the orchestrator of %s (pid %d) is gone\n", dir.c_str(), pid);
+    return 1;
+  }
+  if (status.value("strategy", "").rfind("switch", 0) != 0) {
+    std::fprintf(stderr, "strata switch: the run's strategy is '%s'; only strategy.kind: switch runs "
+                 "parameter servers to switch to\n", status.value("strategy", "").c_str());
+    return 1;
+  }
+  if (status.value("switched", false)) {
+    std::fprintf(stderr, "strata switch: the run has already switched\n");
+    return 1;
+  }
+  size_t events_before = 0;
+  if (auto events = ReadJsonLines(paths.events); events.ok()) events_before = events->size();
+  if (absl::Status s = WriteFileAtomic(paths.switch_request, "{\"requested_by\": \"strata switch\"}\n"); !s.ok()) {
+    std::fprintf(stderr, "strata switch: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  std::printf("switch requested for %s\n", dir.c_str());
+  std::fflush(stdout);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(wait_s);
+  while (wait_s > 0 && std::chrono::steady_clock::now() < until) {
+    auto events = ReadJsonLines(paths.events);
+    if (events.ok()) {
+      for (size_t i = events_before; i < events->size(); ++i) {
+        const auto& e = (*events)[i];
+        const std::string name = e.value("event", "");
+        if (name == "switch_done") {
+          std::printf("switched at step %lld (epoch %.2f), handover %.3f s\n",
+                      static_cast<long long>(e.value("at_step", 0)), e.value("epoch", 0.0),
+                      e.value("handover_s", 0.0));
+          return 0;
+        }
+        if (name == "switch_failed" || name == "switch_skipped" || name == "switch_request_ignored" ||
+            name == "run_failed") {
+          std::fprintf(stderr, "strata switch: %s: %s\n", name.c_str(), e.dump().c_str());
+          return 1;
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // following a file
+  }
+  if (wait_s > 0) {
+    std::fprintf(stderr, "strata switch: no outcome within %d s; see %s\n", wait_s, paths.events.c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+void AddSwitchCommand(CLI::App& app, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand("switch", "switch a running job to the parameter servers now");
+  auto dir = std::make_shared<std::string>();
+  auto wait_s = std::make_shared<int>(300);
+  cmd->add_option("run_dir", *dir, "run directory of a running `strata run`")->required();
+  cmd->add_option("--wait-s", *wait_s, "wait this long for switch_done (0: do not wait)");
+  cmd->callback([=] { *exit_code = RequestSwitch(*dir, *wait_s); });
+}
+
+}  // namespace strata::cli

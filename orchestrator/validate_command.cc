@@ -1,0 +1,32 @@
+// `strata validate JOB.yaml [--set key=value ...]`: every problem of a job spec, with key and line.
+#include <cstdio>
+
+#include "orchestrator/commands.h"
+#include "orchestrator/lib/job_checks.h"
+
+namespace strata::cli {
+
+void AddValidateCommand(CLI::App& app, int* exit_code) {
+  CLI::App* cmd = app.add_subcommand("validate", "check a job spec: every problem with its key and line");
+  auto job = std::make_shared<std::string>();
+  auto overrides = std::make_shared<std::vector<std::string>>();
+  cmd->add_option("job", *job, "job spec (YAML)")->required();
+  cmd->add_option("--set", *overrides, "override a key, e.g. --set training.lr=0.05 (repeatable)");
+  cmd->callback([=] {
+    JobCheckOptions options;
+    options.overrides = *overrides;
+    auto checked = LoadAndCheckJob(*job, options);
+    if (!checked.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(checked.status().message()).c_str());
+      *exit_code = 2;
+      return;
+    }
+    const JobSpec& s = checked->spec;
+    std::printf("%s: ok — %s, %s on %s, %d epochs, %d worker(s), strategy %s\n", job->c_str(), s.name.c_str(),
+                s.model.arch.c_str(), s.dataset.name.c_str(), s.training.epochs, s.cluster.workers,
+                s.strategy.kind.c_str());
+    *exit_code = 0;
+  });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,306 @@
+#include "services/evaluator/evaluator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <csignal>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <absl/strings/str_cat.h>
+#include <grpcpp/grpcpp.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "services/common/files.h"
+#include "services/common/rpc.h"
+#include "services/common/status.h"
+#include "services/common/tensor_codec.h"
+#include "services/common/trainer.h"
+#include "strata/v1/evaluator.grpc.pb.h"
+#include "strata/v1/parameter_server.grpc.pb.h"
+#include "strata/v1/worker.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<bool> g_signalled{false};
+void OnSignal(int) { g_signalled = true; }
+
+DatasetOptions DataOptionsFor(const JobSpec& spec) {
+  DatasetOptions data;
+  data.name = spec.dataset.name;
+  data.path = spec.dataset.path;
+  data.label_set = spec.dataset.label_set;
+  data.max_train = static_cast<size_t>(spec.dataset.max_train);
+  data.max_test = static_cast<size_t>(spec.dataset.max_test);
+  data.seed = spec.training.seed;
+  return data;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const JobSpec& spec, int threads) {
+  STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(DataOptionsFor(spec)));
+  ConfigureTorchThreads(threads);
+  TrainerOptions options = TrainerOptions::FromJobSpec(spec);
+  options.augment = false;
+  return Trainer::Create(options, std::make_shared<const Dataset>(std::move(dataset)));
+}
+
+std::vector<std::string> Names(const FlatLayout& layout) {
+  std::vector<std::string> names;
+  for (const FlatEntry& e : layout.entries()) names.push_back(e.spec.name);
+  return names;
+}
+
+class EvaluatorService final : public v1::Evaluator::Service {
+ public:
+  EvaluatorService(const EvaluatorOptions& options, Trainer* trainer)
+      : options_(options), trainer_(trainer) {}
+
+  grpc::Status Evaluate(grpc::ServerContext*, const v1::EvaluateModelRequest* request,
+                        v1::EvalMetrics* reply) override {
+    const auto start = Clock::now();
+    std::vector<NamedTensor> tensors;
+    std::string source;
+    absl::Status fetched;
+    if (!request->worker().empty()) {
+      source = absl::StrCat("worker ", request->worker());
+      fetched = FetchFromWorker(request->worker(), &tensors);
+    } else if (request->parameter_servers_size() > 0) {
+      source = absl::StrCat(request->parameter_servers_size(), " parameter server(s)");
+      for (int i = 0; i < request->parameter_servers_size() && fetched.ok(); ++i) {
+        fetched = FetchFromServer(i, request->parameter_servers(i), &tensors);
+      }
+    } else if (!request->checkpoint().empty()) {
+      source = absl::StrCat("checkpoint ", request->checkpoint());
+      auto c = ReadCheckpoint(request->checkpoint());
+      if (!c.ok()) {
+        fetched = c.status();
+      } else {
+        for (auto& e : c->entries) {
+          if (e.kind != TensorKind::kMomentum) tensors.push_back(std::move(e.tensor));
+        }
+      }
+    } else {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          "Evaluate: name a source (worker, parameter_servers or checkpoint)"));
+    }
+    if (!fetched.ok()) return ToGrpcStatus(fetched);
+    auto metrics = Score(std::move(tensors), source);
+    if (!metrics.ok()) return ToGrpcStatus(metrics.status());
+    metrics->set_epoch(request->epoch());
+    metrics->set_phase(request->phase());
+    metrics->set_train_loss(request->train_loss());
+    metrics->set_wall_s(request->wall_s());
+    metrics->set_eval_s(std::chrono::duration<double>(Clock::now() - start).count());
+    Publish(*metrics);
+    *reply = *metrics;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status EvaluateTensors(grpc::ServerContext*, const v1::EvaluateRequest* request,
+                               v1::EvalMetrics* reply) override {
+    std::vector<v1::TensorChunk> chunks(request->tensors().begin(), request->tensors().end());
+    auto tensors = DecodeAll(chunks);
+    if (!tensors.ok()) return ToGrpcStatus(tensors.status());
+    auto metrics = Score(std::move(*tensors), "request");
+    if (!metrics.ok()) return ToGrpcStatus(metrics.status());
+    Publish(*metrics);
+    *reply = *metrics;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Watch(grpc::ServerContext* context, const v1::WatchMetricsRequest*,
+                     grpc::ServerWriter<v1::EvalMetrics>* writer) override {
+    size_t sent = 0;
+    for (;;) {
+      std::vector<v1::EvalMetrics> pending;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        // Wakes at least every 200 ms to notice a cancelled stream or Stop.
+        cv_.wait_for(lock, std::chrono::milliseconds(200),
+                     [&] { return stopping_ || history_.size() > sent; });
+        if (stopping_) return grpc::Status::OK;
+        pending.assign(history_.begin() + static_cast<long>(sent), history_.end());
+        sent = history_.size();
+      }
+      for (const auto& m : pending) {
+        if (!writer->Write(m)) return grpc::Status::OK;
+      }
+      if (context->IsCancelled()) return grpc::Status::OK;
+    }
+  }
+
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::EvaluatorStatusRequest*,
+                         v1::EvaluatorStatus* reply) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    reply->set_evaluations(static_cast<int64_t>(history_.size()));
+    if (!history_.empty()) {
+      reply->set_last_epoch(history_.back().epoch());
+      reply->set_source(history_.back().source());
+    }
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Stop(grpc::ServerContext*, const v1::StopRequest* request, v1::StopReply*) override {
+    spdlog::info("stop requested: {}", request->reason());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    return grpc::Status::OK;
+  }
+
+  bool stopping() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stopping_;
+  }
+
+ private:
+  absl::Status FetchFromWorker(const std::string& address, std::vector<NamedTensor>* out) {
+    auto stub = v1::Worker::NewStub(MakeChannel(address));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.fetch_deadline));
+    v1::ModelRequest request;
+    auto reader = stub->GetModel(&context, request);
+    std::vector<v1::TensorChunk> chunks;
+    v1::TensorChunk chunk;
+    while (reader->Read(&chunk)) chunks.push_back(chunk);
+    STRATA_RETURN_IF_ERROR(
+        FromGrpcStatus(reader->Finish(), absl::StrCat("GetModel from worker at ", address)));
+    STRATA_ASSIGN_OR_RETURN(auto tensors, DecodeAll(chunks));
+    for (auto& t : tensors) out->push_back(std::move(t));
+    return absl::OkStatus();
+  }
+
+  absl::Status FetchFromServer(int partition, const std::string& address, std::vector<NamedTensor>* out) {
+    auto stub = v1::ParameterServer::NewStub(MakeChannel(address));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.fetch_deadline));
+    v1::PullRequest request;
+    // An observer, not a worker: -1 takes no part in BSP rounds or SSP clocks, clock 0 never waits.
+    request.set_worker(-1);
+    request.set_clock(0);
+    auto reader = stub->Pull(&context, request);
+    std::vector<v1::TensorChunk> chunks;
+    v1::PullResponse response;
+    while (reader->Read(&response)) {
+      if (response.has_chunk()) chunks.push_back(response.chunk());
+    }
+    STRATA_RETURN_IF_ERROR(FromGrpcStatus(
+        reader->Finish(), absl::StrCat("Pull from parameter server ", partition, " at ", address)));
+    STRATA_ASSIGN_OR_RETURN(auto tensors, DecodeAll(chunks));
+    for (auto& t : tensors) out->push_back(std::move(t));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<v1::EvalMetrics> Score(std::vector<NamedTensor> tensors, const std::string& source) {
+    // One model in the trainer at a time.
+    std::lock_guard<std::mutex> lock(eval_mu_);
+    STRATA_ASSIGN_OR_RETURN(Checkpoint c, TensorsToCheckpoint(std::move(tensors),
+                                                              Names(trainer_->parameters()),
+                                                              Names(trainer_->buffers())));
+    STRATA_RETURN_IF_ERROR(Annotate(trainer_->LoadCheckpoint(c), source));
+    STRATA_ASSIGN_OR_RETURN(EvalResult r, trainer_->Evaluate());
+    v1::EvalMetrics m;
+    m.set_val_loss(r.loss);
+    m.set_val_acc(r.accuracy);
+    m.set_examples(r.examples);
+    m.set_source(source);
+    spdlog::info("evaluated model from {}: val_loss {:.4f} val_acc {:.4f} on {} examples", source,
+                 r.loss, r.accuracy, r.examples);
+    return m;
+  }
+
+  void Publish(const v1::EvalMetrics& m) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      history_.push_back(m);
+    }
+    cv_.notify_all();
+  }
+
+  const EvaluatorOptions& options_;
+  Trainer* trainer_;
+  std::mutex eval_mu_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<v1::EvalMetrics> history_;
+  bool stopping_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<Checkpoint> TensorsToCheckpoint(std::vector<NamedTensor> tensors,
+                                               const std::vector<std::string>& parameter_names,
+                                               const std::vector<std::string>& buffer_names) {
+  const std::set<std::string> params(parameter_names.begin(), parameter_names.end());
+  const std::set<std::string> buffers(buffer_names.begin(), buffer_names.end());
+  std::set<std::string> seen;
+  Checkpoint c;
+  for (NamedTensor& t : tensors) {
+    TensorKind kind;
+    if (params.count(t.name())) {
+      kind = TensorKind::kParameter;
+    } else if (buffers.count(t.name())) {
+      kind = TensorKind::kBuffer;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name(), "' is not part of the model"));
+    }
+    if (!seen.insert(t.name()).second) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name(), "' arrived twice"));
+    }
+    c.entries.push_back({kind, std::move(t)});
+  }
+  return c;
+}
+
+absl::StatusOr<std::string> DescribeJob(const JobSpec& spec) {
+  STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(spec, 1));
+  nlohmann::json tensors = nlohmann::json::array();
+  for (const FlatEntry& e : trainer->parameters().entries()) {
+    tensors.push_back({{"name", e.spec.name}, {"shape", e.spec.shape}, {"kind", "parameter"}});
+  }
+  for (const FlatEntry& e : trainer->buffers().entries()) {
+    tensors.push_back({{"name", e.spec.name}, {"shape", e.spec.shape}, {"kind", "buffer"}});
+  }
+  nlohmann::json out = {{"arch", spec.model.arch},
+                        {"dataset", spec.dataset.name},
+                        {"train_examples", trainer->dataset().train.size()},
+                        {"test_examples", trainer->dataset().test.size()},
+                        {"parameters", trainer->parameter_count()},
+                        {"tensor_count", tensors.size()},
+                        {"tensors", tensors}};
+  return out.dump(2);
+}
+
+absl::Status WriteInitialCheckpoint(const JobSpec& spec, const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(spec, 1));
+  return WriteCheckpoint(path, trainer->ToCheckpoint(0, 0, 0));
+}
+
+absl::Status RunEvaluator(const EvaluatorOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(options.spec, options.threads));
+  EvaluatorService service(options, trainer.get());
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = StartServer(options.listen, {&service}, &port);
+  if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  if (!options.port_file.empty()) {
+    STRATA_RETURN_IF_ERROR(WriteFileAtomic(options.port_file, std::to_string(port) + "\n"));
+  }
+  spdlog::info("evaluator serving on port {} ({} held-out examples, model {})", port,
+               trainer->dataset().test.size(), options.spec.model.arch);
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  while (!service.stopping() && !g_signalled) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // waiting for Stop or a signal
+  }
+  server->Shutdown(DeadlineAfter(std::chrono::seconds(2)));
+  return absl::OkStatus();
+}
+
+}  // namespace strata

@@ -1,0 +1,46 @@
+// The evaluator: scores a model on the held-out split. It fetches the model from where the run
+// currently keeps it — worker 0 during all-reduce (Worker.GetModel), the parameter servers after
+// the switch (ParameterServer.Pull of every partition) or a checkpoint file — and streams the
+// metrics to every watcher. The orchestrator decides when (once per global epoch) and from where.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+
+#include "services/common/checkpoint.h"
+#include "services/common/job_spec.h"
+#include "services/common/tensor.h"
+#include "strata/v1/evaluator.pb.h"
+
+namespace strata {
+
+struct EvaluatorOptions {
+  JobSpec spec;
+  std::string listen = "127.0.0.1:0";
+  std::string port_file;
+  int threads = 1;  // intra-op threads: the evaluator shares the cores with the workers
+  std::chrono::milliseconds fetch_deadline{60000};  // per model fetch (GetModel / Pull)
+};
+
+// Runs the gRPC service until Stop or SIGTERM.
+absl::Status RunEvaluator(const EvaluatorOptions& options);
+
+// `strata-evaluator --describe`: the model's tensors (what the parameter servers partition) and
+// the data set's sizes, as JSON. The orchestrator does not link LibTorch; this answers for it.
+absl::StatusOr<std::string> DescribeJob(const JobSpec& spec);
+
+// `--write-init-checkpoint`: the initial model of the job (the seed's weights), so that parameter
+// servers of a pure `ps` job start from the same model a worker would build.
+absl::Status WriteInitialCheckpoint(const JobSpec& spec, const std::string& path);
+
+// The fetched tensors as a checkpoint a Trainer loads: names are sorted into parameters and
+// buffers by the model's own layout; an unknown name is an error naming it.
+absl::StatusOr<Checkpoint> TensorsToCheckpoint(std::vector<NamedTensor> tensors,
+                                               const std::vector<std::string>& parameter_names,
+                                               const std::vector<std::string>& buffer_names);
+
+}  // namespace strata

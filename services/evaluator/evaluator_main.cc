@@ -1,0 +1,68 @@
+// strata-evaluator: scores the run's model on the held-out split once per global epoch. Usually
+// started by `strata run`; see docs/user-guide.md.
+#include <sys/prctl.h>
+
+#include <csignal>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "services/common/logging.h"
+#include "services/evaluator/evaluator.h"
+
+int main(int argc, char** argv) {
+  prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive the orchestrator
+  CLI::App app{"Strata evaluator"};
+  std::string config, log_file, init_checkpoint;
+  std::vector<std::string> overrides;
+  bool describe = false;
+  int fetch_deadline_s = 60;
+  strata::EvaluatorOptions options;
+  app.add_option("--config", config, "job spec (YAML)")->required()->check(CLI::ExistingFile);
+  app.add_option("--set", overrides, "override a job-spec key (key=value)");
+  app.add_option("--listen", options.listen, "address to serve on (port 0 = pick a free one)");
+  app.add_option("--port-file", options.port_file, "write the bound port here once serving");
+  app.add_option("--log-file", log_file, "log file (in addition to stderr)");
+  app.add_option("--threads", options.threads, "intra-op threads")->check(CLI::PositiveNumber);
+  app.add_option("--fetch-deadline-s", fetch_deadline_s, "deadline of one model fetch, seconds")
+      ->check(CLI::PositiveNumber);
+  std::string run_dir;
+  app.add_option("--run-dir", run_dir, "run directory (accepted for symmetry with the other services)");
+  app.add_flag("--describe", describe, "print the model's tensors and the data set's sizes as JSON and exit");
+  app.add_option("--write-init-checkpoint", init_checkpoint,
+                 "write the job's initial model as a checkpoint and exit");
+  CLI11_PARSE(app, argc, argv);
+
+  auto spec = strata::LoadJobSpec(config, overrides);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "strata-evaluator: %s\n", std::string(spec.status().message()).c_str());
+    return 2;
+  }
+  if (describe) {
+    auto text = strata::DescribeJob(*spec);
+    if (!text.ok()) {
+      std::fprintf(stderr, "strata-evaluator: %s\n", std::string(text.status().message()).c_str());
+      return 1;
+    }
+    std::printf("%s\n", text->c_str());
+    return 0;
+  }
+  if (!init_checkpoint.empty()) {
+    absl::Status s = strata::WriteInitialCheckpoint(*spec, init_checkpoint);
+    if (!s.ok()) {
+      std::fprintf(stderr, "strata-evaluator: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    return 0;
+  }
+  strata::InitLogging({"evaluator", log_file, "info"});
+  options.spec = *spec;
+  options.fetch_deadline = std::chrono::seconds(fetch_deadline_s);
+  absl::Status status = strata::RunEvaluator(options);
+  if (!status.ok()) {
+    spdlog::error("{}", std::string(status.message()));
+    return 1;
+  }
+  return 0;
+}
