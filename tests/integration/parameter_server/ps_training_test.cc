@@ -1,0 +1,246 @@
+// Trainers with the push/pull synchroniser against real strata-ps processes, compared with the
+// single-node trainer on the same data order: ASP with one worker matches it step for step, BSP
+// with n workers (each computing a 1/n slice of every global batch) matches training with the
+// global batch, and P=1 and P=3 servers give the same model. A small Fashion-MNIST subset keeps
+// it fast. All LibTorch tests of the parameter server live in this one executable.
+#include <cmath>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "services/common/dataset.h"
+#include "services/common/trainer.h"
+#include "services/parameter_server/ps_process.h"
+#include "services/worker/push_pull_sync.h"
+#include "tests/integration/parameter_server/ps_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+constexpr int64_t kTrainExamples = 512;
+constexpr int64_t kGlobalBatch = 64;
+// The milestone after epoch 1 checks that the servers drive the schedule by the global epoch.
+constexpr char kTraining[] =
+    "{ lr: 0.05, momentum: 0.9, weight_decay: 0.0005, batch_size: 64, epochs: 2, seed: 3,"
+    " lr_schedule: { milestones: [1], gamma: 0.5 } }";
+
+std::shared_ptr<const Dataset> SmallFashionMnist() {
+  static std::shared_ptr<const Dataset> dataset = [] {
+    DatasetOptions o;
+    o.name = "fashion-mnist";
+    o.path = "/usr/share/datasets/fashion-mnist";
+    o.max_train = kTrainExamples;
+    o.max_test = 256;
+    auto d = LoadDataset(o);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? std::make_shared<const Dataset>(std::move(*d)) : nullptr;
+  }();
+  return dataset;
+}
+
+TrainerOptions Options(int64_t batch) {
+  TrainerOptions o;
+  o.arch = "mlp";
+  o.batch_size = batch;
+  o.lr = 0.05;
+  o.momentum = 0.9;
+  o.weight_decay = 0.0005;
+  o.lr_schedule.milestones = {1};
+  o.lr_schedule.gamma = 0.5;
+  o.seed = 3;
+  o.threads = 1;
+  return o;
+}
+
+std::unique_ptr<Trainer> MakeTrainer(int64_t batch) {
+  auto t = Trainer::Create(Options(batch), SmallFashionMnist());
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+float MaxDifference(Trainer& a, Trainer& b) {
+  float worst = 0;
+  const float* pa = a.parameter_data();
+  const float* pb = b.parameter_data();
+  for (int64_t i = 0; i < a.parameter_count(); ++i) worst = std::max(worst, std::fabs(pa[i] - pb[i]));
+  return worst;
+}
+
+class PsTrainingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { ConfigureTorchThreads(1); }
+  void SetUp() override {
+    ASSERT_NE(SmallFashionMnist(), nullptr);
+    config_ = WriteJobSpec(dir_, kTraining);
+  }
+
+  // P servers holding `trainer`'s model; returns their addresses.
+  std::vector<std::string> LaunchServers(Trainer& trainer, int partitions, int workers,
+                                         const std::string& consistency) {
+    const std::string checkpoint = dir_ / absl::StrCat("init-", servers_.size(), ".ckpt");
+    EXPECT_TRUE(WriteCheckpoint(checkpoint, trainer.ToCheckpoint(0, 0, 0)).ok());
+    std::vector<std::string> addresses;
+    for (int p = 0; p < partitions; ++p) {
+      PsProcessOptions o;
+      o.binary = STRATA_PS_BINARY;
+      o.work_dir = dir_.path();
+      o.config = config_;
+      o.partition = p;
+      o.partitions = partitions;
+      o.workers = workers;
+      o.consistency = consistency;
+      o.train_examples = kTrainExamples;
+      o.init_checkpoint = checkpoint;
+      auto ps = PsProcess::Launch(o);
+      EXPECT_TRUE(ps.ok()) << ps.status();
+      if (!ps.ok()) return {};
+      addresses.push_back((*ps)->address());
+      servers_.push_back(std::move(*ps));
+    }
+    return addresses;
+  }
+
+  std::unique_ptr<Synchroniser> Sync(const std::vector<std::string>& servers, int rank, Trainer& trainer) {
+    PushPullOptions o;
+    o.servers = servers;
+    o.rank = rank;
+    auto s = MakePushPullSynchroniser(o, trainer);
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? std::move(*s) : nullptr;
+  }
+
+  // Trains n workers under BSP against P servers for two epochs; each step, worker i computes the
+  // i-th slice of the reference's global batch. Returns worker 0's trainer; checks the reference
+  // (local SGD on the global batch) after every step.
+  std::unique_ptr<Trainer> RunBsp(int workers, int partitions) {
+    auto reference = MakeTrainer(kGlobalBatch);
+    std::vector<std::unique_ptr<Trainer>> trainers;
+    for (int w = 0; w < workers; ++w) trainers.push_back(MakeTrainer(kGlobalBatch / workers));
+    auto servers = LaunchServers(*trainers[0], partitions, workers, "bsp");
+    if (servers.empty()) return nullptr;
+    std::vector<std::unique_ptr<Synchroniser>> syncs;
+    for (int w = 0; w < workers; ++w) {
+      syncs.push_back(Sync(servers, w, *trainers[w]));
+      absl::Status started = syncs[w]->Start(*trainers[w]);
+      EXPECT_TRUE(started.ok()) << started;
+    }
+    int64_t step = 0;
+    for (int64_t epoch = 0; epoch < 2; ++epoch) {
+      reference->StartEpoch(epoch);
+      for (int64_t b = 0; b < reference->batches_per_epoch(); ++b, ++step) {
+        const std::vector<int64_t> batch = reference->BatchExamples(b);
+        EXPECT_EQ(batch.size() % workers, 0u);
+        EXPECT_TRUE(reference->ComputeGradients(b).ok());
+        reference->ApplyGradients(reference->SgdFor(static_cast<double>(epoch)));
+        std::vector<absl::Status> results(workers);
+        std::vector<std::thread> threads;
+        const size_t slice = batch.size() / workers;
+        for (int w = 0; w < workers; ++w) {
+          threads.emplace_back([&, w] {
+            std::vector<int64_t> mine(batch.begin() + w * slice, batch.begin() + (w + 1) * slice);
+            auto stats = trainers[w]->ComputeGradientsOn(mine);
+            if (!stats.ok()) {
+              results[w] = stats.status();
+              return;
+            }
+            results[w] = syncs[w]->Step(*trainers[w], {epoch, step, static_cast<int64_t>(mine.size())});
+          });
+        }
+        for (auto& t : threads) t.join();
+        for (const auto& r : results) EXPECT_TRUE(r.ok()) << r;
+        for (int w = 1; w < workers; ++w) EXPECT_EQ(MaxDifference(*trainers[0], *trainers[w]), 0.0f);
+        EXPECT_LT(MaxDifference(*trainers[0], *reference), 2e-5f) << "epoch " << epoch << " step " << b;
+        if (::testing::Test::HasFailure()) return nullptr;
+      }
+    }
+    return std::move(trainers[0]);
+  }
+
+  ScratchDir dir_;
+  std::string config_;
+  std::vector<std::unique_ptr<PsProcess>> servers_;
+};
+
+TEST_F(PsTrainingTest, AspOneWorkerOneServerReproducesSingleNodeSgdStepForStep) {
+  auto reference = MakeTrainer(kGlobalBatch);
+  auto worker = MakeTrainer(kGlobalBatch);
+  ASSERT_TRUE(reference && worker);
+  auto servers = LaunchServers(*worker, /*partitions=*/1, /*workers=*/1, "asp");
+  ASSERT_EQ(servers.size(), 1u);
+  auto sync = Sync(servers, 0, *worker);
+  ASSERT_TRUE(sync);
+  ASSERT_TRUE(sync->Start(*worker).ok());
+  int64_t step = 0;
+  for (int64_t epoch = 0; epoch < 2; ++epoch) {
+    reference->StartEpoch(epoch);
+    worker->StartEpoch(epoch);
+    for (int64_t b = 0; b < reference->batches_per_epoch(); ++b, ++step) {
+      ASSERT_TRUE(reference->ComputeGradients(b).ok());
+      reference->ApplyGradients(reference->SgdFor(static_cast<double>(epoch)));
+      auto stats = worker->ComputeGradients(b);
+      ASSERT_TRUE(stats.ok());
+      absl::Status synced = sync->Step(*worker, {epoch, step, stats->examples});
+      ASSERT_TRUE(synced.ok()) << synced;
+      ASSERT_LT(MaxDifference(*reference, *worker), 1e-6f) << "epoch " << epoch << " step " << b;
+    }
+  }
+  auto stub = Connect(servers[0]);
+  const v1::ServerStatus s = GetStatus(*stub);
+  EXPECT_EQ(s.version(), step);
+  EXPECT_EQ(s.completed_epochs(), 2);
+  EXPECT_FLOAT_EQ(s.lr(), 0.025f) << "the milestone after epoch 1 halves the lr";
+}
+
+TEST_F(PsTrainingTest, BspTwoWorkersReproduceTheGlobalBatchAndThreeServersGiveTheSameModel) {
+  auto one = RunBsp(/*workers=*/2, /*partitions=*/1);
+  ASSERT_TRUE(one);
+  auto three = RunBsp(/*workers=*/2, /*partitions=*/3);
+  ASSERT_TRUE(three);
+  EXPECT_LT(MaxDifference(*one, *three), 1e-6f);
+}
+
+TEST_F(PsTrainingTest, BspFourWorkersReproduceTheGlobalBatch) {
+  ASSERT_TRUE(RunBsp(/*workers=*/4, /*partitions=*/2));
+}
+
+TEST_F(PsTrainingTest, ErrorsNameTheServer) {
+  auto worker = MakeTrainer(kGlobalBatch);
+  ASSERT_TRUE(worker);
+  auto servers = LaunchServers(*worker, 2, 1, "asp");
+  ASSERT_EQ(servers.size(), 2u);
+  {  // Nothing listens on port 1 of loopback: partition 1 is unreachable, partition 0 answers.
+    PushPullOptions o;
+    o.servers = {servers[0], "127.0.0.1:1"};
+    o.deadline = std::chrono::seconds(10);
+    auto sync = MakePushPullSynchroniser(o, *worker);
+    ASSERT_TRUE(sync.ok());
+    absl::Status s = (*sync)->Start(*worker);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_NE(s.message().find("parameter server 1 (127.0.0.1:1)"), absl::string_view::npos) << s;
+  }
+  {  // A server holding another model is refused, naming the server and the tensor.
+    SmallModel other = SmallModel::Make();
+    const std::string path = dir_ / "other.ckpt";
+    ASSERT_TRUE(WriteCheckpoint(path, other.ToCheckpoint()).ok());
+    PsProcessOptions o;
+    o.binary = STRATA_PS_BINARY;
+    o.work_dir = dir_.path();
+    o.config = config_;
+    o.train_examples = kTrainExamples;
+    o.init_checkpoint = path;
+    auto ps = PsProcess::Launch(o);
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    PushPullOptions po;
+    po.servers = {(*ps)->address()};
+    auto sync = MakePushPullSynchroniser(po, *worker);
+    ASSERT_TRUE(sync.ok());
+    absl::Status s = (*sync)->Start(*worker);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+    EXPECT_NE(s.message().find(absl::StrCat("parameter server 0 (", (*ps)->address(), ")")),
+              absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("fc1.weight"), absl::string_view::npos) << s;
+  }
+}
+
+}  // namespace
+}  // namespace strata::testing
