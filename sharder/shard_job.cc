@@ -1,0 +1,172 @@
+#include "sharder/shard_job.h"
+
+#include <chrono>
+#include <limits>
+#include <optional>
+
+#include <absl/strings/str_cat.h>
+
+#include "services/common/job_spec.h"
+#include "sharder/clustering.h"
+#include "sharder/plan_writer.h"
+
+namespace strata::sharder {
+namespace {
+
+// The settings a job can take from either source, with "unset" spelled as std::nullopt.
+struct JobSettings {
+  std::optional<std::string> config, dataset, data, label_set, method, out;
+  std::optional<int> workers, clusters, pca_components, max_iterations, threads;
+  std::optional<uint64_t> seed;
+  std::optional<int64_t> max_train, pca_fit_examples;
+};
+
+template <typename T>
+void Take(const std::optional<T>& value, T* target) {
+  if (value) *target = *value;
+}
+
+absl::StatusOr<ShardJob> Resolve(const JobSettings& s) {
+  ShardJob job;
+  DatasetSpec dataset;  // the job spec's defaults
+  uint64_t data_seed = 1;
+  if (s.config) {
+    auto spec = LoadJobSpec(*s.config);
+    if (!spec.ok()) return spec.status();
+    dataset = spec->dataset;
+    job.plan.method = spec->sharding.method;
+    job.plan.clusters = spec->sharding.clusters;
+    job.plan.pca_components = spec->sharding.pca_components;
+    job.plan.max_iterations = spec->sharding.max_iterations;
+    job.plan.workers = spec->cluster.workers;
+    job.plan.seed = spec->training.seed;
+    // Workers generate synthetic data from training.seed; the plan must index the same examples.
+    data_seed = spec->training.seed;
+  } else {
+    if (!s.dataset) {
+      return absl::InvalidArgumentError("dataset is required (--dataset, or a job spec: JOB.yaml / --config)");
+    }
+    if (!s.workers) {
+      return absl::InvalidArgumentError("workers is required (--workers, or a job spec: JOB.yaml / --config)");
+    }
+    if (s.seed) data_seed = *s.seed;
+    if (*s.dataset != "fashion-mnist" && !s.data && *s.dataset != "synthetic") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--data is required for dataset '", *s.dataset, "' (the directory of its files)"));
+    }
+  }
+  Take(s.dataset, &dataset.name);
+  Take(s.data, &dataset.path);
+  Take(s.label_set, &dataset.label_set);
+  Take(s.max_train, &dataset.max_train);
+  Take(s.method, &job.plan.method);
+  Take(s.workers, &job.plan.workers);
+  Take(s.clusters, &job.plan.clusters);
+  Take(s.pca_components, &job.plan.pca_components);
+  Take(s.max_iterations, &job.plan.max_iterations);
+  Take(s.pca_fit_examples, &job.plan.pca_fit_examples);
+  Take(s.seed, &job.plan.seed);
+  Take(s.threads, &job.threads);
+  if (!s.out || s.out->empty()) {
+    return absl::InvalidArgumentError("the plan directory is required (--out DIR)");
+  }
+  job.out_dir = *s.out;
+  if (dataset.max_train < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("max_train must be >= 0, got ", dataset.max_train));
+  }
+  if (job.threads < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", job.threads));
+  }
+  if (dataset.label_set != "fine" && dataset.label_set != "coarse") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label_set must be fine or coarse, got '", dataset.label_set, "'"));
+  }
+  job.dataset.name = dataset.name;
+  job.dataset.path = dataset.path;
+  job.dataset.label_set = dataset.label_set;
+  job.dataset.max_train = static_cast<size_t>(dataset.max_train);
+  // The sharder never reads the test split; one example keeps the reader's checks cheap.
+  job.dataset.max_test = 1;
+  job.dataset.seed = data_seed;
+  // Options that need no data are checked before the (slow) load.
+  if (absl::Status st = ValidateShardPlanOptions(job.plan, std::numeric_limits<int64_t>::max(),
+                                                 std::numeric_limits<int64_t>::max());
+      !st.ok()) {
+    return st;
+  }
+  return job;
+}
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+absl::StatusOr<ShardJob> ResolveShardJob(const shard::ShardFlags& f) {
+  JobSettings s;
+  auto take = [&](const char* name, auto value, auto* target) {
+    if (f.Given(name)) *target = value;
+  };
+  take("config", f.config, &s.config);
+  take("dataset", f.dataset, &s.dataset);
+  take("data", f.data, &s.data);
+  take("label-set", f.label_set, &s.label_set);
+  take("max-train", f.max_train, &s.max_train);
+  take("workers", f.workers, &s.workers);
+  take("method", f.method, &s.method);
+  take("clusters", f.clusters, &s.clusters);
+  take("pca-components", f.pca_components, &s.pca_components);
+  take("max-iterations", f.max_iterations, &s.max_iterations);
+  take("pca-fit-examples", f.pca_fit_examples, &s.pca_fit_examples);
+  take("seed", f.seed, &s.seed);
+  take("threads", f.threads, &s.threads);
+  take("out", f.out, &s.out);
+  return Resolve(s);
+}
+
+absl::StatusOr<ShardJob> ResolveShardJob(const v1::ShardRequest& r) {
+  JobSettings s;
+  auto text = [](const std::string& v, std::optional<std::string>* target) {
+    if (!v.empty()) *target = v;
+  };
+  auto number = [](auto v, auto* target) {
+    if (v != 0) *target = v;
+  };
+  text(r.config(), &s.config);
+  text(r.dataset(), &s.dataset);
+  text(r.data_path(), &s.data);
+  text(r.label_set(), &s.label_set);
+  text(r.method(), &s.method);
+  text(r.out_dir(), &s.out);
+  number(r.workers(), &s.workers);
+  number(r.clusters(), &s.clusters);
+  number(r.pca_components(), &s.pca_components);
+  number(r.max_iterations(), &s.max_iterations);
+  number(r.threads(), &s.threads);
+  number(r.seed(), &s.seed);
+  number(r.max_train(), &s.max_train);
+  number(r.pca_fit_examples(), &s.pca_fit_examples);
+  // A request cannot say "0 workers" by leaving the field out; a negative count is still refused.
+  if (r.workers() < 0) s.workers = r.workers();
+  if (r.clusters() < 0) s.clusters = r.clusters();
+  if (r.pca_components() < 0) s.pca_components = r.pca_components();
+  return Resolve(s);
+}
+
+absl::StatusOr<nlohmann::ordered_json> RunShardJob(const ShardJob& job) {
+  SetClusteringThreads(job.threads);
+  auto start = std::chrono::steady_clock::now();
+  auto dataset = LoadDataset(job.dataset);
+  if (!dataset.ok()) return dataset.status();
+  auto provenance = FingerprintDataset(job.dataset);
+  if (!provenance.ok()) return provenance.status();
+  provenance->extra_phase_seconds.emplace_back("load", SecondsSince(start));
+  auto plan = MakeShardPlan(dataset->train, static_cast<int64_t>(dataset->example_floats()),
+                            dataset->num_classes, job.plan);
+  if (!plan.ok()) return plan.status();
+  if (absl::Status s = WriteShardPlan(job.out_dir, *plan, *provenance); !s.ok()) return s;
+  return BuildManifest(*plan, *provenance);
+}
+
+}  // namespace strata::sharder

@@ -1,0 +1,67 @@
+#include "sharder/sharder_service.h"
+
+#include <filesystem>
+
+#include <absl/strings/str_cat.h>
+#include <spdlog/spdlog.h>
+
+#include "services/common/status.h"
+#include "sharder/shard_job.h"
+
+namespace strata::sharder {
+
+grpc::Status SharderService::Shard(grpc::ServerContext* context, const v1::ShardRequest* request,
+                                   v1::ShardReply* reply) {
+  auto job = ResolveShardJob(*request);
+  if (!job.ok()) {
+    spdlog::warn("refused Shard request from {}: {}", context->peer(), std::string(job.status().message()));
+    return ToGrpcStatus(job.status());
+  }
+  std::lock_guard<std::mutex> lock(planning_);
+  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued");
+  spdlog::info("planning {} over {} workers of {} into {}", job->plan.method, job->plan.workers,
+               job->dataset.name, job->out_dir);
+  auto manifest = RunShardJob(*job);
+  if (!manifest.ok()) {
+    spdlog::warn("Shard request failed: {}", std::string(manifest.status().message()));
+    return ToGrpcStatus(manifest.status());
+  }
+  const nlohmann::ordered_json& m = *manifest;
+  reply->set_out_dir(job->out_dir);
+  reply->set_manifest_path((std::filesystem::path(job->out_dir) / "manifest.json").string());
+  reply->set_method(m["method"].get<std::string>());
+  reply->set_examples(m["examples"].get<int64_t>());
+  reply->set_dataset_fingerprint(m["dataset"]["fingerprint"].get<std::string>());
+  for (const auto& s : m["shards"]) {
+    v1::ShardSummary* summary = reply->add_shards();
+    summary->set_worker(s["worker"].get<int>());
+    summary->set_count(s["count"].get<int64_t>());
+    for (const auto& c : s["class_counts"]) summary->add_class_counts(c.get<int64_t>());
+  }
+  if (m.contains("clusters")) {
+    for (const auto& c : m["clusters"]) {
+      v1::ClusterInfo* info = reply->add_clusters();
+      info->set_size(c["size"].get<int64_t>());
+      info->set_broadcast(c["broadcast"].get<bool>());
+    }
+  }
+  for (const auto& [phase, seconds] : m["seconds"].items()) {
+    if (phase == "total") {
+      reply->set_seconds(seconds.get<double>());
+    } else {
+      (*reply->mutable_phase_seconds())[phase] = seconds.get<double>();
+    }
+  }
+  spdlog::info("wrote {} ({} examples, {:.2f} s)", reply->manifest_path(), reply->examples(),
+               reply->seconds());
+  return grpc::Status::OK;
+}
+
+grpc::Status SharderService::Stop(grpc::ServerContext* context, const v1::StopRequest* request,
+                                  v1::StopReply* reply) {
+  spdlog::info("stop requested by {}: {}", context->peer(), request->reason());
+  on_stop_();
+  return grpc::Status::OK;
+}
+
+}  // namespace strata::sharder
