@@ -1,6 +1,7 @@
 #include "services/worker/worker.h"
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <condition_variable>
 #include <deque>
@@ -149,9 +150,12 @@ class WorkerService final : public v1::Worker::Service {
       if (state_->pending_switch) {
         return ToGrpcStatus(absl::AlreadyExistsError("Switch: a switch is already pending"));
       }
-      if (request->at_step() != 0 && request->at_step() < state_->status.step()) {
+      // The switch fires where the loop publishes a finished step, under this same lock, so a
+      // step strictly ahead of the published one is never missed. at_step 0 means "after the
+      // step in flight", which only a single worker can use safely (ring peers must agree).
+      if (request->at_step() != 0 && request->at_step() <= state_->status.step()) {
         return ToGrpcStatus(absl::FailedPreconditionError(
-            absl::StrCat("Switch: at_step ", request->at_step(), " has passed (worker at step ",
+            absl::StrCat("Switch: at_step ", request->at_step(), " has passed (worker finished step ",
                          state_->status.step(), ")")));
       }
       state_->pending_switch = *request;
@@ -289,9 +293,15 @@ class WorkerRunner {
     }
   }
 
-  absl::Status DoSwitch(Trainer& trainer, const v1::SwitchRequest& request, int64_t epoch,
-                        int64_t step, std::unique_ptr<Synchroniser>* sync) {
+  absl::StatusOr<v1::SwitchReply> DoSwitch(Trainer& trainer, const v1::SwitchRequest& request,
+                                           int64_t epoch, int64_t step,
+                                           std::unique_ptr<Synchroniser>* sync) {
     const auto start = Clock::now();
+    // The model as the ring left it, to check the handover against.
+    const size_t n_params = trainer.parameters().total_floats();
+    std::vector<float> before(trainer.parameter_data(), trainer.parameter_data() + n_params);
+    std::vector<float> buffers_before(trainer.buffers().total_floats());
+    trainer.CopyBuffersTo(buffers_before.data());
     if (options_.rank == 0) {
       // The handover: the parameter servers load this file (DESIGN.md §3, step 2).
       STRATA_RETURN_IF_ERROR(MakeDirs(options_.run_dir + "/checkpoints"));
@@ -302,10 +312,32 @@ class WorkerRunner {
     }
     STRATA_ASSIGN_OR_RETURN(auto next, MakePushPull(request.parameter_servers(), trainer));
     STRATA_RETURN_IF_ERROR(StartWithRetry(*next, trainer));
+    // Barrier over the ring, which is still connected: no worker pushes before every worker has
+    // pulled, so all of them continue from the handed-over model itself (DESIGN.md §3, step 4)
+    // rather than from one already moved by a faster peer.
+    float barrier = 0.0f;
+    AllReduceOptions barrier_options;
+    barrier_options.deadline = options_.deadline;
+    STRATA_RETURN_IF_ERROR(Annotate(ring_->AllReduceSum(&barrier, 1, barrier_options),
+                                    "switch barrier"));
     *sync = std::move(next);
-    spdlog::info("switch: now push/pull at step {} after {:.3f} s", step,
-                 std::chrono::duration<double>(Clock::now() - start).count());
-    return absl::OkStatus();
+    double max_diff = 0;
+    for (size_t i = 0; i < n_params; ++i) {
+      max_diff = std::max(max_diff, double(std::fabs(trainer.parameter_data()[i] - before[i])));
+    }
+    std::vector<float> buffers_after(buffers_before.size());
+    trainer.CopyBuffersTo(buffers_after.data());
+    for (size_t i = 0; i < buffers_after.size(); ++i) {
+      max_diff = std::max(max_diff, double(std::fabs(buffers_after[i] - buffers_before[i])));
+    }
+    v1::SwitchReply reply;
+    reply.set_switched_at_step(step);
+    reply.set_epoch(epoch);
+    reply.set_handover_max_abs_diff(max_diff);
+    reply.set_handover_s(std::chrono::duration<double>(Clock::now() - start).count());
+    spdlog::info("switch: push/pull from step {} after {:.3f} s; pulled model differs by at most {}",
+                 step, reply.handover_s(), max_diff);
+    return reply;
   }
 
   absl::Status Train(Trainer& trainer) {
@@ -369,26 +401,25 @@ class WorkerRunner {
           }
         }
         if (switch_now) {
-          absl::Status s = DoSwitch(trainer, *switch_now, epoch, step, &sync);
+          auto reply = DoSwitch(trainer, *switch_now, epoch, step, &sync);
           std::lock_guard<std::mutex> lock(state_->mu);
-          if (s.ok()) {
+          if (reply.ok()) {
             state_->status.set_mode(v1::SYNC_MODE_PS);
-            v1::SwitchReply reply;
-            reply.set_switched_at_step(step);
-            reply.set_epoch(epoch);
-            state_->switch_done->set_value(reply);
+            state_->status.set_switched_at_step(step);
+            state_->switch_done->set_value(*reply);
           } else {
-            state_->switch_done->set_value(s);
+            state_->switch_done->set_value(reply.status());
           }
           state_->switch_done.reset();
           state_->pending_switch.reset();
-          if (!s.ok()) return Annotate(s, "switch");
+          if (!reply.ok()) return Annotate(reply.status(), "switch");
           phase_start = Clock::now();
           phase_samples = 0;
         }
       }
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->status.set_epoch(epoch + 1);
+      state_->status.add_epoch_train_loss(loss_sum / std::max<int64_t>(seen, 1));
     }
     return absl::OkStatus();
   }

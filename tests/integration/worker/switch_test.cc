@@ -1,0 +1,192 @@
+// The live switch, worker side (issue: ring all-reduce -> push/pull at a step boundary): real
+// strata-worker and strata-ps processes on loopback, the handover done the way the orchestrator
+// does it (DESIGN.md §3).
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "services/common/child_process.h"
+#include "services/common/rpc.h"
+#include "strata/v1/parameter_server.grpc.pb.h"
+#include "strata/v1/worker.grpc.pb.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+
+constexpr int kWorkers = 2;
+constexpr int kServers = 2;
+constexpr int kEpochs = 4;
+constexpr int kStepsPerEpoch = 12;
+constexpr int kSwitchStep = 18;  // in the second epoch
+
+class SwitchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/strata-switch-XXXXXX";
+    dir_ = mkdtemp(pattern);
+    fs::create_directories(dir_ + "/logs");
+    std::ofstream(dir_ + "/job.yaml") << R"(name: switch-test
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 1536, max_test: 500 }
+model: { arch: mlp }
+training: { epochs: 4, batch_size: 128, lr: 0.05, momentum: 0.9, seed: 3 }
+cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }
+)";
+  }
+  void TearDown() override {
+    for (auto& w : workers_) w->Kill();
+    for (auto& s : servers_) s->Kill();
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  std::unique_ptr<ChildProcess> Launch(const std::string& binary, const std::string& name,
+                                       std::vector<std::string> args) {
+    ChildOptions o;
+    o.binary = std::string(STRATA_BIN_DIR) + "/" + binary;
+    o.name = name;
+    o.log_file = dir_ + "/logs/" + name + ".log";
+    o.port_file = dir_ + "/" + name + ".port";
+    o.args = std::move(args);
+    o.args.insert(o.args.end(), {"--listen", "127.0.0.1:0", "--port-file", o.port_file});
+    auto child = ChildProcess::Spawn(o);
+    EXPECT_TRUE(child.ok()) << child.status();
+    return child.ok() ? std::move(*child) : nullptr;
+  }
+
+  std::string dir_;
+  std::vector<std::unique_ptr<ChildProcess>> workers_, servers_;
+};
+
+TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
+  for (int p = 0; p < kServers; ++p) {
+    servers_.push_back(Launch("strata-ps", "ps-" + std::to_string(p),
+                              {"--config", dir_ + "/job.yaml", "--partition", std::to_string(p),
+                               "--partitions", std::to_string(kServers), "--workers",
+                               std::to_string(kWorkers), "--train-examples", "1536"}));
+    ASSERT_NE(servers_.back(), nullptr);
+  }
+  for (int r = 0; r < kWorkers; ++r) {
+    workers_.push_back(Launch("strata-worker", "worker-" + std::to_string(r),
+                              {"--config", dir_ + "/job.yaml", "--rank", std::to_string(r), "--world",
+                               std::to_string(kWorkers), "--run-dir", dir_}));
+    ASSERT_NE(workers_.back(), nullptr);
+  }
+  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs;
+  v1::StartRequest start;
+  start.set_mode(v1::SYNC_MODE_ALLREDUCE);
+  start.set_steps_per_epoch(kStepsPerEpoch);
+  for (auto& w : workers_) {
+    start.add_workers(w->address());
+    stubs.push_back(v1::Worker::NewStub(MakeChannel(w->address())));
+  }
+  for (auto& s : stubs) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(60)));
+    v1::StartReply reply;
+    ASSERT_TRUE(s->Start(&context, start, &reply).ok());
+  }
+
+  // Every worker switches after the same step; the calls return once each has switched.
+  std::vector<std::future<std::pair<grpc::Status, v1::SwitchReply>>> switches;
+  for (auto& s : stubs) {
+    switches.push_back(std::async(std::launch::async, [&s, this] {
+      v1::SwitchRequest request;
+      request.set_mode(v1::SYNC_MODE_PS);
+      request.set_at_step(kSwitchStep);
+      for (auto& server : servers_) request.add_parameter_servers(server->address());
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(seconds(300)));
+      v1::SwitchReply reply;
+      grpc::Status status = s->Switch(&context, request, &reply);
+      return std::make_pair(status, reply);
+    }));
+  }
+  // Rank 0 writes the all-reduce model at the boundary; the servers load it.
+  const std::string checkpoint = dir_ + "/checkpoints/switch-step" + std::to_string(kSwitchStep) + ".ckpt";
+  const auto give_up = std::chrono::steady_clock::now() + seconds(300);
+  while (!fs::exists(checkpoint)) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "no handover checkpoint";
+    for (auto& w : workers_) ASSERT_FALSE(w->Exited()) << w->LogTail();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (auto& server : servers_) {
+    auto stub = v1::ParameterServer::NewStub(MakeChannel(server->address()));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(60)));
+    v1::CheckpointRequest request;
+    request.set_path(checkpoint);
+    v1::CheckpointReply reply;
+    grpc::Status status = stub->LoadCheckpoint(&context, request, &reply);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  for (auto& f : switches) {
+    auto [status, reply] = f.get();
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(reply.switched_at_step(), kSwitchStep);
+    // The weights each worker pulled right after the switch are the all-reduce weights.
+    EXPECT_EQ(reply.handover_max_abs_diff(), 0.0);
+  }
+
+  // Training continues asynchronously to the end, and the loss keeps falling.
+  std::vector<v1::WorkerStatus> final_status(kWorkers);
+  for (int r = 0; r < kWorkers; ++r) {
+    for (;;) {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(seconds(60)));
+      ASSERT_TRUE(stubs[r]->GetStatus(&context, {}, &final_status[r]).ok());
+      if (final_status[r].finished()) break;
+      ASSERT_LT(std::chrono::steady_clock::now(), give_up + seconds(300)) << "worker " << r << " did not finish";
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    const v1::WorkerStatus& st = final_status[r];
+    EXPECT_EQ(st.error(), "") << workers_[r]->LogTail();
+    EXPECT_EQ(st.mode(), v1::SYNC_MODE_PS);
+    EXPECT_EQ(st.switched_at_step(), kSwitchStep);
+    EXPECT_EQ(st.step(), kEpochs * kStepsPerEpoch);
+    ASSERT_EQ(st.epoch_train_loss_size(), kEpochs);
+    // Epoch 2 holds the switch; epochs 3 and 4 are pure push/pull.
+    EXPECT_LT(st.epoch_train_loss(3), st.epoch_train_loss(1)) << "loss did not keep falling";
+    EXPECT_LT(st.epoch_train_loss(2), st.epoch_train_loss(0));
+  }
+  for (auto& s : stubs) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(30)));
+    v1::StopReply reply;
+    s->Stop(&context, v1::StopRequest(), &reply);
+  }
+  for (auto& w : workers_) {
+    auto code = w->WaitForExit(std::chrono::seconds(60));
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_EQ(*code, 0) << w->LogTail();
+  }
+}
+
+TEST_F(SwitchTest, SwitchToAllReduceOrBeforeStartIsRefused) {
+  workers_.push_back(Launch("strata-worker", "worker-0",
+                            {"--config", dir_ + "/job.yaml", "--rank", "0", "--world", "1", "--run-dir", dir_}));
+  ASSERT_NE(workers_.back(), nullptr);
+  auto stub = v1::Worker::NewStub(MakeChannel(workers_[0]->address()));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(seconds(30)));
+  v1::SwitchRequest request;
+  request.set_mode(v1::SYNC_MODE_ALLREDUCE);
+  v1::SwitchReply reply;
+  grpc::Status status = stub->Switch(&context, request, &reply);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  // Before Start the worker is not in all-reduce mode: a switch makes no sense yet.
+  grpc::ClientContext context2;
+  context2.set_deadline(DeadlineAfter(seconds(30)));
+  request.set_mode(v1::SYNC_MODE_PS);
+  request.add_parameter_servers("127.0.0.1:1");
+  request.set_at_step(5);
+  status = stub->Switch(&context2, request, &reply);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+}
+
+}  // namespace
+}  // namespace strata
