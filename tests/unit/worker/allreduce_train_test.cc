@@ -1,0 +1,191 @@
+// Training with the all-reduce synchroniser, N ranks as threads of one process (each with its own
+// gRPC server and Trainer), on a small Fashion-MNIST subset.
+#include "services/worker/allreduce_sync.h"
+
+#include <cmath>
+#include <cstring>
+#include <future>
+#include <string>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include "services/common/dataset.h"
+#include "services/common/rpc.h"
+#include "services/common/trainer.h"
+
+namespace strata {
+namespace {
+
+std::shared_ptr<const Dataset> FashionMnist(size_t max_train) {
+  DatasetOptions options;
+  options.name = "fashion-mnist";
+  options.path = "/usr/share/datasets/fashion-mnist";
+  options.max_train = max_train;
+  options.max_test = 100;
+  auto d = LoadDataset(options);
+  EXPECT_TRUE(d.ok()) << d.status();
+  if (!d.ok()) return nullptr;
+  return std::make_shared<const Dataset>(std::move(*d));
+}
+
+struct Replica {
+  std::unique_ptr<RingAllReduce> ring;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<Synchroniser> sync;
+};
+
+// n replicas of `options` (seed + rank, so that Start() has something to agree on), connected.
+std::vector<Replica> MakeReplicas(int n, TrainerOptions options, std::shared_ptr<const Dataset> data,
+                                  bool own_seeds) {
+  std::vector<Replica> replicas(n);
+  std::vector<std::string> peers;
+  for (int r = 0; r < n; ++r) {
+    replicas[r].ring = std::make_unique<RingAllReduce>(r);
+    int port = 0;
+    replicas[r].server = StartServer("127.0.0.1:0", {replicas[r].ring->service()}, &port);
+    peers.push_back(absl::StrCat("127.0.0.1:", port));
+    TrainerOptions o = options;
+    if (own_seeds) o.seed = options.seed + r;
+    auto trainer = Trainer::Create(o, data);
+    EXPECT_TRUE(trainer.ok()) << trainer.status();
+    replicas[r].trainer = std::move(*trainer);
+  }
+  AllReduceOptions sync_options;
+  sync_options.deadline = std::chrono::seconds(120);
+  for (auto& replica : replicas) {
+    EXPECT_TRUE(replica.ring->Connect(peers).ok());
+    auto sync = MakeAllReduceSynchroniser(replica.ring.get(), sync_options);
+    EXPECT_TRUE(sync.ok()) << sync.status();
+    replica.sync = std::move(*sync);
+  }
+  return replicas;
+}
+
+void OnAllRanks(int n, const std::function<absl::Status(int)>& fn) {
+  std::vector<std::future<absl::Status>> futures;
+  for (int r = 0; r < n; ++r) futures.push_back(std::async(std::launch::async, fn, r));
+  for (int r = 0; r < n; ++r) {
+    ASSERT_EQ(futures[r].wait_for(std::chrono::seconds(300)), std::future_status::ready) << "rank " << r << " hangs";
+    absl::Status status = futures[r].get();
+    ASSERT_TRUE(status.ok()) << "rank " << r << ": " << status;
+  }
+}
+
+std::vector<float> Parameters(Trainer& t) {
+  return std::vector<float>(t.parameter_data(), t.parameter_data() + t.parameters().total_floats());
+}
+std::vector<float> Buffers(const Trainer& t) {
+  std::vector<float> out(t.buffers().total_floats());
+  t.CopyBuffersTo(out.data());
+  return out;
+}
+
+void ExpectBitIdentical(std::vector<Replica>& replicas, const std::string& when) {
+  const std::vector<float> p0 = Parameters(*replicas[0].trainer), b0 = Buffers(*replicas[0].trainer);
+  for (size_t r = 1; r < replicas.size(); ++r) {
+    const std::vector<float> p = Parameters(*replicas[r].trainer), b = Buffers(*replicas[r].trainer);
+    ASSERT_EQ(p.size(), p0.size());
+    EXPECT_EQ(std::memcmp(p.data(), p0.data(), p.size() * sizeof(float)), 0) << "parameters of rank " << r << " differ " << when;
+    EXPECT_EQ(std::memcmp(b.data(), b0.data(), b.size() * sizeof(float)), 0) << "buffers of rank " << r << " differ " << when;
+  }
+}
+
+// n workers with batch B/n each, every global batch split in n slices, reproduce single-node
+// training with batch B (MLP: no BatchNorm, so only float rounding differs).
+TEST(AllReduceTraining, MlpWithNWorkersReproducesSingleNodeBatch) {
+  ConfigureTorchThreads(1);
+  auto data = FashionMnist(1024);
+  ASSERT_NE(data, nullptr);
+  TrainerOptions options;
+  options.arch = "mlp";
+  options.batch_size = 96;
+  options.lr = 0.05;
+  options.momentum = 0.9;
+  options.weight_decay = 5e-4;
+  options.augment = false;
+  const int steps = 6;
+
+  auto single = Trainer::Create(options, data);
+  ASSERT_TRUE(single.ok()) << single.status();
+  Trainer& reference = **single;
+  reference.StartEpoch(0);
+  for (int b = 0; b < steps; ++b) {
+    ASSERT_TRUE(reference.ComputeGradients(b).ok());
+    reference.ApplyGradients(reference.SgdFor(0));
+  }
+  const std::vector<float> expected = Parameters(reference);
+
+  for (int n : {2, 3, 4}) {
+    SCOPED_TRACE(absl::StrCat(n, " workers"));
+    std::vector<Replica> replicas = MakeReplicas(n, options, data, /*own_seeds=*/false);
+    OnAllRanks(n, [&](int r) -> absl::Status {
+      Trainer& t = *replicas[r].trainer;
+      absl::Status started = replicas[r].sync->Start(t);
+      if (!started.ok()) return started;
+      t.StartEpoch(0);
+      for (int b = 0; b < steps; ++b) {
+        const std::vector<int64_t> batch = t.BatchExamples(b);  // the single node's batch b
+        const size_t per = batch.size() / n;
+        std::vector<int64_t> mine(batch.begin() + r * per, batch.begin() + (r + 1) * per);
+        auto stats = t.ComputeGradientsOn(mine);
+        if (!stats.ok()) return stats.status();
+        StepContext context;
+        context.epoch = 0;
+        context.step = b;
+        context.batch_examples = static_cast<int64_t>(mine.size());
+        absl::Status stepped = replicas[r].sync->Step(t, context);
+        if (!stepped.ok()) return stepped;
+      }
+      return absl::OkStatus();
+    });
+    ExpectBitIdentical(replicas, "after training");
+    const std::vector<float> got = Parameters(*replicas[0].trainer);
+    ASSERT_EQ(got.size(), expected.size());
+    double worst = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, std::abs(static_cast<double>(got[i]) - expected[i]) / (1e-3 + std::abs(expected[i])));
+    }
+    EXPECT_LT(worst, 1e-3) << "largest relative difference to single-node training";
+  }
+}
+
+// With BatchNorm the running statistics are averaged too: replicas started from different
+// seeds and fed different data are bit-identical after Start and after every step.
+TEST(AllReduceTraining, ResNetReplicasAreBitIdenticalAfterEveryStep) {
+  ConfigureTorchThreads(1);
+  auto data = FashionMnist(96);
+  ASSERT_NE(data, nullptr);
+  TrainerOptions options;
+  options.arch = "resnet20";
+  options.batch_size = 8;
+  options.lr = 0.05;
+  options.momentum = 0.9;
+  options.augment = false;
+  const int n = 3, steps = 3;
+  std::vector<Replica> replicas = MakeReplicas(n, options, data, /*own_seeds=*/true);
+  ASSERT_GT(replicas[0].trainer->buffers().total_floats(), 0u);
+  OnAllRanks(n, [&](int r) { return replicas[r].sync->Start(*replicas[r].trainer); });
+  ExpectBitIdentical(replicas, "after Start");
+  for (int r = 0; r < n; ++r) replicas[r].trainer->StartEpoch(0);
+  for (int b = 0; b < steps; ++b) {
+    OnAllRanks(n, [&](int r) -> absl::Status {
+      Trainer& t = *replicas[r].trainer;
+      // Different data on every rank (a stride of the data set), as with real shards.
+      std::vector<int64_t> mine;
+      for (int64_t i = 0; i < 8; ++i) mine.push_back((b * 8 + i) * n + r);
+      auto stats = t.ComputeGradientsOn(mine);
+      if (!stats.ok()) return stats.status();
+      StepContext context;
+      context.step = b;
+      return replicas[r].sync->Step(t, context);
+    });
+    ExpectBitIdentical(replicas, absl::StrCat("after step ", b + 1));
+  }
+}
+
+}  // namespace
+}  // namespace strata
