@@ -439,11 +439,14 @@ class LocalRun {
 
   void StartEvaluation(int64_t epoch) {
     auto eval = std::make_unique<PendingEval>();
+    // The phase is the one the evaluated epoch was trained in; the model is where it lives now.
+    std::string phase = phase_;
+    if (switch_done_ && epoch * StepsPerEpoch() <= switch_step_) phase = "allreduce";
     eval->epoch = epoch;
-    eval->phase = phase_;
+    eval->phase = phase;
     v1::EvaluateModelRequest request;
     request.set_epoch(epoch);
-    request.set_phase(phase_);
+    request.set_phase(phase);
     if (phase_ == "ps") {
       for (const Service& s : servers_) request.add_parameter_servers(s.address);
     } else {
@@ -498,8 +501,9 @@ class LocalRun {
     final_ = m;
     have_final_ = m.epoch() >= spec_.training.epochs;
     last_metrics_ = m;
-    Say(absl::StrFormat("epoch %3d/%d  %-9s  val_loss %.4f  val_acc %.4f  train_loss %.4f  %6.0f samples/s  %6.1f s",
-                        m.epoch(), spec_.training.epochs, m.phase(), m.val_loss(), m.val_acc(), m.train_loss(),
+    Say(absl::StrFormat("epoch %3d/%d  %-9s  val_loss %.4f  val_acc %.4f  train_loss %s  %6.0f samples/s  %6.1f s",
+                        m.epoch(), spec_.training.epochs, m.phase(), m.val_loss(), m.val_acc(),
+                        std::isfinite(m.train_loss()) ? absl::StrFormat("%.4f", m.train_loss()) : "--",
                         SamplesPerSecond(), m.wall_s()));
     if (m.phase() == "allreduce") {
       allreduce_losses_.push_back(m.val_loss());
@@ -539,13 +543,18 @@ class LocalRun {
     }
     if (spec_.strategy.kind != "switch" || switch_done_ || switch_given_up_) return absl::OkStatus();
     if (pending_trigger_.is_null() && spec_.strategy.rule == "at_fraction") {
+      // The rule's step is known in advance: decide a little before it, so that the handover
+      // happens exactly at the epoch boundary (all-reduce workers share one step counter).
       AtFractionSwitchRule rule(spec_.strategy.at_fraction, spec_.training.epochs);
-      SwitchDecision d = rule.Decide(GlobalEpoch());
-      if (d.fire) {
+      const int64_t target = rule.SwitchEpoch() * StepsPerEpoch();
+      const int64_t lead = SwitchMargin() + static_cast<int64_t>(std::ceil(0.3 / StepSeconds()));
+      if (MaxStep() + lead >= target) {
+        SwitchDecision d = rule.Decide(rule.SwitchEpoch());
         pending_trigger_ = json{{"trigger", "at_fraction"},
                                 {"epoch", GlobalEpoch()},
                                 {"at_fraction", spec_.strategy.at_fraction},
                                 {"switch_epoch", rule.SwitchEpoch()},
+                                {"target_step", target},
                                 {"reason", d.reason}};
       }
     }
@@ -555,18 +564,30 @@ class LocalRun {
     return Switch(trigger);
   }
 
-  absl::Status Switch(json decided) {
-    // A step far enough ahead that every worker gets the request before reaching it: about half
-    // a second of steps (from the slowest worker's rate), at least 2.
+  int64_t MaxStep() const {
     int64_t max_step = 0;
+    for (const auto& s : statuses_) max_step = std::max(max_step, s.step());
+    return max_step;
+  }
+  // Seconds per step of the slowest worker (0.1 before anyone reported a rate).
+  double StepSeconds() const {
     double slowest = 0;
     for (const auto& s : statuses_) {
-      max_step = std::max(max_step, s.step());
       if (s.samples_per_s() > 0) slowest = slowest == 0 ? s.samples_per_s() : std::min(slowest, s.samples_per_s());
     }
-    const double step_s = slowest > 0 ? worker_batch_ / slowest : 0.1;
-    const int64_t margin = std::max<int64_t>(2, static_cast<int64_t>(std::ceil(0.5 / step_s)));
-    const int64_t at_step = max_step + margin;
+    return slowest > 0 ? worker_batch_ / slowest : 0.1;
+  }
+  // Steps ahead of the fastest worker for the switch step: every worker must get the request
+  // before it gets there. A loopback RPC takes milliseconds; 0.2 s of steps, at least 2, leaves
+  // room for a loaded machine and the polling period's view of the steps being stale.
+  int64_t SwitchMargin() const {
+    return std::max<int64_t>(2, static_cast<int64_t>(std::ceil(0.2 / StepSeconds())));
+  }
+
+  absl::Status Switch(json decided) {
+    const int64_t max_step = MaxStep();
+    int64_t at_step = max_step + SwitchMargin();
+    if (decided.contains("target_step")) at_step = std::max(at_step, decided["target_step"].get<int64_t>());
     const int64_t last_step = StepsPerEpoch() * spec_.training.epochs;
     decided["at_step"] = at_step;
     decided["wall_s"] = SecondsBetween(start_, Clock::now());
@@ -858,7 +879,13 @@ class LocalRun {
     for (Service* s : AllServices()) {
       if (s->process) children.push_back(s->process.get());
     }
-    TerminateAll(children, clean ? std::chrono::seconds(10) : std::chrono::seconds(3));
+    // Give Stop its chance (services flush logs and checkpoints), then signals.
+    const auto until = Clock::now() + (clean ? std::chrono::seconds(10) : std::chrono::seconds(2));
+    for (ChildProcess* c : children) {
+      c->WaitFor(std::max(std::chrono::milliseconds(0),
+                          std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
+    }
+    TerminateAll(children, std::chrono::seconds(3));
     if (eval_ && eval_->thread.joinable()) eval_->thread.join();  // its RPC ended with the evaluator
     eval_.reset();
     json exits = json::array();
@@ -873,7 +900,7 @@ class LocalRun {
   void Event(const std::string& name, json fields) {
     if (!events_) return;
     fields["event"] = name;
-    fields["time"] = static_cast<double>(std::time(nullptr));
+    fields["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     if (!fields.contains("wall_s")) fields["wall_s"] = SecondsBetween(start_, Clock::now());
     events_->Write(fields).IgnoreError();  // the run goes on without its diary
   }

@@ -1,0 +1,89 @@
+// End to end: a short `switch` job through `strata run`, then the run directory of DESIGN.md §4.
+#include <gtest/gtest.h>
+
+#include "tests/integration/orchestrator/cli_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+TEST(EndToEnd, ShortSwitchJobWritesTheWholeRunDirectory) {
+  const std::string dir = MakeTempDir("e2e");
+  const std::string run_dir = dir + "/run";
+  WriteText(dir + "/job.yaml", R"(name: e2e-switch
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 6000, max_test: 1000 }
+model: { arch: mlp }
+training: { epochs: 4, batch_size: 32, lr: 0.05, momentum: 0.9, seed: 1 }
+cluster: { workers: 2, parameter_servers: 1 }
+sharding: { method: stratified }
+strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
+)");
+  CommandResult r = RunCommand(Strata() + " run " + dir + "/job.yaml --out " + run_dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("switched to parameter servers"), std::string::npos) << r.output;
+
+  // The resolved spec, the shard plan, the logs, the handover checkpoint.
+  EXPECT_NE(Slurp(run_dir + "/job.yaml").find("name: e2e-switch"), std::string::npos);
+  EXPECT_TRUE(Exists(run_dir + "/shards/manifest.json"));
+  EXPECT_TRUE(Exists(run_dir + "/shards/shard-0.idx"));
+  EXPECT_TRUE(Exists(run_dir + "/shards/shard-1.idx"));
+  for (const char* log : {"sharder", "ps-0", "worker-0", "worker-1", "evaluator"}) {
+    EXPECT_TRUE(Exists(run_dir + "/logs/" + log + ".log")) << log;
+  }
+
+  // events.jsonl: the switch decided by the rule and done, with the servers holding the last
+  // all-reduce model (compared tensor by tensor before any worker pushed).
+  nlohmann::json decided, done;
+  for (const auto& e : ReadLines(run_dir + "/events.jsonl")) {
+    if (e["event"] == "switch_decided") decided = e;
+    if (e["event"] == "switch_done") done = e;
+  }
+  ASSERT_TRUE(decided.is_object()) << Slurp(run_dir + "/events.jsonl");
+  EXPECT_EQ(decided["trigger"], "at_fraction");
+  EXPECT_EQ(decided["switch_epoch"], 2);
+  ASSERT_TRUE(done.is_object()) << Slurp(run_dir + "/events.jsonl");
+  EXPECT_EQ(done["epoch"].get<double>(), 2.0);
+  EXPECT_GT(done["handover_s"].get<double>(), 0.0);
+  EXPECT_EQ(done["verification"]["weights_equal"], true) << done.dump(2);
+  EXPECT_GT(done["verification"]["tensors_compared"].get<int>(), 0);
+  EXPECT_TRUE(Exists(done["checkpoint"].get<std::string>()));
+
+  // metrics.jsonl: one line per evaluation, ending with the last epoch trained on the servers.
+  std::vector<nlohmann::json> metrics = ReadLines(run_dir + "/metrics.jsonl");
+  ASSERT_GE(metrics.size(), 2u);
+  EXPECT_EQ(metrics.back()["epoch"], 4);
+  EXPECT_EQ(metrics.back()["phase"], "ps");
+  for (const auto& m : metrics) {
+    for (const char* key : {"epoch", "phase", "val_loss", "val_acc", "train_loss", "wall_s"}) {
+      EXPECT_TRUE(m.contains(key)) << key << " missing in " << m.dump();
+    }
+    if (m["epoch"].get<int>() <= 2) EXPECT_EQ(m["phase"], "allreduce") << m.dump();
+  }
+
+  nlohmann::json summary = ReadJson(run_dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary["state"], "succeeded");
+  EXPECT_EQ(summary["epochs"], 4);
+  EXPECT_GT(summary["final_val_acc"].get<double>(), 0.5);  // far above chance (0.1) after 4 epochs
+  EXPECT_TRUE(summary["final_val_loss"].is_number());
+  EXPECT_TRUE(summary["wall_s"].is_number());
+  EXPECT_EQ(summary["switch_epoch"].get<double>(), 2.0);
+  EXPECT_TRUE(summary["switch_handover_s"].is_number());
+  EXPECT_TRUE(summary["samples_per_s"]["allreduce"].is_number());
+  EXPECT_TRUE(summary["samples_per_s"]["ps"].is_number());
+  for (const auto& p : summary["processes"]) {
+    EXPECT_TRUE(ProcessEnded(p["pid"].get<int>())) << p.dump();
+  }
+
+  const std::string report = Slurp(run_dir + "/report.html");
+  EXPECT_NE(report.find("<svg"), std::string::npos);
+  EXPECT_NE(report.find("switch-marker"), std::string::npos);
+  EXPECT_NE(report.find("Validation accuracy vs wall time"), std::string::npos);
+
+  CommandResult status = RunCommand(Strata() + " status " + run_dir);
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_NE(status.output.find("state:     succeeded"), std::string::npos) << status.output;
+  RunCommand("rm -rf " + dir);
+}
+
+}  // namespace
+}  // namespace strata::testing

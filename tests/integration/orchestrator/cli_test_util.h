@@ -1,0 +1,153 @@
+// Helpers for tests that run the real `strata` binary and the services it launches.
+#pragma once
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace strata::testing {
+
+inline std::string BinDir() { return STRATA_TEST_BIN_DIR; }
+inline std::string Strata() { return BinDir() + "/strata"; }
+
+inline bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+inline std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+}
+
+inline std::string MakeTempDir(const std::string& tag) {
+  std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) +
+                     "/strata-" + tag + "-XXXXXX";
+  std::vector<char> buf(tmpl.begin(), tmpl.end());
+  buf.push_back('\0');
+  const char* dir = ::mkdtemp(buf.data());
+  return dir ? std::string(dir) : std::string();
+}
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs a shell command to completion (the commands here are short: validate, status, report).
+inline CommandResult RunCommand(const std::string& command) {
+  CommandResult r;
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, pipe)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(pipe);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+// A long-running `strata run` started in the background, with its output in a file. The
+// destructor kills it (and, through PR_SET_PDEATHSIG, its services) if the test ends early.
+class BackgroundRun {
+ public:
+  BackgroundRun(const std::vector<std::string>& args, const std::string& output_path) : output_(output_path) {
+    std::vector<std::string> argv = {Strata()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargs;
+    for (auto& a : argv) cargs.push_back(const_cast<char*>(a.c_str()));
+    cargs.push_back(nullptr);
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      std::FILE* f = std::freopen(output_path.c_str(), "w", stdout);
+      (void)f;
+      ::dup2(STDOUT_FILENO, STDERR_FILENO);
+      ::execv(cargs[0], cargs.data());
+      ::_exit(127);
+    }
+  }
+  ~BackgroundRun() {
+    if (pid_ > 0 && exit_code_ < 0) {
+      ::kill(pid_, SIGKILL);
+      int status;
+      ::waitpid(pid_, &status, 0);
+    }
+  }
+  pid_t pid() const { return pid_; }
+  // Waits up to `timeout` for the run to end; returns its exit code or -1 on timeout.
+  int Wait(std::chrono::seconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (exit_code_ < 0 && std::chrono::steady_clock::now() < until) {
+      int status;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a pid
+    }
+    return exit_code_;
+  }
+  std::string Output() const { return Slurp(output_); }
+
+ private:
+  pid_t pid_ = -1;
+  int exit_code_ = -1;
+  std::string output_;
+};
+
+// Polls `predicate` until it holds or the deadline passes.
+template <typename F>
+bool Eventually(F predicate, std::chrono::seconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    if (predicate()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return predicate();
+}
+
+inline nlohmann::json ReadJson(const std::string& path) {
+  nlohmann::json j = nlohmann::json::parse(Slurp(path), nullptr, false);
+  return j.is_discarded() ? nlohmann::json(nullptr) : j;
+}
+
+inline std::vector<nlohmann::json> ReadLines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) lines.push_back(j);
+  }
+  return lines;
+}
+
+// True if `pid` is gone or a zombie (ended, waiting to be reaped by init).
+inline bool ProcessEnded(int pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return true;
+  std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = content.rfind(')');
+  return close != std::string::npos && close + 2 < content.size() && content[close + 2] == 'Z';
+}
+
+}  // namespace strata::testing

@@ -1,0 +1,166 @@
+// `strata run` under failure: a killed worker, Ctrl-C, and a manual `strata switch`. Each test
+// runs the real binaries on loopback and checks that every process it started has ended.
+#include <gtest/gtest.h>
+
+#include "tests/integration/orchestrator/cli_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+// Small and long: thousands of fast steps, so the run is surely still going when the test acts.
+std::string LongJob(const std::string& strategy) {
+  return std::string(R"(name: long-job
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 200 }
+model: { arch: mlp }
+training: { epochs: 400, batch_size: 32, lr: 0.05, momentum: 0.9, seed: 1 }
+cluster: { workers: 2, parameter_servers: 1 }
+sharding: { method: stratified }
+strategy: )") + strategy + "\n";
+}
+
+struct RunFixture {
+  std::string dir, run_dir;
+  std::unique_ptr<BackgroundRun> run;
+
+  explicit RunFixture(const std::string& job) {
+    dir = MakeTempDir("run");
+    run_dir = dir + "/run";
+    WriteText(dir + "/job.yaml", job);
+    run = std::make_unique<BackgroundRun>(std::vector<std::string>{"run", dir + "/job.yaml", "--out", run_dir},
+                                          dir + "/output.txt");
+  }
+  ~RunFixture() {
+    run.reset();
+    RunCommand("rm -rf " + dir);
+  }
+  // Waits until every worker has trained at least `steps` steps (status.json, rewritten each second).
+  bool WaitForTraining(int steps) {
+    return Eventually(
+        [&] {
+          nlohmann::json s = ReadJson(run_dir + "/status.json");
+          if (!s.is_object() || !s.contains("workers") || s["workers"].size() < 2) return false;
+          for (const auto& w : s["workers"]) {
+            if (w.value("step", 0) < steps) return false;
+          }
+          return true;
+        },
+        std::chrono::seconds(180));
+  }
+  int PidOf(const std::string& name) {
+    nlohmann::json s = ReadJson(run_dir + "/status.json");
+    for (const auto& p : s["processes"]) {
+      if (p.value("name", "") == name) return p.value("pid", 0);
+    }
+    return 0;
+  }
+  std::vector<int> AllPids() {
+    std::vector<int> pids;
+    nlohmann::json s = ReadJson(run_dir + "/status.json");
+    for (const auto& p : s["processes"]) pids.push_back(p.value("pid", 0));
+    return pids;
+  }
+};
+
+TEST(StrataRun, KilledWorkerStopsTheRunNamingItAndEndsEveryProcess) {
+  RunFixture f(LongJob("{ kind: allreduce }"));
+  ASSERT_TRUE(f.WaitForTraining(5)) << f.run->Output();
+  const std::vector<int> pids = f.AllPids();
+  ASSERT_EQ(pids.size(), 3u);  // two workers and the evaluator
+  const int victim = f.PidOf("worker-1");
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+
+  const int code = f.run->Wait(std::chrono::seconds(120));
+  const std::string output = f.run->Output();
+  EXPECT_EQ(code, 1) << output;
+  EXPECT_NE(output.find("worker-1"), std::string::npos) << output;
+  for (int pid : pids) EXPECT_TRUE(ProcessEnded(pid)) << "pid " << pid << " outlived the run";
+
+  nlohmann::json summary = ReadJson(f.run_dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object()) << "no summary.json";
+  EXPECT_EQ(summary["state"], "failed");
+  EXPECT_EQ(summary["failed_process"], "worker-1");
+  EXPECT_NE(summary["error"].get<std::string>().find("worker-1"), std::string::npos) << summary.dump(2);
+  EXPECT_NE(summary["error"].get<std::string>().find("signal 9"), std::string::npos) << summary.dump(2);
+  bool exit_event = false;
+  for (const auto& e : ReadLines(f.run_dir + "/events.jsonl")) {
+    exit_event = exit_event || (e["event"] == "process_exited" && e["process"] == "worker-1");
+  }
+  EXPECT_TRUE(exit_event);
+}
+
+TEST(StrataRun, InterruptEndsEveryProcessAndSaysSo) {
+  RunFixture f(LongJob("{ kind: switch, rule: at_fraction, at_fraction: 0.9 }"));
+  ASSERT_TRUE(f.WaitForTraining(5)) << f.run->Output();
+  const std::vector<int> pids = f.AllPids();
+  ASSERT_EQ(pids.size(), 4u);  // a parameter server, two workers and the evaluator
+  ASSERT_EQ(::kill(f.run->pid(), SIGINT), 0);
+
+  const int code = f.run->Wait(std::chrono::seconds(120));
+  EXPECT_EQ(code, 130) << f.run->Output();
+  for (int pid : pids) EXPECT_TRUE(ProcessEnded(pid)) << "pid " << pid << " outlived the run";
+  nlohmann::json summary = ReadJson(f.run_dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary["state"], "interrupted");
+  EXPECT_TRUE(Exists(f.run_dir + "/report.html"));
+}
+
+TEST(StrataRun, ManualSwitchHandsOverLiveAndServersHoldTheLastAllReduceModel) {
+  // The empirical rule with a threshold it will not reach: only `strata switch` switches.
+  RunFixture f(LongJob("{ kind: switch, rule: empirical, window: 5, threshold_percent: 0.000001 }"));
+  ASSERT_TRUE(f.WaitForTraining(40)) << f.run->Output();
+  const std::vector<int> pids = f.AllPids();
+
+  CommandResult sw = RunCommand(Strata() + " switch " + f.run_dir + " --wait-s 120");
+  EXPECT_EQ(sw.exit_code, 0) << sw.output << f.run->Output();
+  EXPECT_NE(sw.output.find("handover"), std::string::npos) << sw.output;
+
+  nlohmann::json decided, done;
+  for (const auto& e : ReadLines(f.run_dir + "/events.jsonl")) {
+    if (e["event"] == "switch_decided") decided = e;
+    if (e["event"] == "switch_done") done = e;
+  }
+  ASSERT_TRUE(decided.is_object());
+  EXPECT_EQ(decided["trigger"], "manual");
+  ASSERT_TRUE(done.is_object());
+  EXPECT_GT(done["handover_s"].get<double>(), 0.0);
+  EXPECT_EQ(done["verification"]["weights_equal"], true) << done.dump(2);
+  EXPECT_TRUE(Exists(done["checkpoint"].get<std::string>()));
+
+  // Training continues on the parameter servers: worker steps keep growing in push/pull mode.
+  const int64_t at = done["at_step"].get<int64_t>();
+  EXPECT_TRUE(Eventually(
+      [&] {
+        nlohmann::json s = ReadJson(f.run_dir + "/status.json");
+        for (const auto& w : s["workers"]) {
+          if (w.value("mode", "") != "ps" || w.value("step", 0) <= at) return false;
+        }
+        return true;
+      },
+      std::chrono::seconds(60)));
+
+  CommandResult status = RunCommand(Strata() + " status " + f.run_dir);
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_NE(status.output.find("state:     running"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("done at step"), std::string::npos) << status.output;
+  CommandResult again = RunCommand(Strata() + " switch " + f.run_dir + " --wait-s 0");
+  EXPECT_NE(again.exit_code, 0) << again.output;  // already switched
+
+  ASSERT_EQ(::kill(f.run->pid(), SIGINT), 0);
+  EXPECT_EQ(f.run->Wait(std::chrono::seconds(120)), 130);
+  for (int pid : pids) EXPECT_TRUE(ProcessEnded(pid)) << "pid " << pid << " outlived the run";
+  CommandResult report = RunCommand(Strata() + " report " + f.run_dir);
+  EXPECT_EQ(report.exit_code, 0) << report.output;
+  EXPECT_NE(Slurp(f.run_dir + "/report.html").find("switch-marker"), std::string::npos);
+}
+
+TEST(StrataStatus, RefusesADirectoryThatIsNotARun) {
+  const std::string dir = MakeTempDir("status");
+  EXPECT_NE(RunCommand(Strata() + " status " + dir).exit_code, 0);
+  EXPECT_NE(RunCommand(Strata() + " report " + dir).exit_code, 0);
+  EXPECT_NE(RunCommand(Strata() + " switch " + dir + " --wait-s 0").exit_code, 0);
+  RunCommand("rm -rf " + dir);
+}
+
+}  // namespace
+}  // namespace strata::testing
