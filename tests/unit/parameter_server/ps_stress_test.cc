@@ -1,0 +1,167 @@
+// Many workers pushing and pulling at once against one in-process parameter server (so that a
+// ThreadSanitizer build instruments the server and the clients together; see docs/protocol.md).
+// Every update subtracts the same amount from every element, so any torn or half-applied state
+// shows up as unequal elements in a pulled tensor.
+#include <atomic>
+#include <cmath>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "services/common/rpc.h"
+#include "services/parameter_server/partition.h"
+#include "services/parameter_server/service.h"
+#include "tests/integration/parameter_server/ps_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+constexpr int kWorkers = 8;
+constexpr int kSteps = 50;
+constexpr float kStart = 1.0f;
+
+struct Mode {
+  ConsistencyMode mode;
+  const char* name;
+};
+
+std::vector<NamedTensor> Model(float value) {
+  // Large enough that pushes and pulls span many 16 KiB chunks.
+  return {Filled("a.weight", {128, 128}, value, 0), Filled("a.bias", {128}, value, 0),
+          Filled("b.weight", {10, 1000}, value, 0), Filled("bn.mean", {64}, value, 0)};
+}
+
+class PsStressTest : public ::testing::TestWithParam<Mode> {
+ protected:
+  void SetUp() override {
+    PartitionConfig c;
+    c.workers = kWorkers;
+    c.consistency = GetParam().mode;
+    c.staleness = 1;
+    c.lr = 0.01;
+    c.momentum = 0;
+    c.weight_decay = 0;
+    c.lr_scale = 1.0;
+    c.train_examples = 100;
+    partition_ = std::make_unique<ParameterPartition>(c);
+    Checkpoint checkpoint;
+    for (auto& t : Model(kStart)) {
+      checkpoint.entries.push_back({t.name() == "bn.mean" ? TensorKind::kBuffer : TensorKind::kParameter, t});
+    }
+    ASSERT_TRUE(partition_->Load(checkpoint, "test").ok());
+    ParameterServerServiceOptions o;
+    o.chunk_bytes = 16 << 10;
+    service_ = std::make_unique<ParameterServerService>(partition_.get(), o);
+    int port = 0;
+    server_ = StartServer("127.0.0.1:0", {service_.get()}, &port);
+    ASSERT_NE(server_, nullptr);
+    address_ = absl::StrCat("127.0.0.1:", port);
+  }
+  void TearDown() override {
+    partition_->Shutdown();
+    if (server_) server_->Shutdown(DeadlineAfter(std::chrono::seconds(5)));
+  }
+
+  std::unique_ptr<ParameterPartition> partition_;
+  std::unique_ptr<ParameterServerService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+// Every element of every parameter tensor holds the same value; returns it (NaN if torn).
+float UniformValue(const Pulled& p) {
+  float value = NAN;
+  for (const auto& t : p.tensors) {
+    if (t.name() == "bn.mean") continue;
+    for (int64_t i = 0; i < t.spec.numel(); ++i) {
+      if (std::isnan(value)) value = t.floats()[i];
+      if (t.floats()[i] != value) return NAN;
+    }
+  }
+  return value;
+}
+
+TEST_P(PsStressTest, ManyWorkersPushAndPullConcurrently) {
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0}, torn{0};
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      auto stub = Connect(address_);  // a channel per worker, as separate processes would have
+      int64_t version = 0;
+      for (int step = 0; step < kSteps; ++step) {
+        std::vector<v1::PushRequest> m = {Header(w, version, /*samples=*/2, step)};
+        for (auto& c : Chunks(Model(1.0f), 16 << 10)) m.push_back(std::move(c));
+        Pulled r;
+        if (step % 2 == 0) {
+          r = RawPushPull(*stub, m);
+        } else {  // the two-call path: Push, then Pull
+          v1::PushReply reply;
+          grpc::Status pushed = RawPush(*stub, m, &reply);
+          if (pushed.ok()) {
+            r = RawPull(*stub, w, step + 1);
+          } else {
+            r.status = pushed;
+          }
+        }
+        if (!r.status.ok()) {
+          ++failures;
+          ADD_FAILURE() << "worker " << w << " step " << step << ": " << r.status.error_message();
+          return;
+        }
+        if (std::isnan(UniformValue(r))) ++torn;
+        version = r.version;
+      }
+    });
+  }
+  // Observers: pulls of the whole model, status and progress, all while the workers run.
+  threads.emplace_back([&] {
+    auto stub = Connect(address_);
+    while (!done) {
+      Pulled r = RawPull(*stub, /*worker=*/-1);
+      if (!r.status.ok()) ++failures;
+      if (std::isnan(UniformValue(r))) ++torn;
+      GetStatus(*stub);
+    }
+  });
+  grpc::ClientContext watch_context;
+  watch_context.set_deadline(TestDeadline());
+  threads.emplace_back([&] {
+    auto stub = Connect(address_);
+    auto watch = stub->WatchProgress(&watch_context, v1::WatchProgressRequest());
+    v1::Progress p;
+    int64_t last = -1;
+    while (watch->Read(&p)) {
+      if (p.completed_epochs() < last) ++failures;  // progress never goes back
+      last = p.completed_epochs();
+    }
+    watch->Finish();
+  });
+  for (int w = 0; w < kWorkers; ++w) threads[w].join();
+  done = true;
+  watch_context.TryCancel();
+  for (size_t i = kWorkers; i < threads.size(); ++i) threads[i].join();
+
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(torn.load(), 0);
+  auto stub = Connect(address_);
+  const v1::ServerStatus s = GetStatus(*stub);
+  EXPECT_EQ(s.pushes(), kWorkers * kSteps);
+  EXPECT_EQ(s.samples(), kWorkers * kSteps * 2);
+  const int64_t updates = GetParam().mode == ConsistencyMode::kBsp ? kSteps : kWorkers * kSteps;
+  EXPECT_EQ(s.version(), updates);
+  if (GetParam().mode == ConsistencyMode::kSsp) {
+    EXPECT_LE(s.max_clock_gap(), 1);
+  }
+  // Each update subtracts lr * gradient (1.0) from every element.
+  Pulled final_model = RawPull(*stub);
+  EXPECT_NEAR(UniformValue(final_model), kStart - 0.01f * updates, 1e-4);
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PsStressTest,
+                         ::testing::Values(Mode{ConsistencyMode::kAsp, "asp"}, Mode{ConsistencyMode::kBsp, "bsp"},
+                                           Mode{ConsistencyMode::kSsp, "ssp"}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+}  // namespace
+}  // namespace strata::testing
