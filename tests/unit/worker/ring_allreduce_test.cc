@@ -2,7 +2,12 @@
 // 127.0.0.1:0 and its own RingAllReduce, and runs its operation on its own thread.
 #include "services/worker/ring_allreduce.h"
 
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
 #include <chrono>
+#include <filesystem>
 #include <future>
 #include <string>
 #include <thread>
@@ -13,6 +18,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "bench/allreduce/rank_launcher.h"
 #include "services/common/rpc.h"
 
 namespace strata {
@@ -194,6 +200,60 @@ TEST(RingAllReduce, ASilentPeerIsNamedByEveryRankAfterTheDeadline) {
   }
   EXPECT_EQ(statuses[3].code(), absl::StatusCode::kDeadlineExceeded) << statuses[3];
 }
+
+#ifdef STRATA_BENCH_ALLREDUCE
+// A real peer process (strata-bench-allreduce running one rank) is killed between operations:
+// the next operation fails at once, naming it, instead of hanging.
+TEST(RingAllReduce, AKilledPeerProcessIsNamed) {
+  char pattern[] = "/tmp/strata-ring-test-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string dir = pattern;
+  struct Cleanup {
+    std::string dir;
+    pid_t child = -1;
+    ~Cleanup() {
+      if (child > 0) {
+        kill(child, SIGKILL);
+        waitpid(child, nullptr, 0);
+      }
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  } cleanup{dir};
+
+  RingAllReduce ring(0);
+  int port = 0;
+  auto server = StartServer("127.0.0.1:0", {ring.service()}, &port);
+  ASSERT_NE(server, nullptr);
+  const size_t n = 4096;
+  std::vector<std::string> args = {STRATA_BENCH_ALLREDUCE, "--world", "2",   "--floats", std::to_string(n),
+                                   "--iters", "1000000000",   "--warmup", "3", "--rank", "1", "--dir", dir};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ASSERT_EQ(posix_spawn(&cleanup.child, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  auto peers = bench::ExchangePorts(dir, 0, 2, port, std::chrono::seconds(60));
+  ASSERT_TRUE(peers.ok()) << peers.status();
+  ASSERT_TRUE(ring.Connect(*peers).ok());
+
+  // The child's sequence: 3 warm-up operations of n floats, a 1-float barrier, then n-float ones.
+  AllReduceOptions options;
+  options.deadline = std::chrono::seconds(30);
+  std::vector<float> data(n, 3.0f);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring.AllReduceAverage(data.data(), n, options).ok());
+  float token = 0;
+  ASSERT_TRUE(ring.AllReduceAverage(&token, 1, options).ok());
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring.AllReduceAverage(data.data(), n, options).ok());
+
+  ASSERT_EQ(kill(cleanup.child, SIGKILL), 0);
+  ASSERT_EQ(waitpid(cleanup.child, nullptr, 0), cleanup.child);
+  cleanup.child = -1;
+  options.deadline = std::chrono::seconds(5);
+  absl::Status status = ring.AllReduceAverage(data.data(), n, options);
+  ASSERT_FALSE(status.ok());
+  EXPECT_THAT(std::string(status.message()), HasSubstr(absl::StrCat("rank 1 (", (*peers)[1], ")"))) << status;
+}
+#endif
 
 }  // namespace
 }  // namespace strata
