@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <thread>
 
@@ -90,17 +91,27 @@ torch::Tensor KMeansPlusPlus(const torch::Tensor& z, const torch::Tensor& z_norm
   return centres;
 }
 
-struct Assignment {
-  torch::Tensor labels;     // int64, n
-  torch::Tensor distances;  // float, n: squared distance to the assigned centre
+// The nearest and second-nearest centre of every row of `z`, with (non-squared) distances. All
+// rows x k distances come from one GEMM: ||z - c||^2 = ||z||^2 - 2 z.c + ||c||^2.
+struct TwoNearest {
+  torch::Tensor labels;  // int64
+  torch::Tensor first;   // distance to the nearest centre
+  torch::Tensor second;  // distance to the second nearest (+inf when k = 1)
 };
 
-// All n x k distances in one GEMM: argmin_c ||z - c||^2 = argmin_c (||c||^2 - 2 z.c).
-Assignment Assign(const torch::Tensor& z, const torch::Tensor& z_norms, const torch::Tensor& centres) {
+TwoNearest FindTwoNearest(const torch::Tensor& z, const torch::Tensor& z_norms,
+                          const torch::Tensor& centres) {
+  const int64_t k = centres.size(0);
   torch::Tensor centre_norms = centres.mul(centres).sum(1).unsqueeze(0);  // 1 x k
   torch::Tensor scores = torch::addmm(centre_norms, z, centres.t(), /*beta=*/1, /*alpha=*/-2);
-  auto [best, labels] = scores.min(1);
-  return {labels, best.add_(z_norms).clamp_min_(0)};
+  auto [values, indices] = scores.topk(std::min<int64_t>(2, k), 1, /*largest=*/false, /*sorted=*/true);
+  values.add_(z_norms.unsqueeze(1)).clamp_min_(0).sqrt_();
+  TwoNearest out;
+  out.labels = indices.select(1, 0).contiguous();
+  out.first = values.select(1, 0).contiguous();
+  out.second = k > 1 ? values.select(1, 1).contiguous()
+                     : torch::full_like(out.first, std::numeric_limits<float>::infinity());
+  return out;
 }
 
 }  // namespace
@@ -141,33 +152,66 @@ absl::StatusOr<ClusteringResult> PcaKMeans(const float* features, int64_t n, int
     torch::Tensor z_norms = z.mul(z).sum(1);
     const double tolerance = options.tolerance * z.var(0, /*unbiased=*/false).mean().item<double>();
     torch::Tensor centres = KMeansPlusPlus(z, z_norms, k, &rng);
-    Assignment current = Assign(z, z_norms, centres);
+    // Lloyd's algorithm with Hamerly's bounds (Hamerly, "Making k-means even faster", 2010): per
+    // example an upper bound on the distance to its centre and a lower bound on the distance to
+    // every other centre. When centres move by delta, upper += delta[own], lower -= max(delta);
+    // only examples with upper > lower can change centre, so once the clusters settle most
+    // examples skip the distance computation. The labels are those of plain Lloyd.
+    TwoNearest all = FindTwoNearest(z, z_norms, centres);
+    torch::Tensor labels = all.labels, upper = all.first, lower = all.second;
+    // Rounding in the expanded distance formula, so that a near-tie is always recomputed.
+    const double margin = 1e-3 * std::sqrt(z_norms.mean().item<double>());
+    // Per-cluster sums and counts are kept up to date incrementally from the examples that
+    // change centre, so the update step also costs only what changed. Sums in double precision:
+    // they are updated by additions and subtractions across up to max_iterations steps.
+    torch::Tensor z64 = z.to(torch::kFloat64);
+    torch::Tensor sums = torch::zeros({k, z.size(1)}, z64.options()).index_add_(0, labels, z64);
+    torch::Tensor counts = torch::bincount(labels, /*weights=*/{}, k).to(torch::kFloat64);
     for (int it = 0; it < options.max_iterations; ++it) {
-      // Update step: per-cluster sums with one scatter-add, counts with bincount.
-      torch::Tensor sums = torch::zeros_like(centres).index_add_(0, current.labels, z);
-      torch::Tensor counts = torch::bincount(current.labels, /*weights=*/{}, k).to(torch::kFloat32);
-      torch::Tensor updated = sums.div_(counts.clamp_min(1).unsqueeze(1));
+      torch::Tensor updated = sums.div(counts.clamp_min(1).unsqueeze(1)).to(torch::kFloat32);
       // An empty cluster takes the example farthest from its centre (as scikit-learn does), so
-      // the plan always has `clusters` neighbourhoods when the data allows it.
+      // the plan keeps `clusters` neighbourhoods; the bounds below then move that example over.
       torch::Tensor empty = (counts == 0).nonzero().flatten();
       if (empty.numel() > 0) {
-        torch::Tensor far = std::get<1>(current.distances.topk(empty.numel()));
+        torch::Tensor own = (z - centres.index_select(0, labels)).pow(2).sum(1);
+        torch::Tensor far = std::get<1>(own.topk(empty.numel()));
         updated.index_copy_(0, empty, z.index_select(0, far));
       }
-      const double shift = (updated - centres).pow(2).sum().item<double>();
+      torch::Tensor moved = (updated - centres).pow(2).sum(1);  // squared, per centre
+      const double shift = moved.sum().item<double>();
+      moved.sqrt_();
       centres = updated;
-      Assignment next = Assign(z, z_norms, centres);
-      const bool unchanged = torch::equal(next.labels, current.labels);
-      current = std::move(next);
+      upper.add_(moved.index_select(0, labels));
+      lower.sub_(moved.max());
+      torch::Tensor candidates = (upper.add(margin) > lower).nonzero().flatten();
+      bool changed = false;
+      if (candidates.numel() > 0) {
+        TwoNearest sub = FindTwoNearest(z.index_select(0, candidates),
+                                        z_norms.index_select(0, candidates), centres);
+        torch::Tensor before = labels.index_select(0, candidates);
+        torch::Tensor which = (sub.labels != before).nonzero().flatten();
+        if (which.numel() > 0) {
+          changed = true;
+          torch::Tensor movers = candidates.index_select(0, which);
+          torch::Tensor from = before.index_select(0, which), to = sub.labels.index_select(0, which);
+          torch::Tensor zm = z64.index_select(0, movers);
+          torch::Tensor ones = torch::ones({movers.numel()}, counts.options());
+          sums.index_add_(0, from, zm.neg()).index_add_(0, to, zm);
+          counts.index_add_(0, from, ones.neg()).index_add_(0, to, ones);
+        }
+        labels.index_copy_(0, candidates, sub.labels);
+        upper.index_copy_(0, candidates, sub.first);
+        lower.index_copy_(0, candidates, sub.second);
+      }
       result.iterations = it + 1;
-      if (unchanged || shift <= tolerance) {
+      if (!changed || shift <= tolerance) {
         result.converged = true;
         break;
       }
     }
-    result.inertia = current.distances.sum().item<double>();
-    torch::Tensor labels = current.labels.to(torch::kInt32).contiguous();
-    result.assignments.assign(labels.data_ptr<int32_t>(), labels.data_ptr<int32_t>() + n);
+    result.inertia = (z - centres.index_select(0, labels)).pow(2).sum().item<double>();
+    torch::Tensor labels32 = labels.to(torch::kInt32).contiguous();
+    result.assignments.assign(labels32.data_ptr<int32_t>(), labels32.data_ptr<int32_t>() + n);
     result.kmeans_seconds = SecondsSince(start);
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("PCA/KMeans failed in LibTorch: ", e.what_without_backtrace()));
