@@ -35,12 +35,7 @@ int ExitCode(int status) {
 
 absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::Launch(const PsProcessOptions& o) {
   static std::atomic<int> counter{0};
-  const std::string tag = absl::StrCat("ps", o.partition, "-", getpid(), "-", counter++);
-  const std::string port_file = absl::StrCat(o.work_dir, "/", tag, ".port");
-  const std::string log_path = absl::StrCat(o.work_dir, "/", tag, ".log");
   std::vector<std::string> args = {o.binary,
-                                   "--listen", "127.0.0.1:0",
-                                   "--port-file", port_file,
                                    "--config", o.config,
                                    "--partition", std::to_string(o.partition),
                                    "--partitions", std::to_string(o.partitions),
@@ -51,6 +46,17 @@ absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::Launch(const PsProcessOpti
   if (o.lr_scale > 0) args.insert(args.end(), {"--lr-scale", absl::StrCat(o.lr_scale)});
   if (!o.init_checkpoint.empty()) args.insert(args.end(), {"--init-checkpoint", o.init_checkpoint});
   args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
+  return LaunchService(std::move(args), o.work_dir,
+                       absl::StrCat("ps", o.partition, "-", getpid(), "-", counter++), o.start_deadline);
+}
+
+absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::LaunchService(std::vector<std::string> args,
+                                                                    const std::string& work_dir,
+                                                                    const std::string& name,
+                                                                    std::chrono::milliseconds start_deadline) {
+  const std::string port_file = absl::StrCat(work_dir, "/", name, ".port");
+  const std::string log_path = absl::StrCat(work_dir, "/", name, ".log");
+  args.insert(args.end(), {"--listen", "127.0.0.1:0", "--port-file", port_file});
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -73,12 +79,12 @@ absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::Launch(const PsProcessOpti
   }
   ::close(log_fd);
   std::unique_ptr<PsProcess> process(new PsProcess(pid, log_path));
-  const auto give_up = std::chrono::steady_clock::now() + o.start_deadline;
+  const auto give_up = std::chrono::steady_clock::now() + start_deadline;
   for (;;) {
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       process->exited_ = true;
-      return absl::InternalError(absl::StrCat("strata-ps exited with code ", ExitCode(status),
+      return absl::InternalError(absl::StrCat(args[0], " exited with code ", ExitCode(status),
                                               " before serving; log:\n", Tail(log_path)));
     }
     if (auto text = ReadFile(port_file); text.ok()) {
@@ -89,8 +95,8 @@ absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::Launch(const PsProcessOpti
       }
     }
     if (std::chrono::steady_clock::now() > give_up) {
-      return absl::DeadlineExceededError(absl::StrCat("strata-ps wrote no port file within ",
-                                                      o.start_deadline.count(), " ms; log:\n", Tail(log_path)));
+      return absl::DeadlineExceededError(absl::StrCat(args[0], " wrote no port file within ",
+                                                      start_deadline.count(), " ms; log:\n", Tail(log_path)));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the port file
   }
