@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "orchestrator/lib/child_process.h"
+#include "orchestrator/lib/cpu_limit.h"
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/report.h"
 #include "orchestrator/lib/run_paths.h"
@@ -257,6 +258,9 @@ class LocalRun {
           s, {Bin("strata-worker"), "--config", paths_.job_yaml, "--rank", std::to_string(r), "--world",
               std::to_string(spec_.cluster.workers), "--shard-file", ShardFile(r), "--listen", "127.0.0.1:0",
               "--port-file", s.port_file, "--run-dir", paths_.root}));
+      for (const StragglerSpec& st : spec_.cluster.stragglers) {
+        if (st.worker == r) SlowDown(s, st.cpu_fraction);
+      }
       workers_.push_back(std::move(s));
     }
     evaluator_ = NewService("evaluator");
@@ -816,6 +820,20 @@ class LocalRun {
     return absl::OkStatus();
   }
 
+  // cluster.stragglers: a real slow-down where cgroups allow it, otherwise said plainly.
+  void SlowDown(const Service& s, double fraction) {
+    auto limit = CpuLimit::Apply(s.process->pid(), fraction, absl::StrCat("strata-", ::getpid(), "-", s.name));
+    if (limit.ok()) {
+      Event("straggler", {{"process", s.name}, {"cpu_fraction", fraction}, {"cgroup", (*limit)->path()}});
+      Say(absl::StrFormat("%s runs as a straggler: %.0f%% of one core", s.name, fraction * 100));
+      cpu_limits_.push_back(std::move(*limit));
+    } else {
+      Event("straggler_not_applied", {{"process", s.name}, {"cpu_fraction", fraction},
+                                      {"reason", std::string(limit.status().message())}});
+      Say(absl::StrCat("warning: cannot slow down ", s.name, ": ", limit.status().message()));
+    }
+  }
+
   std::vector<Service*> AllServices() {
     std::vector<Service*> all;
     for (Service& s : servers_) all.push_back(&s);
@@ -895,6 +913,7 @@ class LocalRun {
       if (s->process) exits.push_back({{"process", s->name}, {"pid", s->process->pid()}, {"how", s->process->ExitDescription()}});
     }
     Event("processes_ended", {{"processes", exits}});
+    cpu_limits_.clear();  // the cgroups are empty now
   }
 
   // ---- output -----------------------------------------------------------------------------
@@ -1047,6 +1066,7 @@ class LocalRun {
 
   std::vector<Service> servers_, workers_;
   Service evaluator_;
+  std::vector<std::unique_ptr<CpuLimit>> cpu_limits_;
   std::vector<std::unique_ptr<v1::Worker::Stub>> worker_stubs_;
   std::vector<std::unique_ptr<v1::ParameterServer::Stub>> server_stubs_;
   std::unique_ptr<v1::Evaluator::Stub> evaluator_stub_;
