@@ -144,6 +144,9 @@ struct BadInput {
   std::string message;
 };
 
+// Names the case in test listings instead of dumping its bytes.
+void PrintTo(const BadInput& input, std::ostream* os) { *os << input.name; }
+
 class BadInputTest : public SharderProcessTest, public ::testing::WithParamInterface<BadInput> {};
 
 std::vector<std::string> Synthetic(std::vector<std::string> more) {

@@ -249,6 +249,8 @@ struct BadOption {
   std::string message;
 };
 
+void PrintTo(const BadOption& option, std::ostream* os) { *os << option.name; }
+
 class BadOptionsTest : public ::testing::TestWithParam<BadOption> {};
 
 TEST_P(BadOptionsTest, RefusedWithTheKeyNamed) {
