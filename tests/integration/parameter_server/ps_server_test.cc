@@ -1,12 +1,18 @@
 // strata-ps as a real process on loopback: the optimizer arithmetic, refusal of every kind of bad
 // push (the model stays unchanged and other workers keep being served), BSP rounds, the SSP
 // bound, checkpoints (whole model and partition), progress and Stop.
+#include <signal.h>
+
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
+
+#include <absl/strings/numbers.h>
+#include <absl/strings/strip.h>
 
 #include "services/common/flat_layout.h"
 #include "services/common/sgd.h"
@@ -488,6 +494,43 @@ TEST_F(PsServerTest, StopEndsTheProcessAndReleasesWaitingPulls) {
   auto code = ps->WaitForExit(std::chrono::seconds(60));
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 0);
+}
+
+// A process whose state is missing or zombie has exited.
+bool Exited(pid_t pid) {
+  auto stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  if (!stat.ok()) return true;
+  const size_t paren = stat->rfind(')');
+  return paren != std::string::npos && paren + 2 < stat->size() && (*stat)[paren + 2] == 'Z';
+}
+
+TEST_F(PsServerTest, ExitsWhenItsParentDies) {
+  // The parent is a shell that waits on its stdin; closing the pipe ends the shell.
+  const std::string port_file = dir_ / "orphan.port", pid_file = dir_ / "orphan.pid";
+  const std::string command = absl::StrCat(
+      STRATA_PS_BINARY, " --listen 127.0.0.1:0 --port-file ", port_file, " --partition 0 --partitions 1",
+      " --workers 1 --train-examples 10 --config ", config_, " --init-checkpoint ", checkpoint_,
+      " > ", dir_ / "orphan.log", " 2>&1 & echo $! > ", pid_file, "; read ignored");
+  FILE* shell = popen(command.c_str(), "w");
+  ASSERT_NE(shell, nullptr);
+  int port = 0;
+  ASSERT_TRUE(PollUntil([&] {
+    auto text = ReadFile(port_file);
+    return text.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &port) && port > 0;
+  }));
+  pid_t pid = 0;
+  ASSERT_TRUE(PollUntil([&] {
+    auto text = ReadFile(pid_file);
+    return text.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &pid) && pid > 0;
+  }));
+  auto stub = Connect(absl::StrCat("127.0.0.1:", port));
+  EXPECT_TRUE(GetStatus(*stub).loaded());
+  EXPECT_FALSE(Exited(pid));
+  pclose(shell);  // the shell reads EOF and exits: strata-ps loses its parent
+  const bool exited = PollUntil([&] { return Exited(pid); });
+  if (!exited) ::kill(pid, SIGKILL);
+  EXPECT_TRUE(exited) << "strata-ps outlived its parent";
+  if (getenv("PS_TEST_SHOW_LOG")) std::printf("%s\n", ReadFile(dir_ / "orphan.log")->c_str());
 }
 
 }  // namespace
