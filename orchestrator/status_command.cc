@@ -43,26 +43,30 @@ int ShowStatus(const std::string& dir) {
   std::string state = status.is_object() ? status.value("state", "unknown") : "unknown";
   if (state == "running") {
     const int pid = status.value("orchestrator_pid", 0);
-    if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) state = "abandoned (the orchestrator is gone)";
+    if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH))
+      state = "abandoned (the orchestrator is gone)";
   }
   std::printf("run:       %s\n", dir.c_str());
   std::printf("state:     %s\n", state.c_str());
   if (status.is_object()) {
-    std::printf("job:       %s, strategy %s\n", status.value("name", "").c_str(), status.value("strategy", "").c_str());
-    std::printf("progress:  epoch %s of %d, phase %s, %s samples/s, %s s\n", Num(status, "epoch", "%.2f").c_str(),
-                status.value("epochs", 0), status.value("phase", "").c_str(),
-                Num(status, "samples_per_s", "%.0f").c_str(), Num(status, "wall_s", "%.1f").c_str());
+    std::printf("job:       %s, strategy %s\n", status.value("name", "").c_str(),
+                status.value("strategy", "").c_str());
+    std::printf("progress:  epoch %s of %d, phase %s, %s samples/s, %s s\n",
+                Num(status, "epoch", "%.2f").c_str(), status.value("epochs", 0),
+                status.value("phase", "").c_str(), Num(status, "samples_per_s", "%.0f").c_str(),
+                Num(status, "wall_s", "%.1f").c_str());
   }
   if (!metrics.empty()) {
     const auto& m = metrics.back();
     std::printf("last eval: epoch %d (%s): val_loss %s, val_acc %s\n", m.value("epoch", 0),
-                m.value("phase", "").c_str(), Num(m, "val_loss", "%.4f").c_str(), Num(m, "val_acc", "%.4f").c_str());
+                m.value("phase", "").c_str(), Num(m, "val_loss", "%.4f").c_str(),
+                Num(m, "val_acc", "%.4f").c_str());
   }
   for (const auto& e : events) {
     const std::string name = e.value("event", "");
     if (name == "switch_decided") {
-      std::printf("switch:    decided by %s at epoch %d: %s\n", e.value("trigger", "").c_str(), e.value("epoch", 0),
-                  e.value("reason", "").c_str());
+      std::printf("switch:    decided by %s at epoch %d: %s\n", e.value("trigger", "").c_str(),
+                  e.value("epoch", 0), e.value("reason", "").c_str());
     } else if (name == "switch_done") {
       std::printf("switch:    done at step %lld (epoch %s), handover %s s\n",
                   static_cast<long long>(e.value("at_step", 0)), Num(e, "epoch", "%.2f").c_str(),
@@ -72,8 +76,9 @@ int ShowStatus(const std::string& dir) {
     }
   }
   if (summary.is_object()) {
-    std::printf("final:     val_acc %s, val_loss %s, %s s\n", Num(summary, "final_val_acc", "%.4f").c_str(),
-                Num(summary, "final_val_loss", "%.4f").c_str(), Num(summary, "wall_s", "%.1f").c_str());
+    std::printf(
+        "final:     val_acc %s, val_loss %s, %s s\n", Num(summary, "final_val_acc", "%.4f").c_str(),
+        Num(summary, "final_val_loss", "%.4f").c_str(), Num(summary, "wall_s", "%.1f").c_str());
   }
   if (status.is_object() && status.contains("processes")) {
     for (const auto& p : status["processes"]) {

@@ -4,7 +4,8 @@
 #include "orchestrator/commands.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"Strata: distributed training with a live switch from all-reduce to parameter servers"};
+  CLI::App app{
+      "Strata: distributed training with a live switch from all-reduce to parameter servers"};
   app.require_subcommand(1);
   int exit_code = 0;
   strata::cli::AddValidateCommand(app, &exit_code);

@@ -22,7 +22,8 @@ int RequestSwitch(const std::string& dir, int wait_s) {
   RunPaths paths(dir);
   auto status_text = ReadFile(paths.status);
   if (!status_text.ok()) {
-    std::fprintf(stderr, "strata switch: %s is not a run directory (no status.json)\n", dir.c_str());
+    std::fprintf(stderr, "strata switch: %s is not a run directory (no status.json)\n",
+                 dir.c_str());
     return 2;
   }
   nlohmann::json status = nlohmann::json::parse(*status_text, nullptr, false);
@@ -33,12 +34,15 @@ int RequestSwitch(const std::string& dir, int wait_s) {
   }
   const int pid = status.value("orchestrator_pid", 0);
   if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) {
-    std::fprintf(stderr, "strata switch: the orchestrator of %s (pid %d) is gone\n", dir.c_str(), pid);
+    std::fprintf(stderr, "strata switch: the orchestrator of %s (pid %d) is gone\n", dir.c_str(),
+                 pid);
     return 1;
   }
   if (status.value("strategy", "").rfind("switch", 0) != 0) {
-    std::fprintf(stderr, "strata switch: the run's strategy is '%s'; only strategy.kind: switch runs "
-                 "parameter servers to switch to\n", status.value("strategy", "").c_str());
+    std::fprintf(stderr,
+                 "strata switch: the run's strategy is '%s'; only strategy.kind: switch runs "
+                 "parameter servers to switch to\n",
+                 status.value("strategy", "").c_str());
     return 1;
   }
   if (status.value("switched", false)) {
@@ -47,7 +51,9 @@ int RequestSwitch(const std::string& dir, int wait_s) {
   }
   size_t events_before = 0;
   if (auto events = ReadJsonLines(paths.events); events.ok()) events_before = events->size();
-  if (absl::Status s = WriteFileAtomic(paths.switch_request, "{\"requested_by\": \"strata switch\"}\n"); !s.ok()) {
+  if (absl::Status s =
+          WriteFileAtomic(paths.switch_request, "{\"requested_by\": \"strata switch\"}\n");
+      !s.ok()) {
     std::fprintf(stderr, "strata switch: %s\n", std::string(s.message()).c_str());
     return 1;
   }
@@ -66,8 +72,8 @@ int RequestSwitch(const std::string& dir, int wait_s) {
                       e.value("handover_s", 0.0));
           return 0;
         }
-        if (name == "switch_failed" || name == "switch_skipped" || name == "switch_request_ignored" ||
-            name == "run_failed") {
+        if (name == "switch_failed" || name == "switch_skipped" ||
+            name == "switch_request_ignored" || name == "run_failed") {
           std::fprintf(stderr, "strata switch: %s: %s\n", name.c_str(), e.dump().c_str());
           return 1;
         }
@@ -76,7 +82,8 @@ int RequestSwitch(const std::string& dir, int wait_s) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));  // following a file
   }
   if (wait_s > 0) {
-    std::fprintf(stderr, "strata switch: no outcome within %d s; see %s\n", wait_s, paths.events.c_str());
+    std::fprintf(stderr, "strata switch: no outcome within %d s; see %s\n", wait_s,
+                 paths.events.c_str());
     return 1;
   }
   return 0;

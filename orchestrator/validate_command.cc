@@ -7,7 +7,8 @@
 namespace strata::cli {
 
 void AddValidateCommand(CLI::App& app, int* exit_code) {
-  CLI::App* cmd = app.add_subcommand("validate", "check a job spec: every problem with its key and line");
+  CLI::App* cmd =
+      app.add_subcommand("validate", "check a job spec: every problem with its key and line");
   auto job = std::make_shared<std::string>();
   auto overrides = std::make_shared<std::vector<std::string>>();
   cmd->add_option("job", *job, "job spec (YAML)")->required();
@@ -22,9 +23,9 @@ void AddValidateCommand(CLI::App& app, int* exit_code) {
       return;
     }
     const JobSpec& s = checked->spec;
-    std::printf("%s: ok — %s, %s on %s, %d epochs, %d worker(s), strategy %s\n", job->c_str(), s.name.c_str(),
-                s.model.arch.c_str(), s.dataset.name.c_str(), s.training.epochs, s.cluster.workers,
-                s.strategy.kind.c_str());
+    std::printf("%s: ok — %s, %s on %s, %d epochs, %d worker(s), strategy %s\n", job->c_str(),
+                s.name.c_str(), s.model.arch.c_str(), s.dataset.name.c_str(), s.training.epochs,
+                s.cluster.workers, s.strategy.kind.c_str());
     *exit_code = 0;
   });
 }

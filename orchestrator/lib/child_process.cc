@@ -17,13 +17,14 @@ namespace strata {
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOptions& options) {
   if (options.argv.empty()) return absl::InvalidArgumentError("spawn: empty argv");
   if (::access(options.argv[0].c_str(), X_OK) != 0) {
-    return absl::NotFoundError(absl::StrCat(options.name, ": cannot execute ", options.argv[0], ": ",
-                                            std::strerror(errno)));
+    return absl::NotFoundError(absl::StrCat(options.name, ": cannot execute ", options.argv[0],
+                                            ": ", std::strerror(errno)));
   }
-  const int log_fd = ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  const int log_fd =
+      ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
-    return absl::InternalError(absl::StrCat(options.name, ": cannot open log ", options.log_path, ": ",
-                                            std::strerror(errno)));
+    return absl::InternalError(absl::StrCat(options.name, ": cannot open log ", options.log_path,
+                                            ": ", std::strerror(errno)));
   }
   // Everything the child needs is prepared before fork: after it only async-signal-safe calls.
   std::vector<char*> argv;
@@ -106,7 +107,8 @@ bool ChildProcess::WaitFor(std::chrono::milliseconds timeout) {
   const auto until = std::chrono::steady_clock::now() + timeout;
   while (!Poll()) {
     if (std::chrono::steady_clock::now() >= until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a pid; no event to wait on
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(20));  // polling a pid; no event to wait on
   }
   return true;
 }

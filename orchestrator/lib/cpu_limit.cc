@@ -22,19 +22,23 @@ absl::Status WriteValue(const std::string& path, const std::string& value) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<CpuLimit>> CpuLimit::Apply(pid_t pid, double fraction, const std::string& name,
+absl::StatusOr<std::unique_ptr<CpuLimit>> CpuLimit::Apply(pid_t pid, double fraction,
+                                                          const std::string& name,
                                                           const std::string& root) {
   if (!(fraction > 0 && fraction <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat("cpu_fraction ", fraction, " outside (0, 1]"));
   }
   const std::string path = absl::StrCat(root, "/", name);
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create cgroup ", path, ": ", std::strerror(errno)));
+    return absl::PermissionDeniedError(
+        absl::StrCat("cannot create cgroup ", path, ": ", std::strerror(errno)));
   }
   auto limit = std::unique_ptr<CpuLimit>(new CpuLimit(path));
   constexpr int kPeriodUs = 100000;
   absl::Status s = WriteValue(path + "/cpu.cfs_period_us", std::to_string(kPeriodUs));
-  if (s.ok()) s = WriteValue(path + "/cpu.cfs_quota_us", std::to_string(static_cast<int>(fraction * kPeriodUs)));
+  if (s.ok())
+    s = WriteValue(path + "/cpu.cfs_quota_us",
+                   std::to_string(static_cast<int>(fraction * kPeriodUs)));
   if (s.ok()) s = WriteValue(path + "/cgroup.procs", std::to_string(pid));
   if (!s.ok()) return s;  // the destructor removes the empty cgroup
   return limit;

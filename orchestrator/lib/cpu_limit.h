@@ -15,8 +15,9 @@ class CpuLimit {
  public:
   // Creates <root>/<name> with a quota of `fraction` of one core and moves `pid` into it.
   // Fails (changing nothing) where the cgroup tree is not writable.
-  static absl::StatusOr<std::unique_ptr<CpuLimit>> Apply(pid_t pid, double fraction, const std::string& name,
-                                                         const std::string& root = "/sys/fs/cgroup/cpu");
+  static absl::StatusOr<std::unique_ptr<CpuLimit>> Apply(
+      pid_t pid, double fraction, const std::string& name,
+      const std::string& root = "/sys/fs/cgroup/cpu");
   ~CpuLimit();  // removes the cgroup (it must be empty: call after the process ended)
   CpuLimit(const CpuLimit&) = delete;
   CpuLimit& operator=(const CpuLimit&) = delete;

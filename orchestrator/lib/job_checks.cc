@@ -58,7 +58,8 @@ int KeyLine(const std::string& yaml_text, const std::string& key) {
   }
 }
 
-absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path, const JobCheckOptions& options) {
+absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path,
+                                           const JobCheckOptions& options) {
   CheckedJob job;
   {
     auto text = ReadFile(path);
@@ -89,8 +90,8 @@ absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path, const JobChe
   data.path = spec.dataset.path;
   data.label_set = spec.dataset.label_set;
   if (auto files = DatasetFiles(data); !files.ok()) {
-    error("dataset.path", absl::StrCat("data set '", spec.dataset.name, "' not usable: ",
-                                       files.status().message()));
+    error("dataset.path", absl::StrCat("data set '", spec.dataset.name,
+                                       "' not usable: ", files.status().message()));
   } else {
     for (const std::string& f : *files) {
       if (::access(f.c_str(), R_OK) != 0) error("dataset.path", absl::StrCat("cannot read ", f));

@@ -21,7 +21,7 @@ struct CheckedJob {
 
 struct JobCheckOptions {
   std::vector<std::string> overrides;  // --set key=value
-  bool for_run = false;  // `strata run` also needs a launcher it can drive here
+  bool for_run = false;                // `strata run` also needs a launcher it can drive here
 };
 
 // Parses and checks the job spec at `path`; the error lists every problem, one per line.
@@ -29,7 +29,8 @@ absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path, const JobChe
 
 // The number of tensors the parameter servers partition (trainable parameters, then float
 // buffers) for each model of services/common/models.cc. The orchestrator does not link LibTorch,
-// so this is a table; tests/integration/orchestrator checks it against `strata-evaluator --describe`.
+// so this is a table; tests/integration/orchestrator checks it against `strata-evaluator
+// --describe`.
 std::optional<int> ModelTensorCount(const std::string& arch);
 
 // 1-based line of the dotted `key` ("dataset.path", "cluster.stragglers[0].worker") in the YAML

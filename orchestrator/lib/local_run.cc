@@ -81,9 +81,9 @@ struct Failure {
 };
 
 struct Service {
-  std::string name;      // worker-0, ps-1, evaluator
+  std::string name;  // worker-0, ps-1, evaluator
   std::string port_file;
-  std::string address;   // 127.0.0.1:port once known
+  std::string address;  // 127.0.0.1:port once known
   std::unique_ptr<ChildProcess> process;
 };
 
@@ -99,7 +99,10 @@ struct PendingEval {
 class LocalRun {
  public:
   LocalRun(const LocalRunOptions& options, CheckedJob job, std::string run_dir)
-      : options_(options), job_(std::move(job)), spec_(job_.spec), paths_(std::move(run_dir)),
+      : options_(options),
+        job_(std::move(job)),
+        spec_(job_.spec),
+        paths_(std::move(run_dir)),
         progress_(!options.quiet) {}
 
   int Run() {
@@ -107,12 +110,14 @@ class LocalRun {
     absl::Status s = Execute();
     progress_.Clear();
     if (!s.ok() && failure_.status.ok()) failure_.status = s;
-    const bool interrupted = g_signal != 0 || failure_.status.code() == absl::StatusCode::kCancelled;
+    const bool interrupted =
+        g_signal != 0 || failure_.status.code() == absl::StatusCode::kCancelled;
     std::string state = failure_.status.ok() ? "succeeded" : interrupted ? "interrupted" : "failed";
     if (!failure_.status.ok()) {
-      Event("run_failed", {{"state", state},
-                           {"error", std::string(failure_.status.message())},
-                           {"process", failure_.process.empty() ? json(nullptr) : json(failure_.process)}});
+      Event("run_failed",
+            {{"state", state},
+             {"error", std::string(failure_.status.message())},
+             {"process", failure_.process.empty() ? json(nullptr) : json(failure_.process)}});
     }
     Shutdown(failure_.status.ok());
     finish_ = Clock::now();
@@ -120,18 +125,22 @@ class LocalRun {
     WriteStatus();
     WriteSummary(state);
     if (absl::Status r = WriteRunReport(paths_.root); !r.ok()) {
-      std::fprintf(stderr, "strata run: cannot write the report: %s\n", std::string(r.message()).c_str());
+      std::fprintf(stderr, "strata run: cannot write the report: %s\n",
+                   std::string(r.message()).c_str());
     }
     Event("run_finished", {{"state", state}, {"wall_s", SecondsBetween(start_, finish_)}});
     if (!failure_.status.ok()) {
-      std::fprintf(stderr, "strata run: %s: %s\n  run directory: %s (summary.json, logs/)\n", state.c_str(),
-                   std::string(failure_.status.message()).c_str(), paths_.root.c_str());
+      std::fprintf(stderr, "strata run: %s: %s\n  run directory: %s (summary.json, logs/)\n",
+                   state.c_str(), std::string(failure_.status.message()).c_str(),
+                   paths_.root.c_str());
       return interrupted ? 130 : 1;
     }
-    std::printf("done: %s in %.1f s, final val_acc %.4f, val_loss %.4f%s; results in %s\n", spec_.name.c_str(),
-                SecondsBetween(start_, finish_), final_.val_acc(), final_.val_loss(),
+    std::printf("done: %s in %.1f s, final val_acc %.4f, val_loss %.4f%s; results in %s\n",
+                spec_.name.c_str(), SecondsBetween(start_, finish_), final_.val_acc(),
+                final_.val_loss(),
                 switch_done_ ? absl::StrFormat(", switched at epoch %.2f (handover %.3f s)",
-                                               switch_epoch_, handover_s_).c_str()
+                                               switch_epoch_, handover_s_)
+                                   .c_str()
                              : "",
                 paths_.root.c_str());
     std::fflush(stdout);
@@ -143,9 +152,11 @@ class LocalRun {
 
   absl::Status Execute() {
     STRATA_RETURN_IF_ERROR(Prepare());
-    Say(absl::StrFormat("strata run: %s: %s on %s, strategy %s, %d worker(s), %d parameter server(s); run directory %s",
-                        spec_.name, spec_.model.arch, spec_.dataset.name, StrategyText(), spec_.cluster.workers,
-                        UsesServers() ? spec_.cluster.parameter_servers : 0, paths_.root));
+    Say(absl::StrFormat(
+        "strata run: %s: %s on %s, strategy %s, %d worker(s), %d parameter server(s); run "
+        "directory %s",
+        spec_.name, spec_.model.arch, spec_.dataset.name, StrategyText(), spec_.cluster.workers,
+        UsesServers() ? spec_.cluster.parameter_servers : 0, paths_.root));
     STRATA_RETURN_IF_ERROR(ShardData());
     STRATA_RETURN_IF_ERROR(LaunchServices());
     STRATA_RETURN_IF_ERROR(WaitForPorts());
@@ -155,7 +166,8 @@ class LocalRun {
   }
 
   absl::Status Prepare() {
-    for (const std::string& dir : {paths_.root, paths_.shards, paths_.checkpoints, paths_.logs, paths_.ports}) {
+    for (const std::string& dir :
+         {paths_.root, paths_.shards, paths_.checkpoints, paths_.logs, paths_.ports}) {
       STRATA_RETURN_IF_ERROR(MakeDirs(dir));
     }
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecToYaml(spec_)));
@@ -186,20 +198,23 @@ class LocalRun {
     Service sharder;
     sharder.name = "sharder";
     STRATA_ASSIGN_OR_RETURN(sharder.process,
-                            Spawn("sharder", {Bin("strata-sharder"), "--config", paths_.job_yaml, "--out", paths_.shards}));
+                            Spawn("sharder", {Bin("strata-sharder"), "--config", paths_.job_yaml,
+                                              "--out", paths_.shards}));
     Event("launched", {{"process", "sharder"}, {"pid", sharder.process->pid()}});
     while (!sharder.process->Poll()) {
       STRATA_RETURN_IF_ERROR(CheckSignal());
       if (Clock::now() - t0 > options_.startup_timeout) {
-        return Fail("sharder", absl::DeadlineExceededError(absl::StrCat(
-                                   "the sharder did not finish within ", options_.startup_timeout.count() / 1000,
-                                   " s; see logs/sharder.log")));
+        return Fail("sharder",
+                    absl::DeadlineExceededError(absl::StrCat(
+                        "the sharder did not finish within ",
+                        options_.startup_timeout.count() / 1000, " s; see logs/sharder.log")));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));  // waiting on a pid
     }
     if (!sharder.process->succeeded()) {
-      return Fail("sharder", absl::InternalError(absl::StrCat("the sharder ", sharder.process->ExitDescription(),
-                                                              "; see logs/sharder.log: ", LastLogLine(sharder))));
+      return Fail("sharder", absl::InternalError(
+                                 absl::StrCat("the sharder ", sharder.process->ExitDescription(),
+                                              "; see logs/sharder.log: ", LastLogLine(sharder))));
     }
     int64_t smallest = -1;
     for (int r = 0; r < spec_.cluster.workers; ++r) {
@@ -214,10 +229,14 @@ class LocalRun {
     // Ring steps must line up: every worker runs as many steps as the smallest shard allows.
     steps_per_epoch_ = std::max<int64_t>(1, (smallest + worker_batch_ - 1) / worker_batch_);
     const double secs = SecondsBetween(t0, Clock::now());
-    Event("shards_written", {{"seconds", secs}, {"shard_sizes", shard_sizes_}, {"train_examples", train_examples_},
-                             {"steps_per_epoch", steps_per_epoch_}, {"method", spec_.sharding.method}});
-    Say(absl::StrFormat("sharded %d training examples (%s) into %d shard(s) in %.1f s; %d steps per epoch",
-                        train_examples_, spec_.sharding.method, spec_.cluster.workers, secs, steps_per_epoch_));
+    Event("shards_written", {{"seconds", secs},
+                             {"shard_sizes", shard_sizes_},
+                             {"train_examples", train_examples_},
+                             {"steps_per_epoch", steps_per_epoch_},
+                             {"method", spec_.sharding.method}});
+    Say(absl::StrFormat(
+        "sharded %d training examples (%s) into %d shard(s) in %.1f s; %d steps per epoch",
+        train_examples_, spec_.sharding.method, spec_.cluster.workers, secs, steps_per_epoch_));
     return absl::OkStatus();
   }
 
@@ -226,8 +245,10 @@ class LocalRun {
     if (spec_.strategy.kind == "ps") {
       // Servers of a pure ps job start from the model a worker would build from the job's seed.
       init_checkpoint = paths_.checkpoints + "/init.ckpt";
-      STRATA_ASSIGN_OR_RETURN(auto writer, Spawn("init-checkpoint", {Bin("strata-evaluator"), "--config", paths_.job_yaml,
-                                                                     "--write-init-checkpoint", init_checkpoint}));
+      STRATA_ASSIGN_OR_RETURN(
+          auto writer,
+          Spawn("init-checkpoint", {Bin("strata-evaluator"), "--config", paths_.job_yaml,
+                                    "--write-init-checkpoint", init_checkpoint}));
       if (!writer->WaitFor(options_.startup_timeout) || !writer->succeeded()) {
         return Fail("init-checkpoint", absl::InternalError(absl::StrCat(
                                            "writing the initial model ", writer->ExitDescription(),
@@ -237,17 +258,32 @@ class LocalRun {
     if (UsesServers()) {
       for (int p = 0; p < spec_.cluster.parameter_servers; ++p) {
         Service s = NewService(absl::StrCat("ps-", p));
-        std::vector<std::string> argv = {Bin("strata-ps"), "--listen", "127.0.0.1:0", "--port-file", s.port_file,
-                                         "--partition", std::to_string(p), "--partitions",
-                                         std::to_string(spec_.cluster.parameter_servers), "--workers",
-                                         std::to_string(spec_.cluster.workers), "--config", paths_.job_yaml,
-                                         "--consistency", spec_.strategy.consistency, "--staleness",
-                                         std::to_string(spec_.strategy.staleness), "--train-examples",
-                                         std::to_string(train_examples_), "--run-dir", paths_.root};
+        std::vector<std::string> argv = {Bin("strata-ps"),
+                                         "--listen",
+                                         "127.0.0.1:0",
+                                         "--port-file",
+                                         s.port_file,
+                                         "--partition",
+                                         std::to_string(p),
+                                         "--partitions",
+                                         std::to_string(spec_.cluster.parameter_servers),
+                                         "--workers",
+                                         std::to_string(spec_.cluster.workers),
+                                         "--config",
+                                         paths_.job_yaml,
+                                         "--consistency",
+                                         spec_.strategy.consistency,
+                                         "--staleness",
+                                         std::to_string(spec_.strategy.staleness),
+                                         "--train-examples",
+                                         std::to_string(train_examples_),
+                                         "--run-dir",
+                                         paths_.root};
         if (spec_.strategy.ps_lr_scale > 0) {
           argv.insert(argv.end(), {"--lr-scale", absl::StrCat(spec_.strategy.ps_lr_scale)});
         }
-        if (!init_checkpoint.empty()) argv.insert(argv.end(), {"--init-checkpoint", init_checkpoint});
+        if (!init_checkpoint.empty())
+          argv.insert(argv.end(), {"--init-checkpoint", init_checkpoint});
         STRATA_RETURN_IF_ERROR(LaunchService(s, argv));
         servers_.push_back(std::move(s));
       }
@@ -255,17 +291,18 @@ class LocalRun {
     for (int r = 0; r < spec_.cluster.workers; ++r) {
       Service s = NewService(absl::StrCat("worker-", r));
       STRATA_RETURN_IF_ERROR(LaunchService(
-          s, {Bin("strata-worker"), "--config", paths_.job_yaml, "--rank", std::to_string(r), "--world",
-              std::to_string(spec_.cluster.workers), "--shard-file", ShardFile(r), "--listen", "127.0.0.1:0",
-              "--port-file", s.port_file, "--run-dir", paths_.root}));
+          s, {Bin("strata-worker"), "--config", paths_.job_yaml, "--rank", std::to_string(r),
+              "--world", std::to_string(spec_.cluster.workers), "--shard-file", ShardFile(r),
+              "--listen", "127.0.0.1:0", "--port-file", s.port_file, "--run-dir", paths_.root}));
       for (const StragglerSpec& st : spec_.cluster.stragglers) {
         if (st.worker == r) SlowDown(s, st.cpu_fraction);
       }
       workers_.push_back(std::move(s));
     }
     evaluator_ = NewService("evaluator");
-    return LaunchService(evaluator_, {Bin("strata-evaluator"), "--config", paths_.job_yaml, "--listen",
-                                      "127.0.0.1:0", "--port-file", evaluator_.port_file, "--threads", "1"});
+    return LaunchService(evaluator_,
+                         {Bin("strata-evaluator"), "--config", paths_.job_yaml, "--listen",
+                          "127.0.0.1:0", "--port-file", evaluator_.port_file, "--threads", "1"});
   }
 
   absl::Status WaitForPorts() {
@@ -291,19 +328,24 @@ class LocalRun {
         for (Service* s : AllServices()) {
           if (s->address.empty()) missing.push_back(s->name);
         }
-        return Fail(missing.front(), absl::DeadlineExceededError(absl::StrCat(
-                                         absl::StrJoin(missing, ", "), " did not start listening within ",
-                                         options_.startup_timeout.count() / 1000, " s; see logs/")));
+        return Fail(missing.front(),
+                    absl::DeadlineExceededError(absl::StrCat(
+                        absl::StrJoin(missing, ", "), " did not start listening within ",
+                        options_.startup_timeout.count() / 1000, " s; see logs/")));
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // port files appear when they appear
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(50));  // port files appear when they appear
     }
-    for (Service& w : workers_) worker_stubs_.push_back(v1::Worker::NewStub(MakeChannel(w.address)));
-    for (Service& s : servers_) server_stubs_.push_back(v1::ParameterServer::NewStub(MakeChannel(s.address)));
+    for (Service& w : workers_)
+      worker_stubs_.push_back(v1::Worker::NewStub(MakeChannel(w.address)));
+    for (Service& s : servers_)
+      server_stubs_.push_back(v1::ParameterServer::NewStub(MakeChannel(s.address)));
     evaluator_stub_ = v1::Evaluator::NewStub(MakeChannel(evaluator_.address));
     statuses_.resize(workers_.size());
     last_answer_.assign(workers_.size(), Clock::now());
     loss_by_epoch_.resize(workers_.size());
-    Say(absl::StrFormat("%d process(es) listening after %.1f s", AllServices().size(), SecondsBetween(start_, Clock::now())));
+    Say(absl::StrFormat("%d process(es) listening after %.1f s", AllServices().size(),
+                        SecondsBetween(start_, Clock::now())));
     return absl::OkStatus();
   }
 
@@ -312,20 +354,24 @@ class LocalRun {
     for (const Service& w : workers_) start.add_workers(w.address);
     for (const Service& s : servers_) start.add_parameter_servers(s.address);
     start.set_mode(spec_.strategy.kind == "ps" ? v1::SYNC_MODE_PS : v1::SYNC_MODE_ALLREDUCE);
-    const double scale = spec_.strategy.ps_lr_scale > 0 ? spec_.strategy.ps_lr_scale : 1.0 / spec_.cluster.workers;
+    const double scale =
+        spec_.strategy.ps_lr_scale > 0 ? spec_.strategy.ps_lr_scale : 1.0 / spec_.cluster.workers;
     start.set_ps_learning_rate(static_cast<float>(spec_.training.lr * scale));
     start.set_steps_per_epoch(steps_per_epoch_);
     for (size_t r = 0; r < workers_.size(); ++r) {
       grpc::ClientContext context;
       context.set_deadline(DeadlineAfter(options_.rpc_timeout));
       v1::StartReply reply;
-      absl::Status s = FromGrpcStatus(worker_stubs_[r]->Start(&context, start, &reply),
-                                      absl::StrCat("Start of worker ", r, " at ", workers_[r].address));
+      absl::Status s =
+          FromGrpcStatus(worker_stubs_[r]->Start(&context, start, &reply),
+                         absl::StrCat("Start of worker ", r, " at ", workers_[r].address));
       if (!s.ok()) return Fail(workers_[r].name, s);
     }
     train_start_ = Clock::now();
     phase_ = spec_.strategy.kind == "ps" ? "ps" : "allreduce";
-    Event("training_started", {{"mode", phase_}, {"steps_per_epoch", steps_per_epoch_}, {"worker_batch", worker_batch_}});
+    Event(
+        "training_started",
+        {{"mode", phase_}, {"steps_per_epoch", steps_per_epoch_}, {"worker_batch", worker_batch_}});
     return absl::OkStatus();
   }
 
@@ -359,7 +405,8 @@ class LocalRun {
       STRATA_RETURN_IF_ERROR(WaitForEvaluation());
     }
     if (!have_final_) {
-      return Fail("evaluator", absl::InternalError("the final evaluation failed; see logs/evaluator.log"));
+      return Fail("evaluator",
+                  absl::InternalError("the final evaluation failed; see logs/evaluator.log"));
     }
     return absl::OkStatus();
   }
@@ -369,24 +416,29 @@ class LocalRun {
   absl::Status PollWorkers() {
     for (size_t r = 0; r < workers_.size(); ++r) {
       grpc::ClientContext context;
-      context.set_deadline(DeadlineAfter(std::min(options_.rpc_timeout, std::chrono::milliseconds(5000))));
+      context.set_deadline(
+          DeadlineAfter(std::min(options_.rpc_timeout, std::chrono::milliseconds(5000))));
       v1::WorkerStatus status;
       grpc::Status s = worker_stubs_[r]->GetStatus(&context, v1::WorkerStatusRequest(), &status);
       if (!s.ok()) {
         if (Clock::now() - last_answer_[r] > options_.unresponsive_timeout) {
-          return Fail(workers_[r].name, absl::UnavailableError(absl::StrCat(
-                                            "worker ", r, " at ", workers_[r].address, " has not answered for ",
-                                            options_.unresponsive_timeout.count() / 1000, " s: ", s.error_message())));
+          return Fail(
+              workers_[r].name,
+              absl::UnavailableError(absl::StrCat(
+                  "worker ", r, " at ", workers_[r].address, " has not answered for ",
+                  options_.unresponsive_timeout.count() / 1000, " s: ", s.error_message())));
         }
         continue;
       }
       last_answer_[r] = Clock::now();
       statuses_[r] = status;
       if (!status.error().empty()) {
-        return Fail(workers_[r].name, absl::AbortedError(absl::StrCat("worker ", r, " stopped: ", status.error())));
+        return Fail(workers_[r].name,
+                    absl::AbortedError(absl::StrCat("worker ", r, " stopped: ", status.error())));
       }
       if (status.steps_per_epoch() > 0 && status.step() > 0) {
-        const int64_t epoch = (status.step() + status.steps_per_epoch() - 1) / status.steps_per_epoch();
+        const int64_t epoch =
+            (status.step() + status.steps_per_epoch() - 1) / status.steps_per_epoch();
         loss_by_epoch_[r][epoch] = status.train_loss();
       }
     }
@@ -481,7 +533,8 @@ class LocalRun {
       STRATA_RETURN_IF_ERROR(CheckSignal());
       STRATA_RETURN_IF_ERROR(CheckChildren());
       STRATA_RETURN_IF_ERROR(CollectEvaluation());
-      if (eval_) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // evaluation in flight
+      if (eval_)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // evaluation in flight
     }
     return absl::OkStatus();
   }
@@ -491,24 +544,32 @@ class LocalRun {
     eval_->thread.join();
     std::unique_ptr<PendingEval> eval = std::move(eval_);
     if (!eval->result.ok()) {
-      Event("evaluation_failed", {{"epoch", eval->epoch}, {"error", std::string(eval->result.status().message())}});
-      Say(absl::StrCat("evaluation of epoch ", eval->epoch, " failed: ", eval->result.status().message()));
+      Event("evaluation_failed",
+            {{"epoch", eval->epoch}, {"error", std::string(eval->result.status().message())}});
+      Say(absl::StrCat("evaluation of epoch ", eval->epoch,
+                       " failed: ", eval->result.status().message()));
       return absl::OkStatus();
     }
     const v1::EvalMetrics& m = *eval->result;
-    json line = {{"epoch", m.epoch()},          {"phase", m.phase()},
-                 {"val_loss", m.val_loss()},    {"val_acc", m.val_acc()},
-                 {"train_loss", std::isfinite(m.train_loss()) ? json(m.train_loss()) : json(nullptr)},
-                 {"wall_s", m.wall_s()},        {"samples_per_s", SamplesPerSecond()},
-                 {"eval_s", m.eval_s()},        {"source", m.source()}};
+    json line = {
+        {"epoch", m.epoch()},
+        {"phase", m.phase()},
+        {"val_loss", m.val_loss()},
+        {"val_acc", m.val_acc()},
+        {"train_loss", std::isfinite(m.train_loss()) ? json(m.train_loss()) : json(nullptr)},
+        {"wall_s", m.wall_s()},
+        {"samples_per_s", SamplesPerSecond()},
+        {"eval_s", m.eval_s()},
+        {"source", m.source()}};
     STRATA_RETURN_IF_ERROR(metrics_->Write(line));
     final_ = m;
     have_final_ = m.epoch() >= spec_.training.epochs;
     last_metrics_ = m;
-    Say(absl::StrFormat("epoch %3d/%d  %-9s  val_loss %.4f  val_acc %.4f  train_loss %s  %6.0f samples/s  %6.1f s",
-                        m.epoch(), spec_.training.epochs, m.phase(), m.val_loss(), m.val_acc(),
-                        std::isfinite(m.train_loss()) ? absl::StrFormat("%.4f", m.train_loss()) : "--",
-                        SamplesPerSecond(), m.wall_s()));
+    Say(absl::StrFormat(
+        "epoch %3d/%d  %-9s  val_loss %.4f  val_acc %.4f  train_loss %s  %6.0f samples/s  %6.1f s",
+        m.epoch(), spec_.training.epochs, m.phase(), m.val_loss(), m.val_acc(),
+        std::isfinite(m.train_loss()) ? absl::StrFormat("%.4f", m.train_loss()) : "--",
+        SamplesPerSecond(), m.wall_s()));
     if (m.phase() == "allreduce") {
       allreduce_losses_.push_back(m.val_loss());
       if (spec_.strategy.kind == "switch" && spec_.strategy.rule == "empirical" && !switch_done_ &&
@@ -538,14 +599,17 @@ class LocalRun {
     if (FileExists(paths_.switch_request)) {
       std::remove(paths_.switch_request.c_str());
       if (spec_.strategy.kind != "switch") {
-        Event("switch_request_ignored", {{"reason", "strategy.kind is not switch: no parameter servers run"}});
+        Event("switch_request_ignored",
+              {{"reason", "strategy.kind is not switch: no parameter servers run"}});
       } else if (switch_done_ || switch_given_up_) {
         Event("switch_request_ignored", {{"reason", "the run has already switched"}});
       } else {
-        pending_trigger_ = json{{"trigger", "manual"}, {"epoch", GlobalEpoch()}, {"reason", "strata switch"}};
+        pending_trigger_ =
+            json{{"trigger", "manual"}, {"epoch", GlobalEpoch()}, {"reason", "strata switch"}};
       }
     }
-    if (spec_.strategy.kind != "switch" || switch_done_ || switch_given_up_) return absl::OkStatus();
+    if (spec_.strategy.kind != "switch" || switch_done_ || switch_given_up_)
+      return absl::OkStatus();
     if (pending_trigger_.is_null() && spec_.strategy.rule == "at_fraction") {
       // The rule's step is known in advance: decide a little before it, so that the handover
       // happens exactly at the epoch boundary (all-reduce workers share one step counter).
@@ -577,7 +641,8 @@ class LocalRun {
   double StepSeconds() const {
     double slowest = 0;
     for (const auto& s : statuses_) {
-      if (s.samples_per_s() > 0) slowest = slowest == 0 ? s.samples_per_s() : std::min(slowest, s.samples_per_s());
+      if (s.samples_per_s() > 0)
+        slowest = slowest == 0 ? s.samples_per_s() : std::min(slowest, s.samples_per_s());
     }
     return slowest > 0 ? worker_batch_ / slowest : 0.1;
   }
@@ -591,7 +656,8 @@ class LocalRun {
   absl::Status Switch(json decided) {
     const int64_t max_step = MaxStep();
     int64_t at_step = max_step + SwitchMargin();
-    if (decided.contains("target_step")) at_step = std::max(at_step, decided["target_step"].get<int64_t>());
+    if (decided.contains("target_step"))
+      at_step = std::max(at_step, decided["target_step"].get<int64_t>());
     const int64_t last_step = StepsPerEpoch() * spec_.training.epochs;
     decided["at_step"] = at_step;
     decided["wall_s"] = SecondsBetween(start_, Clock::now());
@@ -600,7 +666,8 @@ class LocalRun {
                         decided.value("trigger", ""), decided.value("reason", ""), at_step));
     if (at_step >= last_step) {
       switch_given_up_ = true;
-      Event("switch_skipped", {{"reason", "training ends before the switch step"}, {"at_step", at_step},
+      Event("switch_skipped", {{"reason", "training ends before the switch step"},
+                               {"at_step", at_step},
                                {"last_step", last_step}});
       return absl::OkStatus();
     }
@@ -659,7 +726,8 @@ class LocalRun {
       return s;
     };
 
-    const std::string checkpoint = absl::StrCat(paths_.checkpoints, "/switch-step", at_step, ".ckpt");
+    const std::string checkpoint =
+        absl::StrCat(paths_.checkpoints, "/switch-step", at_step, ".ckpt");
     std::optional<Clock::time_point> paused, written;
     auto last_poll = Clock::now() - std::chrono::seconds(1);
     while (!written) {
@@ -687,7 +755,8 @@ class LocalRun {
                                               "worker 0 did not write ", checkpoint, " within ",
                                               switch_deadline.count() / 1000, " s"))});
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a file appears; nothing to wait on
+      std::this_thread::sleep_for(
+          std::chrono::milliseconds(2));  // a file appears; nothing to wait on
     }
     if (!paused) paused = written;
 
@@ -704,8 +773,9 @@ class LocalRun {
           v1::CheckpointRequest load;
           load.set_path(checkpoint);
           v1::CheckpointReply reply;
-          results[p] = FromGrpcStatus(server_stubs_[p]->LoadCheckpoint(&context, load, &reply),
-                                      absl::StrCat("LoadCheckpoint on parameter server ", p, " at ", servers_[p].address));
+          results[p] = FromGrpcStatus(
+              server_stubs_[p]->LoadCheckpoint(&context, load, &reply),
+              absl::StrCat("LoadCheckpoint on parameter server ", p, " at ", servers_[p].address));
           loaded_versions[p] = reply.version();
         });
       }
@@ -752,16 +822,18 @@ class LocalRun {
                           {"resume_s", SecondsBetween(verified, done)},
                           {"wall_s", SecondsBetween(start_, done)},
                           {"verification", verification}});
-    Say(absl::StrFormat("switched to parameter servers at step %d (epoch %.2f): handover %.3f s%s", at_step,
-                        switch_epoch_, handover_s_,
-                        verification.value("weights_equal", false) ? ", server weights equal the last all-reduce model"
-                                                                  : ""));
+    Say(absl::StrFormat("switched to parameter servers at step %d (epoch %.2f): handover %.3f s%s",
+                        at_step, switch_epoch_, handover_s_,
+                        verification.value("weights_equal", false)
+                            ? ", server weights equal the last all-reduce model"
+                            : ""));
     return absl::OkStatus();
   }
 
   json VerifyServersHold(const std::string& checkpoint_path, const std::vector<int64_t>& versions) {
     auto checkpoint = ReadCheckpoint(checkpoint_path);
-    if (!checkpoint.ok()) return {{"weights_equal", false}, {"error", std::string(checkpoint.status().message())}};
+    if (!checkpoint.ok())
+      return {{"weights_equal", false}, {"error", std::string(checkpoint.status().message())}};
     int64_t compared = 0, differing = 0;
     bool raced = false;
     for (size_t p = 0; p < servers_.size(); ++p) {
@@ -780,7 +852,8 @@ class LocalRun {
         return {{"weights_equal", false}, {"error", s.error_message()}};
       }
       auto tensors = DecodeAll(chunks);
-      if (!tensors.ok()) return {{"weights_equal", false}, {"error", std::string(tensors.status().message())}};
+      if (!tensors.ok())
+        return {{"weights_equal", false}, {"error", std::string(tensors.status().message())}};
       for (const NamedTensor& t : *tensors) {
         const CheckpointEntry* e = checkpoint->Find(TensorKind::kParameter, t.name());
         if (e == nullptr) e = checkpoint->Find(TensorKind::kBuffer, t.name());
@@ -803,7 +876,8 @@ class LocalRun {
     return s;
   }
 
-  absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::string& name, std::vector<std::string> argv) {
+  absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::string& name,
+                                                      std::vector<std::string> argv) {
     SpawnOptions o;
     o.name = name;
     o.argv = std::move(argv);
@@ -822,13 +896,16 @@ class LocalRun {
 
   // cluster.stragglers: a real slow-down where cgroups allow it, otherwise said plainly.
   void SlowDown(const Service& s, double fraction) {
-    auto limit = CpuLimit::Apply(s.process->pid(), fraction, absl::StrCat("strata-", ::getpid(), "-", s.name));
+    auto limit = CpuLimit::Apply(s.process->pid(), fraction,
+                                 absl::StrCat("strata-", ::getpid(), "-", s.name));
     if (limit.ok()) {
-      Event("straggler", {{"process", s.name}, {"cpu_fraction", fraction}, {"cgroup", (*limit)->path()}});
+      Event("straggler",
+            {{"process", s.name}, {"cpu_fraction", fraction}, {"cgroup", (*limit)->path()}});
       Say(absl::StrFormat("%s runs as a straggler: %.0f%% of one core", s.name, fraction * 100));
       cpu_limits_.push_back(std::move(*limit));
     } else {
-      Event("straggler_not_applied", {{"process", s.name}, {"cpu_fraction", fraction},
+      Event("straggler_not_applied", {{"process", s.name},
+                                      {"cpu_fraction", fraction},
                                       {"reason", std::string(limit.status().message())}});
       Say(absl::StrCat("warning: cannot slow down ", s.name, ": ", limit.status().message()));
     }
@@ -846,11 +923,13 @@ class LocalRun {
   absl::Status CheckChildren() {
     for (Service* s : AllServices()) {
       if (s->process && s->process->Poll()) {
-        Event("process_exited", {{"process", s->name}, {"pid", s->process->pid()},
+        Event("process_exited", {{"process", s->name},
+                                 {"pid", s->process->pid()},
                                  {"how", s->process->ExitDescription()}});
-        return Fail(s->name, absl::AbortedError(absl::StrCat(
-                                 s->name, " (pid ", s->process->pid(), ") ", s->process->ExitDescription(),
-                                 " during the run; see logs/", s->name, ".log", LastLogLineSuffix(*s))));
+        return Fail(s->name,
+                    absl::AbortedError(absl::StrCat(
+                        s->name, " (pid ", s->process->pid(), ") ", s->process->ExitDescription(),
+                        " during the run; see logs/", s->name, ".log", LastLogLineSuffix(*s))));
       }
     }
     return absl::OkStatus();
@@ -858,7 +937,9 @@ class LocalRun {
 
   absl::Status CheckSignal() {
     if (const int sig = g_signal.load(); sig != 0) {
-      return Fail("", absl::CancelledError(absl::StrCat("interrupted by ", sig == SIGINT ? "SIGINT (Ctrl-C)" : ::strsignal(sig))));
+      return Fail("",
+                  absl::CancelledError(absl::StrCat(
+                      "interrupted by ", sig == SIGINT ? "SIGINT (Ctrl-C)" : ::strsignal(sig))));
     }
     return absl::OkStatus();
   }
@@ -872,7 +953,8 @@ class LocalRun {
   void Shutdown(bool clean) {
     if (shut_down_) return;
     shut_down_ = true;
-    const auto stop_deadline = clean ? std::chrono::milliseconds(3000) : std::chrono::milliseconds(1000);
+    const auto stop_deadline =
+        clean ? std::chrono::milliseconds(3000) : std::chrono::milliseconds(1000);
     v1::StopRequest stop;
     stop.set_reason(clean ? "the run is done" : "the run is ending");
     for (size_t r = 0; r < worker_stubs_.size(); ++r) {
@@ -902,15 +984,20 @@ class LocalRun {
     // Give Stop its chance (services flush logs and checkpoints), then signals.
     const auto until = Clock::now() + (clean ? std::chrono::seconds(10) : std::chrono::seconds(2));
     for (ChildProcess* c : children) {
-      c->WaitFor(std::max(std::chrono::milliseconds(0),
-                          std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
+      c->WaitFor(
+          std::max(std::chrono::milliseconds(0),
+                   std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
     }
     TerminateAll(children, std::chrono::seconds(3));
-    if (eval_ && eval_->thread.joinable()) eval_->thread.join();  // its RPC ended with the evaluator
+    if (eval_ && eval_->thread.joinable())
+      eval_->thread.join();  // its RPC ended with the evaluator
     eval_.reset();
     json exits = json::array();
     for (Service* s : AllServices()) {
-      if (s->process) exits.push_back({{"process", s->name}, {"pid", s->process->pid()}, {"how", s->process->ExitDescription()}});
+      if (s->process)
+        exits.push_back({{"process", s->name},
+                         {"pid", s->process->pid()},
+                         {"how", s->process->ExitDescription()}});
     }
     Event("processes_ended", {{"processes", exits}});
     cpu_limits_.clear();  // the cgroups are empty now
@@ -921,7 +1008,8 @@ class LocalRun {
   void Event(const std::string& name, json fields) {
     if (!events_) return;
     fields["event"] = name;
-    fields["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    fields["time"] =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     if (!fields.contains("wall_s")) fields["wall_s"] = SecondsBetween(start_, Clock::now());
     events_->Write(fields).IgnoreError();  // the run goes on without its diary
   }
@@ -938,12 +1026,13 @@ class LocalRun {
     const double f = GlobalEpochFraction() / spec_.training.epochs;
     const double elapsed = SecondsBetween(train_start_, Clock::now());
     const double eta = f > 0.01 ? elapsed * (1 - f) / f : NAN;
-    std::string metrics = last_metrics_ ? absl::StrFormat("val_loss %.4f val_acc %.4f", last_metrics_->val_loss(),
-                                                          last_metrics_->val_acc())
-                                        : "val --";
-    progress_.Update(absl::StrFormat("epoch %.2f/%d %s %-9s %s  %5.0f samples/s  ETA %s", GlobalEpochFraction(),
-                                     spec_.training.epochs, Bar(f, 20), phase_, metrics, SamplesPerSecond(),
-                                     Duration(eta)));
+    std::string metrics = last_metrics_
+                              ? absl::StrFormat("val_loss %.4f val_acc %.4f",
+                                                last_metrics_->val_loss(), last_metrics_->val_acc())
+                              : "val --";
+    progress_.Update(absl::StrFormat("epoch %.2f/%d %s %-9s %s  %5.0f samples/s  ETA %s",
+                                     GlobalEpochFraction(), spec_.training.epochs, Bar(f, 20),
+                                     phase_, metrics, SamplesPerSecond(), Duration(eta)));
   }
 
   void WriteStatus() {
@@ -957,25 +1046,30 @@ class LocalRun {
     json workers = json::array();
     for (size_t r = 0; r < statuses_.size(); ++r) {
       const auto& s = statuses_[r];
-      workers.push_back({{"rank", r}, {"epoch", s.epoch()}, {"step", s.step()}, {"finished", s.finished()},
+      workers.push_back({{"rank", r},
+                         {"epoch", s.epoch()},
+                         {"step", s.step()},
+                         {"finished", s.finished()},
                          {"mode", s.mode() == v1::SYNC_MODE_PS ? "ps" : "allreduce"},
-                         {"samples_per_s", s.samples_per_s()}, {"train_loss", s.train_loss()}});
+                         {"samples_per_s", s.samples_per_s()},
+                         {"train_loss", s.train_loss()}});
     }
-    json status = {{"state", state_},
-                   {"name", spec_.name},
-                   {"orchestrator_pid", ::getpid()},
-                   {"strategy", StrategyText()},
-                   {"phase", phase_},
-                   {"epoch", GlobalEpochFraction()},
-                   {"epochs", spec_.training.epochs},
-                   {"samples_per_s", SamplesPerSecond()},
-                   {"switched", switch_done_},
-                   {"last_val_loss", last_metrics_ ? json(last_metrics_->val_loss()) : json(nullptr)},
-                   {"last_val_acc", last_metrics_ ? json(last_metrics_->val_acc()) : json(nullptr)},
-                   {"wall_s", SecondsBetween(start_, Clock::now())},
-                   {"updated", static_cast<double>(std::time(nullptr))},
-                   {"processes", processes},
-                   {"workers", workers}};
+    json status = {
+        {"state", state_},
+        {"name", spec_.name},
+        {"orchestrator_pid", ::getpid()},
+        {"strategy", StrategyText()},
+        {"phase", phase_},
+        {"epoch", GlobalEpochFraction()},
+        {"epochs", spec_.training.epochs},
+        {"samples_per_s", SamplesPerSecond()},
+        {"switched", switch_done_},
+        {"last_val_loss", last_metrics_ ? json(last_metrics_->val_loss()) : json(nullptr)},
+        {"last_val_acc", last_metrics_ ? json(last_metrics_->val_acc()) : json(nullptr)},
+        {"wall_s", SecondsBetween(start_, Clock::now())},
+        {"updated", static_cast<double>(std::time(nullptr))},
+        {"processes", processes},
+        {"workers", workers}};
     WriteFileAtomic(paths_.status, status.dump(2) + "\n").IgnoreError();
   }
 
@@ -987,21 +1081,27 @@ class LocalRun {
     if (train_start_ != Clock::time_point{}) {
       if (switch_done_) {
         const int64_t before = switch_step_ * static_cast<int64_t>(workers_.size());
-        throughput["allreduce"] = before * samples_per_step / std::max(1e-9, SecondsBetween(train_start_, switch_paused_));
+        throughput["allreduce"] = before * samples_per_step /
+                                  std::max(1e-9, SecondsBetween(train_start_, switch_paused_));
         throughput["ps"] = (TotalSteps() - before) * samples_per_step /
                            std::max(1e-9, SecondsBetween(switch_resumed_, end));
       } else {
-        throughput[phase_] = TotalSteps() * samples_per_step / std::max(1e-9, SecondsBetween(train_start_, end));
+        throughput[phase_] =
+            TotalSteps() * samples_per_step / std::max(1e-9, SecondsBetween(train_start_, end));
       }
     }
     json processes = json::array();
     for (Service* s : AllServices()) {
-      if (s->process) processes.push_back({{"name", s->name}, {"pid", s->process->pid()}, {"exit", s->process->ExitDescription()}});
+      if (s->process)
+        processes.push_back({{"name", s->name},
+                             {"pid", s->process->pid()},
+                             {"exit", s->process->ExitDescription()}});
     }
     json summary = {
         {"name", spec_.name},
         {"state", state},
-        {"error", failure_.status.ok() ? json(nullptr) : json(std::string(failure_.status.message()))},
+        {"error",
+         failure_.status.ok() ? json(nullptr) : json(std::string(failure_.status.message()))},
         {"failed_process", failure_.process.empty() ? json(nullptr) : json(failure_.process)},
         {"strategy", StrategyText()},
         {"arch", spec_.model.arch},
@@ -1014,7 +1114,8 @@ class LocalRun {
         {"final_val_loss", have_final_ ? json(final_.val_loss()) : json(nullptr)},
         {"last_val_acc", last_metrics_ ? json(last_metrics_->val_acc()) : json(nullptr)},
         {"wall_s", wall},
-        {"training_s", train_start_ != Clock::time_point{} ? json(SecondsBetween(train_start_, end)) : json(nullptr)},
+        {"training_s", train_start_ != Clock::time_point{} ? json(SecondsBetween(train_start_, end))
+                                                           : json(nullptr)},
         {"switch_epoch", switch_done_ ? json(switch_epoch_) : json(nullptr)},
         {"switch_step", switch_done_ ? json(switch_step_) : json(nullptr)},
         {"switch_handover_s", switch_done_ ? json(handover_s_) : json(nullptr)},
@@ -1027,15 +1128,19 @@ class LocalRun {
   // ---- small helpers ----------------------------------------------------------------------
 
   bool UsesServers() const { return spec_.strategy.kind != "allreduce"; }
-  std::string Bin(const std::string& name) const { return absl::StrCat(options_.bin_dir, "/", name); }
-  std::string ShardFile(int rank) const { return absl::StrCat(paths_.shards, "/shard-", rank, ".idx"); }
+  std::string Bin(const std::string& name) const {
+    return absl::StrCat(options_.bin_dir, "/", name);
+  }
+  std::string ShardFile(int rank) const {
+    return absl::StrCat(paths_.shards, "/shard-", rank, ".idx");
+  }
   std::string StrategyText() const {
     const StrategySpec& s = spec_.strategy;
     if (s.kind == "ps") return absl::StrCat("ps (", s.consistency, ")");
     if (s.kind == "switch") {
       return s.rule == "at_fraction" ? absl::StrCat("switch (at_fraction ", s.at_fraction, ")")
-                                     : absl::StrCat("switch (empirical, window ", s.window, ", threshold ",
-                                                    s.threshold_percent, "%)");
+                                     : absl::StrCat("switch (empirical, window ", s.window,
+                                                    ", threshold ", s.threshold_percent, "%)");
     }
     return s.kind;
   }
@@ -1119,12 +1224,15 @@ int RunLocalJob(const LocalRunOptions& options) {
   for (const std::string& bin : needed) {
     const std::string path = absl::StrCat(options.bin_dir, "/", bin);
     if (::access(path.c_str(), X_OK) != 0) {
-      std::fprintf(stderr, "strata run: %s is missing (build it: cmake --build build --target %s); nothing was launched\n",
+      std::fprintf(stderr,
+                   "strata run: %s is missing (build it: cmake --build build --target %s); nothing "
+                   "was launched\n",
                    path.c_str(), bin.c_str());
       return 2;
     }
   }
-  std::string dir = options.out_dir.empty() ? absl::StrCat("runs/", spec.name, "-", Timestamp()) : options.out_dir;
+  std::string dir = options.out_dir.empty() ? absl::StrCat("runs/", spec.name, "-", Timestamp())
+                                            : options.out_dir;
   if (FileExists(dir + "/job.yaml")) {
     std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());
     return 2;

@@ -20,11 +20,20 @@ std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -42,7 +51,8 @@ double Number(const nlohmann::json& j, const char* key) {
 
 // One line chart with axes, ticks, a legend and an optional vertical marker (the switch).
 std::string Chart(const std::string& title, const std::string& x_label,
-                  const std::vector<Series>& series, double marker_x, const std::string& marker_label) {
+                  const std::vector<Series>& series, double marker_x,
+                  const std::string& marker_label) {
   const double W = 460, H = 280, L = 56, R = 16, T = 28, B = 44;
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const Series& s : series) {
@@ -62,8 +72,9 @@ std::string Chart(const std::string& title, const std::string& x_label,
   y0 -= pad, y1 += pad;
   auto px = [&](double x) { return L + (x - x0) / (x1 - x0) * (W - L - R); };
   auto py = [&](double y) { return T + (1 - (y - y0) / (y1 - y0)) * (H - T - B); };
-  absl::StrAppendFormat(&svg, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='none' stroke='#999'/>",
-                        L, T, W - L - R, H - T - B);
+  absl::StrAppendFormat(
+      &svg, "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='none' stroke='#999'/>", L, T,
+      W - L - R, H - T - B);
   for (int i = 0; i <= 4; ++i) {
     const double yv = y0 + (y1 - y0) * i / 4, xv = x0 + (x1 - x0) * i / 4;
     absl::StrAppendFormat(&svg,
@@ -71,7 +82,8 @@ std::string Chart(const std::string& title, const std::string& x_label,
                           "<text x='%.1f' y='%.1f' font-size='10' text-anchor='middle'>%.3g</text>",
                           L - 4, py(yv) + 3, yv, px(xv), H - B + 14, xv);
   }
-  absl::StrAppendFormat(&svg, "<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%s</text>",
+  absl::StrAppendFormat(&svg,
+                        "<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%s</text>",
                         (L + W - R) / 2, H - 8, Escape(x_label));
   if (std::isfinite(marker_x)) {
     absl::StrAppendFormat(&svg,
@@ -89,17 +101,19 @@ std::string Chart(const std::string& title, const std::string& x_label,
       absl::StrAppendFormat(&path, "%s%.1f,%.1f", path.empty() ? "M" : " L", px(x), py(y));
     }
     if (path.empty()) continue;
-    absl::StrAppendFormat(&svg, "<path d='%s' fill='none' stroke='%s' stroke-width='2'/>", path, s.color);
+    absl::StrAppendFormat(&svg, "<path d='%s' fill='none' stroke='%s' stroke-width='2'/>", path,
+                          s.color);
     for (auto [x, y] : s.points) {
       if (std::isfinite(x) && std::isfinite(y)) {
-        absl::StrAppendFormat(&svg, "<circle cx='%.1f' cy='%.1f' r='2.5' fill='%s'/>", px(x), py(y), s.color);
+        absl::StrAppendFormat(&svg, "<circle cx='%.1f' cy='%.1f' r='2.5' fill='%s'/>", px(x), py(y),
+                              s.color);
       }
     }
     absl::StrAppendFormat(&svg,
                           "<rect x='%.1f' y='%.1f' width='10' height='3' fill='%s'/>"
                           "<text x='%.1f' y='%.1f' font-size='10'>%s</text>",
-                          W - R - 110, T + 10 + legend * 14, s.color, W - R - 96, T + 14 + legend * 14,
-                          Escape(s.label));
+                          W - R - 110, T + 10 + legend * 14, s.color, W - R - 96,
+                          T + 14 + legend * 14, Escape(s.label));
     ++legend;
   }
   return svg + "</svg>";
@@ -132,8 +146,10 @@ std::string RenderReportHtml(const ReportInput& in) {
       "<!DOCTYPE html><html><head><meta charset='utf-8'><title>", Escape(in.title),
       "</title><style>body{font-family:sans-serif;margin:24px;color:#222}"
       "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
-      "font-size:13px}.charts{display:flex;flex-wrap:wrap;gap:12px}pre{background:#f6f6f6;padding:8px;"
-      "font-size:12px}</style></head><body><h1>", Escape(in.title), "</h1>");
+      "font-size:13px}.charts{display:flex;flex-wrap:wrap;gap:12px}pre{background:#f6f6f6;padding:"
+      "8px;"
+      "font-size:12px}</style></head><body><h1>",
+      Escape(in.title), "</h1>");
   if (!in.summary.is_null()) {
     html += "<h2>Summary</h2><table>";
     for (auto it = in.summary.begin(); it != in.summary.end(); ++it) {
@@ -142,19 +158,24 @@ std::string RenderReportHtml(const ReportInput& in) {
     }
     html += "</table>";
   } else {
-    html += "<p><b>The run is still going</b>; run <code>strata report RUN_DIR</code> again to refresh.</p>";
+    html +=
+        "<p><b>The run is still going</b>; run <code>strata report RUN_DIR</code> again to "
+        "refresh.</p>";
   }
   html += "<h2>Curves</h2><div class='charts'>";
   html += Chart("Loss vs epoch", "epoch", {val_loss, train_loss}, switch_epoch, label);
   html += Chart("Validation accuracy vs epoch", "epoch", {val_acc}, switch_epoch, label);
   html += Chart("Loss vs wall time", "seconds", {val_loss_t, train_loss_t}, switch_time, label);
   html += Chart("Validation accuracy vs wall time", "seconds", {val_acc_t}, switch_time, label);
-  html += "</div><h2>Evaluations</h2><table><tr><th>epoch</th><th>phase</th><th>val loss</th>"
-          "<th>val acc</th><th>train loss</th><th>wall s</th></tr>";
+  html +=
+      "</div><h2>Evaluations</h2><table><tr><th>epoch</th><th>phase</th><th>val loss</th>"
+      "<th>val acc</th><th>train loss</th><th>wall s</th></tr>";
   for (const auto& m : in.metrics) {
-    absl::StrAppendFormat(&html, "<tr><td>%.0f</td><td>%s</td><td>%.4f</td><td>%.4f</td><td>%.4f</td><td>%.1f</td></tr>",
-                          Number(m, "epoch"), Escape(m.value("phase", "")), Number(m, "val_loss"),
-                          Number(m, "val_acc"), Number(m, "train_loss"), Number(m, "wall_s"));
+    absl::StrAppendFormat(
+        &html,
+        "<tr><td>%.0f</td><td>%s</td><td>%.4f</td><td>%.4f</td><td>%.4f</td><td>%.1f</td></tr>",
+        Number(m, "epoch"), Escape(m.value("phase", "")), Number(m, "val_loss"),
+        Number(m, "val_acc"), Number(m, "train_loss"), Number(m, "wall_s"));
   }
   html += "</table><h2>Events</h2><pre>";
   for (const auto& e : in.events) absl::StrAppend(&html, Escape(e.dump()), "\n");
@@ -166,7 +187,8 @@ absl::Status WriteRunReport(const std::string& run_dir) {
   RunPaths paths(run_dir);
   ReportInput in;
   auto job = ReadFile(paths.job_yaml);
-  if (!job.ok()) return absl::NotFoundError(absl::StrCat(run_dir, " is not a run directory (no job.yaml)"));
+  if (!job.ok())
+    return absl::NotFoundError(absl::StrCat(run_dir, " is not a run directory (no job.yaml)"));
   in.job_yaml = *job;
   in.title = absl::StrCat("Strata run ", run_dir);
   struct stat st;

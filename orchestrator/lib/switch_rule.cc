@@ -15,7 +15,8 @@ std::optional<double> EmpiricalSwitchRule::MeanRelativeChangePercent(
   double sum = 0;
   for (size_t j = 0; j < w; ++j) {
     const double now = v[k - j], before = v[k - j - 1];
-    if (!std::isfinite(now) || !std::isfinite(before)) return std::numeric_limits<double>::infinity();
+    if (!std::isfinite(now) || !std::isfinite(before))
+      return std::numeric_limits<double>::infinity();
     const double change = std::fabs(now - before);
     if (before == 0) {
       if (change == 0) continue;
@@ -35,9 +36,9 @@ SwitchDecision EmpiricalSwitchRule::Decide(const std::vector<double>& val_losses
     return d;
   }
   d.fire = *d.s_percent < options_.threshold_percent;
-  d.reason = absl::StrFormat("empirical rule: s = %.4f%% over the last %d epochs %s threshold %.4g%%",
-                             *d.s_percent, options_.window, d.fire ? "<" : ">=",
-                             options_.threshold_percent);
+  d.reason = absl::StrFormat(
+      "empirical rule: s = %.4f%% over the last %d epochs %s threshold %.4g%%", *d.s_percent,
+      options_.window, d.fire ? "<" : ">=", options_.threshold_percent);
   return d;
 }
 
@@ -50,8 +51,9 @@ int64_t AtFractionSwitchRule::SwitchEpoch() const {
 SwitchDecision AtFractionSwitchRule::Decide(int64_t completed_epochs) const {
   SwitchDecision d;
   d.fire = completed_epochs >= SwitchEpoch();
-  d.reason = absl::StrFormat("at_fraction rule: %d of %d epochs done, switch at epoch %d (alpha %.3g)",
-                             completed_epochs, total_epochs_, SwitchEpoch(), fraction_);
+  d.reason =
+      absl::StrFormat("at_fraction rule: %d of %d epochs done, switch at epoch %d (alpha %.3g)",
+                      completed_epochs, total_epochs_, SwitchEpoch(), fraction_);
   return d;
 }
 

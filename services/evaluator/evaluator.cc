@@ -10,8 +10,8 @@
 
 #include <absl/strings/str_cat.h>
 #include <grpcpp/grpcpp.h>
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "services/common/files.h"
 #include "services/common/rpc.h"
@@ -177,7 +177,8 @@ class EvaluatorService final : public v1::Evaluator::Service {
     return absl::OkStatus();
   }
 
-  absl::Status FetchFromServer(int partition, const std::string& address, std::vector<NamedTensor>* out) {
+  absl::Status FetchFromServer(int partition, const std::string& address,
+                               std::vector<NamedTensor>* out) {
     auto stub = v1::ParameterServer::NewStub(MakeChannel(address));
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(options_.fetch_deadline));
@@ -198,12 +199,13 @@ class EvaluatorService final : public v1::Evaluator::Service {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<v1::EvalMetrics> Score(std::vector<NamedTensor> tensors, const std::string& source) {
+  absl::StatusOr<v1::EvalMetrics> Score(std::vector<NamedTensor> tensors,
+                                        const std::string& source) {
     // One model in the trainer at a time.
     std::lock_guard<std::mutex> lock(eval_mu_);
-    STRATA_ASSIGN_OR_RETURN(Checkpoint c, TensorsToCheckpoint(std::move(tensors),
-                                                              Names(trainer_->parameters()),
-                                                              Names(trainer_->buffers())));
+    STRATA_ASSIGN_OR_RETURN(Checkpoint c,
+                            TensorsToCheckpoint(std::move(tensors), Names(trainer_->parameters()),
+                                                Names(trainer_->buffers())));
     STRATA_RETURN_IF_ERROR(Annotate(trainer_->LoadCheckpoint(c), source));
     STRATA_ASSIGN_OR_RETURN(EvalResult r, trainer_->Evaluate());
     v1::EvalMetrics m;
@@ -249,7 +251,8 @@ absl::StatusOr<Checkpoint> TensorsToCheckpoint(std::vector<NamedTensor> tensors,
     } else if (buffers.count(t.name())) {
       kind = TensorKind::kBuffer;
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name(), "' is not part of the model"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name(), "' is not part of the model"));
     }
     if (!seen.insert(t.name()).second) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name(), "' arrived twice"));
@@ -288,7 +291,8 @@ absl::Status RunEvaluator(const EvaluatorOptions& options) {
   EvaluatorService service(options, trainer.get());
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(options.listen, {&service}, &port);
-  if (!server || port == 0) return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+  if (!server || port == 0)
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
   if (!options.port_file.empty()) {
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(options.port_file, std::to_string(port) + "\n"));
   }

@@ -5,8 +5,8 @@
 #include <csignal>
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "services/common/logging.h"
 #include "services/evaluator/evaluator.h"
@@ -28,8 +28,10 @@ int main(int argc, char** argv) {
   app.add_option("--fetch-deadline-s", fetch_deadline_s, "deadline of one model fetch, seconds")
       ->check(CLI::PositiveNumber);
   std::string run_dir;
-  app.add_option("--run-dir", run_dir, "run directory (accepted for symmetry with the other services)");
-  app.add_flag("--describe", describe, "print the model's tensors and the data set's sizes as JSON and exit");
+  app.add_option("--run-dir", run_dir,
+                 "run directory (accepted for symmetry with the other services)");
+  app.add_flag("--describe", describe,
+               "print the model's tensors and the data set's sizes as JSON and exit");
   app.add_option("--write-init-checkpoint", init_checkpoint,
                  "write the job's initial model as a checkpoint and exit");
   CLI11_PARSE(app, argc, argv);

@@ -56,7 +56,9 @@ strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
     for (const char* key : {"epoch", "phase", "val_loss", "val_acc", "train_loss", "wall_s"}) {
       EXPECT_TRUE(m.contains(key)) << key << " missing in " << m.dump();
     }
-    if (m["epoch"].get<int>() <= 2) EXPECT_EQ(m["phase"], "allreduce") << m.dump();
+    if (m["epoch"].get<int>() <= 2) {
+      EXPECT_EQ(m["phase"], "allreduce") << m.dump();
+    }
   }
 
   nlohmann::json summary = ReadJson(run_dir + "/summary.json");

@@ -40,8 +40,9 @@ inline void WriteText(const std::string& path, const std::string& text) {
 }
 
 inline std::string MakeTempDir(const std::string& tag) {
-  std::string tmpl = (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) +
-                     "/strata-" + tag + "-XXXXXX";
+  std::string tmpl =
+      (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) +
+      "/strata-" + tag + "-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   const char* dir = ::mkdtemp(buf.data());
@@ -70,7 +71,8 @@ inline CommandResult RunCommand(const std::string& command) {
 // destructor kills it (and, through PR_SET_PDEATHSIG, its services) if the test ends early.
 class BackgroundRun {
  public:
-  BackgroundRun(const std::vector<std::string>& args, const std::string& output_path) : output_(output_path) {
+  BackgroundRun(const std::vector<std::string>& args, const std::string& output_path)
+      : output_(output_path) {
     std::vector<std::string> argv = {Strata()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> cargs;

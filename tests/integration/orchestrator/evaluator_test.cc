@@ -27,16 +27,25 @@ class EvaluatorProcess : public ::testing::Test {
     WriteText(dir_ + "/job.yaml", kJob);
     SpawnOptions o;
     o.name = "evaluator";
-    o.argv = {BinDir() + "/strata-evaluator", "--config", dir_ + "/job.yaml", "--listen", "127.0.0.1:0",
-              "--port-file", dir_ + "/port", "--fetch-deadline-s", "10"};
+    o.argv = {BinDir() + "/strata-evaluator",
+              "--config",
+              dir_ + "/job.yaml",
+              "--listen",
+              "127.0.0.1:0",
+              "--port-file",
+              dir_ + "/port",
+              "--fetch-deadline-s",
+              "10"};
     o.log_path = dir_ + "/evaluator.log";
     auto child = ChildProcess::Spawn(o);
     ASSERT_TRUE(child.ok()) << child.status();
     process_ = std::move(*child);
-    ASSERT_TRUE(Eventually([&] { return Exists(dir_ + "/port") || process_->Poll(); }, std::chrono::seconds(120)))
+    ASSERT_TRUE(Eventually([&] { return Exists(dir_ + "/port") || process_->Poll(); },
+                           std::chrono::seconds(120)))
         << Slurp(o.log_path);
     ASSERT_FALSE(process_->exited()) << Slurp(o.log_path);
-    stub_ = v1::Evaluator::NewStub(MakeChannel("127.0.0.1:" + Slurp(dir_ + "/port").substr(0, Slurp(dir_ + "/port").find('\n'))));
+    stub_ = v1::Evaluator::NewStub(MakeChannel(
+        "127.0.0.1:" + Slurp(dir_ + "/port").substr(0, Slurp(dir_ + "/port").find('\n'))));
   }
   void TearDown() override {
     process_.reset();  // kills it if a test left it running
@@ -50,8 +59,8 @@ class EvaluatorProcess : public ::testing::Test {
 
 TEST_F(EvaluatorProcess, ScoresACheckpointAndStreamsTheMetrics) {
   const std::string checkpoint = dir_ + "/init.ckpt";
-  CommandResult init = RunCommand(BinDir() + "/strata-evaluator --config " + dir_ + "/job.yaml --write-init-checkpoint " +
-                                  checkpoint);
+  CommandResult init = RunCommand(BinDir() + "/strata-evaluator --config " + dir_ +
+                                  "/job.yaml --write-init-checkpoint " + checkpoint);
   ASSERT_EQ(init.exit_code, 0) << init.output;
 
   // A watcher that is already listening receives the evaluation.

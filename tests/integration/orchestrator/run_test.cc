@@ -15,7 +15,8 @@ model: { arch: mlp }
 training: { epochs: 400, batch_size: 32, lr: 0.05, momentum: 0.9, seed: 1 }
 cluster: { workers: 2, parameter_servers: 1 }
 sharding: { method: stratified }
-strategy: )") + strategy + "\n";
+strategy: )") +
+         strategy + "\n";
 }
 
 struct RunFixture {
@@ -26,14 +27,15 @@ struct RunFixture {
     dir = MakeTempDir("run");
     run_dir = dir + "/run";
     WriteText(dir + "/job.yaml", job);
-    run = std::make_unique<BackgroundRun>(std::vector<std::string>{"run", dir + "/job.yaml", "--out", run_dir},
-                                          dir + "/output.txt");
+    run = std::make_unique<BackgroundRun>(
+        std::vector<std::string>{"run", dir + "/job.yaml", "--out", run_dir}, dir + "/output.txt");
   }
   ~RunFixture() {
     run.reset();
     RunCommand("rm -rf " + dir);
   }
-  // Waits until every worker has trained at least `steps` steps (status.json, rewritten each second).
+  // Waits until every worker has trained at least `steps` steps (status.json, rewritten each
+  // second).
   bool WaitForTraining(int steps) {
     return Eventually(
         [&] {
@@ -80,8 +82,10 @@ TEST(StrataRun, KilledWorkerStopsTheRunNamingItAndEndsEveryProcess) {
   ASSERT_TRUE(summary.is_object()) << "no summary.json";
   EXPECT_EQ(summary["state"], "failed");
   EXPECT_EQ(summary["failed_process"], "worker-1");
-  EXPECT_NE(summary["error"].get<std::string>().find("worker-1"), std::string::npos) << summary.dump(2);
-  EXPECT_NE(summary["error"].get<std::string>().find("signal 9"), std::string::npos) << summary.dump(2);
+  EXPECT_NE(summary["error"].get<std::string>().find("worker-1"), std::string::npos)
+      << summary.dump(2);
+  EXPECT_NE(summary["error"].get<std::string>().find("signal 9"), std::string::npos)
+      << summary.dump(2);
   bool exit_event = false;
   for (const auto& e : ReadLines(f.run_dir + "/events.jsonl")) {
     exit_event = exit_event || (e["event"] == "process_exited" && e["process"] == "worker-1");
@@ -107,7 +111,8 @@ TEST(StrataRun, InterruptEndsEveryProcessAndSaysSo) {
 
 TEST(StrataRun, ManualSwitchHandsOverLiveAndServersHoldTheLastAllReduceModel) {
   // The empirical rule with a threshold it will not reach: only `strata switch` switches.
-  RunFixture f(LongJob("{ kind: switch, rule: empirical, window: 5, threshold_percent: 0.000001 }"));
+  RunFixture f(
+      LongJob("{ kind: switch, rule: empirical, window: 5, threshold_percent: 0.000001 }"));
   ASSERT_TRUE(f.WaitForTraining(40)) << f.run->Output();
   const std::vector<int> pids = f.AllPids();
 

@@ -30,14 +30,16 @@ strategy:
 struct BadSpec {
   const char* label;
   std::string yaml;
-  const char* key;    // must appear in the message
-  int line;           // must appear as ":<line>:" (0: the key is not in the file)
+  const char* key;  // must appear in the message
+  int line;         // must appear as ":<line>:" (0: the key is not in the file)
 };
 
 std::string Replace(std::string text, const std::string& from, const std::string& to) {
   const size_t at = text.find(from);
-  if (at == std::string::npos) ADD_FAILURE() << "test setup: '" << from << "' not in the valid spec";
-  else text.replace(at, from.size(), to);
+  if (at == std::string::npos)
+    ADD_FAILURE() << "test setup: '" << from << "' not in the valid spec";
+  else
+    text.replace(at, from.size(), to);
   return text;
 }
 
@@ -45,34 +47,43 @@ std::vector<BadSpec> BadSpecs() {
   const std::string v = kValid;
   return {
       {"unknown top-level key", v + "trainer: { epochs: 3 }\n", "trainer", 17},
-      {"unknown nested key", Replace(v, "model: { arch: mlp }", "model: { arch: mlp, depth: 3 }"), "model.depth", 3},
+      {"unknown nested key", Replace(v, "model: { arch: mlp }", "model: { arch: mlp, depth: 3 }"),
+       "model.depth", 3},
       {"wrong type", Replace(v, "epochs: 8", "epochs: eight"), "training.epochs", 5},
       {"zero workers", Replace(v, "workers: 2", "workers: 0"), "cluster.workers", 10},
       {"negative learning rate", Replace(v, "lr: 0.05", "lr: -0.05"), "training.lr", 7},
       {"momentum of 1", Replace(v, "momentum: 0.9", "momentum: 1.0"), "training.momentum", 8},
       {"unknown model", Replace(v, "arch: mlp", "arch: resnet99"), "model.arch", 3},
       {"unknown data set", Replace(v, "name: fashion-mnist", "name: imagenet"), "dataset.name", 2},
-      {"missing data files", Replace(v, "/usr/share/datasets/fashion-mnist", "/nonexistent/fashion-mnist"),
+      {"missing data files",
+       Replace(v, "/usr/share/datasets/fashion-mnist", "/nonexistent/fashion-mnist"),
        "dataset.path", 2},
-      {"more parameter servers than tensors", Replace(v, "parameter_servers: 1", "parameter_servers: 7"),
-       "cluster.parameter_servers", 11},
-      {"at_fraction above 1", Replace(v, "rule: empirical", "rule: at_fraction\n  at_fraction: 1.5"),
+      {"more parameter servers than tensors",
+       Replace(v, "parameter_servers: 1", "parameter_servers: 7"), "cluster.parameter_servers", 11},
+      {"at_fraction above 1",
+       Replace(v, "rule: empirical", "rule: at_fraction\n  at_fraction: 1.5"),
        "strategy.at_fraction", 15},
       {"at_fraction of 0", Replace(v, "rule: empirical", "rule: at_fraction\n  at_fraction: 0"),
        "strategy.at_fraction", 15},
       {"unknown strategy", Replace(v, "kind: switch", "kind: magic"), "strategy.kind", 13},
-      {"unknown consistency", Replace(v, "kind: switch", "kind: ps\n  consistency: xsp"), "strategy.consistency", 14},
-      {"milestones not increasing", Replace(v, "momentum: 0.9", "momentum: 0.9\n  lr_schedule: { milestones: [5, 3] }"),
+      {"unknown consistency", Replace(v, "kind: switch", "kind: ps\n  consistency: xsp"),
+       "strategy.consistency", 14},
+      {"milestones not increasing",
+       Replace(v, "momentum: 0.9", "momentum: 0.9\n  lr_schedule: { milestones: [5, 3] }"),
        "training.lr_schedule.milestones", 9},
       {"straggler that does not exist",
-       Replace(v, "parameter_servers: 1", "parameter_servers: 1\n  stragglers: [ { worker: 5, cpu_fraction: 0.5 } ]"),
+       Replace(v, "parameter_servers: 1",
+               "parameter_servers: 1\n  stragglers: [ { worker: 5, cpu_fraction: 0.5 } ]"),
        "cluster.stragglers[0].worker", 12},
-      {"batch smaller than the workers", Replace(v, "batch_size: 128", "batch_size: 1"), "training.batch_size", 6},
+      {"batch smaller than the workers", Replace(v, "batch_size: 128", "batch_size: 1"),
+       "training.batch_size", 6},
       {"invalid YAML", Replace(v, "model: { arch: mlp }", "model: { arch: mlp"), "invalid YAML", 0},
       {"name with a space", Replace(v, "name: valid-job", "name: my job"), "name", 1},
-      {"zero threshold", Replace(v, "threshold_percent: 1.0", "threshold_percent: 0"), "strategy.threshold_percent", 16},
+      {"zero threshold", Replace(v, "threshold_percent: 1.0", "threshold_percent: 0"),
+       "strategy.threshold_percent", 16},
       {"window the run cannot fill", Replace(v, "window: 5", "window: 9"), "strategy.window", 15},
-      {"schedule gamma above 1", Replace(v, "momentum: 0.9", "momentum: 0.9\n  lr_schedule: { gamma: 2 }"),
+      {"schedule gamma above 1",
+       Replace(v, "momentum: 0.9", "momentum: 0.9\n  lr_schedule: { gamma: 2 }"),
        "training.lr_schedule.gamma", 9},
   };
 }
@@ -91,7 +102,8 @@ TEST_P(MalformedSpec, RefusedByValidateAndRunNamingKeyAndLine) {
   EXPECT_NE(validate.exit_code, 0) << validate.output;
   EXPECT_NE(validate.output.find(bad.key), std::string::npos) << validate.output;
   if (bad.line > 0) {
-    EXPECT_NE(validate.output.find(path + ":" + std::to_string(bad.line) + ":"), std::string::npos) << validate.output;
+    EXPECT_NE(validate.output.find(path + ":" + std::to_string(bad.line) + ":"), std::string::npos)
+        << validate.output;
   }
 
   const std::string run_dir = dir + "/run";
@@ -119,7 +131,8 @@ TEST(Validate, AcceptsTheValidSpecAndTheShippedConfigs) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("ok"), std::string::npos) << r.output;
   for (const char* config : {"quickstart.yaml", "fmnist-mlp.yaml", "fmnist-resnet20.yaml"}) {
-    CommandResult c = RunCommand(Strata() + " validate " + STRATA_TEST_SOURCE_DIR + "/configs/" + config);
+    CommandResult c =
+        RunCommand(Strata() + " validate " + STRATA_TEST_SOURCE_DIR + "/configs/" + config);
     EXPECT_EQ(c.exit_code, 0) << config << ": " << c.output;
   }
   RunCommand("rm -rf " + dir);
@@ -131,7 +144,8 @@ TEST(Validate, SetOverridesAreCheckedLikeTheFile) {
   CommandResult r = RunCommand(Strata() + " validate " + dir + "/job.yaml --set cluster.workers=0");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("cluster.workers"), std::string::npos) << r.output;
-  CommandResult ok = RunCommand(Strata() + " validate " + dir + "/job.yaml --set training.epochs=12");
+  CommandResult ok =
+      RunCommand(Strata() + " validate " + dir + "/job.yaml --set training.epochs=12");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   RunCommand("rm -rf " + dir);
 }
@@ -140,7 +154,8 @@ TEST(Validate, RunRefusesALauncherItCannotDrive) {
   const std::string dir = MakeTempDir("validate");
   WriteText(dir + "/job.yaml", std::string(kValid) + "launcher: { kind: kubernetes }\n");
   EXPECT_EQ(RunCommand(Strata() + " validate " + dir + "/job.yaml").exit_code, 0);
-  CommandResult run = RunCommand(Strata() + " run " + dir + "/job.yaml --quiet --out " + dir + "/run");
+  CommandResult run =
+      RunCommand(Strata() + " run " + dir + "/job.yaml --quiet --out " + dir + "/run");
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.output.find("launcher.kind"), std::string::npos) << run.output;
   EXPECT_FALSE(Exists(dir + "/run"));
@@ -151,9 +166,10 @@ TEST(Validate, RunRefusesALauncherItCannotDrive) {
 // tensors") must match the real models.
 TEST(ModelTensorCount, MatchesTheRealModels) {
   for (const char* arch : {"mlp", "cnn", "resnet20", "resnet32", "resnet56"}) {
-    CommandResult r = RunCommand(BinDir() + "/strata-evaluator --config " + STRATA_TEST_SOURCE_DIR +
-                                 "/configs/fmnist-mlp.yaml --set model.arch=" + arch +
-                                 " --set dataset.max_train=64 --set dataset.max_test=64 --describe 2>/dev/null");
+    CommandResult r =
+        RunCommand(BinDir() + "/strata-evaluator --config " + STRATA_TEST_SOURCE_DIR +
+                   "/configs/fmnist-mlp.yaml --set model.arch=" + arch +
+                   " --set dataset.max_train=64 --set dataset.max_test=64 --describe 2>/dev/null");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     nlohmann::json d = nlohmann::json::parse(r.output, nullptr, false);
     ASSERT_FALSE(d.is_discarded()) << r.output;

@@ -7,7 +7,9 @@
 namespace strata {
 namespace {
 
-EmpiricalSwitchRule ThesisRule() { return EmpiricalSwitchRule({.window = 5, .threshold_percent = 1.0}); }
+EmpiricalSwitchRule ThesisRule() {
+  return EmpiricalSwitchRule({.window = 5, .threshold_percent = 1.0});
+}
 
 TEST(EmpiricalSwitchRule, ThesisWorkedExampleDoesNotSwitch) {
   // Still improving: 10%, 6.67%, 1.19%, 0.48%, 0.24% relative changes, mean 3.7162%.
