@@ -139,6 +139,11 @@ absl::StatusOr<ShardJob> ResolveShardJob(const v1::ShardRequest& r) {
   text(r.label_set(), &s.label_set);
   text(r.method(), &s.method);
   text(r.out_dir(), &s.out);
+  if (!r.run_dir().empty()) {
+    const std::string run_dir = r.run_dir();
+    if (!s.out) s.out = run_dir + "/shards";
+    if (!s.config && !s.dataset) s.config = run_dir + "/job.yaml";
+  }
   number(r.workers(), &s.workers);
   number(r.clusters(), &s.clusters);
   number(r.pca_components(), &s.pca_components);

@@ -313,6 +313,19 @@ TEST_F(SharderServiceTest, PlansOnRequestRefusesBadRequestsAndStops) {
   status = Shard(bad, &bad_reply);
   EXPECT_THAT(status.error_message(), HasSubstr("unknown sharding method 'nearest'"));
 
+  // A run directory alone: its job.yaml, the plan into RUN_DIR/shards.
+  const fs::path run = dir_ / "run2";
+  fs::create_directories(run);
+  std::ofstream(run / "job.yaml") << "name: run2\ndataset: { name: synthetic, max_train: 600 }\n"
+                                     "cluster: { workers: 2 }\nsharding: { method: random }\n";
+  v1::ShardRequest by_run_dir;
+  by_run_dir.set_run_dir(run.string());
+  status = Shard(by_run_dir, &reply);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(reply.method(), "random");
+  EXPECT_EQ(reply.examples(), 600);
+  EXPECT_EQ(ReadShards(run / "shards", 2)[0].size(), 300u);
+
   v1::ShardRequest stratified = request;
   stratified.set_method("stratified");
   stratified.set_out_dir((dir_ / "stratified").string());
