@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
   std::string listen = "127.0.0.1:0", port_file, config_path, consistency, init_checkpoint, run_dir, log_file;
   int partition = 0, partitions = 1, workers = 1, staleness = -1;
   double lr_scale = 0, checkpoint_every_s = 0;
+  int checkpoint_every_epochs = 0;
   int64_t train_examples = 0;
   app.add_option("--listen", listen, "address to serve on; port 0 picks a free port");
   app.add_option("--port-file", port_file, "file that receives the bound port (written atomically)");
@@ -92,13 +93,18 @@ int main(int argc, char** argv) {
   app.add_option("--init-checkpoint", init_checkpoint, "load this checkpoint (whole model or partition) at start")
       ->check(CLI::ExistingFile);
   app.add_option("--run-dir", run_dir, "run directory (checkpoints go to <run-dir>/checkpoints)");
+  app.add_option("--checkpoint-every-epochs", checkpoint_every_epochs,
+                 "save the partition each time E more global epochs complete (needs --run-dir)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-every-s", checkpoint_every_s, "save the partition every S seconds (needs --run-dir)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-file", log_file, "also log to this file");
   CLI11_PARSE(app, argc, argv);
 
   if (partition >= partitions) return Fail(absl::StrCat("--partition ", partition, " must be < --partitions ", partitions));
-  if (checkpoint_every_s > 0 && run_dir.empty()) return Fail("--checkpoint-every-s needs --run-dir");
+  if ((checkpoint_every_s > 0 || checkpoint_every_epochs > 0) && run_dir.empty()) {
+    return Fail("--checkpoint-every-s and --checkpoint-every-epochs need --run-dir");
+  }
   strata::InitLogging({absl::StrCat("ps-", partition), log_file, "info"});
 
   auto spec = strata::LoadJobSpec(config_path);
@@ -153,24 +159,40 @@ int main(int argc, char** argv) {
   });
   signal_thread.detach();  // stays blocked in sigwait when Stop ends the process instead
 
-  int64_t saved_version = -1;
-  auto save_if_changed = [&] {
-    const auto status = state.Status();
-    if (!status.loaded || status.version == saved_version) return;
-    auto saved = service.Save("");
-    if (saved.ok()) {
-      saved_version = saved->version();
-      spdlog::info("checkpoint {} at version {}", saved->path(), saved->version());
-    } else {
-      spdlog::warn("periodic checkpoint failed: {}", std::string(saved.status().message()));
-    }
-  };
-  const auto every = std::chrono::milliseconds(static_cast<int64_t>(checkpoint_every_s * 1000));
-  while (!stop.WaitFor(checkpoint_every_s > 0 ? every : std::chrono::hours(24))) {
-    if (checkpoint_every_s > 0) save_if_changed();
+  // Periodic checkpoints: a thread woken by epoch boundaries (and every second, for the timer).
+  std::thread saver;
+  if (checkpoint_every_s > 0 || checkpoint_every_epochs > 0) {
+    saver = std::thread([&] {
+      int64_t saved_version = -1, saved_epochs = state.Status().completed_epochs;
+      auto last_save = std::chrono::steady_clock::now();
+      const auto every = std::chrono::duration<double>(checkpoint_every_s);
+      while (!state.stopping()) {
+        const auto status = state.Status();
+        state.WaitForProgress(status.completed_epochs, std::chrono::seconds(1));
+        const auto now_status = state.Status();
+        if (!now_status.loaded || now_status.version == saved_version) continue;
+        const bool epochs_due = checkpoint_every_epochs > 0 &&
+                                now_status.completed_epochs >= saved_epochs + checkpoint_every_epochs;
+        const bool time_due = checkpoint_every_s > 0 && std::chrono::steady_clock::now() - last_save >= every;
+        if (!epochs_due && !time_due) continue;
+        auto saved = service.Save("");
+        last_save = std::chrono::steady_clock::now();
+        if (!saved.ok()) {
+          spdlog::warn("periodic checkpoint failed: {}", std::string(saved.status().message()));
+          continue;
+        }
+        saved_version = saved->version();
+        saved_epochs = now_status.completed_epochs;
+        spdlog::info("checkpoint {} at version {}, epoch {}", saved->path(), saved->version(),
+                     now_status.completed_epochs);
+      }
+    });
+  }
+  while (!stop.WaitFor(std::chrono::hours(24))) {
   }
   spdlog::info("stopping: {}", stop.reason());
-  state.Shutdown();  // releases waiting pulls and BSP rounds with UNAVAILABLE
+  state.Shutdown();  // releases waiting pulls and BSP rounds with UNAVAILABLE, and the saver
+  if (saver.joinable()) saver.join();
   // Waiting calls were released above; with a client connection still open, gRPC 1.51's sync
   // server sits out the whole deadline, so keep it short.
   server->Shutdown(strata::DeadlineAfter(std::chrono::milliseconds(500)));

@@ -476,6 +476,33 @@ TEST_F(PsServerTest, WatchProgressReportsEpochBoundaries) {
   context.TryCancel();
 }
 
+TEST_F(PsServerTest, SavesItsPartitionEveryEpoch) {
+  PsProcessOptions o;
+  o.workers = 1;
+  o.train_examples = 10;
+  o.init_checkpoint = checkpoint_;
+  o.extra_args = {"--run-dir", dir_.path(), "--checkpoint-every-epochs", "1"};
+  auto ps = Launch(o);
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const std::string path = dir_ / "checkpoints/ps-0.ckpt";
+  Pulled r = RawPushPull(*stub, PushOf(0, 5, Gradients(0.1f), /*samples=*/5));
+  ASSERT_TRUE(r.status.ok());
+  r = RawPushPull(*stub, PushOf(0, r.version, Gradients(0.1f), /*samples=*/5));  // epoch 1 complete
+  ASSERT_TRUE(r.status.ok());
+  ASSERT_TRUE(PollUntil([&] {
+    auto c = ReadCheckpoint(path);
+    return c.ok() && c->version == 7;
+  })) << "no checkpoint after the first epoch";
+  auto saved = ReadCheckpoint(path);
+  ASSERT_TRUE(saved.ok());
+  EXPECT_EQ(saved->epoch, 1);
+  EXPECT_EQ(saved->extra.value("samples", 0), 10);
+  const CheckpointEntry* w = saved->Find(TensorKind::kParameter, "fc1.weight");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->tensor.data, r.Find("fc1.weight")->data);
+}
+
 TEST_F(PsServerTest, StopEndsTheProcessAndReleasesWaitingPulls) {
   auto ps = LaunchLoaded(/*workers=*/2, "bsp");
   ASSERT_TRUE(ps);
