@@ -159,6 +159,23 @@ TEST(StrataRun, ManualSwitchHandsOverLiveAndServersHoldTheLastAllReduceModel) {
   EXPECT_NE(Slurp(f.run_dir + "/report.html").find("switch-marker"), std::string::npos);
 }
 
+TEST(StrataRun, ServicesDieWithAKilledOrchestrator) {
+  // SIGKILL leaves the orchestrator no chance to clean up: PR_SET_PDEATHSIG must end the services.
+  RunFixture f(LongJob("{ kind: ps, consistency: asp }"));
+  ASSERT_TRUE(f.WaitForTraining(5)) << f.run->Output();
+  const std::vector<int> pids = f.AllPids();
+  ASSERT_EQ(pids.size(), 4u);
+  ASSERT_EQ(::kill(f.run->pid(), SIGKILL), 0);
+  EXPECT_EQ(f.run->Wait(std::chrono::seconds(60)), 128 + SIGKILL);
+  for (int pid : pids) {
+    EXPECT_TRUE(Eventually([&] { return ProcessEnded(pid); }, std::chrono::seconds(60)))
+        << "pid " << pid << " outlived a killed orchestrator";
+  }
+  // The run directory still tells what happened.
+  CommandResult status = RunCommand(Strata() + " status " + f.run_dir);
+  EXPECT_NE(status.output.find("abandoned"), std::string::npos) << status.output;
+}
+
 TEST(StrataStatus, RefusesADirectoryThatIsNotARun) {
   const std::string dir = MakeTempDir("status");
   EXPECT_NE(RunCommand(Strata() + " status " + dir).exit_code, 0);

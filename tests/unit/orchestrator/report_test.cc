@@ -1,0 +1,75 @@
+#include "orchestrator/lib/report.h"
+
+#include <gtest/gtest.h>
+
+#include "orchestrator/lib/job_checks.h"
+
+namespace strata {
+namespace {
+
+TEST(RenderReportHtml, ChartsTheCurvesAndMarksTheSwitch) {
+  ReportInput in;
+  in.title = "run <1>";
+  in.job_yaml = "name: a<b>\n";
+  in.metrics = {{{"epoch", 1},
+                 {"phase", "allreduce"},
+                 {"val_loss", 0.5},
+                 {"val_acc", 0.8},
+                 {"train_loss", 0.6},
+                 {"wall_s", 3.0}},
+                {{"epoch", 2},
+                 {"phase", "ps"},
+                 {"val_loss", 0.4},
+                 {"val_acc", 0.85},
+                 {"train_loss", 0.45},
+                 {"wall_s", 5.0}}};
+  in.events = {{{"event", "switch_done"}, {"epoch", 1.5}, {"wall_s", 4.0}, {"handover_s", 0.05}}};
+  in.summary = {{"final_val_acc", 0.85}};
+  const std::string html = RenderReportHtml(in);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  // Four charts: loss and accuracy, against epoch and against wall time, each with the marker.
+  size_t charts = 0, markers = 0;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1))
+    ++charts;
+  for (size_t at = html.find("switch-marker"); at != std::string::npos;
+       at = html.find("switch-marker", at + 1)) {
+    ++markers;
+  }
+  EXPECT_EQ(charts, 4u);
+  EXPECT_EQ(markers, 4u);
+  EXPECT_NE(html.find("Loss vs wall time"), std::string::npos);
+  EXPECT_NE(html.find("final_val_acc"), std::string::npos);
+  // Text from the run is escaped, never markup.
+  EXPECT_EQ(html.find("a<b>"), std::string::npos);
+  EXPECT_NE(html.find("a&lt;b&gt;"), std::string::npos);
+  EXPECT_EQ(html.find("run <1>"), std::string::npos);
+}
+
+TEST(RenderReportHtml, RunWithoutSwitchOrMetricsStillRenders) {
+  ReportInput in;
+  in.title = "empty";
+  const std::string html = RenderReportHtml(in);
+  EXPECT_EQ(html.find("switch-marker"), std::string::npos);
+  EXPECT_NE(html.find("no data yet"), std::string::npos);
+  EXPECT_NE(html.find("still going"), std::string::npos);
+}
+
+TEST(KeyLine, FindsNestedKeysAndListItems) {
+  const std::string yaml =
+      "name: x\ncluster:\n  workers: 2\n  stragglers:\n    - { worker: 1, cpu_fraction: 0.5 }\n";
+  EXPECT_EQ(KeyLine(yaml, "name"), 1);
+  EXPECT_EQ(KeyLine(yaml, "cluster.workers"), 3);
+  EXPECT_EQ(KeyLine(yaml, "cluster.stragglers[0].worker"), 5);
+  EXPECT_EQ(KeyLine(yaml, "cluster.parameter_servers"), 0);
+  EXPECT_EQ(KeyLine(yaml, "cluster.stragglers[3].worker"), 0);
+  EXPECT_EQ(KeyLine("not: [valid", "not"), 0);
+}
+
+TEST(ModelTensorCount, KnowsEveryModelOfTheZoo) {
+  for (const std::string& arch : KnownModelArchs())
+    EXPECT_TRUE(ModelTensorCount(arch).has_value()) << arch;
+  EXPECT_FALSE(ModelTensorCount("resnet99").has_value());
+}
+
+}  // namespace
+}  // namespace strata
