@@ -12,8 +12,12 @@
 
 namespace strata::sharder {
 
-// `cluster_of[i]` in [0, clusters). Fills per-cluster summaries; each shard comes back ascending.
-Shards SplitNeighbourhoods(const std::vector<int32_t>& cluster_of, int clusters, int workers,
-                           uint64_t seed, std::vector<ClusterSummary>* summaries);
+// `cluster_of[i]` in [0, clusters), `labels[i]` the class of example i. Inside a dense
+// neighbourhood the examples are dealt class by class (shuffled within each class), so every
+// shard also gets the neighbourhood's class mix. Fills per-cluster summaries; each shard comes
+// back ascending.
+Shards SplitNeighbourhoods(const std::vector<int32_t>& cluster_of, const std::vector<int32_t>& labels,
+                           int clusters, int workers, uint64_t seed,
+                           std::vector<ClusterSummary>* summaries);
 
 }  // namespace strata::sharder

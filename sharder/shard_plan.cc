@@ -113,8 +113,8 @@ absl::StatusOr<ShardPlan> MakeShardPlan(const DatasetSplit& split, int64_t examp
     plan.kmeans_inertia = clustering->inertia;
     plan.cluster_of = std::move(clustering->assignments);
     start = std::chrono::steady_clock::now();
-    plan.shards = SplitNeighbourhoods(plan.cluster_of, options.clusters, options.workers,
-                                      options.seed, &plan.clusters);
+    plan.shards = SplitNeighbourhoods(plan.cluster_of, split.labels, options.clusters,
+                                      options.workers, options.seed, &plan.clusters);
   }
   plan.shard_class_counts.assign(options.workers, std::vector<int64_t>(num_classes, 0));
   for (int w = 0; w < options.workers; ++w) {

@@ -185,6 +185,27 @@ TEST(DistributionAware, SparseClustersInEveryShardDenseOnesSplitEvenly) {
   for (int m : multiplicity) EXPECT_GE(m, 1) << "an example is in no shard";
 }
 
+TEST(DistributionAware, DenseNeighbourhoodsAreDealtClassByClass) {
+  // Per (neighbourhood, class), shard counts differ by at most 1: every shard gets the
+  // neighbourhood's class mix, not just its share of examples.
+  const Dataset d = Synthetic(3000, 4, 3, 16);
+  ShardPlanOptions o = Options("distribution-aware", 7);
+  o.clusters = 5;  // fewer neighbourhoods than hidden clusters: each mixes classes
+  const ShardPlan plan = Plan(d, o);
+  for (int c = 0; c < o.clusters; ++c) {
+    if (plan.clusters[c].broadcast) continue;
+    for (int label = 0; label < d.num_classes; ++label) {
+      std::vector<int64_t> per_shard;
+      for (const auto& shard : plan.shards) {
+        int64_t n = 0;
+        for (int64_t e : shard) n += (plan.cluster_of[e] == c && d.train.labels[e] == label) ? 1 : 0;
+        per_shard.push_back(n);
+      }
+      ExpectWithinOne(per_shard, "neighbourhood " + std::to_string(c) + " class " + std::to_string(label));
+    }
+  }
+}
+
 TEST(DistributionAware, WithFewWorkersEveryClusterIsDenseAndShardsPartition) {
   const Dataset d = Synthetic(1200);
   const ShardPlan plan = Plan(d, Options("distribution-aware", 3));
