@@ -647,10 +647,11 @@ class LocalRun {
     return slowest > 0 ? worker_batch_ / slowest : 0.1;
   }
   // Steps ahead of the fastest worker for the switch step: every worker must get the request
-  // before it gets there. A loopback RPC takes milliseconds; 0.2 s of steps, at least 2, leaves
-  // room for a loaded machine and the polling period's view of the steps being stale.
+  // before it gets there, or it refuses and the others wait for it in vain. A loopback RPC takes
+  // milliseconds; half a second of steps (at least 3) covers a loaded machine. The workers keep
+  // training meanwhile, so the margin delays the switch but is not part of the handover.
   int64_t SwitchMargin() const {
-    return std::max<int64_t>(2, static_cast<int64_t>(std::ceil(0.2 / StepSeconds())));
+    return std::max<int64_t>(3, static_cast<int64_t>(std::ceil(0.5 / StepSeconds())));
   }
 
   absl::Status Switch(json decided) {
