@@ -391,7 +391,7 @@ class LocalRun {
         last_status_write = Clock::now();
       }
       if (AllFinished()) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the polling period
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the polling period
     }
     training_end_ = Clock::now();
     Event("training_finished", {{"steps", TotalSteps()}});
