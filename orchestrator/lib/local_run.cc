@@ -731,10 +731,20 @@ class LocalRun {
         absl::StrCat(paths_.checkpoints, "/switch-step", at_step, ".ckpt");
     std::optional<Clock::time_point> paused, written;
     auto last_poll = Clock::now() - std::chrono::seconds(1);
+    auto last_tick = Clock::now();
     while (!written) {
       if (absl::Status s = CheckSignal(); !s.ok()) return abandon({"", s});
       if (absl::Status s = CheckChildren(); !s.ok()) return abandon({failure_.process, s});
       if (auto f = switch_failure()) return abandon(*f);
+      // Until the workers reach the switch step they train on: keep watching and evaluating.
+      if (!paused && Clock::now() - last_tick > std::chrono::milliseconds(100)) {
+        last_tick = Clock::now();
+        if (absl::Status s = PollWorkers(); !s.ok()) return abandon({failure_.process, s});
+        if (absl::Status s = CollectEvaluation(); !s.ok()) return abandon({"", s});
+        MaybeStartEvaluation();
+        UpdateProgressLine();
+        WriteStatus();
+      }
       if (FileExists(checkpoint)) {
         written = Clock::now();
         break;
