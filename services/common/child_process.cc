@@ -1,4 +1,4 @@
-#include "services/common/child_process.h"
+#include "orchestrator/lib/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -8,155 +8,127 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include <absl/strings/str_cat.h>
-#include <absl/strings/numbers.h>
-#include <absl/strings/strip.h>
 
 namespace strata {
-namespace {
 
-using Clock = std::chrono::steady_clock;
-
-int DecodeWaitStatus(int status) {
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return -1;
-}
-
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const ChildOptions& options) {
-  if (::access(options.binary.c_str(), X_OK) != 0) {
-    return absl::NotFoundError(absl::StrCat("cannot run ", options.binary, ": ", std::strerror(errno)));
+absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOptions& options) {
+  if (options.argv.empty()) return absl::InvalidArgumentError("spawn: empty argv");
+  if (::access(options.argv[0].c_str(), X_OK) != 0) {
+    return absl::NotFoundError(absl::StrCat(options.name, ": cannot execute ", options.argv[0],
+                                            ": ", std::strerror(errno)));
   }
-  std::unique_ptr<ChildProcess> child(new ChildProcess());
-  child->name_ = options.name.empty() ? options.binary.substr(options.binary.rfind('/') + 1) : options.name;
-  child->log_file_ = options.log_file;
-  if (!options.port_file.empty()) ::unlink(options.port_file.c_str());
-
-  // Everything the child needs is prepared before fork: after fork in a threaded process only
-  // async-signal-safe calls are allowed until exec.
-  std::vector<std::string> args = {options.binary};
-  args.insert(args.end(), options.args.begin(), options.args.end());
+  const int log_fd =
+      ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    return absl::InternalError(absl::StrCat(options.name, ": cannot open log ", options.log_path,
+                                            ": ", std::strerror(errno)));
+  }
+  // Everything the child needs is prepared before fork: after it only async-signal-safe calls.
   std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
+  for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  int log_fd = -1;
-  if (!options.log_file.empty()) {
-    log_fd = ::open(options.log_file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (log_fd < 0) {
-      return absl::InternalError(absl::StrCat("cannot open log ", options.log_file, ": ", std::strerror(errno)));
-    }
-  }
   const pid_t parent = ::getpid();
+
   const pid_t pid = ::fork();
   if (pid < 0) {
-    if (log_fd >= 0) ::close(log_fd);
-    return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
+    const int err = errno;
+    ::close(log_fd);
+    return absl::InternalError(absl::StrCat(options.name, ": fork failed: ", std::strerror(err)));
   }
   if (pid == 0) {
+    ::setpgid(0, 0);
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
-    if (log_fd >= 0) {
-      ::dup2(log_fd, STDOUT_FILENO);
-      ::dup2(log_fd, STDERR_FILENO);
-    }
+    if (::getppid() != parent) ::_exit(127);  // the orchestrator died before prctl took effect
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::signal(SIGINT, SIG_DFL);
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGPIPE, SIG_DFL);
+    const int null_fd = ::open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
+    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(log_fd, STDERR_FILENO);
     ::execv(argv[0], argv.data());
     ::_exit(127);
   }
-  if (log_fd >= 0) ::close(log_fd);
-  child->pid_ = pid;
-  if (!options.port_file.empty()) {
-    absl::Status s = child->WaitForPort(options.port_file, options.start_deadline);
-    if (!s.ok()) return s;  // the destructor kills the child
-  }
-  return child;
-}
-
-absl::Status ChildProcess::WaitForPort(const std::string& port_file,
-                                       std::chrono::milliseconds deadline) {
-  const auto give_up = Clock::now() + deadline;
-  for (;;) {
-    std::ifstream in(port_file);
-    std::string text;
-    if (in && std::getline(in, text)) {
-      int port = 0;
-      if (absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port) && port > 0 && port < 65536) {
-        port_ = port;
-        return absl::OkStatus();
-      }
-    }
-    if (Exited()) {
-      return absl::UnavailableError(absl::StrCat(name_, " exited with code ", exit_code_,
-                                                 " before it was ready; its log ends:\n", LogTail()));
-    }
-    if (Clock::now() > give_up) {
-      return absl::DeadlineExceededError(absl::StrCat(name_, " did not report its port within ",
-                                                      deadline.count() / 1000, " s; its log ends:\n",
-                                                      LogTail()));
-    }
-    // The port file is written once, atomically; poll it at a modest rate until the deadline.
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  ::close(log_fd);
+  // Also from the parent, so that a signal sent right after Spawn already finds the group.
+  ::setpgid(pid, pid);
+  return std::unique_ptr<ChildProcess>(new ChildProcess(options.name, options.log_path, pid));
 }
 
 ChildProcess::~ChildProcess() {
-  if (pid_ > 0 && !Exited()) Kill();
+  if (!exited_) {
+    Signal(SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
 }
 
-std::string ChildProcess::address() const { return absl::StrCat("127.0.0.1:", port_); }
-
-bool ChildProcess::Exited() {
+bool ChildProcess::Poll() {
   if (exited_) return true;
   int status = 0;
   const pid_t r = ::waitpid(pid_, &status, WNOHANG);
   if (r == pid_) {
     exited_ = true;
-    exit_code_ = DecodeWaitStatus(status);
+    wait_status_ = status;
   } else if (r < 0 && errno == ECHILD) {
-    exited_ = true;
-    exit_code_ = -1;
+    exited_ = true;  // reaped elsewhere; nothing more to learn
   }
   return exited_;
 }
 
-absl::StatusOr<int> ChildProcess::WaitForExit(std::chrono::milliseconds deadline) {
-  const auto give_up = Clock::now() + deadline;
-  while (!Exited()) {
-    if (Clock::now() > give_up) {
-      return absl::DeadlineExceededError(absl::StrCat(name_, " (pid ", pid_, ") still runs"));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+std::string ChildProcess::ExitDescription() const {
+  if (!exited_) return "is running";
+  if (WIFEXITED(wait_status_)) return absl::StrCat("exited with code ", WEXITSTATUS(wait_status_));
+  if (WIFSIGNALED(wait_status_)) {
+    const int sig = WTERMSIG(wait_status_);
+    return absl::StrCat("was killed by signal ", sig, " (", ::strsignal(sig), ")");
   }
-  return exit_code_;
+  return "ended";
 }
 
-void ChildProcess::Terminate(std::chrono::milliseconds grace) {
-  if (Exited()) return;
-  ::kill(pid_, SIGTERM);
-  if (!WaitForExit(grace).ok()) Kill();
+bool ChildProcess::succeeded() const {
+  return exited_ && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 0;
 }
 
-void ChildProcess::Kill() {
-  if (Exited()) return;
-  ::kill(pid_, SIGKILL);
-  int status = 0;
-  if (::waitpid(pid_, &status, 0) == pid_) exit_code_ = DecodeWaitStatus(status);
-  exited_ = true;
+void ChildProcess::Signal(int signal) {
+  if (exited_) return;
+  // The group first (the service and anything it started), the pid as a fallback.
+  if (::killpg(pid_, signal) != 0) ::kill(pid_, signal);
 }
 
-std::string ChildProcess::LogTail(size_t max_bytes) const {
-  if (log_file_.empty()) return "(no log file)";
-  std::ifstream in(log_file_, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string text = buffer.str();
-  if (text.size() > max_bytes) text = "..." + text.substr(text.size() - max_bytes);
-  return text;
+bool ChildProcess::WaitFor(std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (!Poll()) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(20));  // polling a pid; no event to wait on
+  }
+  return true;
+}
+
+void TerminateAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace) {
+  for (ChildProcess* c : children) {
+    if (!c->Poll()) c->Signal(SIGTERM);
+  }
+  const auto until = std::chrono::steady_clock::now() + grace;
+  for (ChildProcess* c : children) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        until - std::chrono::steady_clock::now());
+    c->WaitFor(std::max(left, std::chrono::milliseconds(0)));
+  }
+  for (ChildProcess* c : children) {
+    if (!c->Poll()) {
+      c->Signal(SIGKILL);
+      c->WaitFor(std::chrono::seconds(10));
+    }
+  }
 }
 
 }  // namespace strata

@@ -1,7 +1,6 @@
-// A child process that Strata launched: a service binary started by `strata run`, a test or a
-// benchmark. It writes its output to a log file, reports its port through a port file (services
-// bind port 0 and write the port they got), dies with its parent (PR_SET_PDEATHSIG) and is killed
-// when this object goes away, so nothing is ever left behind.
+// Child processes of `strata run`: each service runs in its own process group (so Ctrl-C on the
+// terminal reaches only the orchestrator, which then shuts the services down in order) with
+// PR_SET_PDEATHSIG, so that no service outlives the orchestrator even when it is killed -9.
 #pragma once
 
 #include <sys/types.h>
@@ -15,47 +14,47 @@
 
 namespace strata {
 
-struct ChildOptions {
-  std::string binary;
-  std::vector<std::string> args;
-  std::string name;       // for messages ("worker-1"); defaults to the binary's name
-  std::string log_file;   // stdout and stderr go here (appended); empty: inherit
-  std::string port_file;  // if set, Spawn waits until the child writes its port there
-  std::chrono::milliseconds start_deadline{120000};
+struct SpawnOptions {
+  std::string name;               // "worker-1", for messages
+  std::vector<std::string> argv;  // argv[0] is the executable path
+  std::string log_path;           // stdout and stderr go here (appended)
 };
 
 class ChildProcess {
  public:
-  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const ChildOptions& options);
-  ~ChildProcess();  // kills the child if it still runs
+  // Must be called from a thread that lives as long as the child: PR_SET_PDEATHSIG fires when
+  // the forking *thread* ends. `strata run` spawns from its main thread.
+  static absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const SpawnOptions& options);
+  ~ChildProcess();  // kills and reaps the child if it still runs
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
-  pid_t pid() const { return pid_; }
-  int port() const { return port_; }
-  std::string address() const;  // 127.0.0.1:<port>
   const std::string& name() const { return name_; }
-  const std::string& log_file() const { return log_file_; }
+  const std::string& log_path() const { return log_path_; }
+  pid_t pid() const { return pid_; }
 
-  // Non-blocking: has the child exited? Records the exit code.
-  bool Exited();
-  // Exit code (128 + signal when killed by one); kDeadlineExceeded if it is still running.
-  absl::StatusOr<int> WaitForExit(std::chrono::milliseconds deadline);
-  // SIGTERM, then SIGKILL after `grace` if it has not exited.
-  void Terminate(std::chrono::milliseconds grace = std::chrono::milliseconds(3000));
-  void Kill();
-  // The last lines of the log, for error messages.
-  std::string LogTail(size_t max_bytes = 2000) const;
+  // Reaps without blocking; true once the child has exited.
+  bool Poll();
+  bool exited() const { return exited_; }
+  // "exited with code 1" / "killed by signal 9 (Killed)"; meaningful once exited().
+  std::string ExitDescription() const;
+  bool succeeded() const;
+
+  // Signals the child's whole process group.
+  void Signal(int signal);
+  // Polls until the child exits or the timeout passes; true if it exited.
+  bool WaitFor(std::chrono::milliseconds timeout);
 
  private:
-  ChildProcess() = default;
-  absl::Status WaitForPort(const std::string& port_file, std::chrono::milliseconds deadline);
-
-  pid_t pid_ = -1;
-  int port_ = 0;
+  ChildProcess(std::string name, std::string log_path, pid_t pid)
+      : name_(std::move(name)), log_path_(std::move(log_path)), pid_(pid) {}
+  std::string name_, log_path_;
+  pid_t pid_;
   bool exited_ = false;
-  int exit_code_ = 0;
-  std::string name_, log_file_;
+  int wait_status_ = 0;
 };
+
+// Ends every child: SIGTERM to each group, up to `grace` to exit, then SIGKILL, then reaps.
+void TerminateAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace);
 
 }  // namespace strata
