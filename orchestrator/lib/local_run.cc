@@ -22,7 +22,7 @@
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
-#include "orchestrator/lib/child_process.h"
+#include "services/common/child_process.h"
 #include "orchestrator/lib/cpu_limit.h"
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/report.h"

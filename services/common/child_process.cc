@@ -1,4 +1,4 @@
-#include "orchestrator/lib/child_process.h"
+#include "services/common/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -8,9 +8,13 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
 
+#include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/strip.h>
 
 namespace strata {
 
@@ -111,6 +115,47 @@ bool ChildProcess::WaitFor(std::chrono::milliseconds timeout) {
         std::chrono::milliseconds(20));  // polling a pid; no event to wait on
   }
   return true;
+}
+
+std::string LogTail(const std::string& log_path, size_t max_bytes) {
+  std::ifstream in(log_path, std::ios::binary);
+  if (!in) return "(no log)";
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::string text = buffer.str();
+  if (text.size() > max_bytes) text = "..." + text.substr(text.size() - max_bytes);
+  return text;
+}
+
+std::optional<int> ReadPortFile(const std::string& port_file) {
+  std::ifstream in(port_file);
+  std::string text;
+  int port = 0;
+  if (in && std::getline(in, text) && absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port) &&
+      port > 0 && port < 65536) {
+    return port;
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<int> WaitForPortFile(ChildProcess& child, const std::string& port_file,
+                                    std::chrono::milliseconds deadline) {
+  const auto until = std::chrono::steady_clock::now() + deadline;
+  for (;;) {
+    if (std::optional<int> port = ReadPortFile(port_file)) return *port;
+    if (child.Poll()) {
+      return absl::UnavailableError(absl::StrCat(child.name(), " ", child.ExitDescription(),
+                                                 " before it was ready; its log ends:\n",
+                                                 LogTail(child.log_path())));
+    }
+    if (std::chrono::steady_clock::now() >= until) {
+      return absl::DeadlineExceededError(absl::StrCat(child.name(), " did not report its port within ",
+                                                      deadline.count() / 1000, " s; its log ends:\n",
+                                                      LogTail(child.log_path())));
+    }
+    // The file is written once, atomically; nothing to wait on but the file system.
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 void TerminateAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace) {

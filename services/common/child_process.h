@@ -1,12 +1,15 @@
-// Child processes of `strata run`: each service runs in its own process group (so Ctrl-C on the
-// terminal reaches only the orchestrator, which then shuts the services down in order) with
-// PR_SET_PDEATHSIG, so that no service outlives the orchestrator even when it is killed -9.
+// Child processes that Strata launches (the services of `strata run`, test and benchmark
+// launchers): each runs in its own process group (so Ctrl-C on the terminal reaches only the
+// launcher, which then shuts the services down in order) with PR_SET_PDEATHSIG, so that no service
+// outlives its launcher even when that is killed -9. Output goes to a log file; services report
+// the port they bound through a port file (WaitForPortFile).
 #pragma once
 
 #include <sys/types.h>
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +56,18 @@ class ChildProcess {
   bool exited_ = false;
   int wait_status_ = 0;
 };
+
+// The last `max_bytes` of a log file, for error messages ("(no log)" if unreadable).
+std::string LogTail(const std::string& log_path, size_t max_bytes = 2000);
+
+// The port a service wrote into `port_file` (a decimal number and a newline, written atomically),
+// or nullopt if it has not written it yet.
+std::optional<int> ReadPortFile(const std::string& port_file);
+
+// Polls `port_file` until the child has written its port. Fails, naming the child and quoting the
+// end of its log, if it exits first or the deadline passes.
+absl::StatusOr<int> WaitForPortFile(ChildProcess& child, const std::string& port_file,
+                                    std::chrono::milliseconds deadline);
 
 // Ends every child: SIGTERM to each group, up to `grace` to exit, then SIGKILL, then reaps.
 void TerminateAll(const std::vector<ChildProcess*>& children, std::chrono::milliseconds grace);

@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "orchestrator/lib/child_process.h"
+#include "services/common/child_process.h"
 #include "services/common/files.h"
 #include "services/common/rpc.h"
 #include "services/common/tensor_codec.h"

@@ -39,27 +39,41 @@ cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }
 )";
   }
   void TearDown() override {
-    for (auto& w : workers_) w->Kill();
-    for (auto& s : servers_) s->Kill();
+    std::vector<ChildProcess*> all;
+    for (auto& w : workers_) all.push_back(w.process.get());
+    for (auto& s : servers_) all.push_back(s.process.get());
+    TerminateAll(all, seconds(5));
     if (!HasFailure()) fs::remove_all(dir_);
   }
 
-  std::unique_ptr<ChildProcess> Launch(const std::string& binary, const std::string& name,
-                                       std::vector<std::string> args) {
-    ChildOptions o;
-    o.binary = std::string(STRATA_BIN_DIR) + "/" + binary;
+  struct Service {
+    std::unique_ptr<ChildProcess> process;
+    std::string address;
+    std::string LogTail() const { return strata::LogTail(process->log_path()); }
+  };
+
+  // Starts a service on 127.0.0.1:0 and waits for the port it reports.
+  Service Launch(const std::string& binary, const std::string& name, std::vector<std::string> args) {
+    SpawnOptions o;
     o.name = name;
-    o.log_file = dir_ + "/logs/" + name + ".log";
-    o.port_file = dir_ + "/" + name + ".port";
-    o.args = std::move(args);
-    o.args.insert(o.args.end(), {"--listen", "127.0.0.1:0", "--port-file", o.port_file});
+    o.log_path = dir_ + "/logs/" + name + ".log";
+    const std::string port_file = dir_ + "/" + name + ".port";
+    o.argv = {std::string(STRATA_BIN_DIR) + "/" + binary};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.argv.insert(o.argv.end(), {"--listen", "127.0.0.1:0", "--port-file", port_file});
+    Service s;
     auto child = ChildProcess::Spawn(o);
     EXPECT_TRUE(child.ok()) << child.status();
-    return child.ok() ? std::move(*child) : nullptr;
+    if (!child.ok()) return s;
+    s.process = std::move(*child);
+    auto port = WaitForPortFile(*s.process, port_file, seconds(120));
+    EXPECT_TRUE(port.ok()) << port.status();
+    if (port.ok()) s.address = "127.0.0.1:" + std::to_string(*port);
+    return s;
   }
 
   std::string dir_;
-  std::vector<std::unique_ptr<ChildProcess>> workers_, servers_;
+  std::vector<Service> workers_, servers_;
 };
 
 TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
@@ -68,21 +82,21 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
                               {"--config", dir_ + "/job.yaml", "--partition", std::to_string(p),
                                "--partitions", std::to_string(kServers), "--workers",
                                std::to_string(kWorkers), "--train-examples", "1536"}));
-    ASSERT_NE(servers_.back(), nullptr);
+    ASSERT_FALSE(servers_.back().address.empty());
   }
   for (int r = 0; r < kWorkers; ++r) {
     workers_.push_back(Launch("strata-worker", "worker-" + std::to_string(r),
                               {"--config", dir_ + "/job.yaml", "--rank", std::to_string(r), "--world",
                                std::to_string(kWorkers), "--run-dir", dir_}));
-    ASSERT_NE(workers_.back(), nullptr);
+    ASSERT_FALSE(workers_.back().address.empty());
   }
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs;
   v1::StartRequest start;
   start.set_mode(v1::SYNC_MODE_ALLREDUCE);
   start.set_steps_per_epoch(kStepsPerEpoch);
   for (auto& w : workers_) {
-    start.add_workers(w->address());
-    stubs.push_back(v1::Worker::NewStub(MakeChannel(w->address())));
+    start.add_workers(w.address);
+    stubs.push_back(v1::Worker::NewStub(MakeChannel(w.address)));
   }
   for (auto& s : stubs) {
     grpc::ClientContext context;
@@ -98,7 +112,7 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
       v1::SwitchRequest request;
       request.set_mode(v1::SYNC_MODE_PS);
       request.set_at_step(kSwitchStep);
-      for (auto& server : servers_) request.add_parameter_servers(server->address());
+      for (auto& server : servers_) request.add_parameter_servers(server.address);
       grpc::ClientContext context;
       context.set_deadline(DeadlineAfter(seconds(300)));
       v1::SwitchReply reply;
@@ -111,11 +125,11 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
   const auto give_up = std::chrono::steady_clock::now() + seconds(300);
   while (!fs::exists(checkpoint)) {
     ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "no handover checkpoint";
-    for (auto& w : workers_) ASSERT_FALSE(w->Exited()) << w->LogTail();
+    for (auto& w : workers_) ASSERT_FALSE(w.process->Poll()) << w.LogTail();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   for (auto& server : servers_) {
-    auto stub = v1::ParameterServer::NewStub(MakeChannel(server->address()));
+    auto stub = v1::ParameterServer::NewStub(MakeChannel(server.address));
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(seconds(60)));
     v1::CheckpointRequest request;
@@ -144,7 +158,7 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     const v1::WorkerStatus& st = final_status[r];
-    EXPECT_EQ(st.error(), "") << workers_[r]->LogTail();
+    EXPECT_EQ(st.error(), "") << workers_[r].LogTail();
     EXPECT_EQ(st.mode(), v1::SYNC_MODE_PS);
     EXPECT_EQ(st.switched_at_step(), kSwitchStep);
     EXPECT_EQ(st.step(), kEpochs * kStepsPerEpoch);
@@ -160,17 +174,16 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
     s->Stop(&context, v1::StopRequest(), &reply);
   }
   for (auto& w : workers_) {
-    auto code = w->WaitForExit(std::chrono::seconds(60));
-    ASSERT_TRUE(code.ok()) << code.status();
-    EXPECT_EQ(*code, 0) << w->LogTail();
+    ASSERT_TRUE(w.process->WaitFor(seconds(60))) << "worker did not exit on Stop";
+    EXPECT_TRUE(w.process->succeeded()) << w.process->ExitDescription() << "\n" << w.LogTail();
   }
 }
 
 TEST_F(SwitchTest, SwitchToAllReduceOrBeforeStartIsRefused) {
   workers_.push_back(Launch("strata-worker", "worker-0",
                             {"--config", dir_ + "/job.yaml", "--rank", "0", "--world", "1", "--run-dir", dir_}));
-  ASSERT_NE(workers_.back(), nullptr);
-  auto stub = v1::Worker::NewStub(MakeChannel(workers_[0]->address()));
+  ASSERT_FALSE(workers_.back().address.empty());
+  auto stub = v1::Worker::NewStub(MakeChannel(workers_[0].address));
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(seconds(30)));
   v1::SwitchRequest request;
