@@ -62,7 +62,11 @@ inline int RunRanks(const std::string& self, int world, const std::vector<std::s
     if (done > 0) {
       --alive;
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        if (rc == 0) std::fprintf(stderr, "a rank failed (pid %d); stopping the others\n", done);
+        if (rc == 0) {
+          std::fprintf(stderr, "a rank failed (pid %d, %s %d); stopping the others\n", done,
+                       WIFSIGNALED(status) ? "signal" : "exit code",
+                       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        }
         rc = 1;
         for (pid_t p : pids) kill(p, SIGKILL);  // reaped ones are gone; the kill is then a no-op
       }
