@@ -289,7 +289,8 @@ class WorkerRunner {
           Clock::now() > give_up || state_->stopping()) {
         return s;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // back-off between polls
+      // Poll again soon: this back-off is most of the handover time (docs/benchmarks.md).
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
   }
 
