@@ -6,9 +6,11 @@
 #      strata-ps + N strata-worker processes vs PyTorch DDP (gloo) ../shared/peers/ddp_train.py,
 #      alternating ours and DDP, RUNS runs each, medians and the ratio.
 # Usage (from the repository root, after building strata-bench-ps, strata-ps, strata-worker,
-# strata-evaluator):  flock /tmp/strata-bench.lock bench/parameter_server/run_ps_bench.sh [RUNS]
+# strata-evaluator):  flock /tmp/strata-bench.lock bench/parameter_server/run_ps_bench.sh [RUNS] [PART]
+# PART: all (default), roundtrip or train.
 set -euo pipefail
 RUNS=${1:-3}
+PART=${2:-all}
 BIN=${BIN:-build/bin}
 PEERS=${PEERS:-../shared/peers}
 OUT=$(mktemp -d /tmp/strata-ps-bench-XXXXXX)
@@ -17,6 +19,7 @@ trap 'rm -rf "$OUT"' EXIT
 median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print a[int((NR + 1) / 2)]}'; }
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 
+if [[ $PART == all || $PART == roundtrip ]]; then
 echo "== push+pull round trips ($RUNS runs, medians)"
 for run in $(seq "$RUNS"); do
   "$BIN/strata-bench-ps" roundtrip --sizes-mb 1.1,25 --clients 1,2,4 --partitions 1,2 --iterations 30 \
@@ -33,6 +36,9 @@ for size in 1.10 25.00; do
   done
 done
 
+fi
+
+if [[ $PART == all || $PART == train ]]; then
 cat > "$OUT/resnet20.yaml" <<'EOF'
 name: ps-bench-resnet20
 dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist }
@@ -55,3 +61,4 @@ for n in 2 4; do
   ddp=$(field samples_per_s < "$OUT/ddp-$n.txt" | median)
   printf "%-8s %14s %14s %8s\n" "$n" "$ours" "$ddp" "$(awk -v a="$ours" -v b="$ddp" 'BEGIN {printf "%.2f", a / b}')"
 done
+fi
