@@ -11,20 +11,20 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstring>
-#include <cstdlib>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
+#include <CLI/CLI.hpp>
 
 #include "services/common/checkpoint.h"
 #include "services/common/dataset.h"
@@ -48,7 +48,8 @@ int Fail(const absl::Status& s) {
 }
 
 std::string MakeScratch() {
-  std::string pattern = (std::filesystem::temp_directory_path() / "strata-bench-ps-XXXXXX").string();
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "strata-bench-ps-XXXXXX").string();
   return mkdtemp(pattern.data());
 }
 
@@ -101,7 +102,8 @@ std::vector<v1::PushRequest> EncodePush(int worker, const std::vector<TensorSpec
   return out;
 }
 
-absl::Status PushPullOnce(v1::ParameterServer::Stub& stub, std::vector<v1::PushRequest>& push, int64_t* version) {
+absl::Status PushPullOnce(v1::ParameterServer::Stub& stub, std::vector<v1::PushRequest>& push,
+                          int64_t* version) {
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(std::chrono::seconds(120)));
   auto stream = stub.PushPull(&context);
@@ -124,10 +126,12 @@ absl::Status RunRoundTrip(const RoundTripOptions& o) {
     tensors.push_back({absl::StrCat("t", i), {total_floats / o.tensors}, DType::kFloat32});
   }
   Checkpoint checkpoint;
-  for (const auto& spec : tensors) checkpoint.entries.push_back({TensorKind::kParameter, NamedTensor::Zeros(spec)});
+  for (const auto& spec : tensors)
+    checkpoint.entries.push_back({TensorKind::kParameter, NamedTensor::Zeros(spec)});
   const std::string ckpt = o.work_dir + "/model.ckpt", job = o.work_dir + "/job.yaml";
   STRATA_RETURN_IF_ERROR(WriteCheckpoint(ckpt, checkpoint));
-  STRATA_RETURN_IF_ERROR(WriteFileAtomic(job, "name: bench\ntraining: { lr: 0.001, momentum: 0.9 }\n"));
+  STRATA_RETURN_IF_ERROR(
+      WriteFileAtomic(job, "name: bench\ntraining: { lr: 0.001, momentum: 0.9 }\n"));
   STRATA_ASSIGN_OR_RETURN(PartitionPlan plan, PlanPartitions(tensors, o.partitions));
 
   std::vector<std::unique_ptr<PsProcess>> servers;
@@ -172,7 +176,8 @@ absl::Status RunRoundTrip(const RoundTripOptions& o) {
       std::vector<absl::Status> results(o.partitions);
       std::vector<std::thread> threads;
       for (int p = 1; p < o.partitions; ++p) {
-        threads.emplace_back([&, p] { results[p] = PushPullOnce(*stubs[p], pushes[p], &versions[p]); });
+        threads.emplace_back(
+            [&, p] { results[p] = PushPullOnce(*stubs[p], pushes[p], &versions[p]); });
       }
       results[0] = PushPullOnce(*stubs[0], pushes[0], &versions[0]);
       for (auto& t : threads) t.join();
@@ -182,7 +187,8 @@ absl::Status RunRoundTrip(const RoundTripOptions& o) {
           return;
         }
       }
-      if (it >= o.warmup) mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      if (it >= o.warmup)
+        mine.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     }
     std::lock_guard<std::mutex> lock(mu);
     latencies_ms.insert(latencies_ms.end(), mine.begin(), mine.end());
@@ -196,9 +202,11 @@ absl::Status RunRoundTrip(const RoundTripOptions& o) {
   const double model_mb = static_cast<double>(total_floats / o.tensors * o.tensors) * 4 / 1e6;
   // Each round trip moves the model twice (gradients up, weights down).
   const double mb_per_s = 2 * model_mb * o.clients * o.iterations / seconds;
-  std::printf("roundtrip size_mb=%.2f partitions=%d clients=%d iterations=%d median_ms=%.2f p90_ms=%.2f MB_per_s=%.0f\n",
-              model_mb, o.partitions, o.clients, o.iterations, Median(latencies_ms),
-              Percentile(latencies_ms, 0.9), mb_per_s);
+  std::printf(
+      "roundtrip size_mb=%.2f partitions=%d clients=%d iterations=%d median_ms=%.2f p90_ms=%.2f "
+      "MB_per_s=%.0f\n",
+      model_mb, o.partitions, o.clients, o.iterations, Median(latencies_ms),
+      Percentile(latencies_ms, 0.9), mb_per_s);
   std::fflush(stdout);
   return absl::OkStatus();
 }
@@ -216,7 +224,8 @@ absl::StatusOr<v1::WorkerStatus> WorkerStatus(v1::Worker::Stub& stub) {
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(std::chrono::seconds(30)));
   v1::WorkerStatus status;
-  STRATA_RETURN_IF_ERROR(FromGrpcStatus(stub.GetStatus(&context, v1::WorkerStatusRequest(), &status), "worker status"));
+  STRATA_RETURN_IF_ERROR(FromGrpcStatus(
+      stub.GetStatus(&context, v1::WorkerStatusRequest(), &status), "worker status"));
   if (!status.error().empty()) {
     return absl::InternalError(absl::StrCat("worker ", status.rank(), ": ", status.error()));
   }
@@ -241,11 +250,12 @@ absl::Status RunTrain(const TrainOptions& o) {
   data.max_test = 1;
   STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(data));
   const std::string ckpt = o.work_dir + "/init.ckpt";
-  const std::string command = absl::StrCat("'", o.bin_dir, "/strata-evaluator' --config '", o.config,
-                                           "' --write-init-checkpoint '", ckpt, "' > '", o.work_dir,
-                                           "/init.log' 2>&1");
+  const std::string command =
+      absl::StrCat("'", o.bin_dir, "/strata-evaluator' --config '", o.config,
+                   "' --write-init-checkpoint '", ckpt, "' > '", o.work_dir, "/init.log' 2>&1");
   if (std::system(command.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("writing the initial model failed; see ", o.work_dir, "/init.log"));
+    return absl::InternalError(
+        absl::StrCat("writing the initial model failed; see ", o.work_dir, "/init.log"));
   }
   std::vector<std::unique_ptr<PsProcess>> servers, workers;
   std::vector<std::string> server_addresses, worker_addresses;
@@ -266,10 +276,11 @@ absl::Status RunTrain(const TrainOptions& o) {
   }
   for (int r = 0; r < o.workers; ++r) {
     STRATA_ASSIGN_OR_RETURN(
-        auto worker, PsProcess::LaunchService({o.bin_dir + "/strata-worker", "--config", o.config, "--rank",
-                                               std::to_string(r), "--world", std::to_string(o.workers),
-                                               "--run-dir", o.work_dir},
-                                              o.work_dir, absl::StrCat("worker-", r), std::chrono::seconds(180)));
+        auto worker,
+        PsProcess::LaunchService(
+            {o.bin_dir + "/strata-worker", "--config", o.config, "--rank", std::to_string(r),
+             "--world", std::to_string(o.workers), "--run-dir", o.work_dir},
+            o.work_dir, absl::StrCat("worker-", r), std::chrono::seconds(180)));
     worker_addresses.push_back(worker->address());
     workers.push_back(std::move(worker));
   }
@@ -283,7 +294,8 @@ absl::Status RunTrain(const TrainOptions& o) {
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(std::chrono::seconds(30)));
     v1::StartReply reply;
-    STRATA_RETURN_IF_ERROR(FromGrpcStatus(stubs.back()->Start(&context, start, &reply), absl::StrCat("Start ", a)));
+    STRATA_RETURN_IF_ERROR(
+        FromGrpcStatus(stubs.back()->Start(&context, start, &reply), absl::StrCat("Start ", a)));
   }
   // A benchmark may sleep: the window is the measurement.
   std::this_thread::sleep_for(std::chrono::duration<double>(o.warmup_s));
@@ -300,9 +312,11 @@ absl::Status RunTrain(const TrainOptions& o) {
     v1::StopReply reply;
     stub->Stop(&context, v1::StopRequest(), &reply).ok();
   }
-  std::printf("train arch=%s workers=%d partitions=%d global_batch=%d steps=%lld window_s=%.1f samples_per_s=%.0f\n",
-              spec.model.arch.c_str(), o.workers, o.partitions, spec.training.batch_size,
-              static_cast<long long>(steps1 - steps0), seconds, samples_per_s);
+  std::printf(
+      "train arch=%s workers=%d partitions=%d global_batch=%d steps=%lld window_s=%.1f "
+      "samples_per_s=%.0f\n",
+      spec.model.arch.c_str(), o.workers, o.partitions, spec.training.batch_size,
+      static_cast<long long>(steps1 - steps0), seconds, samples_per_s);
   std::fflush(stdout);
   return absl::OkStatus();
 }
@@ -318,7 +332,8 @@ int main(int argc, char** argv) {
   strata::RoundTripOptions rt;
   std::vector<double> sizes = {1.1, 25};
   std::vector<int> clients = {1, 2, 4}, partitions = {1, 2};
-  auto* roundtrip = app.add_subcommand("roundtrip", "push+pull round trips against strata-ps processes");
+  auto* roundtrip =
+      app.add_subcommand("roundtrip", "push+pull round trips against strata-ps processes");
   roundtrip->add_option("--sizes-mb", sizes, "model sizes in MB")->delimiter(',');
   roundtrip->add_option("--clients", clients, "concurrent clients (workers)")->delimiter(',');
   roundtrip->add_option("--partitions", partitions, "servers")->delimiter(',');
@@ -327,13 +342,15 @@ int main(int argc, char** argv) {
   strata::TrainOptions tr;
   tr.bin_dir = self_dir;
   std::vector<int> worker_counts = {2, 4};
-  auto* train = app.add_subcommand("train", "ASP training throughput with strata-ps and strata-worker processes");
+  auto* train = app.add_subcommand(
+      "train", "ASP training throughput with strata-ps and strata-worker processes");
   train->add_option("--config", tr.config, "job spec")->required()->check(CLI::ExistingFile);
   train->add_option("--workers", worker_counts, "worker counts")->delimiter(',');
   train->add_option("--partitions", tr.partitions, "servers");
   train->add_option("--warmup-s", tr.warmup_s, "seconds after Start before measuring");
   train->add_option("--window-s", tr.window_s, "measurement window");
-  train->add_option("--bin-dir", tr.bin_dir, "where strata-ps, strata-worker and strata-evaluator are");
+  train->add_option("--bin-dir", tr.bin_dir,
+                    "where strata-ps, strata-worker and strata-evaluator are");
   CLI11_PARSE(app, argc, argv);
 
   const std::string scratch = strata::MakeScratch();

@@ -14,9 +14,12 @@ namespace strata {
 
 const char* ConsistencyName(ConsistencyMode mode) {
   switch (mode) {
-    case ConsistencyMode::kAsp: return "asp";
-    case ConsistencyMode::kBsp: return "bsp";
-    case ConsistencyMode::kSsp: return "ssp";
+    case ConsistencyMode::kAsp:
+      return "asp";
+    case ConsistencyMode::kBsp:
+      return "bsp";
+    case ConsistencyMode::kSsp:
+      return "ssp";
   }
   return "?";
 }
@@ -25,7 +28,8 @@ absl::StatusOr<ConsistencyMode> ConsistencyFromName(const std::string& name) {
   if (name == "asp") return ConsistencyMode::kAsp;
   if (name == "bsp") return ConsistencyMode::kBsp;
   if (name == "ssp") return ConsistencyMode::kSsp;
-  return absl::InvalidArgumentError(absl::StrCat("consistency '", name, "' is not one of asp, bsp, ssp"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("consistency '", name, "' is not one of asp, bsp, ssp"));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -39,8 +43,8 @@ PushStaging::PushStaging(std::shared_ptr<const PartitionLayout> layout)
 absl::StatusOr<void*> PushStaging::Destination(const TensorSpec& spec) {
   auto it = layout_->index.find(spec.name);
   if (it == layout_->index.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown tensor '", spec.name,
-                                                   "': this partition does not hold it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown tensor '", spec.name, "': this partition does not hold it"));
   }
   const PartitionLayout::Entry& e = layout_->entries[it->second];
   if (spec.dtype != DType::kFloat32) {
@@ -53,7 +57,8 @@ absl::StatusOr<void*> PushStaging::Destination(const TensorSpec& spec) {
                                                    ShapeString(e.spec.shape)));
   }
   if (seen_[it->second]) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' sent twice in one push"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", spec.name, "' sent twice in one push"));
   }
   seen_[it->second] = true;
   return static_cast<void*>(values_.data() + e.offset);
@@ -72,8 +77,8 @@ absl::Status PushStaging::Validate() const {
     const size_t n = static_cast<size_t>(e.spec.numel());
     for (size_t k = 0; k < n; ++k) {
       if (!std::isfinite(p[k])) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", e.spec.name, "' holds ", p[k],
-                                                       " at element ", k));
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", e.spec.name, "' holds ", p[k], " at element ", k));
       }
     }
   }
@@ -117,9 +122,9 @@ absl::Status ParameterPartition::Load(const Checkpoint& c, const std::string& or
   if (is_partition) {
     const int part = c.extra.value("partition", -1), parts = c.extra.value("partitions", -1);
     if (part != config_.partition || parts != config_.partitions) {
-      return absl::InvalidArgumentError(absl::StrCat(origin, " holds partition ", part, " of ", parts,
-                                                     "; this server is partition ", config_.partition,
-                                                     " of ", config_.partitions));
+      return absl::InvalidArgumentError(absl::StrCat(
+          origin, " holds partition ", part, " of ", parts, "; this server is partition ",
+          config_.partition, " of ", config_.partitions));
     }
     owned = params;
     owned.insert(owned.end(), buffers.begin(), buffers.end());
@@ -133,7 +138,8 @@ absl::Status ParameterPartition::Load(const Checkpoint& c, const std::string& or
       owned.push_back(i < params.size() ? params[i] : buffers[i - params.size()]);
     }
   }
-  if (owned.empty()) return absl::InvalidArgumentError(absl::StrCat(origin, " holds no model tensors"));
+  if (owned.empty())
+    return absl::InvalidArgumentError(absl::StrCat(origin, " holds no model tensors"));
 
   auto layout = std::make_shared<PartitionLayout>();
   for (const CheckpointEntry* e : owned) {
@@ -144,11 +150,12 @@ absl::Status ParameterPartition::Load(const Checkpoint& c, const std::string& or
     }
     if (e->tensor.data.size() != spec.bytes()) {
       return absl::InvalidArgumentError(absl::StrCat(origin, ": tensor '", spec.name, "' holds ",
-                                                     e->tensor.data.size(), " bytes, its shape needs ",
-                                                     spec.bytes()));
+                                                     e->tensor.data.size(),
+                                                     " bytes, its shape needs ", spec.bytes()));
     }
     if (!layout->index.emplace(spec.name, layout->entries.size()).second) {
-      return absl::InvalidArgumentError(absl::StrCat(origin, ": tensor '", spec.name, "' appears twice"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ": tensor '", spec.name, "' appears twice"));
     }
     PartitionLayout::Entry entry{spec, e->kind == TensorKind::kBuffer, layout->total_floats};
     layout->total_floats += static_cast<size_t>(spec.numel());
@@ -158,20 +165,22 @@ absl::Status ParameterPartition::Load(const Checkpoint& c, const std::string& or
   std::vector<float> values(layout->total_floats), velocity(layout->total_floats, 0.0f);
   for (size_t i = 0; i < owned.size(); ++i) {
     const auto& e = layout->entries[i];
-    std::memcpy(values.data() + e.offset, owned[i]->tensor.data.data(), owned[i]->tensor.data.size());
+    std::memcpy(values.data() + e.offset, owned[i]->tensor.data.data(),
+                owned[i]->tensor.data.size());
     if (e.is_buffer) continue;
     if (const CheckpointEntry* m = c.Find(TensorKind::kMomentum, e.spec.name)) {
       if (m->tensor.spec.shape != e.spec.shape || m->tensor.spec.dtype != DType::kFloat32 ||
           m->tensor.data.size() != e.spec.bytes()) {
-        return absl::InvalidArgumentError(absl::StrCat(origin, ": momentum of '", e.spec.name,
-                                                       "' has shape ", ShapeString(m->tensor.spec.shape),
-                                                       ", expected ", ShapeString(e.spec.shape)));
+        return absl::InvalidArgumentError(absl::StrCat(
+            origin, ": momentum of '", e.spec.name, "' has shape ",
+            ShapeString(m->tensor.spec.shape), ", expected ", ShapeString(e.spec.shape)));
       }
       std::memcpy(velocity.data() + e.offset, m->tensor.data.data(), m->tensor.data.size());
     }
   }
   int64_t samples = 0;
-  if (c.extra.is_object() && c.extra.contains("samples") && c.extra["samples"].is_number_integer()) {
+  if (c.extra.is_object() && c.extra.contains("samples") &&
+      c.extra["samples"].is_number_integer()) {
     samples = c.extra["samples"].get<int64_t>();
   } else {
     // A worker's checkpoint: the global epoch resumes at the epoch it was written in.
@@ -212,7 +221,8 @@ Checkpoint ParameterPartition::ToCheckpoint() const {
     std::memcpy(entry.tensor.data.data(), from.data() + e.offset, entry.tensor.data.size());
     c.entries.push_back(std::move(entry));
   };
-  for (const auto& e : layout_->entries) add(e.is_buffer ? TensorKind::kBuffer : TensorKind::kParameter, e, values_);
+  for (const auto& e : layout_->entries)
+    add(e.is_buffer ? TensorKind::kBuffer : TensorKind::kParameter, e, values_);
   for (const auto& e : layout_->entries) {
     if (!e.is_buffer) add(TensorKind::kMomentum, e, velocity_);
   }
@@ -230,25 +240,28 @@ absl::StatusOr<std::unique_ptr<PushStaging>> ParameterPartition::NewStaging() co
 }
 
 double ParameterPartition::GlobalEpoch() const {
-  return static_cast<double>(samples_) / static_cast<double>(std::max<int64_t>(config_.train_examples, 1));
+  return static_cast<double>(samples_) /
+         static_cast<double>(std::max<int64_t>(config_.train_examples, 1));
 }
 
 SgdOptions ParameterPartition::SgdForNextUpdate() const {
   // BSP averages n gradients of B/n examples each: one update of the global batch, at the job's
   // lr. ASP/SSP apply every worker's push separately, so each gets the per-worker lr.
-  const double base = config_.consistency == ConsistencyMode::kBsp ? config_.lr
-                                                                     : config_.lr * config_.lr_scale;
+  const double base =
+      config_.consistency == ConsistencyMode::kBsp ? config_.lr : config_.lr * config_.lr_scale;
   return {static_cast<float>(ScheduledLearningRate(base, config_.lr_schedule, GlobalEpoch())),
           static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)};
 }
 
-void ParameterPartition::ApplyUpdate(const float* gradient, const float* buffers, const SgdOptions& sgd) {
+void ParameterPartition::ApplyUpdate(const float* gradient, const float* buffers,
+                                     const SgdOptions& sgd) {
   const size_t np = layout_->parameter_floats;
   SgdStep(values_.data(), gradient, velocity_.data(), np, sgd);
   std::memcpy(values_.data() + np, buffers, (layout_->total_floats - np) * sizeof(float));
 }
 
-absl::Status ParameterPartition::WaitUntil(std::unique_lock<std::mutex>& lock, const WaitOptions& wait,
+absl::Status ParameterPartition::WaitUntil(std::unique_lock<std::mutex>& lock,
+                                           const WaitOptions& wait,
                                            const std::function<bool()>& ready,
                                            const std::function<std::string()>& what,
                                            uint64_t generation) {
@@ -256,8 +269,8 @@ absl::Status ParameterPartition::WaitUntil(std::unique_lock<std::mutex>& lock, c
   for (;;) {
     STRATA_RETURN_IF_ERROR(CheckUsable());
     if (layout_->generation != generation) {
-      return absl::AbortedError(absl::StrCat("partition ", config_.partition,
-                                             " was reloaded from a checkpoint while waiting; retry"));
+      return absl::AbortedError(absl::StrCat(
+          "partition ", config_.partition, " was reloaded from a checkpoint while waiting; retry"));
     }
     if (ready()) {
       if (waited) ++waited_pulls_;
@@ -266,7 +279,8 @@ absl::Status ParameterPartition::WaitUntil(std::unique_lock<std::mutex>& lock, c
     waited = true;
     const auto now = std::chrono::system_clock::now();
     if (now >= wait.deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("partition ", config_.partition, ": ", what()));
+      return absl::DeadlineExceededError(
+          absl::StrCat("partition ", config_.partition, ": ", what()));
     }
     if (wait.cancelled && wait.cancelled()) return absl::CancelledError("the caller went away");
     // Slices, so that a cancelled call (a worker that died) frees its thread soon.
@@ -285,20 +299,22 @@ absl::StatusOr<int64_t> ParameterPartition::Push(const PushMeta& meta, PushStagi
     return absl::AbortedError("the partition was reloaded while the push arrived; pull and retry");
   }
   if (meta.worker < 0 || meta.worker >= config_.workers) {
-    return absl::InvalidArgumentError(absl::StrCat("worker ", meta.worker, " outside [0, ",
-                                                   config_.workers, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", meta.worker, " outside [0, ", config_.workers, ")"));
   }
   if (meta.version > version_) {
-    return absl::InvalidArgumentError(absl::StrCat("push from worker ", meta.worker, " claims version ",
-                                                   meta.version, ", the model is at version ", version_,
-                                                   " (a version from the future)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push from worker ", meta.worker, " claims version ", meta.version,
+                     ", the model is at version ", version_, " (a version from the future)"));
   }
   if (config_.consistency == ConsistencyMode::kBsp) {
     // One push per worker per round: a second one waits for the round to close.
     STRATA_RETURN_IF_ERROR(WaitUntil(
         lock, wait, [&] { return !round_has_[meta.worker]; },
-        [&] { return absl::StrCat("BSP push of worker ", meta.worker, " waited for round ", version_,
-                                  " to close (", round_count_, " of ", config_.workers, " pushed)"); },
+        [&] {
+          return absl::StrCat("BSP push of worker ", meta.worker, " waited for round ", version_,
+                              " to close (", round_count_, " of ", config_.workers, " pushed)");
+        },
         generation));
   }
   const int64_t staleness = version_ - meta.version;
@@ -341,8 +357,8 @@ absl::StatusOr<PullSnapshot> ParameterPartition::Pull(int worker, int64_t min_ve
   STRATA_RETURN_IF_ERROR(CheckUsable());
   // worker -1 is an observer (the evaluator, a checkpoint reader): no consistency wait.
   if (worker < -1 || worker >= config_.workers) {
-    return absl::InvalidArgumentError(absl::StrCat("worker ", worker, " outside [0, ", config_.workers,
-                                                   ") (or -1 for an observer)"));
+    return absl::InvalidArgumentError(absl::StrCat("worker ", worker, " outside [0, ",
+                                                   config_.workers, ") (or -1 for an observer)"));
   }
   const uint64_t generation = layout_->generation;
   auto slowest = [&] { return std::min_element(clocks_.begin(), clocks_.end()) - clocks_.begin(); };
@@ -354,8 +370,8 @@ absl::StatusOr<PullSnapshot> ParameterPartition::Pull(int worker, int64_t min_ve
   if (worker >= 0 && config_.consistency == ConsistencyMode::kBsp) {
     ready = [&] { return version_ >= min_version && !round_has_[worker]; };
     what = [&] {
-      return absl::StrCat("BSP pull of worker ", worker, " waited for round ", version_, " to close: ",
-                          round_count_, " of ", config_.workers, " workers pushed");
+      return absl::StrCat("BSP pull of worker ", worker, " waited for round ", version_,
+                          " to close: ", round_count_, " of ", config_.workers, " workers pushed");
     };
   } else if (worker >= 0 && config_.consistency == ConsistencyMode::kSsp) {
     // The worker is about to compute step clocks_[worker]; the slowest one is computing step

@@ -41,7 +41,7 @@ struct PartitionConfig {
   double momentum = 0.9;
   double weight_decay = 0.0;
   LrScheduleSpec lr_schedule;
-  double lr_scale = 1.0;  // ASP/SSP: each push is applied with lr * lr_scale
+  double lr_scale = 1.0;       // ASP/SSP: each push is applied with lr * lr_scale
   int64_t train_examples = 1;  // global epoch = samples / train_examples
 };
 
@@ -150,9 +150,9 @@ class ParameterPartition {
   absl::Status CheckUsable() const;  // with mu_ held
   // Waits on cv_ until ready() holds; with mu_ held via `lock`.
   absl::Status WaitUntil(std::unique_lock<std::mutex>& lock, const WaitOptions& wait,
-                         const std::function<bool()>& ready, const std::function<std::string()>& what,
-                         uint64_t generation);
-  double GlobalEpoch() const;  // with mu_ held
+                         const std::function<bool()>& ready,
+                         const std::function<std::string()>& what, uint64_t generation);
+  double GlobalEpoch() const;           // with mu_ held
   SgdOptions SgdForNextUpdate() const;  // with mu_ held
   void ApplyUpdate(const float* gradient, const float* buffers, const SgdOptions& sgd);  // mu_ held
 

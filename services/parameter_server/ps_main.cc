@@ -11,9 +11,9 @@
 #include <string>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "services/common/files.h"
 #include "services/common/job_spec.h"
@@ -71,37 +71,54 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: all inherit it
 
   CLI::App app{"Strata parameter server: one partition of the model"};
-  std::string listen = "127.0.0.1:0", port_file, config_path, consistency, init_checkpoint, run_dir, log_file;
+  std::string listen = "127.0.0.1:0", port_file, config_path, consistency, init_checkpoint, run_dir,
+              log_file;
   int partition = 0, partitions = 1, workers = 1, staleness = -1;
   double lr_scale = 0, checkpoint_every_s = 0;
   int checkpoint_every_epochs = 0;
   int64_t train_examples = 0;
   app.add_option("--listen", listen, "address to serve on; port 0 picks a free port");
-  app.add_option("--port-file", port_file, "file that receives the bound port (written atomically)");
-  app.add_option("--partition", partition, "this server's partition index")->required()->check(CLI::NonNegativeNumber);
-  app.add_option("--partitions", partitions, "number of partitions (servers)")->required()->check(CLI::PositiveNumber);
-  app.add_option("--workers", workers, "number of workers pushing")->required()->check(CLI::PositiveNumber);
+  app.add_option("--port-file", port_file,
+                 "file that receives the bound port (written atomically)");
+  app.add_option("--partition", partition, "this server's partition index")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--partitions", partitions, "number of partitions (servers)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--workers", workers, "number of workers pushing")
+      ->required()
+      ->check(CLI::PositiveNumber);
   app.add_option("--config", config_path, "job spec (YAML): training.* and strategy.* defaults")
-      ->required()->check(CLI::ExistingFile);
+      ->required()
+      ->check(CLI::ExistingFile);
   app.add_option("--consistency", consistency, "asp | bsp | ssp (default: strategy.consistency)")
       ->check(CLI::IsMember({"asp", "bsp", "ssp"}));
-  app.add_option("--staleness", staleness, "SSP bound (default: strategy.staleness)")->check(CLI::NonNegativeNumber);
-  app.add_option("--lr-scale", lr_scale, "ASP/SSP per-worker lr = training.lr * X (default: strategy.ps_lr_scale, else 1/workers)")
+  app.add_option("--staleness", staleness, "SSP bound (default: strategy.staleness)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option(
+         "--lr-scale", lr_scale,
+         "ASP/SSP per-worker lr = training.lr * X (default: strategy.ps_lr_scale, else 1/workers)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--train-examples", train_examples, "training-set size (global epoch = samples / M)")
-      ->required()->check(CLI::PositiveNumber);
-  app.add_option("--init-checkpoint", init_checkpoint, "load this checkpoint (whole model or partition) at start")
+  app.add_option("--train-examples", train_examples,
+                 "training-set size (global epoch = samples / M)")
+      ->required()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--init-checkpoint", init_checkpoint,
+                 "load this checkpoint (whole model or partition) at start")
       ->check(CLI::ExistingFile);
   app.add_option("--run-dir", run_dir, "run directory (checkpoints go to <run-dir>/checkpoints)");
   app.add_option("--checkpoint-every-epochs", checkpoint_every_epochs,
                  "save the partition each time E more global epochs complete (needs --run-dir)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--checkpoint-every-s", checkpoint_every_s, "save the partition every S seconds (needs --run-dir)")
+  app.add_option("--checkpoint-every-s", checkpoint_every_s,
+                 "save the partition every S seconds (needs --run-dir)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-file", log_file, "also log to this file");
   CLI11_PARSE(app, argc, argv);
 
-  if (partition >= partitions) return Fail(absl::StrCat("--partition ", partition, " must be < --partitions ", partitions));
+  if (partition >= partitions)
+    return Fail(absl::StrCat("--partition ", partition, " must be < --partitions ", partitions));
   if ((checkpoint_every_s > 0 || checkpoint_every_epochs > 0) && run_dir.empty()) {
     return Fail("--checkpoint-every-s and --checkpoint-every-epochs need --run-dir");
   }
@@ -113,7 +130,8 @@ int main(int argc, char** argv) {
   config.partition = partition;
   config.partitions = partitions;
   config.workers = workers;
-  auto mode = strata::ConsistencyFromName(consistency.empty() ? spec->strategy.consistency : consistency);
+  auto mode =
+      strata::ConsistencyFromName(consistency.empty() ? spec->strategy.consistency : consistency);
   if (!mode.ok()) return Fail(std::string(mode.status().message()));
   config.consistency = *mode;
   config.staleness = staleness >= 0 ? staleness : spec->strategy.staleness;
@@ -121,7 +139,7 @@ int main(int argc, char** argv) {
   config.momentum = spec->training.momentum;
   config.weight_decay = spec->training.weight_decay;
   config.lr_schedule = spec->training.lr_schedule;
-  config.lr_scale = lr_scale > 0 ? lr_scale
+  config.lr_scale = lr_scale > 0                     ? lr_scale
                     : spec->strategy.ps_lr_scale > 0 ? spec->strategy.ps_lr_scale
                                                      : 1.0 / workers;
   config.train_examples = train_examples;
@@ -147,10 +165,12 @@ int main(int argc, char** argv) {
       return Fail(std::string(s.message()));
     }
   }
-  spdlog::info("partition {} of {} serving on port {}: {} workers, {} (staleness {}), lr {} x {}, {} training examples{}",
-               partition, partitions, port, workers, strata::ConsistencyName(config.consistency),
-               config.staleness, config.lr, config.lr_scale, train_examples,
-               state.loaded() ? "" : "; idle until LoadCheckpoint");
+  spdlog::info(
+      "partition {} of {} serving on port {}: {} workers, {} (staleness {}), lr {} x {}, {} "
+      "training examples{}",
+      partition, partitions, port, workers, strata::ConsistencyName(config.consistency),
+      config.staleness, config.lr, config.lr_scale, train_examples,
+      state.loaded() ? "" : "; idle until LoadCheckpoint");
 
   std::thread signal_thread([&] {
     int signal = 0;
@@ -171,9 +191,11 @@ int main(int argc, char** argv) {
         state.WaitForProgress(status.completed_epochs, std::chrono::seconds(1));
         const auto now_status = state.Status();
         if (!now_status.loaded || now_status.version == saved_version) continue;
-        const bool epochs_due = checkpoint_every_epochs > 0 &&
-                                now_status.completed_epochs >= saved_epochs + checkpoint_every_epochs;
-        const bool time_due = checkpoint_every_s > 0 && std::chrono::steady_clock::now() - last_save >= every;
+        const bool epochs_due =
+            checkpoint_every_epochs > 0 &&
+            now_status.completed_epochs >= saved_epochs + checkpoint_every_epochs;
+        const bool time_due =
+            checkpoint_every_s > 0 && std::chrono::steady_clock::now() - last_save >= every;
         if (!epochs_due && !time_due) continue;
         auto saved = service.Save("");
         last_save = std::chrono::steady_clock::now();

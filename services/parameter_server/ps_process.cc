@@ -36,24 +36,29 @@ int ExitCode(int status) {
 absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::Launch(const PsProcessOptions& o) {
   static std::atomic<int> counter{0};
   std::vector<std::string> args = {o.binary,
-                                   "--config", o.config,
-                                   "--partition", std::to_string(o.partition),
-                                   "--partitions", std::to_string(o.partitions),
-                                   "--workers", std::to_string(o.workers),
-                                   "--train-examples", std::to_string(o.train_examples)};
+                                   "--config",
+                                   o.config,
+                                   "--partition",
+                                   std::to_string(o.partition),
+                                   "--partitions",
+                                   std::to_string(o.partitions),
+                                   "--workers",
+                                   std::to_string(o.workers),
+                                   "--train-examples",
+                                   std::to_string(o.train_examples)};
   if (!o.consistency.empty()) args.insert(args.end(), {"--consistency", o.consistency});
   if (o.staleness >= 0) args.insert(args.end(), {"--staleness", std::to_string(o.staleness)});
   if (o.lr_scale > 0) args.insert(args.end(), {"--lr-scale", absl::StrCat(o.lr_scale)});
   if (!o.init_checkpoint.empty()) args.insert(args.end(), {"--init-checkpoint", o.init_checkpoint});
   args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
   return LaunchService(std::move(args), o.work_dir,
-                       absl::StrCat("ps", o.partition, "-", getpid(), "-", counter++), o.start_deadline);
+                       absl::StrCat("ps", o.partition, "-", getpid(), "-", counter++),
+                       o.start_deadline);
 }
 
-absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::LaunchService(std::vector<std::string> args,
-                                                                    const std::string& work_dir,
-                                                                    const std::string& name,
-                                                                    std::chrono::milliseconds start_deadline) {
+absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::LaunchService(
+    std::vector<std::string> args, const std::string& work_dir, const std::string& name,
+    std::chrono::milliseconds start_deadline) {
   const std::string port_file = absl::StrCat(work_dir, "/", name, ".port");
   const std::string log_path = absl::StrCat(work_dir, "/", name, ".log");
   args.insert(args.end(), {"--listen", "127.0.0.1:0", "--port-file", port_file});
@@ -62,7 +67,9 @@ absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::LaunchService(std::vector<
   argv.push_back(nullptr);
 
   const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log_fd < 0) return absl::InternalError(absl::StrCat("cannot create ", log_path, ": ", std::strerror(errno)));
+  if (log_fd < 0)
+    return absl::InternalError(
+        absl::StrCat("cannot create ", log_path, ": ", std::strerror(errno)));
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) {
@@ -96,7 +103,8 @@ absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::LaunchService(std::vector<
     }
     if (std::chrono::steady_clock::now() > give_up) {
       return absl::DeadlineExceededError(absl::StrCat(args[0], " wrote no port file within ",
-                                                      start_deadline.count(), " ms; log:\n", Tail(log_path)));
+                                                      start_deadline.count(), " ms; log:\n",
+                                                      Tail(log_path)));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the port file
   }
@@ -123,8 +131,8 @@ absl::StatusOr<int> PsProcess::WaitForExit(std::chrono::milliseconds deadline) {
       return ExitCode(status);
     }
     if (std::chrono::steady_clock::now() > give_up) {
-      return absl::DeadlineExceededError(absl::StrCat("strata-ps (pid ", pid_, ") still running after ",
-                                                      deadline.count(), " ms"));
+      return absl::DeadlineExceededError(
+          absl::StrCat("strata-ps (pid ", pid_, ") still running after ", deadline.count(), " ms"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the child's exit
   }

@@ -33,10 +33,9 @@ class PsProcess {
   static absl::StatusOr<std::unique_ptr<PsProcess>> Launch(const PsProcessOptions& options);
   // Any Strata service that takes --listen and --port-file (strata-worker too): appends
   // "--listen 127.0.0.1:0 --port-file <work_dir>/<name>.port", logs to <work_dir>/<name>.log.
-  static absl::StatusOr<std::unique_ptr<PsProcess>> LaunchService(std::vector<std::string> argv,
-                                                                  const std::string& work_dir,
-                                                                  const std::string& name,
-                                                                  std::chrono::milliseconds start_deadline);
+  static absl::StatusOr<std::unique_ptr<PsProcess>> LaunchService(
+      std::vector<std::string> argv, const std::string& work_dir, const std::string& name,
+      std::chrono::milliseconds start_deadline);
   ~PsProcess();
   PsProcess(const PsProcess&) = delete;
   PsProcess& operator=(const PsProcess&) = delete;

@@ -23,9 +23,12 @@ WaitOptions WaitFor(grpc::ServerContext* context) {
 
 v1::Consistency ToProto(ConsistencyMode mode) {
   switch (mode) {
-    case ConsistencyMode::kAsp: return v1::CONSISTENCY_ASP;
-    case ConsistencyMode::kBsp: return v1::CONSISTENCY_BSP;
-    case ConsistencyMode::kSsp: return v1::CONSISTENCY_SSP;
+    case ConsistencyMode::kAsp:
+      return v1::CONSISTENCY_ASP;
+    case ConsistencyMode::kBsp:
+      return v1::CONSISTENCY_BSP;
+    case ConsistencyMode::kSsp:
+      return v1::CONSISTENCY_SSP;
   }
   return v1::CONSISTENCY_UNSPECIFIED;
 }
@@ -63,7 +66,8 @@ absl::StatusOr<int64_t> ParameterServerService::ReceivePush(grpc::ServerContext*
   AssemblerLimits limits;
   limits.max_tensor_bytes = staging->total_bytes();
   limits.max_total_bytes = staging->total_bytes();
-  TensorAssembler assembler([&](const TensorSpec& spec) { return staging->Destination(spec); }, limits);
+  TensorAssembler assembler([&](const TensorSpec& spec) { return staging->Destination(spec); },
+                            limits);
   while (read(&request)) {
     if (!request.has_chunk()) {
       return refused(absl::InvalidArgumentError(
@@ -85,8 +89,8 @@ absl::StatusOr<int64_t> ParameterServerService::ReceivePush(grpc::ServerContext*
   return version;
 }
 
-absl::Status ParameterServerService::SendPull(const PullSnapshot& snapshot,
-                                              const std::function<bool(const v1::PullResponse&)>& write) {
+absl::Status ParameterServerService::SendPull(
+    const PullSnapshot& snapshot, const std::function<bool(const v1::PullResponse&)>& write) {
   v1::PullResponse response;
   response.mutable_header()->set_version(snapshot.version);
   response.mutable_header()->set_global_epoch(snapshot.global_epoch);
@@ -113,7 +117,8 @@ absl::Status ParameterServerService::SendPull(const PullSnapshot& snapshot,
 }
 
 grpc::Status ParameterServerService::PushPull(
-    grpc::ServerContext* context, grpc::ServerReaderWriter<v1::PullResponse, v1::PushRequest>* stream) {
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::PullResponse, v1::PushRequest>* stream) {
   int worker = -1;
   auto version = ReceivePush(context, [&](v1::PushRequest* r) {
     if (!stream->Read(r)) return false;
@@ -123,7 +128,8 @@ grpc::Status ParameterServerService::PushPull(
   if (!version.ok()) return ToGrpcStatus(version.status());
   auto snapshot = partition_->Pull(worker, *version, WaitFor(context));
   if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
-  return ToGrpcStatus(SendPull(*snapshot, [&](const v1::PullResponse& r) { return stream->Write(r); }));
+  return ToGrpcStatus(
+      SendPull(*snapshot, [&](const v1::PullResponse& r) { return stream->Write(r); }));
 }
 
 grpc::Status ParameterServerService::Push(grpc::ServerContext* context,
@@ -135,14 +141,16 @@ grpc::Status ParameterServerService::Push(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::Pull(grpc::ServerContext* context, const v1::PullRequest* request,
+grpc::Status ParameterServerService::Pull(grpc::ServerContext* context,
+                                          const v1::PullRequest* request,
                                           grpc::ServerWriter<v1::PullResponse>* writer) {
   if (request->clock() < 0) {
     return ToGrpcStatus(absl::InvalidArgumentError("pull with a negative clock"));
   }
   auto snapshot = partition_->Pull(request->worker(), 0, WaitFor(context));
   if (!snapshot.ok()) return ToGrpcStatus(snapshot.status());
-  return ToGrpcStatus(SendPull(*snapshot, [&](const v1::PullResponse& r) { return writer->Write(r); }));
+  return ToGrpcStatus(
+      SendPull(*snapshot, [&](const v1::PullResponse& r) { return writer->Write(r); }));
 }
 
 grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const v1::ServerStatusRequest*,
@@ -196,17 +204,19 @@ grpc::Status ParameterServerService::WatchProgress(grpc::ServerContext* context,
 
 std::string ParameterServerService::DefaultCheckpointPath() const {
   if (options_.run_dir.empty()) return "";
-  return absl::StrCat(options_.run_dir, "/checkpoints/ps-", partition_->config().partition, ".ckpt");
+  return absl::StrCat(options_.run_dir, "/checkpoints/ps-", partition_->config().partition,
+                      ".ckpt");
 }
 
 absl::StatusOr<v1::CheckpointReply> ParameterServerService::Save(const std::string& requested) {
   std::string path = requested.empty() ? DefaultCheckpointPath() : requested;
   if (path.empty()) {
-    return absl::InvalidArgumentError("SaveCheckpoint without a path needs --run-dir on the server");
+    return absl::InvalidArgumentError(
+        "SaveCheckpoint without a path needs --run-dir on the server");
   }
   if (!partition_->loaded()) {
-    return absl::FailedPreconditionError(absl::StrCat("partition ", partition_->config().partition,
-                                                      " holds no model to save"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("partition ", partition_->config().partition, " holds no model to save"));
   }
   const Checkpoint c = partition_->ToCheckpoint();
   if (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0) {
@@ -225,9 +235,10 @@ absl::StatusOr<v1::CheckpointReply> ParameterServerService::Load(const std::stri
   STRATA_ASSIGN_OR_RETURN(Checkpoint c, ReadCheckpoint(path));
   STRATA_RETURN_IF_ERROR(partition_->Load(c, path));
   const PartitionStatus s = partition_->Status();
-  spdlog::info("loaded partition {} of {} from {}: {} tensors, {} bytes, version {}, global epoch {:.3f}",
-               partition_->config().partition, partition_->config().partitions, path, s.tensors.size(),
-               s.bytes, s.version, s.global_epoch);
+  spdlog::info(
+      "loaded partition {} of {} from {}: {} tensors, {} bytes, version {}, global epoch {:.3f}",
+      partition_->config().partition, partition_->config().partitions, path, s.tensors.size(),
+      s.bytes, s.version, s.global_epoch);
   v1::CheckpointReply reply;
   reply.set_path(path);
   reply.set_version(s.version);
@@ -235,7 +246,8 @@ absl::StatusOr<v1::CheckpointReply> ParameterServerService::Load(const std::stri
   return reply;
 }
 
-grpc::Status ParameterServerService::SaveCheckpoint(grpc::ServerContext*, const v1::CheckpointRequest* request,
+grpc::Status ParameterServerService::SaveCheckpoint(grpc::ServerContext*,
+                                                    const v1::CheckpointRequest* request,
                                                     v1::CheckpointReply* reply) {
   auto r = Save(request->path());
   if (!r.ok()) return ToGrpcStatus(r.status());
@@ -243,7 +255,8 @@ grpc::Status ParameterServerService::SaveCheckpoint(grpc::ServerContext*, const 
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::LoadCheckpoint(grpc::ServerContext*, const v1::CheckpointRequest* request,
+grpc::Status ParameterServerService::LoadCheckpoint(grpc::ServerContext*,
+                                                    const v1::CheckpointRequest* request,
                                                     v1::CheckpointReply* reply) {
   auto r = Load(request->path());
   if (!r.ok()) return ToGrpcStatus(r.status());

@@ -21,8 +21,9 @@ class ParameterServerService final : public v1::ParameterServer::Service {
  public:
   ParameterServerService(ParameterPartition* partition, ParameterServerServiceOptions options);
 
-  grpc::Status PushPull(grpc::ServerContext* context,
-                        grpc::ServerReaderWriter<v1::PullResponse, v1::PushRequest>* stream) override;
+  grpc::Status PushPull(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::PullResponse, v1::PushRequest>* stream) override;
   grpc::Status Push(grpc::ServerContext* context, grpc::ServerReader<v1::PushRequest>* reader,
                     v1::PushReply* reply) override;
   grpc::Status Pull(grpc::ServerContext* context, const v1::PullRequest* request,

@@ -76,7 +76,9 @@ class PushPullSynchroniser final : public Synchroniser {
     return absl::OkStatus();
   }
 
-  float* Base(const ModelTensor& t, float* params) { return t.is_buffer ? buffers_.data() : params; }
+  float* Base(const ModelTensor& t, float* params) {
+    return t.is_buffer ? buffers_.data() : params;
+  }
 
   std::unique_ptr<grpc::ClientContext> NewContext() const {
     auto context = std::make_unique<grpc::ClientContext>();
@@ -108,13 +110,15 @@ class PushPullSynchroniser final : public Synchroniser {
                            ", this worker's model has ", ShapeString(t.spec.shape),
                            ": the server holds a different model"));
         }
-        if (seen[k]) return absl::InternalError(absl::StrCat("tensor '", spec.name, "' sent twice"));
+        if (seen[k])
+          return absl::InternalError(absl::StrCat("tensor '", spec.name, "' sent twice"));
         seen[k] = true;
         return static_cast<void*>(Base(t, params) + t.offset);
       }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "tensor '", spec.name, "' is not in this partition of this worker's model: the server holds a "
-          "different model or partition plan"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("tensor '", spec.name,
+                       "' is not in this partition of this worker's model: the server holds a "
+                       "different model or partition plan"));
     });
     while (stream->Read(&response)) {
       if (!response.has_chunk()) return absl::InternalError("a second PullHeader inside the reply");
@@ -137,7 +141,8 @@ class PushPullSynchroniser final : public Synchroniser {
     request.set_worker(options_.rank);
     request.set_clock(steps_);
     auto reader = s.stub->Pull(context.get(), request);
-    return Finish(Receive(s, trainer, reader.get()), context.get(), reader.get(), s.context("pull from"));
+    return Finish(Receive(s, trainer, reader.get()), context.get(), reader.get(),
+                  s.context("pull from"));
   }
 
   absl::Status PushPullWith(ServerLink& s, Trainer& trainer, const StepContext& step) {
@@ -157,7 +162,8 @@ class PushPullSynchroniser final : public Synchroniser {
     v1::TensorChunk* chunk = request.mutable_chunk();
     for (size_t k = 0; open && k < s.tensors.size(); ++k) {
       const ModelTensor& t = model_[s.tensors[k]];
-      const char* bytes = reinterpret_cast<const char*>((t.is_buffer ? buffers_.data() : grads) + t.offset);
+      const char* bytes =
+          reinterpret_cast<const char*>((t.is_buffer ? buffers_.data() : grads) + t.offset);
       const size_t total = t.spec.bytes();
       size_t offset = 0;
       ToProto(t.spec, chunk->mutable_header());
@@ -178,8 +184,8 @@ class PushPullSynchroniser final : public Synchroniser {
   // The server's status explains a stream that ended early; our own finding explains a reply
   // we refused (then the call is cancelled and the server's view is only "cancelled").
   template <typename Stream>
-  static absl::Status Finish(const absl::Status& received, grpc::ClientContext* context, Stream* stream,
-                             const std::string& what) {
+  static absl::Status Finish(const absl::Status& received, grpc::ClientContext* context,
+                             Stream* stream, const std::string& what) {
     const bool refused_reply = !received.ok() && received.code() != absl::StatusCode::kUnavailable;
     if (refused_reply) context->TryCancel();
     const grpc::Status finished = stream->Finish();
@@ -196,17 +202,21 @@ class PushPullSynchroniser final : public Synchroniser {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPullSynchroniser(const PushPullOptions& options,
-                                                                      const Trainer& trainer) {
-  if (options.servers.empty()) return absl::InvalidArgumentError("push/pull needs at least one parameter server");
-  if (options.rank < 0) return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is negative"));
-  if (options.deadline.count() <= 0) return absl::InvalidArgumentError("push/pull deadline must be positive");
+absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPullSynchroniser(
+    const PushPullOptions& options, const Trainer& trainer) {
+  if (options.servers.empty())
+    return absl::InvalidArgumentError("push/pull needs at least one parameter server");
+  if (options.rank < 0)
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " is negative"));
+  if (options.deadline.count() <= 0)
+    return absl::InvalidArgumentError("push/pull deadline must be positive");
   std::vector<ModelTensor> model;
   std::vector<TensorSpec> specs;
   for (const auto& e : trainer.parameters().entries()) model.push_back({e.spec, false, e.offset});
   for (const auto& e : trainer.buffers().entries()) model.push_back({e.spec, true, e.offset});
   for (const auto& t : model) specs.push_back(t.spec);
-  STRATA_ASSIGN_OR_RETURN(PartitionPlan plan, PlanPartitions(specs, static_cast<int>(options.servers.size())));
+  STRATA_ASSIGN_OR_RETURN(PartitionPlan plan,
+                          PlanPartitions(specs, static_cast<int>(options.servers.size())));
   std::vector<ServerLink> servers(options.servers.size());
   for (size_t i = 0; i < servers.size(); ++i) {
     servers[i].index = static_cast<int>(i);

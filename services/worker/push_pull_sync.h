@@ -26,7 +26,7 @@ struct PushPullOptions {
 
 // The partition plan is computed from the trainer's parameters() then buffers(), as the servers
 // compute it from a whole-model checkpoint.
-absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPullSynchroniser(const PushPullOptions& options,
-                                                                      const Trainer& trainer);
+absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPullSynchroniser(
+    const PushPullOptions& options, const Trainer& trainer);
 
 }  // namespace strata

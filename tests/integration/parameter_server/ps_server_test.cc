@@ -22,7 +22,8 @@
 namespace strata::testing {
 namespace {
 
-constexpr char kTraining[] = "{ lr: 0.1, momentum: 0.9, weight_decay: 0.01, batch_size: 8, epochs: 1 }";
+constexpr char kTraining[] =
+    "{ lr: 0.1, momentum: 0.9, weight_decay: 0.01, batch_size: 8, epochs: 1 }";
 
 class PsServerTest : public ::testing::Test {
  protected:
@@ -55,11 +56,14 @@ class PsServerTest : public ::testing::Test {
   // Gradients for every tensor of the small model (buffers carry values).
   std::vector<NamedTensor> Gradients(float scale) const {
     std::vector<NamedTensor> out;
-    for (const auto& p : model_.params) out.push_back(Filled(p.name(), p.spec.shape, scale, scale * 0.01f));
-    for (const auto& b : model_.buffers) out.push_back(Filled(b.name(), b.spec.shape, scale * 3, 0.0f));
+    for (const auto& p : model_.params)
+      out.push_back(Filled(p.name(), p.spec.shape, scale, scale * 0.01f));
+    for (const auto& b : model_.buffers)
+      out.push_back(Filled(b.name(), b.spec.shape, scale * 3, 0.0f));
     return out;
   }
-  std::vector<v1::PushRequest> PushOf(int worker, int64_t version, const std::vector<NamedTensor>& tensors,
+  std::vector<v1::PushRequest> PushOf(int worker, int64_t version,
+                                      const std::vector<NamedTensor>& tensors,
                                       int64_t samples = 4) const {
     std::vector<v1::PushRequest> m = {Header(worker, version, samples)};
     for (auto& c : Chunks(tensors)) m.push_back(std::move(c));
@@ -100,12 +104,14 @@ TEST_F(PsServerTest, AspAppliesSgdWithMomentumPerPushAndOverwritesBuffers) {
     SgdStep(p.floats(), g2[i].floats(), v.floats(), n, sgd);
     const NamedTensor* got = after2.Find(p.name());
     ASSERT_NE(got, nullptr) << p.name();
-    for (size_t k = 0; k < n; ++k) EXPECT_FLOAT_EQ(got->floats()[k], p.floats()[k]) << p.name() << "[" << k << "]";
+    for (size_t k = 0; k < n; ++k)
+      EXPECT_FLOAT_EQ(got->floats()[k], p.floats()[k]) << p.name() << "[" << k << "]";
   }
   for (size_t i = 0; i < model_.buffers.size(); ++i) {
     const NamedTensor* got = after2.Find(model_.buffers[i].name());
     ASSERT_NE(got, nullptr);
-    EXPECT_EQ(got->data, g2[model_.params.size() + i].data) << "ASP overwrites buffers with the pushed value";
+    EXPECT_EQ(got->data, g2[model_.params.size() + i].data)
+        << "ASP overwrites buffers with the pushed value";
   }
   const v1::ServerStatus s = GetStatus(*stub);
   EXPECT_EQ(s.pushes(), 2);
@@ -119,12 +125,14 @@ TEST_F(PsServerTest, AspAppliesSgdWithMomentumPerPushAndOverwritesBuffers) {
 
 struct BadPush {
   std::string name;
-  std::function<std::vector<v1::PushRequest>(const SmallModel&, std::vector<NamedTensor> good)> build;
+  std::function<std::vector<v1::PushRequest>(const SmallModel&, std::vector<NamedTensor> good)>
+      build;
   std::string message;  // a fragment the error must contain
 };
 void PrintTo(const BadPush& p, std::ostream* os) { *os << p.name; }
 
-std::vector<v1::PushRequest> WithHeader(std::vector<v1::PushRequest> body, int64_t version = 5, int worker = 0) {
+std::vector<v1::PushRequest> WithHeader(std::vector<v1::PushRequest> body, int64_t version = 5,
+                                        int worker = 0) {
   body.insert(body.begin(), Header(worker, version));
   return body;
 }
@@ -170,7 +178,9 @@ std::vector<BadPush> BadPushes() {
        },
        "tensor 'bn.running_var' holds -inf"},
       {"VersionFromTheFuture",
-       [](const SmallModel&, std::vector<NamedTensor> g) { return WithHeader(Chunks(g), /*version=*/6); },
+       [](const SmallModel&, std::vector<NamedTensor> g) {
+         return WithHeader(Chunks(g), /*version=*/6);
+       },
        "version from the future"},
       {"OversizedChunkStream",
        [](const SmallModel&, std::vector<NamedTensor> g) {
@@ -189,7 +199,7 @@ std::vector<BadPush> BadPushes() {
       {"TruncatedChunkStream",
        [](const SmallModel&, std::vector<NamedTensor> g) {
          auto m = WithHeader(Chunks(g, /*chunk_bytes=*/64));  // fc1.weight: 192 bytes, 3 chunks
-         m.erase(m.begin() + 3, m.end());                       // stop after 2 of its chunks
+         m.erase(m.begin() + 3, m.end());                     // stop after 2 of its chunks
          return m;
        },
        "'fc1.weight' truncated: got 128 of 192 bytes"},
@@ -209,7 +219,9 @@ std::vector<BadPush> BadPushes() {
       {"NoHeader", [](const SmallModel&, std::vector<NamedTensor> g) { return Chunks(g); },
        "must start with a PushHeader"},
       {"UnknownWorker",
-       [](const SmallModel&, std::vector<NamedTensor> g) { return WithHeader(Chunks(g), 5, /*worker=*/7); },
+       [](const SmallModel&, std::vector<NamedTensor> g) {
+         return WithHeader(Chunks(g), 5, /*worker=*/7);
+       },
        "push from worker 7"},
   };
 }
@@ -228,7 +240,8 @@ TEST_P(BadPushTest, IsRefusedChangesNothingAndOthersAreStillServed) {
     SCOPED_TRACE(push_pull ? "PushPull" : "Push");
     grpc::Status status = push_pull ? RawPushPull(*stub, bad).status : RawPush(*stub, bad);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
-    EXPECT_NE(status.error_message().find(GetParam().message), std::string::npos) << status.error_message();
+    EXPECT_NE(status.error_message().find(GetParam().message), std::string::npos)
+        << status.error_message();
   }
   const Pulled unchanged = RawPull(*stub);
   ASSERT_TRUE(unchanged.status.ok());
@@ -260,7 +273,8 @@ TEST_F(PsServerTest, IdleServerRefusesUntilLoadedThenKeepsOnlyItsPartitionWithMo
   ASSERT_TRUE(ps);
   auto stub = Connect(ps->address());
   EXPECT_EQ(RawPull(*stub).status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_EQ(RawPush(*stub, PushOf(0, 0, Gradients(1))).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(RawPush(*stub, PushOf(0, 0, Gradients(1))).error_code(),
+            grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_FALSE(GetStatus(*stub).loaded());
 
   {  // A missing file is refused and changes nothing.
@@ -344,7 +358,8 @@ TEST_F(PsServerTest, PartitionCheckpointRoundTripsAndRefusesAnotherPartition) {
   bad.config = config_;
   auto refused = PsProcess::Launch(bad);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(std::string(refused.status().message()).find("holds partition 0 of 1"), std::string::npos)
+  EXPECT_NE(std::string(refused.status().message()).find("holds partition 0 of 1"),
+            std::string::npos)
       << refused.status();
 }
 
@@ -373,7 +388,8 @@ TEST_F(PsServerTest, BspAppliesTheAverageOnceEveryWorkerPushed) {
   const SgdOptions sgd{0.1f, 0.9f, 0.01f};  // BSP: the job's lr on the averaged gradient
   for (size_t i = 0; i < model_.params.size(); ++i) {
     NamedTensor p = model_.params[i], v = model_.momentum[i], avg = g0[i];
-    for (int64_t k = 0; k < p.spec.numel(); ++k) avg.floats()[k] = (g0[i].floats()[k] + g1[i].floats()[k]) * 0.5f;
+    for (int64_t k = 0; k < p.spec.numel(); ++k)
+      avg.floats()[k] = (g0[i].floats()[k] + g1[i].floats()[k]) * 0.5f;
     SgdStep(p.floats(), avg.floats(), v.floats(), p.spec.numel(), sgd);
     const NamedTensor* got = r0.Find(p.name());
     ASSERT_NE(got, nullptr);
@@ -384,7 +400,8 @@ TEST_F(PsServerTest, BspAppliesTheAverageOnceEveryWorkerPushed) {
     const NamedTensor* got = r0.Find(model_.buffers[i].name());
     ASSERT_NE(got, nullptr);
     for (int64_t k = 0; k < got->spec.numel(); ++k) {
-      EXPECT_FLOAT_EQ(got->floats()[k], (g0[j].floats()[k] + g1[j].floats()[k]) * 0.5f) << "BSP averages buffers";
+      EXPECT_FLOAT_EQ(got->floats()[k], (g0[j].floats()[k] + g1[j].floats()[k]) * 0.5f)
+          << "BSP averages buffers";
     }
   }
 }
@@ -410,7 +427,8 @@ TEST_F(PsServerTest, SspHoldsTheFastWorkerWithinTheStalenessBound) {
   EXPECT_EQ(completed.load(), kStaleness);
   for (int slow_step = 1; slow_step <= 3; ++slow_step) {
     ASSERT_TRUE(RawPushPull(*stub, PushOf(0, 5, Gradients(0.01f))).status.ok());
-    ASSERT_TRUE(PollUntil([&] { return GetStatus(*stub).clocks(1) == kStaleness + 1 + slow_step; }));
+    ASSERT_TRUE(
+        PollUntil([&] { return GetStatus(*stub).clocks(1) == kStaleness + 1 + slow_step; }));
     EXPECT_EQ(completed.load(), kStaleness + slow_step);
   }
   ASSERT_TRUE(RawPushPull(*stub, PushOf(0, 5, Gradients(0.01f))).status.ok());
@@ -534,10 +552,11 @@ bool Exited(pid_t pid) {
 TEST_F(PsServerTest, ExitsWhenItsParentDies) {
   // The parent is a shell that waits on its stdin; closing the pipe ends the shell.
   const std::string port_file = dir_ / "orphan.port", pid_file = dir_ / "orphan.pid";
-  const std::string command = absl::StrCat(
-      STRATA_PS_BINARY, " --listen 127.0.0.1:0 --port-file ", port_file, " --partition 0 --partitions 1",
-      " --workers 1 --train-examples 10 --config ", config_, " --init-checkpoint ", checkpoint_,
-      " > ", dir_ / "orphan.log", " 2>&1 & echo $! > ", pid_file, "; read ignored");
+  const std::string command =
+      absl::StrCat(STRATA_PS_BINARY, " --listen 127.0.0.1:0 --port-file ", port_file,
+                   " --partition 0 --partitions 1", " --workers 1 --train-examples 10 --config ",
+                   config_, " --init-checkpoint ", checkpoint_, " > ", dir_ / "orphan.log",
+                   " 2>&1 & echo $! > ", pid_file, "; read ignored");
   FILE* shell = popen(command.c_str(), "w");
   ASSERT_NE(shell, nullptr);
   int port = 0;

@@ -26,7 +26,8 @@ namespace strata::testing {
 class ScratchDir {
  public:
   ScratchDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "strata-ps-test-XXXXXX").string();
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "strata-ps-test-XXXXXX").string();
     path_ = mkdtemp(pattern.data());
   }
   ~ScratchDir() {
@@ -43,12 +44,14 @@ class ScratchDir {
 inline std::string WriteJobSpec(const ScratchDir& dir, const std::string& training,
                                 const std::string& name = "job.yaml") {
   const std::string path = dir / name;
-  const std::string yaml = absl::StrCat("name: ps-test\nmodel: { arch: mlp }\ntraining: ", training, "\n");
+  const std::string yaml =
+      absl::StrCat("name: ps-test\nmodel: { arch: mlp }\ntraining: ", training, "\n");
   EXPECT_TRUE(WriteFileAtomic(path, yaml).ok());
   return path;
 }
 
-inline NamedTensor Filled(const std::string& name, std::vector<int64_t> shape, float start, float step) {
+inline NamedTensor Filled(const std::string& name, std::vector<int64_t> shape, float start,
+                          float step) {
   NamedTensor t = NamedTensor::Zeros({name, std::move(shape), DType::kFloat32});
   for (int64_t i = 0; i < t.spec.numel(); ++i) t.floats()[i] = start + step * static_cast<float>(i);
   return t;
@@ -62,7 +65,8 @@ struct SmallModel {
     SmallModel m;
     m.params = {Filled("fc1.weight", {8, 6}, 0.01f, 0.003f), Filled("fc1.bias", {8}, -0.2f, 0.05f),
                 Filled("fc2.weight", {4, 8}, 0.5f, -0.01f), Filled("fc2.bias", {4}, 0.1f, 0.1f)};
-    m.buffers = {Filled("bn.running_mean", {8}, 0.0f, 0.25f), Filled("bn.running_var", {8}, 1.0f, 0.0f)};
+    m.buffers = {Filled("bn.running_mean", {8}, 0.0f, 0.25f),
+                 Filled("bn.running_var", {8}, 1.0f, 0.0f)};
     for (const auto& p : m.params) {
       m.momentum.push_back(with_momentum ? Filled(p.name(), p.spec.shape, 0.02f, 0.001f)
                                          : NamedTensor::Zeros(p.spec));
@@ -104,7 +108,8 @@ inline v1::PushRequest Header(int worker, int64_t version, int64_t samples = 4, 
   return r;
 }
 
-inline std::vector<v1::PushRequest> Chunks(const std::vector<NamedTensor>& tensors, size_t chunk_bytes = 1 << 20) {
+inline std::vector<v1::PushRequest> Chunks(const std::vector<NamedTensor>& tensors,
+                                           size_t chunk_bytes = 1 << 20) {
   std::vector<v1::PushRequest> out;
   ChunkOptions options;
   options.chunk_bytes = chunk_bytes;

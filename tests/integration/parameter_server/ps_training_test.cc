@@ -62,7 +62,8 @@ float MaxDifference(Trainer& a, Trainer& b) {
   float worst = 0;
   const float* pa = a.parameter_data();
   const float* pb = b.parameter_data();
-  for (int64_t i = 0; i < a.parameter_count(); ++i) worst = std::max(worst, std::fabs(pa[i] - pb[i]));
+  for (int64_t i = 0; i < a.parameter_count(); ++i)
+    worst = std::max(worst, std::fabs(pa[i] - pb[i]));
   return worst;
 }
 
@@ -100,7 +101,8 @@ class PsTrainingTest : public ::testing::Test {
     return addresses;
   }
 
-  std::unique_ptr<Synchroniser> Sync(const std::vector<std::string>& servers, int rank, Trainer& trainer) {
+  std::unique_ptr<Synchroniser> Sync(const std::vector<std::string>& servers, int rank,
+                                     Trainer& trainer) {
     PushPullOptions o;
     o.servers = servers;
     o.rank = rank;
@@ -143,13 +145,16 @@ class PsTrainingTest : public ::testing::Test {
               results[w] = stats.status();
               return;
             }
-            results[w] = syncs[w]->Step(*trainers[w], {epoch, step, static_cast<int64_t>(mine.size())});
+            results[w] =
+                syncs[w]->Step(*trainers[w], {epoch, step, static_cast<int64_t>(mine.size())});
           });
         }
         for (auto& t : threads) t.join();
         for (const auto& r : results) EXPECT_TRUE(r.ok()) << r;
-        for (int w = 1; w < workers; ++w) EXPECT_EQ(MaxDifference(*trainers[0], *trainers[w]), 0.0f);
-        EXPECT_LT(MaxDifference(*trainers[0], *reference), 2e-5f) << "epoch " << epoch << " step " << b;
+        for (int w = 1; w < workers; ++w)
+          EXPECT_EQ(MaxDifference(*trainers[0], *trainers[w]), 0.0f);
+        EXPECT_LT(MaxDifference(*trainers[0], *reference), 2e-5f)
+            << "epoch " << epoch << " step " << b;
         if (::testing::Test::HasFailure()) return nullptr;
       }
     }
@@ -237,7 +242,8 @@ TEST_F(PsTrainingTest, ErrorsNameTheServer) {
     absl::Status s = (*sync)->Start(*worker);
     EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
     EXPECT_NE(s.message().find(absl::StrCat("parameter server 0 (", (*ps)->address(), ")")),
-              absl::string_view::npos) << s;
+              absl::string_view::npos)
+        << s;
     EXPECT_NE(s.message().find("fc1.weight"), absl::string_view::npos) << s;
   }
 }

@@ -19,24 +19,30 @@ constexpr int kWorkers = 2, kPartitions = 2, kExamples = 2048, kBatch = 128, kEp
 TEST(PsWorkerProcessTest, TwoWorkersTrainAsynchronouslyAgainstTwoServers) {
   ScratchDir dir;
   const std::string job = dir / "job.yaml";
-  ASSERT_TRUE(WriteFileAtomic(job, absl::StrCat(
-                                       "name: ps-worker-test\n"
-                                       "dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist,"
-                                       " max_train: ", kExamples, ", max_test: 200 }\n"
-                                       "model: { arch: mlp }\n"
-                                       "training: { epochs: ", kEpochs, ", batch_size: ", kBatch,
-                                       ", lr: 0.05, momentum: 0.9, seed: 1, threads: 1 }\n"
-                                       "cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }\n"
-                                       "strategy: { kind: ps, consistency: asp }\n"))
-                  .ok());
+  ASSERT_TRUE(
+      WriteFileAtomic(
+          job,
+          absl::StrCat("name: ps-worker-test\n"
+                       "dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist,"
+                       " max_train: ",
+                       kExamples,
+                       ", max_test: 200 }\n"
+                       "model: { arch: mlp }\n"
+                       "training: { epochs: ",
+                       kEpochs, ", batch_size: ", kBatch,
+                       ", lr: 0.05, momentum: 0.9, seed: 1, threads: 1 }\n"
+                       "cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }\n"
+                       "strategy: { kind: ps, consistency: asp }\n"))
+          .ok());
   for (int r = 0; r < kWorkers; ++r) {  // round-robin shards
     std::vector<int64_t> mine;
     for (int64_t i = r; i < kExamples; i += kWorkers) mine.push_back(i);
     ASSERT_TRUE(WriteShardIndex(dir / absl::StrCat("shard-", r, ".idx"), mine, kExamples).ok());
   }
   const std::string init = dir / "init.ckpt";
-  const std::string write_init = absl::StrCat(STRATA_EVALUATOR_BINARY, " --config ", job,
-                                              " --write-init-checkpoint ", init, " > ", dir / "init.log", " 2>&1");
+  const std::string write_init =
+      absl::StrCat(STRATA_EVALUATOR_BINARY, " --config ", job, " --write-init-checkpoint ", init,
+                   " > ", dir / "init.log", " 2>&1");
   ASSERT_EQ(std::system(write_init.c_str()), 0) << ReadFile(dir / "init.log").value_or("");
 
   std::vector<std::unique_ptr<PsProcess>> servers, workers;
@@ -63,8 +69,9 @@ TEST(PsWorkerProcessTest, TwoWorkersTrainAsynchronouslyAgainstTwoServers) {
   }
   for (int r = 0; r < kWorkers; ++r) {
     auto worker = PsProcess::LaunchService(
-        {STRATA_WORKER_BINARY, "--config", job, "--rank", std::to_string(r), "--world", std::to_string(kWorkers),
-         "--shard-file", dir / absl::StrCat("shard-", r, ".idx"), "--run-dir", dir.path()},
+        {STRATA_WORKER_BINARY, "--config", job, "--rank", std::to_string(r), "--world",
+         std::to_string(kWorkers), "--shard-file", dir / absl::StrCat("shard-", r, ".idx"),
+         "--run-dir", dir.path()},
         dir.path(), absl::StrCat("worker-", r), std::chrono::seconds(120));
     ASSERT_TRUE(worker.ok()) << worker.status();
     start.add_workers((*worker)->address());

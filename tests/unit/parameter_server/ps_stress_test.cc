@@ -46,7 +46,8 @@ class PsStressTest : public ::testing::TestWithParam<Mode> {
     partition_ = std::make_unique<ParameterPartition>(c);
     Checkpoint checkpoint;
     for (auto& t : Model(kStart)) {
-      checkpoint.entries.push_back({t.name() == "bn.mean" ? TensorKind::kBuffer : TensorKind::kParameter, t});
+      checkpoint.entries.push_back(
+          {t.name() == "bn.mean" ? TensorKind::kBuffer : TensorKind::kParameter, t});
     }
     ASSERT_TRUE(partition_->Load(checkpoint, "test").ok());
     ParameterServerServiceOptions o;
@@ -159,7 +160,8 @@ TEST_P(PsStressTest, ManyWorkersPushAndPullConcurrently) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PsStressTest,
-                         ::testing::Values(Mode{ConsistencyMode::kAsp, "asp"}, Mode{ConsistencyMode::kBsp, "bsp"},
+                         ::testing::Values(Mode{ConsistencyMode::kAsp, "asp"},
+                                           Mode{ConsistencyMode::kBsp, "bsp"},
                                            Mode{ConsistencyMode::kSsp, "ssp"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
