@@ -69,8 +69,11 @@ uint8_t* PutFixed32(uint32_t field, uint32_t v, uint8_t* p) {
   return p + 4;
 }
 
-// The header fields and the tag and length of `data` (or `abort`), as their own small slice.
-grpc::Slice EncodeHeader(const SegmentHeader& h, size_t payload_bytes, bool abort) {
+// One message, one slice: the header fields, then `data` (or `abort`). The payload is copied
+// once, into memory gRPC owns, so a failed operation never leaves gRPC pointing into the
+// caller's buffer.
+grpc::ByteBuffer EncodeSegment(const SegmentHeader& h, const float* data, size_t floats,
+                               const std::string& abort = {}) {
   uint8_t head[80];
   uint8_t* p = head;
   p = PutFixed64(kOperation, h.operation, p);
@@ -79,30 +82,19 @@ grpc::Slice EncodeHeader(const SegmentHeader& h, size_t payload_bytes, bool abor
   p = PutFixed64(kCount, h.count, p);
   p = PutFixed32(kStep, h.step, p);
   p = PutFixed64(kOffset, h.offset, p);
-  p = PutVarint((abort ? kAbort : kData) << 3 | kLengthDelimited, p);
-  p = PutVarint(payload_bytes, p);
-  return grpc::Slice(head, static_cast<size_t>(p - head));
-}
-
-// A segment whose payload is already in a slice gRPC owns (no copy here).
-grpc::ByteBuffer EncodeSegment(const SegmentHeader& h, std::vector<grpc::Slice> payload) {
-  size_t bytes = 0;
-  for (const grpc::Slice& s : payload) bytes += s.size();
-  payload.insert(payload.begin(), EncodeHeader(h, bytes, /*abort=*/false));
-  return grpc::ByteBuffer(payload.data(), payload.size());
-}
-
-// A segment copied from the caller's buffer: the copy is what lets a failed operation return
-// without gRPC still pointing into memory the caller may free.
-grpc::ByteBuffer EncodeSegment(const SegmentHeader& h, const float* data, size_t floats) {
-  std::vector<grpc::Slice> payload;
-  payload.emplace_back(data, floats * sizeof(float));
-  return EncodeSegment(h, std::move(payload));
-}
-
-grpc::ByteBuffer EncodeAbort(const SegmentHeader& h, const std::string& reason) {
-  grpc::Slice slices[2] = {EncodeHeader(h, reason.size(), /*abort=*/true), grpc::Slice(reason)};
-  return grpc::ByteBuffer(slices, 2);
+  const size_t payload = abort.empty() ? floats * sizeof(float) : abort.size();
+  p = PutVarint((abort.empty() ? kData : kAbort) << 3 | kLengthDelimited, p);
+  p = PutVarint(payload, p);
+  const size_t head_bytes = static_cast<size_t>(p - head);
+  grpc::Slice slice(head_bytes + payload);
+  uint8_t* out = const_cast<uint8_t*>(slice.begin());  // freshly allocated, ours until sent
+  std::memcpy(out, head, head_bytes);
+  if (abort.empty()) {
+    if (payload > 0) std::memcpy(out + head_bytes, data, payload);
+  } else {
+    std::memcpy(out + head_bytes, abort.data(), payload);
+  }
+  return grpc::ByteBuffer(&slice, 1);
 }
 
 // Reads bytes across the slices of a received message.
@@ -207,12 +199,48 @@ absl::Status ParseSegment(const grpc::ByteBuffer& buffer, Segment* seg) {
 
 // ---- applying a received payload ---------------------------------------------------------------
 
-// Calls fn(src, first, count) over the payload in runs of whole floats (src may be unaligned);
-// a float straddling two slices is passed alone from a small copy.
-template <typename Fn>
-void ForEachRun(const Segment& seg, Fn&& fn) {
+enum class Apply { kAdd, kAddThenScale, kCopy };
+
+void AddInto(float* dst, const uint8_t* src, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    float v;
+    std::memcpy(&v, src + i * sizeof(float), sizeof(float));  // slices need not be aligned
+    dst[i] += v;
+  }
+}
+void AddScaleInto(float* dst, const uint8_t* src, size_t count, float divisor) {
+  for (size_t i = 0; i < count; ++i) {
+    float v;
+    std::memcpy(&v, src + i * sizeof(float), sizeof(float));
+    // Division, not multiplication by 1/n: the average of exact integer sums is then exact
+    // wherever the quotient is representable.
+    dst[i] = (dst[i] + v) / divisor;
+  }
+}
+
+// Applies the payload to dst[0..floats) in place; a float may straddle two slices.
+void ApplySegment(const Segment& seg, float* dst, Apply mode, float divisor) {
+  if (mode == Apply::kCopy) {
+    auto* out = reinterpret_cast<uint8_t*>(dst);
+    size_t left = seg.data_bytes, pos = seg.data_pos;
+    for (size_t i = seg.data_slice; left > 0; ++i, pos = 0) {
+      const size_t take = std::min(left, seg.slices[i].size() - pos);
+      std::memcpy(out, seg.slices[i].begin() + pos, take);
+      out += take;
+      left -= take;
+    }
+    return;
+  }
+  const auto run = [&](const uint8_t* src, size_t count) {
+    if (mode == Apply::kAdd) {
+      AddInto(dst, src, count);
+    } else {
+      AddScaleInto(dst, src, count, divisor);
+    }
+    dst += count;
+  };
   uint8_t carry[sizeof(float)];
-  size_t carried = 0, left = seg.data_bytes, pos = seg.data_pos, index = 0;
+  size_t carried = 0, left = seg.data_bytes, pos = seg.data_pos;
   for (size_t i = seg.data_slice; left > 0; ++i, pos = 0) {
     const uint8_t* p = seg.slices[i].begin() + pos;
     size_t len = std::min(left, seg.slices[i].size() - pos);
@@ -224,13 +252,11 @@ void ForEachRun(const Segment& seg, Fn&& fn) {
       p += take;
       len -= take;
       if (carried < sizeof(float)) continue;
-      fn(carry, index, 1);
-      ++index;
+      run(carry, 1);
       carried = 0;
     }
     const size_t whole = len / sizeof(float);
-    if (whole > 0) fn(p, index, whole);
-    index += whole;
+    run(p, whole);
     p += whole * sizeof(float);
     len -= whole * sizeof(float);
     std::memcpy(carry, p, len);
@@ -238,73 +264,13 @@ void ForEachRun(const Segment& seg, Fn&& fn) {
   }
 }
 
-inline float Load(const uint8_t* p) {
-  float v;
-  std::memcpy(&v, p, sizeof(float));  // slices need not be aligned
-  return v;
-}
-
-// Reduce-scatter, before the last step: the partial sum goes straight into the outgoing slice;
-// this rank's copy of the chunk is overwritten by the all-gather anyway.
-void SumInto(uint8_t* out, const float* mine, const Segment& seg) {
-  ForEachRun(seg, [&](const uint8_t* src, size_t first, size_t count) {
-    for (size_t i = 0; i < count; ++i) {
-      const float v = mine[first + i] + Load(src + i * sizeof(float));
-      std::memcpy(out + (first + i) * sizeof(float), &v, sizeof(float));
-    }
-  });
-}
-
-// The last reduce-scatter step: this rank owns the chunk's final value.
-void FinishInPlace(float* mine, const Segment& seg, bool average, float divisor) {
-  ForEachRun(seg, [&](const uint8_t* src, size_t first, size_t count) {
-    float* d = mine + first;
-    if (average) {
-      // Division, not multiplication by 1/n: the average of exact integer sums is then exact
-      // wherever the quotient is representable.
-      for (size_t i = 0; i < count; ++i) d[i] = (d[i] + Load(src + i * sizeof(float))) / divisor;
-    } else {
-      for (size_t i = 0; i < count; ++i) d[i] += Load(src + i * sizeof(float));
-    }
-  });
-}
-
-void CopyInto(float* mine, const Segment& seg) {
-  auto* out = reinterpret_cast<uint8_t*>(mine);
-  size_t left = seg.data_bytes, pos = seg.data_pos;
-  for (size_t i = seg.data_slice; left > 0; ++i, pos = 0) {
-    const size_t take = std::min(left, seg.slices[i].size() - pos);
-    std::memcpy(out, seg.slices[i].begin() + pos, take);
-    out += take;
-    left -= take;
-  }
-}
-
-// The payload's bytes as slices that share the received memory (for forwarding without a copy).
-std::vector<grpc::Slice> PayloadSlices(const Segment& seg) {
-  std::vector<grpc::Slice> out;
-  size_t left = seg.data_bytes, pos = seg.data_pos;
-  for (size_t i = seg.data_slice; left > 0; ++i, pos = 0) {
-    const size_t take = std::min(left, seg.slices[i].size() - pos);
-    out.push_back(seg.slices[i].sub(pos, pos + take));
-    left -= take;
-  }
-  return out;
-}
-
 // ---- shared state --------------------------------------------------------------------------
 
-// Segments received for one operation, in stream order, that nobody has processed yet.
+// Segments received for one operation, in stream order.
 struct Inbox {
   std::deque<Segment> segments;
   bool ended = false;  // the sender's stream is over (closed or broken)
 };
-
-// One operation in progress: validates each segment from the previous rank, reduces or copies it
-// into the caller's buffer and forwards the result to the next rank. Exactly one thread runs
-// Process() at a time (Core::busy): the gRPC thread that received the segment, or the operation's
-// own thread for segments that arrived before the operation started.
-class OpRunner;
 
 // State shared by the operation thread and gRPC's callback threads; reactors hold it by
 // shared_ptr so that a late callback never touches a destroyed RingAllReduce.
@@ -313,16 +279,9 @@ struct Core {
   std::condition_variable cv;
   std::map<uint64_t, Inbox> inboxes;  // by operation
   uint64_t next_operation = 0;        // lower operations are over: their segments are dropped
-  OpRunner* active = nullptr;         // the operation in progress
-  uint64_t active_operation = 0;
-  bool busy = false;                  // some thread is inside active->Process()
 };
 
-void ProcessOutsideLock(OpRunner* runner, Segment seg);
-
-// The receiving end of one stream from the previous rank. A segment of the running operation is
-// processed right here, on gRPC's thread, so the data path costs no thread hand-off; others wait
-// in the inbox of their operation.
+// The receiving end of one stream from the previous rank: queues each segment for its operation.
 class RingReceiver final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   RingReceiver(std::shared_ptr<Core> core, grpc::ByteBuffer* response)
@@ -349,20 +308,9 @@ class RingReceiver final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     operation_ = seg.header.operation;
     has_operation_ = true;
     {
-      std::unique_lock<std::mutex> lock(core_->mu);
+      std::lock_guard<std::mutex> lock(core_->mu);
       if (operation_ >= core_->next_operation) {
-        Inbox& inbox = core_->inboxes[operation_];
-        if (core_->active != nullptr && core_->active_operation == operation_ && !core_->busy &&
-            inbox.segments.empty()) {
-          core_->busy = true;
-          OpRunner* runner = core_->active;
-          lock.unlock();
-          ProcessOutsideLock(runner, std::move(seg));
-          lock.lock();
-          core_->busy = false;
-        } else {
-          inbox.segments.push_back(std::move(seg));
-        }
+        core_->inboxes[operation_].segments.push_back(std::move(seg));
       }
     }
     core_->cv.notify_all();
@@ -502,107 +450,6 @@ class RingSender final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
 
 std::string Ms(std::chrono::milliseconds d) { return absl::StrCat(d.count(), " ms"); }
 
-// Reduce-scatter steps 0 .. world-2, then all-gather steps world-1 .. 2(world-1)-1. At step s
-// this rank receives chunk recv(s) and sends at step s+1 what it made of it, so one segment can be
-// forwarded as soon as it has been added: the segments of consecutive steps overlap on the ring.
-class OpRunner {
- public:
-  OpRunner(float* data, size_t n, int rank, int world, bool average, size_t seg_floats, uint64_t op,
-           RingSender* sender, std::string op_name, std::string prev_name)
-      : data_(data), n_(n), rank_(rank), world_(world), steps_(2 * (world - 1)), average_(average),
-        seg_floats_(seg_floats), sender_(sender), op_name_(std::move(op_name)), prev_name_(std::move(prev_name)) {
-    header_.operation = op;
-    header_.sender = static_cast<uint32_t>(rank);
-    header_.world = static_cast<uint32_t>(world);
-    header_.count = n;
-    offset_ = ChunkBegin(RecvChunk(0));
-    Settle();
-  }
-
-  // Step 0: this rank's own chunk, as it is.
-  void SendFirst() {
-    header_.step = 0;
-    for (size_t b = ChunkBegin(rank_), e = ChunkBegin(rank_ + 1); b < e; b += seg_floats_) {
-      header_.offset = b;
-      sender_->Send(EncodeSegment(header_, data_ + b, std::min(seg_floats_, e - b)));
-    }
-  }
-
-  void Process(Segment seg) {
-    if (finished()) return;
-    if (!seg.abort.empty()) {
-      // The previous rank gave up; its reason names the culprit. Pass it on unchanged.
-      status_ = absl::UnavailableError(seg.abort);
-      return;
-    }
-    const size_t end = ChunkBegin(RecvChunk(step_) + 1);
-    const size_t len = std::min(seg_floats_, end - offset_);
-    const SegmentHeader& h = seg.header;
-    if (h.sender != static_cast<uint32_t>((rank_ + world_ - 1) % world_) || h.world != static_cast<uint32_t>(world_) ||
-        h.count != n_ || h.step != static_cast<uint32_t>(step_) || h.offset != offset_ || !seg.has_data ||
-        seg.data_bytes != len * sizeof(float)) {
-      status_ = absl::InvalidArgumentError(absl::StrCat(
-          op_name_, ": ", prev_name_, " sent a segment (sender ", h.sender, ", world ", h.world, ", buffer of ",
-          h.count, " floats, step ", h.step, ", offset ", h.offset, ", ", seg.data_bytes,
-          " bytes) where this rank expected (sender ", (rank_ + world_ - 1) % world_, ", world ", world_,
-          ", buffer of ", n_, " floats, step ", step_, ", offset ", offset_, ", ", len * sizeof(float),
-          " bytes); every rank must reduce the same number of floats in the same order"));
-      return;
-    }
-    float* mine = data_ + offset_;
-    header_.step = static_cast<uint32_t>(step_ + 1);
-    header_.offset = offset_;
-    if (step_ < world_ - 2) {
-      grpc::Slice out(len * sizeof(float));  // freshly allocated, ours until sent
-      SumInto(const_cast<uint8_t*>(out.begin()), mine, seg);
-      std::vector<grpc::Slice> payload;
-      payload.push_back(std::move(out));
-      sender_->Send(EncodeSegment(header_, std::move(payload)));
-    } else if (step_ == world_ - 2) {
-      FinishInPlace(mine, seg, average_, static_cast<float>(world_));
-      sender_->Send(EncodeSegment(header_, mine, len));
-    } else {
-      CopyInto(mine, seg);
-      // The final values travel on as they arrived: the received slices are shared, not copied.
-      if (step_ + 1 < steps_) sender_->Send(EncodeSegment(header_, PayloadSlices(seg)));
-    }
-    offset_ += len;
-    Settle();
-  }
-
-  bool finished() const { return step_ == steps_ || !status_.ok(); }
-  const absl::Status& status() const { return status_; }
-  int step() const { return step_; }
-  int steps() const { return steps_; }
-  const SegmentHeader& header() const { return header_; }
-
- private:
-  size_t ChunkBegin(int c) const { return n_ * static_cast<size_t>(c) / world_; }
-  int Mod(int x) const { return ((x % world_) + world_) % world_; }
-  int RecvChunk(int s) const { return s < world_ - 1 ? Mod(rank_ - s - 1) : Mod(rank_ - (s - (world_ - 1))); }
-  // Moves to the next step once the current chunk is done (empty chunks carry no segments).
-  void Settle() {
-    while (step_ < steps_ && offset_ >= ChunkBegin(RecvChunk(step_) + 1)) {
-      ++step_;
-      if (step_ < steps_) offset_ = ChunkBegin(RecvChunk(step_));
-    }
-  }
-
-  float* data_;
-  size_t n_;
-  int rank_, world_, steps_;
-  bool average_;
-  size_t seg_floats_;
-  RingSender* sender_;
-  std::string op_name_, prev_name_;
-  SegmentHeader header_;
-  int step_ = 0;
-  size_t offset_ = 0;
-  absl::Status status_;
-};
-
-void ProcessOutsideLock(OpRunner* runner, Segment seg) { runner->Process(std::move(seg)); }
-
 }  // namespace
 
 // ---- the operation -----------------------------------------------------------------------------
@@ -645,10 +492,15 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
     std::lock_guard<std::mutex> lock(core->mu);
     op = core->next_operation;
   }
-  const auto deadline = Clock::now() + options.deadline;
+  const auto start = Clock::now();
+  const auto deadline = start + options.deadline;
   const auto grace = GraceFor(options.deadline);
   const size_t seg_floats = std::max<size_t>(1, options.segment_bytes / sizeof(float));
-  const std::string op_name = absl::StrCat("all-reduce operation ", op, " on rank ", rank);
+  const int steps = 2 * (world - 1);
+  const auto chunk_begin = [&](int c) { return n * static_cast<size_t>(c) / world; };
+  const auto mod = [&](int x) { return ((x % world) + world) % world; };
+  // The chunk this rank receives at step s; it sends the same chunk at step s + 1.
+  const auto recv_chunk = [&](int s) { return s < world - 1 ? mod(rank - s - 1) : mod(rank - (s - (world - 1))); };
 
   auto state = std::make_shared<SendState>(core);
   state->context.set_deadline(std::chrono::system_clock::now() + options.deadline + grace);
@@ -658,6 +510,23 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
   state->context.set_wait_for_ready(true);
   auto* sender = new RingSender(state);
   sender->Start(next_stub.get());
+
+  SegmentHeader header;
+  header.operation = op;
+  header.sender = static_cast<uint32_t>(rank);
+  header.world = static_cast<uint32_t>(world);
+  header.count = n;
+  const auto send_chunk = [&](int step, int chunk) {
+    header.step = static_cast<uint32_t>(step);
+    for (size_t b = chunk_begin(chunk), e = chunk_begin(chunk + 1); b < e; b += seg_floats) {
+      header.offset = b;
+      sender->Send(EncodeSegment(header, data + b, std::min(seg_floats, e - b)));
+    }
+  };
+
+  // Waits for the next segment of this operation from the previous rank. Errors name the rank
+  // that did not answer.
+  const auto op_name = absl::StrCat("all-reduce operation ", op, " on rank ", rank);
   // Called with core->mu held. A failed write is followed by the call's status; wait briefly for
   // it so the error says why (refused, reset, deadline) rather than only that the stream broke.
   const auto downstream_error = [&](std::unique_lock<std::mutex>& lock) -> absl::Status {
@@ -667,60 +536,74 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
                                    absl::StrCat("sending to ", Name(next()))),
                     op_name);
   };
-
-  OpRunner runner(data, n, rank, world, average, seg_floats, op, sender, op_name, Name(prev()));
-  runner.SendFirst();  // before the runner is visible: forwarded segments must come after these
-
-  absl::Status status;
-  {
+  const auto next_segment = [&](int s, Segment* out) -> absl::Status {
     std::unique_lock<std::mutex> lock(core->mu);
-    core->active = &runner;
-    core->active_operation = op;
     Inbox& inbox = core->inboxes[op];
     while (true) {
-      if (core->busy) {  // a gRPC thread is processing a segment; it notifies when done
-        core->cv.wait(lock);
-        continue;
-      }
-      if (runner.finished()) break;
-      if (!inbox.segments.empty()) {  // arrived before this operation started
-        Segment seg = std::move(inbox.segments.front());
+      if (!inbox.segments.empty()) {
+        *out = std::move(inbox.segments.front());
         inbox.segments.pop_front();
-        core->busy = true;
-        lock.unlock();
-        runner.Process(std::move(seg));
-        lock.lock();
-        core->busy = false;
-        continue;
+        return absl::OkStatus();
       }
-      if (state->broken || (state->done && !state->status.ok())) {
-        status = downstream_error(lock);
-        break;
-      }
+      if (state->broken || (state->done && !state->status.ok())) return downstream_error(lock);
       if (inbox.ended) {
-        status = absl::UnavailableError(absl::StrCat(op_name, ": the stream from ", Name(prev()), " ended at step ",
-                                                     runner.step() + 1, " of ", runner.steps(),
-                                                     " (that rank failed or left)"));
-        break;
+        return absl::UnavailableError(absl::StrCat(op_name, ": the stream from ", Name(prev()),
+                                                   " ended at step ", s + 1, " of ", steps,
+                                                   " (that rank failed or left)"));
       }
-      if (Clock::now() >= deadline) {
-        status = absl::DeadlineExceededError(absl::StrCat(op_name, ": no data from ", Name(prev()), " within ",
-                                                          Ms(options.deadline), " (step ", runner.step() + 1,
-                                                          " of ", runner.steps(), ")"));
-        break;
+      if (core->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
+          inbox.segments.empty() && !inbox.ended) {
+        return absl::DeadlineExceededError(absl::StrCat(op_name, ": no data from ", Name(prev()),
+                                                        " within ", Ms(options.deadline), " (step ",
+                                                        s + 1, " of ", steps, ")"));
       }
-      core->cv.wait_until(lock, deadline);
     }
-    core->active = nullptr;
-    while (core->busy) core->cv.wait(lock);
-    if (status.ok()) status = runner.status();
+  };
+
+  absl::Status status;
+  int step = 0;
+  send_chunk(0, rank);
+  for (; step < steps && status.ok(); ++step) {
+    const int chunk = recv_chunk(step);
+    const Apply mode = step < world - 2    ? Apply::kAdd
+                       : step == world - 2 ? (average ? Apply::kAddThenScale : Apply::kAdd)
+                                           : Apply::kCopy;
+    for (size_t b = chunk_begin(chunk), e = chunk_begin(chunk + 1); b < e && status.ok(); b += seg_floats) {
+      const size_t len = std::min(seg_floats, e - b);
+      Segment seg;
+      status = next_segment(step, &seg);
+      if (!status.ok()) break;
+      if (!seg.abort.empty()) {
+        // The previous rank gave up; its reason names the culprit. Pass it on unchanged.
+        status = absl::UnavailableError(seg.abort);
+        break;
+      }
+      const SegmentHeader& h = seg.header;
+      if (h.sender != static_cast<uint32_t>(prev()) || h.world != static_cast<uint32_t>(world) ||
+          h.count != n || h.step != static_cast<uint32_t>(step) || h.offset != b || !seg.has_data ||
+          seg.data_bytes != len * sizeof(float)) {
+        status = absl::InvalidArgumentError(absl::StrCat(
+            op_name, ": ", Name(prev()), " sent a segment (sender ", h.sender, ", world ", h.world,
+            ", buffer of ", h.count, " floats, step ", h.step, ", offset ", h.offset, ", ",
+            seg.data_bytes, " bytes) where this rank expected (sender ", prev(), ", world ", world,
+            ", buffer of ", n, " floats, step ", step, ", offset ", b, ", ", len * sizeof(float),
+            " bytes); every rank must reduce the same number of floats in the same order"));
+        break;
+      }
+      ApplySegment(seg, data + b, mode, static_cast<float>(world));
+      if (step + 1 < steps) {
+        header.step = static_cast<uint32_t>(step + 1);
+        header.offset = b;
+        sender->Send(EncodeSegment(header, data + b, len));
+      }
+    }
   }
 
   if (!status.ok()) {
     // Tell the next rank at once. Then, for a short while, take any later abort from the previous
     // rank: it comes from further up the ring, so it is closer to the rank that really stopped
     // (a rank that times out first blames its own neighbour, which was only waiting too).
-    sender->Send(EncodeAbort(runner.header(), std::string(status.message())));
+    sender->Send(EncodeSegment(header, nullptr, 0, std::string(status.message())));
     const auto until = Clock::now() + grace;
     while (true) {
       std::vector<std::string> later;
@@ -742,7 +625,7 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
       }
       for (const std::string& reason : later) {
         status = absl::UnavailableError(reason);
-        sender->Send(EncodeAbort(runner.header(), reason));
+        sender->Send(EncodeSegment(header, nullptr, 0, reason));
       }
       if (over) break;
     }
