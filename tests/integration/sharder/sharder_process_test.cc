@@ -138,6 +138,43 @@ TEST_F(SharderProcessTest, StrataShardFromAJobSpec) {
   EXPECT_EQ(Manifest(four)["parameters"]["workers"], 4);
 }
 
+TEST_F(SharderProcessTest, Cifar100LabelSetComesFromTheSpecOrFlag) {
+  // A small CIFAR-100 binary set: records of coarse label, fine label, 3072 pixels.
+  const fs::path data = dir_ / "cifar-100-binary";
+  fs::create_directories(data);
+  for (const char* name : {"train.bin", "test.bin"}) {
+    std::ofstream f(data / name, std::ios::binary);
+    for (int i = 0; i < 200; ++i) {
+      f.put(static_cast<char>(i % 20)).put(static_cast<char>(i % 100));
+      f << std::string(3072, static_cast<char>(i));
+    }
+  }
+  const fs::path spec = dir_ / "job.yaml";
+  std::ofstream(spec) << "name: c100\n"
+                         "dataset: { name: cifar100, path: " << dir_.string() << ", label_set: coarse }\n"
+                         "cluster: { workers: 4 }\n";
+  const fs::path coarse = dir_ / "coarse";
+  Result r = Run({kStrata, "shard", spec.string(), "--out", coarse.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  nlohmann::json m = Manifest(coarse);
+  EXPECT_EQ(m["method"], "stratified");
+  EXPECT_EQ(m["parameters"]["label_set"], "coarse");
+  EXPECT_EQ(m["dataset"]["num_classes"], 20);
+  for (const auto& shard : m["shards"]) {
+    for (const auto& count : shard["class_counts"]) EXPECT_LE(count.get<int64_t>(), 3);  // 10 per class / 4
+  }
+  const fs::path fine = dir_ / "fine";
+  r = Run({kStrata, "shard", spec.string(), "--label-set", "fine", "--out", fine.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  m = Manifest(fine);
+  EXPECT_EQ(m["parameters"]["label_set"], "fine");
+  EXPECT_EQ(m["class_counts"].size(), 100u);
+  r = Run({kStrata, "shard", spec.string(), "--label-set", "medium", "--out", (dir_ / "bad").string()});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("label_set must be fine or coarse, got 'medium'"));
+  EXPECT_FALSE(fs::exists(dir_ / "bad"));
+}
+
 struct BadInput {
   std::string name;
   std::vector<std::string> args;  // after the program (and "shard")
