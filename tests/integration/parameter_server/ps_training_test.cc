@@ -208,6 +208,62 @@ TEST_F(PsTrainingTest, BspFourWorkersReproduceTheGlobalBatch) {
   ASSERT_TRUE(RunBsp(/*workers=*/4, /*partitions=*/2));
 }
 
+// The switch's handover: a worker's whole-model checkpoint (weights, buffers and momentum) is
+// loaded by idle servers, each keeping its partition; a push/pull worker then continues exactly
+// where local SGD would have gone, which needs the momentum to have come along.
+TEST_F(PsTrainingTest, HandoverFromAWorkerCheckpointContinuesTheOptimizer) {
+  auto reference = MakeTrainer(kGlobalBatch);
+  auto worker = MakeTrainer(kGlobalBatch);
+  ASSERT_TRUE(reference && worker);
+  reference->StartEpoch(0);
+  for (int64_t b = 0; b < 4; ++b) {
+    ASSERT_TRUE(reference->ComputeGradients(b).ok());
+    reference->ApplyGradients(reference->SgdFor(0));
+  }
+  const std::string handover = dir_ / "handover.ckpt";
+  ASSERT_TRUE(WriteCheckpoint(handover, reference->ToCheckpoint(0, 4, 4)).ok());
+
+  std::vector<std::string> servers;
+  for (int p = 0; p < 2; ++p) {
+    PsProcessOptions o;
+    o.binary = STRATA_PS_BINARY;
+    o.work_dir = dir_.path();
+    o.config = config_;
+    o.partition = p;
+    o.partitions = 2;
+    o.workers = 1;
+    o.consistency = "asp";
+    o.train_examples = kTrainExamples;
+    auto ps = PsProcess::Launch(o);  // idle: no --init-checkpoint
+    ASSERT_TRUE(ps.ok()) << ps.status();
+    auto stub = Connect((*ps)->address());
+    grpc::ClientContext context;
+    context.set_deadline(TestDeadline());
+    v1::CheckpointRequest request;
+    request.set_path(handover);
+    v1::CheckpointReply reply;
+    grpc::Status loaded = stub->LoadCheckpoint(&context, request, &reply);
+    ASSERT_TRUE(loaded.ok()) << loaded.error_message();
+    EXPECT_EQ(reply.version(), 4);
+    servers.push_back((*ps)->address());
+    servers_.push_back(std::move(*ps));
+  }
+  auto sync = Sync(servers, 0, *worker);
+  ASSERT_TRUE(sync);
+  ASSERT_TRUE(sync->Start(*worker).ok());
+  EXPECT_EQ(MaxDifference(*reference, *worker), 0.0f) << "Start pulls the handed-over model";
+  worker->StartEpoch(0);
+  for (int64_t b = 4; b < 8; ++b) {
+    ASSERT_TRUE(reference->ComputeGradients(b).ok());
+    reference->ApplyGradients(reference->SgdFor(0));
+    auto stats = worker->ComputeGradients(b);
+    ASSERT_TRUE(stats.ok());
+    absl::Status synced = sync->Step(*worker, {0, b, stats->examples});
+    ASSERT_TRUE(synced.ok()) << synced;
+    ASSERT_LT(MaxDifference(*reference, *worker), 1e-6f) << "step " << b;
+  }
+}
+
 TEST_F(PsTrainingTest, ErrorsNameTheServer) {
   auto worker = MakeTrainer(kGlobalBatch);
   ASSERT_TRUE(worker);
