@@ -23,8 +23,10 @@ configure: deps
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
 
+# Tests run side by side on few cores: LibTorch's OpenMP threads must sleep, not spin, while
+# they wait, or an oversubscribed test slows down by orders of magnitude.
 test: build
-	@cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) --timeout 1200
+	@cd $(BUILD_DIR) && OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} ctest --output-on-failure -j $(JOBS) --timeout 1200
 
 quickstart: build
 	@bash scripts/quickstart.sh $(BUILD_DIR)

@@ -48,6 +48,7 @@ class WorkerState {
   std::optional<v1::StartRequest> start;
   std::optional<v1::SwitchRequest> pending_switch;
   std::shared_ptr<std::promise<absl::StatusOr<v1::SwitchReply>>> switch_done;
+  bool switch_started = false;  // the training thread took the pending switch at its step
   std::deque<Task> tasks;
   bool stop = false;
   v1::WorkerStatus status;
@@ -163,7 +164,16 @@ class WorkerService final : public v1::Worker::Service {
     }
     state_->cv.notify_all();
     while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-      if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "switch not done in time");
+      if (context->IsCancelled()) {
+        // A caller that gives up (one peer refused, the deadline passed) withdraws the request,
+        // unless the switch has already begun at its step boundary.
+        std::lock_guard<std::mutex> lock(state_->mu);
+        if (state_->switch_done == promise && !state_->switch_started) {
+          state_->pending_switch.reset();
+          state_->switch_done.reset();
+          return grpc::Status(grpc::StatusCode::CANCELLED, "switch withdrawn before its step");
+        }
+      }
     }
     auto done = result.get();
     if (!done.ok()) return ToGrpcStatus(done.status());
@@ -295,7 +305,7 @@ class WorkerRunner {
   }
 
   absl::StatusOr<v1::SwitchReply> DoSwitch(Trainer& trainer, const v1::SwitchRequest& request,
-                                           int64_t epoch, int64_t step,
+                                           int64_t epoch, int64_t step, int64_t steps_per_epoch,
                                            std::unique_ptr<Synchroniser>* sync) {
     const auto start = Clock::now();
     // The model as the ring left it, to check the handover against.
@@ -308,7 +318,13 @@ class WorkerRunner {
       STRATA_RETURN_IF_ERROR(MakeDirs(options_.run_dir + "/checkpoints"));
       const std::string path =
           absl::StrCat(options_.run_dir, "/checkpoints/switch-step", step, ".ckpt");
-      STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, trainer.ToCheckpoint(epoch, step, step)));
+      Checkpoint checkpoint = trainer.ToCheckpoint(epoch, step, step);
+      // The global progress so far, so the servers' epoch (samples / training-set size) and
+      // learning-rate schedule continue mid-epoch instead of restarting at the epoch boundary.
+      const double epochs_done = static_cast<double>(step) / static_cast<double>(steps_per_epoch);
+      checkpoint.extra["samples"] =
+          static_cast<int64_t>(epochs_done * static_cast<double>(trainer.dataset().train.size()));
+      STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, checkpoint));
       spdlog::info("switch: wrote {}", path);
     }
     STRATA_ASSIGN_OR_RETURN(auto next, MakePushPull(request.parameter_servers(), trainer));
@@ -399,10 +415,11 @@ class WorkerRunner {
           if (state_->pending_switch &&
               (state_->pending_switch->at_step() == 0 || state_->pending_switch->at_step() == step)) {
             switch_now = state_->pending_switch;
+            state_->switch_started = true;
           }
         }
         if (switch_now) {
-          auto reply = DoSwitch(trainer, *switch_now, epoch, step, &sync);
+          auto reply = DoSwitch(trainer, *switch_now, epoch, step, steps_per_epoch, &sync);
           std::lock_guard<std::mutex> lock(state_->mu);
           if (reply.ok()) {
             state_->status.set_mode(v1::SYNC_MODE_PS);
@@ -413,6 +430,7 @@ class WorkerRunner {
           }
           state_->switch_done.reset();
           state_->pending_switch.reset();
+          state_->switch_started = false;
           if (!reply.ok()) return Annotate(reply.status(), "switch");
           phase_start = Clock::now();
           phase_samples = 0;

@@ -105,13 +105,24 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
     ASSERT_TRUE(s->Start(&context, start, &reply).ok());
   }
 
-  // Every worker switches after the same step; the calls return once each has switched.
+  // Every worker switches after the same step, chosen ahead of where the workers are (as the
+  // orchestrator does): a step that has already passed on one worker is refused by it.
+  int64_t furthest = 0;
+  for (auto& s : stubs) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(60)));
+    v1::WorkerStatus status;
+    ASSERT_TRUE(s->GetStatus(&context, {}, &status).ok());
+    furthest = std::max(furthest, status.step());
+  }
+  const int64_t switch_step = std::max<int64_t>(kSwitchStep, furthest + 8);
+  ASSERT_LT(switch_step, 3 * kStepsPerEpoch) << "training ran too far ahead to test the switch";
   std::vector<std::future<std::pair<grpc::Status, v1::SwitchReply>>> switches;
   for (auto& s : stubs) {
-    switches.push_back(std::async(std::launch::async, [&s, this] {
+    switches.push_back(std::async(std::launch::async, [&s, this, switch_step] {
       v1::SwitchRequest request;
       request.set_mode(v1::SYNC_MODE_PS);
-      request.set_at_step(kSwitchStep);
+      request.set_at_step(switch_step);
       for (auto& server : servers_) request.add_parameter_servers(server.address);
       grpc::ClientContext context;
       context.set_deadline(DeadlineAfter(seconds(300)));
@@ -121,7 +132,7 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
     }));
   }
   // Rank 0 writes the all-reduce model at the boundary; the servers load it.
-  const std::string checkpoint = dir_ + "/checkpoints/switch-step" + std::to_string(kSwitchStep) + ".ckpt";
+  const std::string checkpoint = dir_ + "/checkpoints/switch-step" + std::to_string(switch_step) + ".ckpt";
   const auto give_up = std::chrono::steady_clock::now() + seconds(300);
   while (!fs::exists(checkpoint)) {
     ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "no handover checkpoint";
@@ -141,7 +152,7 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
   for (auto& f : switches) {
     auto [status, reply] = f.get();
     ASSERT_TRUE(status.ok()) << status.error_message();
-    EXPECT_EQ(reply.switched_at_step(), kSwitchStep);
+    EXPECT_EQ(reply.switched_at_step(), switch_step);
     // The weights each worker pulled right after the switch are the all-reduce weights.
     EXPECT_EQ(reply.handover_max_abs_diff(), 0.0);
   }
@@ -160,11 +171,12 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
     const v1::WorkerStatus& st = final_status[r];
     EXPECT_EQ(st.error(), "") << workers_[r].LogTail();
     EXPECT_EQ(st.mode(), v1::SYNC_MODE_PS);
-    EXPECT_EQ(st.switched_at_step(), kSwitchStep);
+    EXPECT_EQ(st.switched_at_step(), switch_step);
     EXPECT_EQ(st.step(), kEpochs * kStepsPerEpoch);
     ASSERT_EQ(st.epoch_train_loss_size(), kEpochs);
-    // Epoch 2 holds the switch; epochs 3 and 4 are pure push/pull.
-    EXPECT_LT(st.epoch_train_loss(3), st.epoch_train_loss(1)) << "loss did not keep falling";
+    // The switch falls in epoch 2 or 3; epoch 4 is pure push/pull.
+    EXPECT_LT(st.epoch_train_loss(3), st.epoch_train_loss(switch_step / kStepsPerEpoch))
+        << "loss did not keep falling after the switch";
     EXPECT_LT(st.epoch_train_loss(2), st.epoch_train_loss(0));
   }
   for (auto& s : stubs) {
@@ -176,6 +188,61 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
   for (auto& w : workers_) {
     ASSERT_TRUE(w.process->WaitFor(seconds(60))) << "worker did not exit on Stop";
     EXPECT_TRUE(w.process->succeeded()) << w.process->ExitDescription() << "\n" << w.LogTail();
+  }
+}
+
+TEST_F(SwitchTest, AWithdrawnSwitchLeavesTheRingTraining) {
+  // Enough steps that the callers give up long before the requested one.
+  constexpr int kLongEpochs = 100;
+  for (int r = 0; r < kWorkers; ++r) {
+    workers_.push_back(Launch("strata-worker", "worker-" + std::to_string(r),
+                              {"--config", dir_ + "/job.yaml", "--rank", std::to_string(r), "--world",
+                               std::to_string(kWorkers), "--run-dir", dir_, "--epochs",
+                               std::to_string(kLongEpochs)}));
+    ASSERT_FALSE(workers_.back().address.empty());
+  }
+  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs;
+  v1::StartRequest start;
+  start.set_mode(v1::SYNC_MODE_ALLREDUCE);
+  start.set_steps_per_epoch(kStepsPerEpoch);
+  for (auto& w : workers_) {
+    start.add_workers(w.address);
+    stubs.push_back(v1::Worker::NewStub(MakeChannel(w.address)));
+  }
+  for (auto& s : stubs) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(60)));
+    v1::StartReply reply;
+    ASSERT_TRUE(s->Start(&context, start, &reply).ok());
+  }
+  // The callers give up (deadline) long before the last step: both requests must be withdrawn,
+  // or one worker would wait at the handover for the other forever.
+  for (auto& s : stubs) {
+    v1::SwitchRequest request;
+    request.set_mode(v1::SYNC_MODE_PS);
+    request.set_at_step(kLongEpochs * kStepsPerEpoch - 1);
+    request.add_parameter_servers("127.0.0.1:1");
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(std::chrono::milliseconds(300)));
+    v1::SwitchReply reply;
+    grpc::Status status = s->Switch(&context, request, &reply);
+    EXPECT_FALSE(status.ok());
+  }
+  const auto give_up = std::chrono::steady_clock::now() + seconds(300);
+  for (int r = 0; r < kWorkers; ++r) {
+    v1::WorkerStatus st;
+    for (;;) {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(seconds(60)));
+      ASSERT_TRUE(stubs[r]->GetStatus(&context, {}, &st).ok());
+      if (st.finished()) break;
+      ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "worker " << r << " did not finish";
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_EQ(st.error(), "") << workers_[r].LogTail();
+    EXPECT_EQ(st.mode(), v1::SYNC_MODE_ALLREDUCE);
+    EXPECT_EQ(st.switched_at_step(), 0);
+    EXPECT_EQ(st.step(), kLongEpochs * kStepsPerEpoch);
   }
 }
 
