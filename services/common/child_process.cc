@@ -101,6 +101,12 @@ bool ChildProcess::succeeded() const {
   return exited_ && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 0;
 }
 
+int ChildProcess::exit_code() const {
+  if (WIFEXITED(wait_status_)) return WEXITSTATUS(wait_status_);
+  if (WIFSIGNALED(wait_status_)) return 128 + WTERMSIG(wait_status_);
+  return -1;
+}
+
 void ChildProcess::Signal(int signal) {
   if (exited_) return;
   // The group first (the service and anything it started), the pid as a fallback.

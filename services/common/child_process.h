@@ -42,6 +42,8 @@ class ChildProcess {
   // "exited with code 1" / "killed by signal 9 (Killed)"; meaningful once exited().
   std::string ExitDescription() const;
   bool succeeded() const;
+  // The exit code, or 128 + signal when killed by one; meaningful once exited().
+  int exit_code() const;
 
   // Signals the child's whole process group.
   void Signal(int signal);

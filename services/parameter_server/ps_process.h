@@ -12,6 +12,8 @@
 
 #include <absl/status/statusor.h>
 
+#include "services/common/child_process.h"
+
 namespace strata {
 
 struct PsProcessOptions {
@@ -42,18 +44,16 @@ class PsProcess {
 
   std::string address() const;  // 127.0.0.1:port
   int port() const { return port_; }
-  pid_t pid() const { return pid_; }
-  const std::string& log_path() const { return log_path_; }
+  pid_t pid() const { return child_->pid(); }
+  const std::string& log_path() const { return child_->log_path(); }
   // Waits for the process to exit on its own; returns its exit code (128+signal if killed).
   absl::StatusOr<int> WaitForExit(std::chrono::milliseconds deadline);
   void Kill();
 
  private:
-  PsProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
-  pid_t pid_;
+  PsProcess(std::unique_ptr<ChildProcess> child, int port) : child_(std::move(child)), port_(port) {}
+  std::unique_ptr<ChildProcess> child_;
   int port_ = 0;
-  std::string log_path_;
-  bool exited_ = false;
 };
 
 }  // namespace strata
