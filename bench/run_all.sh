@@ -15,7 +15,7 @@ bench/common/compare_train.sh "$build" 5 20
 section "sharding vs scikit-learn"
 bench/sharder/compare_sklearn.sh 5 "$build/bin"
 section "parameter server: round trips and ASP training vs DDP"
-bench/parameter_server/run_ps_bench.sh 3 all
+BIN="$build/bin" bench/parameter_server/run_ps_bench.sh 3 all
 section "ring all-reduce vs gloo"
 bench/allreduce/compare_gloo.sh "$build" 5 20
 section "all-reduce training vs DDP"
