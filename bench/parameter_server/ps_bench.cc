@@ -243,11 +243,8 @@ absl::StatusOr<int64_t> TotalSteps(std::vector<std::unique_ptr<v1::Worker::Stub>
 
 absl::Status RunTrain(const TrainOptions& o) {
   STRATA_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec(o.config));
-  DatasetOptions data;
-  data.name = spec.dataset.name;
-  data.path = spec.dataset.path;
-  data.max_train = static_cast<size_t>(spec.dataset.max_train);
-  data.max_test = 1;
+  DatasetOptions data = DatasetOptionsFor(spec.dataset, spec.training.seed);
+  data.max_test = 1;  // only the training split's size is needed
   STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(data));
   const std::string ckpt = o.work_dir + "/init.ckpt";
   const std::string command =

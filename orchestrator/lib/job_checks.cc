@@ -85,11 +85,7 @@ absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path,
   };
 
   // The data files: a typo in dataset.path should fail here, not minutes later in every worker.
-  DatasetOptions data;
-  data.name = spec.dataset.name;
-  data.path = spec.dataset.path;
-  data.label_set = spec.dataset.label_set;
-  if (auto files = DatasetFiles(data); !files.ok()) {
+  if (auto files = DatasetFiles(DatasetOptionsFor(spec.dataset, spec.training.seed)); !files.ok()) {
     error("dataset.path", absl::StrCat("data set '", spec.dataset.name,
                                        "' not usable: ", files.status().message()));
   } else {

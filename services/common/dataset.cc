@@ -260,6 +260,17 @@ absl::StatusOr<std::vector<std::string>> DatasetFiles(const DatasetOptions& opti
   return files;
 }
 
+DatasetOptions DatasetOptionsFor(const DatasetSpec& dataset, uint64_t seed) {
+  DatasetOptions options;
+  options.name = dataset.name;
+  options.path = dataset.path;
+  options.label_set = dataset.label_set;
+  options.max_train = static_cast<size_t>(dataset.max_train);
+  options.max_test = static_cast<size_t>(dataset.max_test);
+  options.seed = seed;
+  return options;
+}
+
 absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options) {
   auto files = DatasetFiles(options);
   if (!files.ok()) return files.status();

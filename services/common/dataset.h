@@ -9,6 +9,8 @@
 
 #include <absl/status/statusor.h>
 
+#include "services/common/job_spec.h"
+
 namespace strata {
 
 struct DatasetSplit {
@@ -44,6 +46,9 @@ struct DatasetOptions {
 };
 
 absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options);
+
+// The reader options that a job spec's dataset section asks for (`seed` seeds synthetic data).
+DatasetOptions DatasetOptionsFor(const DatasetSpec& dataset, uint64_t seed);
 
 // The files a data set is read from, for fingerprints and for `strata validate`.
 absl::StatusOr<std::vector<std::string>> DatasetFiles(const DatasetOptions& options);

@@ -30,19 +30,8 @@ using Clock = std::chrono::steady_clock;
 std::atomic<bool> g_signalled{false};
 void OnSignal(int) { g_signalled = true; }
 
-DatasetOptions DataOptionsFor(const JobSpec& spec) {
-  DatasetOptions data;
-  data.name = spec.dataset.name;
-  data.path = spec.dataset.path;
-  data.label_set = spec.dataset.label_set;
-  data.max_train = static_cast<size_t>(spec.dataset.max_train);
-  data.max_test = static_cast<size_t>(spec.dataset.max_test);
-  data.seed = spec.training.seed;
-  return data;
-}
-
 absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const JobSpec& spec, int threads) {
-  STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(DataOptionsFor(spec)));
+  STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(DatasetOptionsFor(spec.dataset, spec.training.seed)));
   ConfigureTorchThreads(threads);
   TrainerOptions options = TrainerOptions::FromJobSpec(spec);
   options.augment = false;

@@ -43,14 +43,7 @@ int main(int argc, char** argv) {
   auto spec = strata::LoadJobSpec(config, overrides);
   if (!spec.ok()) return Fail(spec.status());
 
-  strata::DatasetOptions data_options;
-  data_options.name = spec->dataset.name;
-  data_options.path = spec->dataset.path;
-  data_options.label_set = spec->dataset.label_set;
-  data_options.max_train = static_cast<size_t>(spec->dataset.max_train);
-  data_options.max_test = static_cast<size_t>(spec->dataset.max_test);
-  data_options.seed = spec->training.seed;
-  auto dataset = strata::LoadDataset(data_options);
+  auto dataset = strata::LoadDataset(strata::DatasetOptionsFor(spec->dataset, spec->training.seed));
   if (!dataset.ok()) return Fail(dataset.status());
   auto shared_dataset = std::make_shared<const strata::Dataset>(std::move(*dataset));
 

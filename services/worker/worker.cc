@@ -472,14 +472,8 @@ absl::StatusOr<std::vector<int64_t>> LoadShard(const WorkerOptions& options, siz
 
 absl::Status RunWorker(const WorkerOptions& options) {
   const JobSpec& spec = options.spec;
-  DatasetOptions data;
-  data.name = spec.dataset.name;
-  data.path = spec.dataset.path;
-  data.label_set = spec.dataset.label_set;
-  data.max_train = static_cast<size_t>(spec.dataset.max_train);
-  data.max_test = static_cast<size_t>(spec.dataset.max_test);
-  data.seed = spec.training.seed;
-  STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(data));
+  STRATA_ASSIGN_OR_RETURN(Dataset dataset,
+                          LoadDataset(DatasetOptionsFor(spec.dataset, spec.training.seed)));
   auto shared = std::make_shared<const Dataset>(std::move(dataset));
 
   TrainerOptions trainer_options = TrainerOptions::FromJobSpec(spec);
