@@ -21,7 +21,7 @@ for world in 2 4; do
     done
     mo=$(median "${ours[@]}"); mt=$(median "${theirs[@]}")
     table+=("$(awk -v w="$world" -v f="$floats" -v a="$mo" -v b="$mt" \
-      'BEGIN {printf "| %d | %.0f MB | %.0f | %.0f | %.2f |", w, f * 4 / 1e6, a, b, a / b}')")
+      'BEGIN {printf "| %d | %g MiB | %.0f | %.0f | %.2f |", w, f * 4 / 1048576, a, b, a / b}')")
   done
 done
 echo
