@@ -1,5 +1,7 @@
 #include "services/common/logging.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -20,6 +22,12 @@ void InitLogging(const LoggingOptions& options) {
   logger->set_level(spdlog::level::from_str(options.level));
   logger->flush_on(spdlog::level::info);
   spdlog::set_default_logger(logger);
+}
+
+void ExitProcess(int code) {
+  spdlog::shutdown();
+  std::fflush(nullptr);
+  std::_Exit(code);
 }
 
 }  // namespace strata

@@ -62,9 +62,6 @@ int main(int argc, char** argv) {
   options.spec = *spec;
   options.fetch_deadline = std::chrono::seconds(fetch_deadline_s);
   absl::Status status = strata::RunEvaluator(options);
-  if (!status.ok()) {
-    spdlog::error("{}", std::string(status.message()));
-    return 1;
-  }
-  return 0;
+  if (!status.ok()) spdlog::error("{}", std::string(status.message()));
+  strata::ExitProcess(status.ok() ? 0 : 1);
 }

@@ -46,9 +46,6 @@ int main(int argc, char** argv) {
   options.spec = *spec;
   options.deadline = std::chrono::seconds(deadline_s);
   absl::Status status = strata::RunWorker(options);
-  if (!status.ok()) {
-    spdlog::error("{}", std::string(status.message()));
-    return 1;
-  }
-  return 0;
+  if (!status.ok()) spdlog::error("{}", std::string(status.message()));
+  strata::ExitProcess(status.ok() ? 0 : 1);
 }
