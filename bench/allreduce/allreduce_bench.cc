@@ -33,12 +33,15 @@ int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t se
   std::vector<float> data(floats, 1.0f);
   float token = 0;
   const auto barrier = [&] { return ring.AllReduceAverage(&token, 1, options); };
-  for (int i = 0; i < warmup && status.ok(); ++i) status = ring.AllReduceAverage(data.data(), floats, options);
+  for (int i = 0; i < warmup && status.ok(); ++i)
+    status = ring.AllReduceAverage(data.data(), floats, options);
   if (status.ok()) status = barrier();
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < iters && status.ok(); ++i) status = ring.AllReduceAverage(data.data(), floats, options);
+  for (int i = 0; i < iters && status.ok(); ++i)
+    status = ring.AllReduceAverage(data.data(), floats, options);
   if (status.ok()) status = barrier();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / iters;
   if (!status.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
     return 1;
@@ -47,12 +50,15 @@ int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t se
     const double bytes = static_cast<double>(floats) * sizeof(float);
     const double algbw = bytes / secs / 1e6;
     const double busbw = algbw * 2.0 * (world - 1) / world;
-    std::printf("strata world=%d bytes=%.0f segment_bytes=%zu ms_per_op=%.2f algbw_MBps=%.0f busbw_MBps=%.0f\n",
-                world, bytes, segment_bytes, secs * 1e3, algbw, busbw);
+    std::printf(
+        "strata world=%d bytes=%.0f segment_bytes=%zu ms_per_op=%.2f algbw_MBps=%.0f "
+        "busbw_MBps=%.0f\n",
+        world, bytes, segment_bytes, secs * 1e3, algbw, busbw);
     std::printf("busbw_MBps=%.0f\n", busbw);
     std::fflush(stdout);
   }
-  server->Shutdown();  // waits for the previous rank's stream to end, so its last operation is acknowledged
+  server->Shutdown();  // waits for the previous rank's stream to end, so its last operation is
+                       // acknowledged
   // Leave without static destructors: exiting while gRPC's background threads finish their
   // asynchronous shutdown aborted one rank in ~1 of 20 runs (heap corruption, "prior > 0").
   std::fflush(stdout);
@@ -70,7 +76,8 @@ int main(int argc, char** argv) {
   app.add_option("--floats", floats, "floats per rank")->check(CLI::PositiveNumber);
   app.add_option("--iters", iters, "timed operations")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed operations first")->check(CLI::NonNegativeNumber);
-  app.add_option("--segment-bytes", segment_bytes, "payload per message")->check(CLI::PositiveNumber);
+  app.add_option("--segment-bytes", segment_bytes, "payload per message")
+      ->check(CLI::PositiveNumber);
   app.add_option("--rank", rank, "internal: run one rank")->group("");
   app.add_option("--dir", dir, "internal: port exchange directory")->group("");
   CLI11_PARSE(app, argc, argv);
@@ -78,13 +85,15 @@ int main(int argc, char** argv) {
   if (rank >= 0) return RunRank(rank, world, floats, iters, warmup, segment_bytes, dir);
   if (world == 1) {
     // Nothing to exchange; report the trivial operation so scripts still get a line.
-    std::printf("strata world=1 bytes=%zu ms_per_op=0.00 algbw_MBps=inf busbw_MBps=0\nbusbw_MBps=0\n",
-                floats * sizeof(float));
+    std::printf(
+        "strata world=1 bytes=%zu ms_per_op=0.00 algbw_MBps=inf busbw_MBps=0\nbusbw_MBps=0\n",
+        floats * sizeof(float));
     return 0;
   }
   return strata::bench::RunRanks(
       std::filesystem::read_symlink("/proc/self/exe").string(), world,
-      {"--world", std::to_string(world), "--floats", std::to_string(floats), "--iters", std::to_string(iters),
-       "--warmup", std::to_string(warmup), "--segment-bytes", std::to_string(segment_bytes)},
+      {"--world", std::to_string(world), "--floats", std::to_string(floats), "--iters",
+       std::to_string(iters), "--warmup", std::to_string(warmup), "--segment-bytes",
+       std::to_string(segment_bytes)},
       std::chrono::seconds(600));
 }

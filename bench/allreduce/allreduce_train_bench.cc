@@ -94,14 +94,19 @@ int RunRank(int rank, int world, const std::string& arch, int global_batch, int 
       (*trainer)->ApplyGradients((*trainer)->SgdFor(0));
     }
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (rank == 0) {
-    std::printf("strata-allreduce world=%d arch=%s global_batch=%d threads=%d steps=%d sync_share=%.1f%% samples_per_s=%.0f\n",
-                world, arch.c_str(), global_batch, threads, steps, 100.0 * comm_s / secs,
-                static_cast<double>(global_batch) * steps / secs);
+    std::printf(
+        "strata-allreduce world=%d arch=%s global_batch=%d threads=%d steps=%d sync_share=%.1f%% "
+        "samples_per_s=%.0f\n",
+        world, arch.c_str(), global_batch, threads, steps, 100.0 * comm_s / secs,
+        static_cast<double>(global_batch) * steps / secs);
     std::fflush(stdout);
   }
-  if (server) server->Shutdown();  // waits for the previous rank's stream to end, so its last operation is acknowledged
+  if (server)
+    server->Shutdown();  // waits for the previous rank's stream to end, so its last operation is
+                         // acknowledged
   // Leave without static destructors: exiting while gRPC's background threads finish their
   // asynchronous shutdown aborted one rank in ~1 of 20 runs (heap corruption, "prior > 0").
   std::fflush(stdout);
@@ -132,8 +137,8 @@ int main(int argc, char** argv) {
   if (rank >= 0) return RunRank(rank, world, arch, global_batch, steps, warmup, segment_bytes, dir);
   return strata::bench::RunRanks(
       std::filesystem::read_symlink("/proc/self/exe").string(), world,
-      {"--world", std::to_string(world), "--steps", std::to_string(steps), "--warmup", std::to_string(warmup),
-       "--global-batch", std::to_string(global_batch), "--arch", arch, "--segment-bytes",
-       std::to_string(segment_bytes)},
+      {"--world", std::to_string(world), "--steps", std::to_string(steps), "--warmup",
+       std::to_string(warmup), "--global-batch", std::to_string(global_batch), "--arch", arch,
+       "--segment-bytes", std::to_string(segment_bytes)},
       std::chrono::seconds(1800));
 }

@@ -39,7 +39,8 @@ inline int RunRanks(const std::string& self, int world, const std::vector<std::s
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> argv_s = {self};
     argv_s.insert(argv_s.end(), args.begin(), args.end());
-    for (const std::string& extra : {std::string("--rank"), std::to_string(r), std::string("--dir"), dir}) {
+    for (const std::string& extra :
+         {std::string("--rank"), std::to_string(r), std::string("--dir"), dir}) {
       argv_s.push_back(extra);
     }
     std::vector<char*> argv;
@@ -92,8 +93,9 @@ inline int RunRanks(const std::string& self, int world, const std::vector<std::s
 inline void DieWithParent() { prctl(PR_SET_PDEATHSIG, SIGKILL); }
 
 // Child: publishes this rank's port and returns every rank's host:port, by rank.
-inline absl::StatusOr<std::vector<std::string>> ExchangePorts(const std::string& dir, int rank, int world,
-                                                              int port, std::chrono::seconds limit) {
+inline absl::StatusOr<std::vector<std::string>> ExchangePorts(const std::string& dir, int rank,
+                                                              int world, int port,
+                                                              std::chrono::seconds limit) {
   absl::Status written = WriteFileAtomic(absl::StrCat(dir, "/port.", rank), std::to_string(port));
   if (!written.ok()) return written;
   std::vector<std::string> peers(world);
@@ -106,8 +108,8 @@ inline absl::StatusOr<std::vector<std::string>> ExchangePorts(const std::string&
         break;
       }
       if (std::chrono::steady_clock::now() > until) {
-        return absl::DeadlineExceededError(absl::StrCat("rank ", r, " did not publish its port within ",
-                                                        limit.count(), " s"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("rank ", r, " did not publish its port within ", limit.count(), " s"));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }

@@ -40,17 +40,20 @@ class AllReduceSynchroniser final : public Synchroniser {
   absl::Status Step(Trainer& trainer, const StepContext& context) override {
     const size_t p = trainer.parameters().total_floats();
     const size_t b = trainer.buffers().total_floats();
-    const std::string what = absl::StrCat("all-reduce of step ", context.step, " (epoch ", context.epoch + 1, ")");
+    const std::string what =
+        absl::StrCat("all-reduce of step ", context.step, " (epoch ", context.epoch + 1, ")");
     if (b == 0) {
       // No float buffers: reduce the fused gradient buffer where it lies.
-      STRATA_RETURN_IF_ERROR(Annotate(ring_->AllReduceAverage(trainer.gradient_data(), p, options_), what));
+      STRATA_RETURN_IF_ERROR(
+          Annotate(ring_->AllReduceAverage(trainer.gradient_data(), p, options_), what));
     } else {
       // Gradients and BatchNorm statistics in one operation: one ring latency per step instead
       // of two, for one copy of the gradients (small next to the transfer).
       staging_.resize(p + b);
       std::memcpy(staging_.data(), trainer.gradient_data(), p * sizeof(float));
       trainer.CopyBuffersTo(staging_.data() + p);
-      STRATA_RETURN_IF_ERROR(Annotate(ring_->AllReduceAverage(staging_.data(), staging_.size(), options_), what));
+      STRATA_RETURN_IF_ERROR(
+          Annotate(ring_->AllReduceAverage(staging_.data(), staging_.size(), options_), what));
       std::memcpy(trainer.gradient_data(), staging_.data(), p * sizeof(float));
       trainer.SetBuffersFrom(staging_.data() + p);
     }
@@ -66,11 +69,12 @@ class AllReduceSynchroniser final : public Synchroniser {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Synchroniser>> MakeAllReduceSynchroniser(RingAllReduce* ring,
-                                                                        const AllReduceOptions& options) {
+absl::StatusOr<std::unique_ptr<Synchroniser>> MakeAllReduceSynchroniser(
+    RingAllReduce* ring, const AllReduceOptions& options) {
   if (ring == nullptr) return absl::InvalidArgumentError("all-reduce synchroniser: no ring");
   if (ring->world() < 1) {
-    return absl::FailedPreconditionError("all-reduce synchroniser: the ring is not connected (Connect first)");
+    return absl::FailedPreconditionError(
+        "all-reduce synchroniser: the ring is not connected (Connect first)");
   }
   return std::unique_ptr<Synchroniser>(new AllReduceSynchroniser(ring, options));
 }

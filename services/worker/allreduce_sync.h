@@ -15,7 +15,7 @@ namespace strata {
 // `ring` must be connected and outlive the synchroniser. Start() broadcasts rank 0's parameters,
 // buffers and optimizer velocity so that every replica starts from the same model (also after a
 // checkpoint was loaded on rank 0 only).
-absl::StatusOr<std::unique_ptr<Synchroniser>> MakeAllReduceSynchroniser(RingAllReduce* ring,
-                                                                        const AllReduceOptions& options);
+absl::StatusOr<std::unique_ptr<Synchroniser>> MakeAllReduceSynchroniser(
+    RingAllReduce* ring, const AllReduceOptions& options);
 
 }  // namespace strata

@@ -26,7 +26,16 @@ using Clock = std::chrono::steady_clock;
 constexpr char kRingMethod[] = "/strata.v1.Collective/Ring";
 
 // RingSegment field numbers (proto/strata/v1/collective.proto) and protobuf wire types.
-enum : uint32_t { kOperation = 1, kSender = 2, kWorld = 3, kCount = 4, kStep = 5, kOffset = 6, kData = 7, kAbort = 8 };
+enum : uint32_t {
+  kOperation = 1,
+  kSender = 2,
+  kWorld = 3,
+  kCount = 4,
+  kStep = 5,
+  kOffset = 6,
+  kData = 7,
+  kAbort = 8
+};
 enum : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
 
 struct SegmentHeader {
@@ -500,7 +509,9 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
   const auto chunk_begin = [&](int c) { return n * static_cast<size_t>(c) / world; };
   const auto mod = [&](int x) { return ((x % world) + world) % world; };
   // The chunk this rank receives at step s; it sends the same chunk at step s + 1.
-  const auto recv_chunk = [&](int s) { return s < world - 1 ? mod(rank - s - 1) : mod(rank - (s - (world - 1))); };
+  const auto recv_chunk = [&](int s) {
+    return s < world - 1 ? mod(rank - s - 1) : mod(rank - (s - (world - 1)));
+  };
 
   auto state = std::make_shared<SendState>(core);
   state->context.set_deadline(std::chrono::system_clock::now() + options.deadline + grace);
@@ -531,8 +542,9 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
   // it so the error says why (refused, reset, deadline) rather than only that the stream broke.
   const auto downstream_error = [&](std::unique_lock<std::mutex>& lock) -> absl::Status {
     core->cv.wait_for(lock, std::chrono::seconds(2), [&] { return state->done; });
-    return Annotate(FromGrpcStatus(state->status.ok() ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broke")
-                                                      : state->status,
+    return Annotate(FromGrpcStatus(state->status.ok()
+                                       ? grpc::Status(grpc::StatusCode::UNAVAILABLE, "stream broke")
+                                       : state->status,
                                    absl::StrCat("sending to ", Name(next()))),
                     op_name);
   };
@@ -568,7 +580,8 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
     const Apply mode = step < world - 2    ? Apply::kAdd
                        : step == world - 2 ? (average ? Apply::kAddThenScale : Apply::kAdd)
                                            : Apply::kCopy;
-    for (size_t b = chunk_begin(chunk), e = chunk_begin(chunk + 1); b < e && status.ok(); b += seg_floats) {
+    for (size_t b = chunk_begin(chunk), e = chunk_begin(chunk + 1); b < e && status.ok();
+         b += seg_floats) {
       const size_t len = std::min(seg_floats, e - b);
       Segment seg;
       status = next_segment(step, &seg);
@@ -641,8 +654,8 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
       if (core->cv.wait_until(lock, deadline + grace) == std::cv_status::timeout && !state->done) {
         state->context.TryCancel();
         lingering.push_back(state);
-        status = absl::DeadlineExceededError(
-            absl::StrCat(op_name, ": ", Name(next()), " did not acknowledge within ", Ms(options.deadline)));
+        status = absl::DeadlineExceededError(absl::StrCat(
+            op_name, ": ", Name(next()), " did not acknowledge within ", Ms(options.deadline)));
         break;
       }
     }
@@ -693,11 +706,13 @@ grpc::Service* RingAllReduce::service() { return &impl_->service; }
 absl::Status RingAllReduce::Connect(const std::vector<std::string>& peers) {
   if (peers.empty()) return absl::InvalidArgumentError("ring all-reduce: no peers");
   if (impl_->rank < 0 || static_cast<size_t>(impl_->rank) >= peers.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("ring all-reduce: rank ", impl_->rank,
-                                                   " outside a world of ", peers.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("ring all-reduce: rank ", impl_->rank, " outside a world of ", peers.size()));
   }
   for (size_t r = 0; r < peers.size(); ++r) {
-    if (peers[r].empty()) return absl::InvalidArgumentError(absl::StrCat("ring all-reduce: empty address for rank ", r));
+    if (peers[r].empty())
+      return absl::InvalidArgumentError(
+          absl::StrCat("ring all-reduce: empty address for rank ", r));
   }
   impl_->peers = peers;
   impl_->world = static_cast<int>(peers.size());
@@ -707,7 +722,8 @@ absl::Status RingAllReduce::Connect(const std::vector<std::string>& peers) {
   return absl::OkStatus();
 }
 
-absl::Status RingAllReduce::AllReduceAverage(float* data, size_t n, const AllReduceOptions& options) {
+absl::Status RingAllReduce::AllReduceAverage(float* data, size_t n,
+                                             const AllReduceOptions& options) {
   return impl_->Run(data, n, options, /*average=*/true);
 }
 

@@ -39,8 +39,8 @@ struct Replica {
 };
 
 // n replicas of `options` (seed + rank, so that Start() has something to agree on), connected.
-std::vector<Replica> MakeReplicas(int n, TrainerOptions options, std::shared_ptr<const Dataset> data,
-                                  bool own_seeds) {
+std::vector<Replica> MakeReplicas(int n, TrainerOptions options,
+                                  std::shared_ptr<const Dataset> data, bool own_seeds) {
   std::vector<Replica> replicas(n);
   std::vector<std::string> peers;
   for (int r = 0; r < n; ++r) {
@@ -69,7 +69,8 @@ void OnAllRanks(int n, const std::function<absl::Status(int)>& fn) {
   std::vector<std::future<absl::Status>> futures;
   for (int r = 0; r < n; ++r) futures.push_back(std::async(std::launch::async, fn, r));
   for (int r = 0; r < n; ++r) {
-    ASSERT_EQ(futures[r].wait_for(std::chrono::seconds(300)), std::future_status::ready) << "rank " << r << " hangs";
+    ASSERT_EQ(futures[r].wait_for(std::chrono::seconds(300)), std::future_status::ready)
+        << "rank " << r << " hangs";
     absl::Status status = futures[r].get();
     ASSERT_TRUE(status.ok()) << "rank " << r << ": " << status;
   }
@@ -85,12 +86,16 @@ std::vector<float> Buffers(const Trainer& t) {
 }
 
 void ExpectBitIdentical(std::vector<Replica>& replicas, const std::string& when) {
-  const std::vector<float> p0 = Parameters(*replicas[0].trainer), b0 = Buffers(*replicas[0].trainer);
+  const std::vector<float> p0 = Parameters(*replicas[0].trainer),
+                           b0 = Buffers(*replicas[0].trainer);
   for (size_t r = 1; r < replicas.size(); ++r) {
-    const std::vector<float> p = Parameters(*replicas[r].trainer), b = Buffers(*replicas[r].trainer);
+    const std::vector<float> p = Parameters(*replicas[r].trainer),
+                             b = Buffers(*replicas[r].trainer);
     ASSERT_EQ(p.size(), p0.size());
-    EXPECT_EQ(std::memcmp(p.data(), p0.data(), p.size() * sizeof(float)), 0) << "parameters of rank " << r << " differ " << when;
-    EXPECT_EQ(std::memcmp(b.data(), b0.data(), b.size() * sizeof(float)), 0) << "buffers of rank " << r << " differ " << when;
+    EXPECT_EQ(std::memcmp(p.data(), p0.data(), p.size() * sizeof(float)), 0)
+        << "parameters of rank " << r << " differ " << when;
+    EXPECT_EQ(std::memcmp(b.data(), b0.data(), b.size() * sizeof(float)), 0)
+        << "buffers of rank " << r << " differ " << when;
   }
 }
 
@@ -147,7 +152,8 @@ TEST(AllReduceTraining, MlpWithNWorkersReproducesSingleNodeBatch) {
     ASSERT_EQ(got.size(), expected.size());
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i) {
-      worst = std::max(worst, std::abs(static_cast<double>(got[i]) - expected[i]) / (1e-3 + std::abs(expected[i])));
+      worst = std::max(worst, std::abs(static_cast<double>(got[i]) - expected[i]) /
+                                  (1e-3 + std::abs(expected[i])));
     }
     EXPECT_LT(worst, 1e-3) << "largest relative difference to single-node training";
   }

@@ -80,8 +80,14 @@ TEST_P(RingAverage, EveryRankHoldsExactlyTheAverage) {
   };
   // Sizes below, at and above the world size, not divisible by it; segments from one float
   // (a float may then straddle gRPC slices) to larger than a chunk.
-  const std::vector<Case> cases = {{1, 4},      {2, 4},     {3, 8},        {5, 12},
-                                   {17, 4},     {1000, 64}, {4099, 1000},  {100003, 16 << 10},
+  const std::vector<Case> cases = {{1, 4},
+                                   {2, 4},
+                                   {3, 8},
+                                   {5, 12},
+                                   {17, 4},
+                                   {1000, 64},
+                                   {4099, 1000},
+                                   {100003, 16 << 10},
                                    {262147, 256 << 10}};
   int op = 0;
   for (const Case& c : cases) {
@@ -96,7 +102,8 @@ TEST_P(RingAverage, EveryRankHoldsExactlyTheAverage) {
       auto statuses = RunOnAll(world, [&](int r) {
         return ranks[r].ring->AllReduceAverage(data[r].data(), c.floats, options);
       });
-      for (int r = 0; r < world; ++r) ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+      for (int r = 0; r < world; ++r)
+        ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
       for (size_t i = 0; i < c.floats; ++i) {
         float sum = 0;
         for (int r = 0; r < world; ++r) sum += Value(r, i, op);
@@ -117,7 +124,8 @@ TEST(RingAllReduce, SumWithZerosElsewhereBroadcastsRankZeroBitForBit) {
   std::vector<Rank> ranks = StartRing(world);
   const size_t n = 12345;
   std::vector<float> source(n);
-  for (size_t i = 0; i < n; ++i) source[i] = 0.1f * static_cast<float>(i) - 3.3e-7f * static_cast<float>(i * i);
+  for (size_t i = 0; i < n; ++i)
+    source[i] = 0.1f * static_cast<float>(i) - 3.3e-7f * static_cast<float>(i * i);
   std::vector<std::vector<float>> data(world, std::vector<float>(n, 0.0f));
   data[0] = source;
   auto statuses = RunOnAll(world, [&](int r) {
@@ -149,7 +157,8 @@ TEST(RingAllReduce, BadUseIsRefusedWithAClearError) {
 
 TEST(RingAllReduce, DifferentSizesOnTwoRanksFailNamingTheMismatch) {
   std::vector<Rank> ranks = StartRing(2);
-  std::vector<std::vector<float>> data = {std::vector<float>(10, 1.0f), std::vector<float>(12, 1.0f)};
+  std::vector<std::vector<float>> data = {std::vector<float>(10, 1.0f),
+                                          std::vector<float>(12, 1.0f)};
   AllReduceOptions options;
   options.deadline = std::chrono::seconds(10);
   auto statuses = RunOnAll(2, [&](int r) {
@@ -157,7 +166,8 @@ TEST(RingAllReduce, DifferentSizesOnTwoRanksFailNamingTheMismatch) {
   });
   for (int r = 0; r < 2; ++r) {
     ASSERT_FALSE(statuses[r].ok()) << "rank " << r;
-    EXPECT_THAT(std::string(statuses[r].message()), HasSubstr("same number of floats")) << statuses[r];
+    EXPECT_THAT(std::string(statuses[r].message()), HasSubstr("same number of floats"))
+        << statuses[r];
   }
 }
 
@@ -171,12 +181,12 @@ TEST(RingAllReduce, ADeadPeerIsNamedByEveryRank) {
   std::vector<std::vector<float>> data(2, std::vector<float>(1000, 1.0f));
   AllReduceOptions options;
   options.deadline = std::chrono::seconds(3);
-  auto statuses = RunOnAll(2, [&](int r) {
-    return ranks[r].ring->AllReduceAverage(data[r].data(), 1000, options);
-  });
+  auto statuses = RunOnAll(
+      2, [&](int r) { return ranks[r].ring->AllReduceAverage(data[r].data(), 1000, options); });
   for (int r = 0; r < 2; ++r) {
     ASSERT_FALSE(statuses[r].ok()) << "rank " << r;
-    EXPECT_THAT(std::string(statuses[r].message()), HasSubstr(dead)) << "rank " << r << ": " << statuses[r];
+    EXPECT_THAT(std::string(statuses[r].message()), HasSubstr(dead))
+        << "rank " << r << ": " << statuses[r];
   }
 }
 
@@ -196,7 +206,8 @@ TEST(RingAllReduce, ASilentPeerIsNamedByEveryRankAfterTheDeadline) {
   });
   for (int r : {0, 1, 3}) {
     ASSERT_FALSE(statuses[r].ok()) << "rank " << r;
-    EXPECT_THAT(std::string(statuses[r].message()), HasSubstr(silent)) << "rank " << r << ": " << statuses[r];
+    EXPECT_THAT(std::string(statuses[r].message()), HasSubstr(silent))
+        << "rank " << r << ": " << statuses[r];
   }
   EXPECT_EQ(statuses[3].code(), absl::StatusCode::kDeadlineExceeded) << statuses[3];
 }
@@ -226,8 +237,19 @@ TEST(RingAllReduce, AKilledPeerProcessIsNamed) {
   auto server = StartServer("127.0.0.1:0", {ring.service()}, &port);
   ASSERT_NE(server, nullptr);
   const size_t n = 4096;
-  std::vector<std::string> args = {STRATA_BENCH_ALLREDUCE, "--world", "2",   "--floats", std::to_string(n),
-                                   "--iters", "1000000000",   "--warmup", "3", "--rank", "1", "--dir", dir};
+  std::vector<std::string> args = {STRATA_BENCH_ALLREDUCE,
+                                   "--world",
+                                   "2",
+                                   "--floats",
+                                   std::to_string(n),
+                                   "--iters",
+                                   "1000000000",
+                                   "--warmup",
+                                   "3",
+                                   "--rank",
+                                   "1",
+                                   "--dir",
+                                   dir};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -251,7 +273,8 @@ TEST(RingAllReduce, AKilledPeerProcessIsNamed) {
   options.deadline = std::chrono::seconds(5);
   absl::Status status = ring.AllReduceAverage(data.data(), n, options);
   ASSERT_FALSE(status.ok());
-  EXPECT_THAT(std::string(status.message()), HasSubstr(absl::StrCat("rank 1 (", (*peers)[1], ")"))) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr(absl::StrCat("rank 1 (", (*peers)[1], ")")))
+      << status;
 }
 #endif
 
