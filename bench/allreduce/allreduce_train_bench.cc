@@ -17,20 +17,7 @@
 namespace {
 
 std::shared_ptr<const strata::Dataset> RandomImages(int batch, uint64_t seed) {
-  strata::Dataset d;
-  d.name = "random";
-  d.channels = 1;
-  d.height = d.width = 28;
-  d.num_classes = 10;
-  d.mean = {0.0f};
-  d.stddev = {1.0f};
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  d.train.features.resize(static_cast<size_t>(batch) * 784);
-  for (float& f : d.train.features) f = normal(rng);
-  for (int i = 0; i < batch; ++i) d.train.labels.push_back(i % 10);
-  d.test = d.train;
-  return std::make_shared<const strata::Dataset>(std::move(d));
+  return std::make_shared<const strata::Dataset>(strata::MakeRandomImageDataset(batch, 1, 28, 28, 10, seed));
 }
 
 int Fail(int rank, const absl::Status& status) {

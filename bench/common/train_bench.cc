@@ -4,7 +4,6 @@
 // and nothing else. Last line: samples_per_s=<value>.
 #include <chrono>
 #include <cstdio>
-#include <random>
 
 #include <CLI/CLI.hpp>
 
@@ -20,19 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads)->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  strata::Dataset d;
-  d.name = "random";
-  d.channels = 1;
-  d.height = d.width = 28;
-  d.num_classes = 10;
-  d.mean = {0.0f};
-  d.stddev = {1.0f};
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal;
-  d.train.features.resize(static_cast<size_t>(batch) * 784);
-  for (float& f : d.train.features) f = normal(rng);
-  for (int i = 0; i < batch; ++i) d.train.labels.push_back(i % 10);
-  d.test = d.train;
+  strata::Dataset d = strata::MakeRandomImageDataset(batch, 1, 28, 28, 10, /*seed=*/1);
 
   strata::ConfigureTorchThreads(threads);
   strata::TrainerOptions o;

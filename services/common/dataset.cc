@@ -187,6 +187,25 @@ absl::Status ReadCifarFile(const std::string& path, int label_bytes, int label_i
   return absl::OkStatus();
 }
 
+Dataset MakeRandomImageDataset(int64_t examples, int64_t channels, int64_t height, int64_t width,
+                               int classes, uint64_t seed) {
+  Dataset d;
+  d.name = "random";
+  d.channels = channels;
+  d.height = height;
+  d.width = width;
+  d.num_classes = classes;
+  d.mean.assign(static_cast<size_t>(channels), 0.0f);
+  d.stddev.assign(static_cast<size_t>(channels), 1.0f);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  d.train.features.resize(static_cast<size_t>(examples) * d.example_floats());
+  for (float& f : d.train.features) f = normal(rng);
+  for (int64_t i = 0; i < examples; ++i) d.train.labels.push_back(static_cast<int32_t>(i % classes));
+  d.test = d.train;
+  return d;
+}
+
 Dataset MakeSyntheticDataset(const DatasetOptions& options) {
   Dataset d;
   d.name = "synthetic";

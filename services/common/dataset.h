@@ -67,6 +67,11 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path);
 absl::Status ReadCifarFile(const std::string& path, int label_bytes, int label_index,
                            int num_classes, DatasetSplit* out);
 
+// Standard-normal "images" with labels i % classes, the test split a copy of the training split:
+// for throughput benchmarks that must match a peer's random-input set-up, not for learning.
+Dataset MakeRandomImageDataset(int64_t examples, int64_t channels, int64_t height, int64_t width,
+                               int classes, uint64_t seed);
+
 // Deterministic Gaussian mixture; exposed for tests of the sharder.
 Dataset MakeSyntheticDataset(const DatasetOptions& options);
 

@@ -72,6 +72,49 @@ cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }
     return s;
   }
 
+  // Launches kWorkers strata-workers (with `extra` flags) and starts them as one ring.
+  std::vector<std::unique_ptr<v1::Worker::Stub>> StartRing(const std::vector<std::string>& extra = {}) {
+    std::vector<std::unique_ptr<v1::Worker::Stub>> stubs;
+    v1::StartRequest start;
+    start.set_mode(v1::SYNC_MODE_ALLREDUCE);
+    start.set_steps_per_epoch(kStepsPerEpoch);
+    for (int r = 0; r < kWorkers; ++r) {
+      std::vector<std::string> args = {"--config", dir_ + "/job.yaml", "--rank", std::to_string(r),
+                                       "--world", std::to_string(kWorkers), "--run-dir", dir_};
+      args.insert(args.end(), extra.begin(), extra.end());
+      workers_.push_back(Launch("strata-worker", "worker-" + std::to_string(r), args));
+      if (workers_.back().address.empty()) return {};
+      start.add_workers(workers_.back().address);
+      stubs.push_back(v1::Worker::NewStub(MakeChannel(workers_.back().address)));
+    }
+    for (auto& s : stubs) {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(seconds(60)));
+      v1::StartReply reply;
+      grpc::Status status = s->Start(&context, start, &reply);
+      EXPECT_TRUE(status.ok()) << status.error_message();
+      if (!status.ok()) return {};
+    }
+    return stubs;
+  }
+
+  // Polls a worker's status until it has finished training (or the deadline passes).
+  v1::WorkerStatus WaitUntilFinished(v1::Worker::Stub& stub, std::chrono::steady_clock::time_point give_up) {
+    v1::WorkerStatus status;
+    for (;;) {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(seconds(60)));
+      grpc::Status rpc = stub.GetStatus(&context, {}, &status);
+      EXPECT_TRUE(rpc.ok()) << rpc.error_message();
+      if (!rpc.ok() || status.finished()) return status;
+      if (std::chrono::steady_clock::now() > give_up) {
+        ADD_FAILURE() << "worker " << status.rank() << " did not finish";
+        return status;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling progress
+    }
+  }
+
   std::string dir_;
   std::vector<Service> workers_, servers_;
 };
@@ -84,26 +127,8 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
                                std::to_string(kWorkers), "--train-examples", "1536"}));
     ASSERT_FALSE(servers_.back().address.empty());
   }
-  for (int r = 0; r < kWorkers; ++r) {
-    workers_.push_back(Launch("strata-worker", "worker-" + std::to_string(r),
-                              {"--config", dir_ + "/job.yaml", "--rank", std::to_string(r), "--world",
-                               std::to_string(kWorkers), "--run-dir", dir_}));
-    ASSERT_FALSE(workers_.back().address.empty());
-  }
-  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs;
-  v1::StartRequest start;
-  start.set_mode(v1::SYNC_MODE_ALLREDUCE);
-  start.set_steps_per_epoch(kStepsPerEpoch);
-  for (auto& w : workers_) {
-    start.add_workers(w.address);
-    stubs.push_back(v1::Worker::NewStub(MakeChannel(w.address)));
-  }
-  for (auto& s : stubs) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(seconds(60)));
-    v1::StartReply reply;
-    ASSERT_TRUE(s->Start(&context, start, &reply).ok());
-  }
+  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs = StartRing();
+  ASSERT_EQ(stubs.size(), static_cast<size_t>(kWorkers));
 
   // Every worker switches after the same step, chosen ahead of where the workers are (as the
   // orchestrator does): a step that has already passed on one worker is refused by it.
@@ -160,14 +185,7 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
   // Training continues asynchronously to the end, and the loss keeps falling.
   std::vector<v1::WorkerStatus> final_status(kWorkers);
   for (int r = 0; r < kWorkers; ++r) {
-    for (;;) {
-      grpc::ClientContext context;
-      context.set_deadline(DeadlineAfter(seconds(60)));
-      ASSERT_TRUE(stubs[r]->GetStatus(&context, {}, &final_status[r]).ok());
-      if (final_status[r].finished()) break;
-      ASSERT_LT(std::chrono::steady_clock::now(), give_up + seconds(300)) << "worker " << r << " did not finish";
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    final_status[r] = WaitUntilFinished(*stubs[r], give_up + seconds(300));
     const v1::WorkerStatus& st = final_status[r];
     EXPECT_EQ(st.error(), "") << workers_[r].LogTail();
     EXPECT_EQ(st.mode(), v1::SYNC_MODE_PS);
@@ -196,27 +214,8 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
 TEST_F(SwitchTest, AWithdrawnSwitchLeavesTheRingTraining) {
   // Enough steps that the callers give up long before the requested one.
   constexpr int kLongEpochs = 100;
-  for (int r = 0; r < kWorkers; ++r) {
-    workers_.push_back(Launch("strata-worker", "worker-" + std::to_string(r),
-                              {"--config", dir_ + "/job.yaml", "--rank", std::to_string(r), "--world",
-                               std::to_string(kWorkers), "--run-dir", dir_, "--epochs",
-                               std::to_string(kLongEpochs)}));
-    ASSERT_FALSE(workers_.back().address.empty());
-  }
-  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs;
-  v1::StartRequest start;
-  start.set_mode(v1::SYNC_MODE_ALLREDUCE);
-  start.set_steps_per_epoch(kStepsPerEpoch);
-  for (auto& w : workers_) {
-    start.add_workers(w.address);
-    stubs.push_back(v1::Worker::NewStub(MakeChannel(w.address)));
-  }
-  for (auto& s : stubs) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(seconds(60)));
-    v1::StartReply reply;
-    ASSERT_TRUE(s->Start(&context, start, &reply).ok());
-  }
+  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs = StartRing({"--epochs", std::to_string(kLongEpochs)});
+  ASSERT_EQ(stubs.size(), static_cast<size_t>(kWorkers));
   // The callers give up (deadline) long before the last step: both requests must be withdrawn,
   // or one worker would wait at the handover for the other forever.
   for (auto& s : stubs) {
@@ -232,15 +231,7 @@ TEST_F(SwitchTest, AWithdrawnSwitchLeavesTheRingTraining) {
   }
   const auto give_up = std::chrono::steady_clock::now() + seconds(300);
   for (int r = 0; r < kWorkers; ++r) {
-    v1::WorkerStatus st;
-    for (;;) {
-      grpc::ClientContext context;
-      context.set_deadline(DeadlineAfter(seconds(60)));
-      ASSERT_TRUE(stubs[r]->GetStatus(&context, {}, &st).ok());
-      if (st.finished()) break;
-      ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "worker " << r << " did not finish";
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    const v1::WorkerStatus st = WaitUntilFinished(*stubs[r], give_up);
     EXPECT_EQ(st.error(), "") << workers_[r].LogTail();
     EXPECT_EQ(st.mode(), v1::SYNC_MODE_ALLREDUCE);
     EXPECT_EQ(st.switched_at_step(), 0);
