@@ -41,26 +41,32 @@ absl::StatusOr<TensorSpec> FromProto(const v1::TensorHeader& header) {
   return spec;
 }
 
-absl::Status EncodeTensor(const TensorView& tensor, const ChunkOptions& options,
-                          const ChunkSink& sink) {
+absl::Status EncodeTensorInto(const TensorView& tensor, const ChunkOptions& options,
+                              v1::TensorChunk* chunk, const std::function<bool()>& send) {
   const TensorSpec& spec = *tensor.spec;
   const size_t total = spec.bytes();
   const size_t step = std::max<size_t>(options.chunk_bytes, 64);
   const auto* bytes = static_cast<const char*>(tensor.data);
-  v1::TensorChunk chunk;
-  ToProto(spec, chunk.mutable_header());
+  ToProto(spec, chunk->mutable_header());
   size_t offset = 0;
   do {
     const size_t n = std::min(step, total - offset);
-    chunk.set_offset(offset);
-    chunk.mutable_data()->assign(bytes + offset, n);
-    if (!sink(chunk)) {
+    chunk->set_offset(offset);
+    chunk->mutable_data()->assign(bytes + offset, n);
+    if (!send()) {
+      chunk->clear_header();
       return absl::UnavailableError(absl::StrCat("stream closed while sending '", spec.name, "'"));
     }
-    chunk.clear_header();
+    chunk->clear_header();
     offset += n;
   } while (offset < total);
   return absl::OkStatus();
+}
+
+absl::Status EncodeTensor(const TensorView& tensor, const ChunkOptions& options,
+                          const ChunkSink& sink) {
+  v1::TensorChunk chunk;
+  return EncodeTensorInto(tensor, options, &chunk, [&] { return sink(chunk); });
 }
 
 TensorAssembler::TensorAssembler(DestinationFn destination, AssemblerLimits limits)

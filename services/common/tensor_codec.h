@@ -30,6 +30,12 @@ using ChunkSink = std::function<bool(const v1::TensorChunk&)>;
 absl::Status EncodeTensor(const TensorView& tensor, const ChunkOptions& options,
                           const ChunkSink& sink);
 
+// The same, filling `chunk` in place (typically the chunk field of a reused envelope message such
+// as a PushRequest) and calling `send` after each chunk, so the bytes go from the tensor into the
+// outgoing message with one copy. `send` returns false when the stream broke.
+absl::Status EncodeTensorInto(const TensorView& tensor, const ChunkOptions& options,
+                              v1::TensorChunk* chunk, const std::function<bool()>& send);
+
 void ToProto(const TensorSpec& spec, v1::TensorHeader* header);
 absl::StatusOr<TensorSpec> FromProto(const v1::TensorHeader& header);
 

@@ -95,23 +95,14 @@ absl::Status ParameterServerService::SendPull(
   response.mutable_header()->set_version(snapshot.version);
   response.mutable_header()->set_global_epoch(snapshot.global_epoch);
   if (!write(response)) return absl::UnavailableError("the pulling worker went away");
-  // Chunks are cut here (not through EncodeTensor) so the bytes go from the snapshot straight
-  // into the reused response: one copy.
-  const size_t step = std::max<size_t>(options_.chunk_bytes, 64);
+  // The bytes go from the snapshot straight into the reused response: one copy.
+  ChunkOptions chunking;
+  chunking.chunk_bytes = options_.chunk_bytes;
   v1::TensorChunk* chunk = response.mutable_chunk();
   for (const auto& e : snapshot.layout->entries) {
-    const char* bytes = reinterpret_cast<const char*>(snapshot.values.data() + e.offset);
-    const size_t total = e.spec.bytes();
-    size_t offset = 0;
-    ToProto(e.spec, chunk->mutable_header());
-    do {
-      const size_t n = std::min(step, total - offset);
-      chunk->set_offset(offset);
-      chunk->mutable_data()->assign(bytes + offset, n);
-      if (!write(response)) return absl::UnavailableError("the pulling worker went away");
-      chunk->clear_header();
-      offset += n;
-    } while (offset < total);
+    absl::Status sent = EncodeTensorInto({&e.spec, snapshot.values.data() + e.offset}, chunking,
+                                         chunk, [&] { return write(response); });
+    if (!sent.ok()) return absl::UnavailableError("the pulling worker went away");
   }
   return absl::OkStatus();
 }

@@ -158,23 +158,15 @@ class PushPullSynchroniser final : public Synchroniser {
     // Gradients of trainable tensors, values of buffers; cut into chunks straight from the
     // trainer's memory into the reused message (one copy).
     const float* grads = trainer.gradient_data();
-    const size_t chunk_bytes = std::max<size_t>(options_.chunk_bytes, 64);
+    ChunkOptions chunking;
+    chunking.chunk_bytes = options_.chunk_bytes;
     v1::TensorChunk* chunk = request.mutable_chunk();
     for (size_t k = 0; open && k < s.tensors.size(); ++k) {
       const ModelTensor& t = model_[s.tensors[k]];
-      const char* bytes =
-          reinterpret_cast<const char*>((t.is_buffer ? buffers_.data() : grads) + t.offset);
-      const size_t total = t.spec.bytes();
-      size_t offset = 0;
-      ToProto(t.spec, chunk->mutable_header());
-      do {
-        const size_t n = std::min(chunk_bytes, total - offset);
-        chunk->set_offset(offset);
-        chunk->mutable_data()->assign(bytes + offset, n);
-        open = stream->Write(request);
-        chunk->clear_header();
-        offset += n;
-      } while (open && offset < total);
+      const float* values = (t.is_buffer ? buffers_.data() : grads) + t.offset;
+      open = EncodeTensorInto({&t.spec, values}, chunking, chunk,
+                              [&] { return stream->Write(request); })
+                 .ok();
     }
     absl::Status received = absl::UnavailableError("the server closed the stream during the push");
     if (open && stream->WritesDone()) received = Receive(s, trainer, stream.get());
