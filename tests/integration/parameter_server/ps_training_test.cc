@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/support/fashion_mnist.h"
 #include "services/common/dataset.h"
 #include "services/common/trainer.h"
 #include "services/parameter_server/ps_process.h"
@@ -25,16 +26,7 @@ constexpr char kTraining[] =
     " lr_schedule: { milestones: [1], gamma: 0.5 } }";
 
 std::shared_ptr<const Dataset> SmallFashionMnist() {
-  static std::shared_ptr<const Dataset> dataset = [] {
-    DatasetOptions o;
-    o.name = "fashion-mnist";
-    o.path = "/usr/share/datasets/fashion-mnist";
-    o.max_train = kTrainExamples;
-    o.max_test = 256;
-    auto d = LoadDataset(o);
-    EXPECT_TRUE(d.ok()) << d.status();
-    return d.ok() ? std::make_shared<const Dataset>(std::move(*d)) : nullptr;
-  }();
+  static std::shared_ptr<const Dataset> dataset = testing::FashionMnistSubset(kTrainExamples, 256);
   return dataset;
 }
 

@@ -1,5 +1,6 @@
 // Training with the all-reduce synchroniser, N ranks as threads of one process (each with its own
 // gRPC server and Trainer), on a small Fashion-MNIST subset.
+#include "tests/support/fashion_mnist.h"
 #include "services/worker/allreduce_sync.h"
 
 #include <cmath>
@@ -20,15 +21,7 @@ namespace strata {
 namespace {
 
 std::shared_ptr<const Dataset> FashionMnist(size_t max_train) {
-  DatasetOptions options;
-  options.name = "fashion-mnist";
-  options.path = "/usr/share/datasets/fashion-mnist";
-  options.max_train = max_train;
-  options.max_test = 100;
-  auto d = LoadDataset(options);
-  EXPECT_TRUE(d.ok()) << d.status();
-  if (!d.ok()) return nullptr;
-  return std::make_shared<const Dataset>(std::move(*d));
+  return testing::FashionMnistSubset(max_train, 100);
 }
 
 struct Replica {
