@@ -2,7 +2,7 @@
 
 namespace strata {
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+grpc::ChannelArguments DefaultChannelArguments() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
@@ -10,6 +10,15 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  return args;
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
+  return MakeChannel(target, DefaultChannelArguments());
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           const grpc::ChannelArguments& args) {
   return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
 }
 

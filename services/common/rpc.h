@@ -14,7 +14,12 @@ namespace strata {
 // Evaluate) while refusing anything absurd.
 inline constexpr int kMaxMessageBytes = 64 << 20;
 
+// Message limits and a quick reconnect after a peer restarts.
+grpc::ChannelArguments DefaultChannelArguments();
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
+// With arguments of the caller's, built on DefaultChannelArguments().
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
+                                           const grpc::ChannelArguments& args);
 
 // Applies message limits and keepalive to a server under construction.
 void ConfigureServer(grpc::ServerBuilder* builder);

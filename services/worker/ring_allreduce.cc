@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -78,10 +80,49 @@ uint8_t* PutFixed32(uint32_t field, uint32_t v, uint8_t* p) {
   return p + 4;
 }
 
-// One message, one slice: the header fields, then `data` (or `abort`). The payload is copied
-// once, into memory gRPC owns, so a failed operation never leaves gRPC pointing into the
-// caller's buffer.
+// Counts the payload slices that gRPC still holds. Segments are sent straight from the caller's
+// buffer (no copy: on a loaded machine the copy cost ~10% of an operation's CPU), so an operation
+// may return only when gRPC has let go of every one of them; the ledger tells it when.
+class LoanLedger {
+ public:
+  // A slice over data[0..bytes) that gRPC will read when it writes the message; it is counted
+  // until gRPC releases it. The caller's data must not change until the bytes are sent: the ring
+  // only writes into a range again after a causally later message arrived from another rank.
+  grpc::Slice Lend(std::shared_ptr<LoanLedger> self, const void* data, size_t bytes) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++outstanding_;
+    }
+    auto* owner = new std::shared_ptr<LoanLedger>(std::move(self));
+    return grpc::Slice(const_cast<void*>(data), bytes, &LoanLedger::Return, owner);
+  }
+
+  // True when every lent slice is back; false if some are still out at `until`.
+  bool WaitAllReturned(Clock::time_point until) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_until(lock, until, [&] { return outstanding_ == 0; });
+  }
+
+ private:
+  static void Return(void* owner) {
+    auto* ledger = static_cast<std::shared_ptr<LoanLedger>*>(owner);
+    {
+      std::lock_guard<std::mutex> lock((*ledger)->mu_);
+      --(*ledger)->outstanding_;
+    }
+    (*ledger)->cv_.notify_all();
+    delete ledger;
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int outstanding_ = 0;
+};
+
+// One message: the header fields in a small slice of their own, then `data` lent from the caller's
+// buffer (or `abort`, copied).
 grpc::ByteBuffer EncodeSegment(const SegmentHeader& h, const float* data, size_t floats,
+                               const std::shared_ptr<LoanLedger>& ledger,
                                const std::string& abort = {}) {
   uint8_t head[80];
   uint8_t* p = head;
@@ -94,16 +135,13 @@ grpc::ByteBuffer EncodeSegment(const SegmentHeader& h, const float* data, size_t
   const size_t payload = abort.empty() ? floats * sizeof(float) : abort.size();
   p = PutVarint((abort.empty() ? kData : kAbort) << 3 | kLengthDelimited, p);
   p = PutVarint(payload, p);
-  const size_t head_bytes = static_cast<size_t>(p - head);
-  grpc::Slice slice(head_bytes + payload);
-  uint8_t* out = const_cast<uint8_t*>(slice.begin());  // freshly allocated, ours until sent
-  std::memcpy(out, head, head_bytes);
-  if (abort.empty()) {
-    if (payload > 0) std::memcpy(out + head_bytes, data, payload);
-  } else {
-    std::memcpy(out + head_bytes, abort.data(), payload);
+  grpc::Slice slices[2] = {grpc::Slice(head, static_cast<size_t>(p - head)), grpc::Slice()};
+  if (!abort.empty()) {
+    slices[1] = grpc::Slice(abort);
+  } else if (payload > 0) {
+    slices[1] = ledger->Lend(ledger, data, payload);
   }
-  return grpc::ByteBuffer(&slice, 1);
+  return grpc::ByteBuffer(slices, payload > 0 ? 2 : 1);
 }
 
 // Reads bytes across the slices of a received message.
@@ -400,6 +438,12 @@ class RingSender final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
     StartWrite(&current_);
   }
 
+  // Forgets the messages not yet handed to gRPC.
+  void DropQueued() {
+    std::lock_guard<std::mutex> lock(state_->core->mu);
+    state_->queue.clear();
+  }
+
   void CloseWrites() {
     {
       std::lock_guard<std::mutex> lock(state_->core->mu);
@@ -415,6 +459,7 @@ class RingSender final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
   void Release() { RemoveHold(); }
 
   void OnWriteDone(bool ok) override {
+    current_.Clear();  // gives back the lent payload now, not when the next write replaces it
     std::unique_lock<std::mutex> lock(state_->core->mu);
     if (!ok) {
       state_->broken = true;
@@ -513,6 +558,7 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
     return s < world - 1 ? mod(rank - s - 1) : mod(rank - (s - (world - 1)));
   };
 
+  auto ledger = std::make_shared<LoanLedger>();
   auto state = std::make_shared<SendState>(core);
   state->context.set_deadline(std::chrono::system_clock::now() + options.deadline + grace);
   // A connection that fails transiently (a loaded peer slow to finish the HTTP/2 handshake) is
@@ -531,7 +577,7 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
     header.step = static_cast<uint32_t>(step);
     for (size_t b = chunk_begin(chunk), e = chunk_begin(chunk + 1); b < e; b += seg_floats) {
       header.offset = b;
-      sender->Send(EncodeSegment(header, data + b, std::min(seg_floats, e - b)));
+      sender->Send(EncodeSegment(header, data + b, std::min(seg_floats, e - b), ledger));
     }
   };
 
@@ -607,7 +653,7 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
       if (step + 1 < steps) {
         header.step = static_cast<uint32_t>(step + 1);
         header.offset = b;
-        sender->Send(EncodeSegment(header, data + b, len));
+        sender->Send(EncodeSegment(header, data + b, len, ledger));
       }
     }
   }
@@ -616,7 +662,8 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
     // Tell the next rank at once. Then, for a short while, take any later abort from the previous
     // rank: it comes from further up the ring, so it is closer to the rank that really stopped
     // (a rank that times out first blames its own neighbour, which was only waiting too).
-    sender->Send(EncodeSegment(header, nullptr, 0, std::string(status.message())));
+    sender->DropQueued();  // data segments not yet handed to gRPC: the next rank cannot use them
+    sender->Send(EncodeSegment(header, nullptr, 0, ledger, std::string(status.message())));
     const auto until = Clock::now() + grace;
     while (true) {
       std::vector<std::string> later;
@@ -638,7 +685,7 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
       }
       for (const std::string& reason : later) {
         status = absl::UnavailableError(reason);
-        sender->Send(EncodeSegment(header, nullptr, 0, reason));
+        sender->Send(EncodeSegment(header, nullptr, 0, ledger, reason));
       }
       if (over) break;
     }
@@ -660,6 +707,19 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
       }
     }
     if (status.ok() && !state->status.ok()) status = downstream_error(lock);
+  }
+
+  // gRPC may still hold slices of the caller's buffer: of a failed operation, or briefly after the
+  // last write of a good one. A peer that reads nothing keeps them until the call is cancelled.
+  if (!ledger->WaitAllReturned(Clock::now() + grace)) {
+    state->context.TryCancel();
+    if (!ledger->WaitAllReturned(Clock::now() + std::chrono::seconds(30))) {
+      // Not seen in practice: gRPC releases a cancelled call's messages at once. Returning would
+      // let gRPC read memory the caller may free, so stop here, loudly.
+      std::fprintf(stderr, "%s: gRPC kept the send buffers 30 s after cancelling; aborting\n",
+                   op_name.c_str());
+      std::abort();
+    }
   }
 
   {
@@ -717,7 +777,13 @@ absl::Status RingAllReduce::Connect(const std::vector<std::string>& peers) {
   impl_->peers = peers;
   impl_->world = static_cast<int>(peers.size());
   if (impl_->world > 1) {
-    impl_->next_stub = std::make_unique<grpc::GenericStub>(MakeChannel(peers[impl_->next()]));
+    grpc::ChannelArguments args = DefaultChannelArguments();
+    // The retry layer keeps a reference to every message sent until the call is destroyed. Ring
+    // segments are lent from the caller's buffer and must come back when the operation ends; a
+    // failed operation is retried by the caller, never by gRPC.
+    args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+    impl_->next_stub =
+        std::make_unique<grpc::GenericStub>(MakeChannel(peers[impl_->next()], args));
   }
   return absl::OkStatus();
 }
