@@ -16,17 +16,12 @@
 namespace {
 
 int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t segment_bytes,
-            const std::string& dir) {
+            const std::string& transport, const std::string& dir) {
   strata::bench::DieWithParent();
   strata::RingAllReduce ring(rank);
-  int port = 0;
-  auto server = strata::StartServer("127.0.0.1:0", {ring.service()}, &port);
-  if (!server) {
-    std::fprintf(stderr, "rank %d: cannot listen on 127.0.0.1\n", rank);
-    return 1;
-  }
-  auto peers = strata::bench::ExchangePorts(dir, rank, world, port, std::chrono::seconds(60));
-  absl::Status status = peers.ok() ? ring.Connect(*peers) : peers.status();
+  std::unique_ptr<grpc::Server> server;
+  absl::Status status = strata::bench::JoinRing(&ring, transport, dir, rank, world,
+                                                std::chrono::seconds(60), &server);
   strata::AllReduceOptions options;
   options.deadline = std::chrono::seconds(60);
   options.segment_bytes = segment_bytes;
@@ -51,9 +46,9 @@ int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t se
     const double algbw = bytes / secs / 1e6;
     const double busbw = algbw * 2.0 * (world - 1) / world;
     std::printf(
-        "strata world=%d bytes=%.0f segment_bytes=%zu ms_per_op=%.2f algbw_MBps=%.0f "
-        "busbw_MBps=%.0f\n",
-        world, bytes, segment_bytes, secs * 1e3, algbw, busbw);
+        "strata world=%d transport=%s bytes=%.0f segment_bytes=%zu ms_per_op=%.2f "
+        "algbw_MBps=%.0f busbw_MBps=%.0f\n",
+        world, transport.c_str(), bytes, segment_bytes, secs * 1e3, algbw, busbw);
     std::printf("busbw_MBps=%.0f\n", busbw);
     std::fflush(stdout);
   }
@@ -71,8 +66,12 @@ int main(int argc, char** argv) {
   CLI::App app{"Ring all-reduce bandwidth between N processes on loopback"};
   int world = 2, iters = 20, warmup = 3, rank = -1;
   size_t floats = 1 << 20, segment_bytes = strata::AllReduceOptions{}.segment_bytes;
-  std::string dir;
+  std::string dir, transport = "tcp";
   app.add_option("--world", world, "ranks (processes)")->check(CLI::Range(1, 64));
+  app.add_option("--transport", transport,
+                 "tcp: gRPC over loopback TCP (as between machines); unix: gRPC over abstract "
+                 "Unix sockets (the local launcher's default)")
+      ->check(CLI::IsMember({"tcp", "unix"}));
   app.add_option("--floats", floats, "floats per rank")->check(CLI::PositiveNumber);
   app.add_option("--iters", iters, "timed operations")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed operations first")->check(CLI::NonNegativeNumber);
@@ -82,7 +81,7 @@ int main(int argc, char** argv) {
   app.add_option("--dir", dir, "internal: port exchange directory")->group("");
   CLI11_PARSE(app, argc, argv);
 
-  if (rank >= 0) return RunRank(rank, world, floats, iters, warmup, segment_bytes, dir);
+  if (rank >= 0) return RunRank(rank, world, floats, iters, warmup, segment_bytes, transport, dir);
   if (world == 1) {
     // Nothing to exchange; report the trivial operation so scripts still get a line.
     std::printf(
@@ -94,6 +93,6 @@ int main(int argc, char** argv) {
       std::filesystem::read_symlink("/proc/self/exe").string(), world,
       {"--world", std::to_string(world), "--floats", std::to_string(floats), "--iters",
        std::to_string(iters), "--warmup", std::to_string(warmup), "--segment-bytes",
-       std::to_string(segment_bytes)},
+       std::to_string(segment_bytes), "--transport", transport},
       std::chrono::seconds(600));
 }

@@ -17,7 +17,8 @@
 namespace {
 
 std::shared_ptr<const strata::Dataset> RandomImages(int batch, uint64_t seed) {
-  return std::make_shared<const strata::Dataset>(strata::MakeRandomImageDataset(batch, 1, 28, 28, 10, seed));
+  return std::make_shared<const strata::Dataset>(
+      strata::MakeRandomImageDataset(batch, 1, 28, 28, 10, seed));
 }
 
 int Fail(int rank, const absl::Status& status) {
@@ -26,7 +27,7 @@ int Fail(int rank, const absl::Status& status) {
 }
 
 int RunRank(int rank, int world, const std::string& arch, int global_batch, int steps, int warmup,
-            size_t segment_bytes, const std::string& dir) {
+            size_t segment_bytes, const std::string& transport, const std::string& dir) {
   const int batch = global_batch / world;
   const int threads = std::max(1, 2 / world);
   strata::ConfigureTorchThreads(threads);
@@ -45,12 +46,11 @@ int RunRank(int rank, int world, const std::string& arch, int global_batch, int 
   if (world > 1) {
     strata::bench::DieWithParent();
     ring = std::make_unique<strata::RingAllReduce>(rank);
-    int port = 0;
-    server = strata::StartServer("127.0.0.1:0", {ring->service()}, &port);
-    if (!server) return Fail(rank, absl::UnavailableError("cannot listen on 127.0.0.1"));
-    auto peers = strata::bench::ExchangePorts(dir, rank, world, port, std::chrono::seconds(120));
-    if (!peers.ok()) return Fail(rank, peers.status());
-    if (absl::Status s = ring->Connect(*peers); !s.ok()) return Fail(rank, s);
+    if (absl::Status s = strata::bench::JoinRing(ring.get(), transport, dir, rank, world,
+                                                 std::chrono::seconds(120), &server);
+        !s.ok()) {
+      return Fail(rank, s);
+    }
     strata::AllReduceOptions options;
     options.deadline = std::chrono::seconds(120);
     options.segment_bytes = segment_bytes;
@@ -105,7 +105,7 @@ int RunRank(int rank, int world, const std::string& arch, int global_batch, int 
 int main(int argc, char** argv) {
   CLI::App app{"All-reduce training throughput, N processes on loopback"};
   int world = 2, steps = 20, warmup = 3, global_batch = 128, rank = -1;
-  std::string arch = "resnet20", dir;
+  std::string arch = "resnet20", dir, transport = "tcp";
   size_t segment_bytes = strata::AllReduceOptions{}.segment_bytes;
   app.add_option("--world", world, "processes")->check(CLI::Range(1, 64));
   app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
@@ -113,6 +113,9 @@ int main(int argc, char** argv) {
   app.add_option("--global-batch", global_batch)->check(CLI::PositiveNumber);
   app.add_option("--arch", arch);
   app.add_option("--segment-bytes", segment_bytes)->check(CLI::PositiveNumber);
+  app.add_option("--transport", transport,
+                 "ring transport: tcp or unix (see strata-bench-allreduce)")
+      ->check(CLI::IsMember({"tcp", "unix"}));
   app.add_option("--rank", rank, "internal: run one rank")->group("");
   app.add_option("--dir", dir, "internal: port exchange directory")->group("");
   CLI11_PARSE(app, argc, argv);
@@ -120,12 +123,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--global-batch %d is not divisible by --world %d\n", global_batch, world);
     return 2;
   }
-  if (world == 1) return RunRank(0, 1, arch, global_batch, steps, warmup, segment_bytes, "");
-  if (rank >= 0) return RunRank(rank, world, arch, global_batch, steps, warmup, segment_bytes, dir);
+  if (world == 1)
+    return RunRank(0, 1, arch, global_batch, steps, warmup, segment_bytes, transport, "");
+  if (rank >= 0)
+    return RunRank(rank, world, arch, global_batch, steps, warmup, segment_bytes, transport, dir);
   return strata::bench::RunRanks(
       std::filesystem::read_symlink("/proc/self/exe").string(), world,
       {"--world", std::to_string(world), "--steps", std::to_string(steps), "--warmup",
        std::to_string(warmup), "--global-batch", std::to_string(global_batch), "--arch", arch,
-       "--segment-bytes", std::to_string(segment_bytes)},
+       "--segment-bytes", std::to_string(segment_bytes), "--transport", transport},
       std::chrono::seconds(1800));
 }

@@ -20,6 +20,8 @@
 #include <absl/strings/str_cat.h>
 
 #include "services/common/files.h"
+#include "services/common/rpc.h"
+#include "services/worker/ring_allreduce.h"
 
 extern char** environ;
 
@@ -115,6 +117,26 @@ inline absl::StatusOr<std::vector<std::string>> ExchangePorts(const std::string&
     }
   }
   return peers;
+}
+
+// Child: serves `ring` on 127.0.0.1 (and, for transport "unix", on an abstract Unix socket named
+// after `dir` and the rank, as the local launcher does), meets the other ranks through `dir` and
+// connects the ring to them over that transport. The server is returned in *server.
+inline absl::Status JoinRing(RingAllReduce* ring, const std::string& transport,
+                             const std::string& dir, int rank, int world,
+                             std::chrono::seconds limit, std::unique_ptr<grpc::Server>* server) {
+  const auto unix_address = [&](int r) { return absl::StrCat("unix-abstract:", dir, "/rank-", r); };
+  std::vector<std::string> also_listen;
+  if (transport == "unix") also_listen.push_back(unix_address(rank));
+  int port = 0;
+  *server = StartServer("127.0.0.1:0", {ring->service()}, &port, also_listen);
+  if (!*server) return absl::UnavailableError("cannot listen on 127.0.0.1");
+  auto peers = ExchangePorts(dir, rank, world, port, limit);
+  if (!peers.ok()) return peers.status();
+  if (transport == "unix") {
+    for (int r = 0; r < world; ++r) (*peers)[r] = unix_address(r);
+  }
+  return ring->Connect(*peers);
 }
 
 }  // namespace strata::bench

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <optional>
@@ -22,13 +23,13 @@
 #include <grpcpp/grpcpp.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/child_process.h"
 #include "orchestrator/lib/cpu_limit.h"
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/report.h"
 #include "orchestrator/lib/run_paths.h"
 #include "orchestrator/lib/switch_rule.h"
 #include "services/common/checkpoint.h"
+#include "services/common/child_process.h"
 #include "services/common/files.h"
 #include "services/common/metrics.h"
 #include "services/common/progress.h"
@@ -83,7 +84,8 @@ struct Failure {
 struct Service {
   std::string name;  // worker-0, ps-1, evaluator
   std::string port_file;
-  std::string address;  // 127.0.0.1:port once known
+  std::string address;       // 127.0.0.1:port once known
+  std::string ring_address;  // workers: where the other workers reach its ring all-reduce
   std::unique_ptr<ChildProcess> process;
 };
 
@@ -290,10 +292,30 @@ class LocalRun {
     }
     for (int r = 0; r < spec_.cluster.workers; ++r) {
       Service s = NewService(absl::StrCat("worker-", r));
-      STRATA_RETURN_IF_ERROR(LaunchService(
-          s, {Bin("strata-worker"), "--config", paths_.job_yaml, "--rank", std::to_string(r),
-              "--world", std::to_string(spec_.cluster.workers), "--shard-file", ShardFile(r),
-              "--listen", "127.0.0.1:0", "--port-file", s.port_file, "--run-dir", paths_.root}));
+      std::vector<std::string> argv = {Bin("strata-worker"),
+                                       "--config",
+                                       paths_.job_yaml,
+                                       "--rank",
+                                       std::to_string(r),
+                                       "--world",
+                                       std::to_string(spec_.cluster.workers),
+                                       "--shard-file",
+                                       ShardFile(r),
+                                       "--listen",
+                                       "127.0.0.1:0",
+                                       "--port-file",
+                                       s.port_file,
+                                       "--run-dir",
+                                       paths_.root};
+      if (spec_.launcher.ring_transport == "unix") {
+        // Abstract names vanish with the process and need no directory; the orchestrator's pid
+        // and the run's name keep concurrent runs apart.
+        s.ring_address =
+            absl::StrCat("unix-abstract:strata-", getpid(), "-",
+                         std::filesystem::path(paths_.root).filename().string(), "-worker-", r);
+        argv.insert(argv.end(), {"--ring-listen", s.ring_address});
+      }
+      STRATA_RETURN_IF_ERROR(LaunchService(s, argv));
       for (const StragglerSpec& st : spec_.cluster.stragglers) {
         if (st.worker == r) SlowDown(s, st.cpu_fraction);
       }
@@ -351,7 +373,8 @@ class LocalRun {
 
   absl::Status StartTraining() {
     v1::StartRequest start;
-    for (const Service& w : workers_) start.add_workers(w.address);
+    for (const Service& w : workers_)
+      start.add_workers(w.ring_address.empty() ? w.address : w.ring_address);
     for (const Service& s : servers_) start.add_parameter_servers(s.address);
     start.set_mode(spec_.strategy.kind == "ps" ? v1::SYNC_MODE_PS : v1::SYNC_MODE_ALLREDUCE);
     const double scale =

@@ -114,21 +114,24 @@ class SpecReader {
 };
 
 std::function<std::string(const int&)> AtLeast(int min) {
-  return [min](const int& v) { return v < min ? absl::StrCat("must be >= ", min, ", got ", v) : ""; };
+  return
+      [min](const int& v) { return v < min ? absl::StrCat("must be >= ", min, ", got ", v) : ""; };
 }
 std::function<std::string(const double&)> NonNegative() {
   return [](const double& v) { return v < 0 ? absl::StrCat("must be >= 0, got ", v) : ""; };
 }
 std::function<std::string(const std::string&)> Among(std::vector<std::string> allowed) {
   return [allowed](const std::string& v) {
-    return OneOf(v, allowed) ? std::string()
-                             : absl::StrCat("'", v, "' is not one of ", absl::StrJoin(allowed, ", "));
+    return OneOf(v, allowed)
+               ? std::string()
+               : absl::StrCat("'", v, "' is not one of ", absl::StrJoin(allowed, ", "));
   };
 }
 
 void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
-  if (!r.Map(root, "", {"name", "dataset", "model", "training", "cluster", "sharding", "strategy",
-                        "launcher"})) {
+  if (!r.Map(root, "",
+             {"name", "dataset", "model", "training", "cluster", "sharding", "strategy",
+              "launcher"})) {
     if (!root.IsDefined() || root.IsNull()) r.Error(root, "(top level)", "the job spec is empty");
     return;
   }
@@ -136,27 +139,32 @@ void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
     if (v.empty() || v.size() > 63) return std::string("must be 1 to 63 characters");
     for (char c : v) {
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) {
-        return std::string("may hold letters, digits, '-' and '_' only (it names directories and pods)");
+        return std::string(
+            "may hold letters, digits, '-' and '_' only (it names directories and pods)");
       }
     }
     return std::string();
   });
 
-  if (YAML::Node n = root["dataset"]; r.Map(n, "dataset", {"name", "path", "label_set", "max_train", "max_test"})) {
+  if (YAML::Node n = root["dataset"];
+      r.Map(n, "dataset", {"name", "path", "label_set", "max_train", "max_test"})) {
     r.Field<std::string>(n, "dataset", "name", &spec->dataset.name,
                          Among({"fashion-mnist", "mnist", "cifar10", "cifar100", "synthetic"}));
     r.Field<std::string>(n, "dataset", "path", &spec->dataset.path);
-    r.Field<std::string>(n, "dataset", "label_set", &spec->dataset.label_set, Among({"fine", "coarse"}));
-    auto non_negative = [](const int64_t& v) { return v < 0 ? std::string("must be >= 0") : std::string(); };
+    r.Field<std::string>(n, "dataset", "label_set", &spec->dataset.label_set,
+                         Among({"fine", "coarse"}));
+    auto non_negative = [](const int64_t& v) {
+      return v < 0 ? std::string("must be >= 0") : std::string();
+    };
     r.Field<int64_t>(n, "dataset", "max_train", &spec->dataset.max_train, non_negative);
     r.Field<int64_t>(n, "dataset", "max_test", &spec->dataset.max_test, non_negative);
   }
   if (YAML::Node n = root["model"]; r.Map(n, "model", {"arch"})) {
     r.Field<std::string>(n, "model", "arch", &spec->model.arch, Among(KnownModelArchs()));
   }
-  if (YAML::Node n = root["training"];
-      r.Map(n, "training", {"epochs", "batch_size", "lr", "momentum", "weight_decay", "lr_schedule",
-                            "seed", "threads"})) {
+  if (YAML::Node n = root["training"]; r.Map(n, "training",
+                                             {"epochs", "batch_size", "lr", "momentum",
+                                              "weight_decay", "lr_schedule", "seed", "threads"})) {
     TrainingSpec& t = spec->training;
     r.Field<int>(n, "training", "epochs", &t.epochs, AtLeast(1));
     r.Field<int>(n, "training", "batch_size", &t.batch_size, AtLeast(1));
@@ -169,14 +177,17 @@ void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
     r.Field<double>(n, "training", "weight_decay", &t.weight_decay, NonNegative());
     r.Field<uint64_t>(n, "training", "seed", &t.seed);
     r.Field<int>(n, "training", "threads", &t.threads, AtLeast(0));
-    if (YAML::Node s = n["lr_schedule"]; r.Map(s, "training.lr_schedule", {"milestones", "gamma"})) {
+    if (YAML::Node s = n["lr_schedule"];
+        r.Map(s, "training.lr_schedule", {"milestones", "gamma"})) {
       r.List<int>(s, "training.lr_schedule", "milestones", &t.lr_schedule.milestones);
-      r.Field<double>(s, "training.lr_schedule", "gamma", &t.lr_schedule.gamma, [](const double& v) {
-        return v > 0 && v <= 1 ? std::string() : absl::StrCat("must be in (0, 1], got ", v);
-      });
+      r.Field<double>(
+          s, "training.lr_schedule", "gamma", &t.lr_schedule.gamma, [](const double& v) {
+            return v > 0 && v <= 1 ? std::string() : absl::StrCat("must be in (0, 1], got ", v);
+          });
       for (size_t i = 1; i < t.lr_schedule.milestones.size(); ++i) {
         if (t.lr_schedule.milestones[i] <= t.lr_schedule.milestones[i - 1]) {
-          r.Error(s["milestones"], "training.lr_schedule.milestones", "must be strictly increasing");
+          r.Error(s["milestones"], "training.lr_schedule.milestones",
+                  "must be strictly increasing");
           break;
         }
       }
@@ -216,11 +227,13 @@ void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
     r.Field<int>(n, "sharding", "max_iterations", &s.max_iterations, AtLeast(1));
   }
   if (YAML::Node n = root["strategy"];
-      r.Map(n, "strategy", {"kind", "consistency", "staleness", "rule", "at_fraction", "window",
-                            "threshold_percent", "ps_lr_scale"})) {
+      r.Map(n, "strategy",
+            {"kind", "consistency", "staleness", "rule", "at_fraction", "window",
+             "threshold_percent", "ps_lr_scale"})) {
     StrategySpec& s = spec->strategy;
     r.Field<std::string>(n, "strategy", "kind", &s.kind, Among({"allreduce", "ps", "switch"}));
-    r.Field<std::string>(n, "strategy", "consistency", &s.consistency, Among({"asp", "bsp", "ssp"}));
+    r.Field<std::string>(n, "strategy", "consistency", &s.consistency,
+                         Among({"asp", "bsp", "ssp"}));
     r.Field<int>(n, "strategy", "staleness", &s.staleness, AtLeast(0));
     r.Field<std::string>(n, "strategy", "rule", &s.rule, Among({"empirical", "at_fraction"}));
     r.Field<double>(n, "strategy", "at_fraction", &s.at_fraction, [](const double& v) {
@@ -234,9 +247,11 @@ void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
     // `at_fraction` given means that rule unless a rule is named.
     if (n["at_fraction"].IsDefined() && !n["rule"].IsDefined()) s.rule = "at_fraction";
   }
-  if (YAML::Node n = root["launcher"]; r.Map(n, "launcher", {"kind"})) {
+  if (YAML::Node n = root["launcher"]; r.Map(n, "launcher", {"kind", "ring_transport"})) {
     r.Field<std::string>(n, "launcher", "kind", &spec->launcher.kind,
                          Among({"local", "compose", "kubernetes"}));
+    r.Field<std::string>(n, "launcher", "ring_transport", &spec->launcher.ring_transport,
+                         Among({"unix", "tcp"}));
   }
   // Cross-field checks.
   for (size_t i = 0; i < spec->cluster.stragglers.size(); ++i) {
@@ -294,8 +309,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::st
       if (!s.ok()) return s;
     }
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(origin, ":", e.mark.line + 1, ":", e.mark.column + 1, ": invalid YAML: ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat(origin, ":", e.mark.line + 1, ":",
+                                                   e.mark.column + 1, ": invalid YAML: ", e.msg));
   }
   JobSpec spec;
   SpecReader reader(origin);
@@ -306,7 +321,8 @@ absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::st
   return spec;
 }
 
-absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path, const std::vector<std::string>& overrides) {
+absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path,
+                                    const std::vector<std::string>& overrides) {
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();
   return ParseJobSpec(*text, path, overrides);
@@ -356,7 +372,8 @@ std::string JobSpecToYaml(const JobSpec& s) {
       << YAML::Value << st.threshold_percent << YAML::Key << "ps_lr_scale" << YAML::Value
       << st.ps_lr_scale << YAML::EndMap;
   out << YAML::Key << "launcher" << YAML::Value << YAML::BeginMap << YAML::Key << "kind"
-      << YAML::Value << s.launcher.kind << YAML::EndMap;
+      << YAML::Value << s.launcher.kind << YAML::Key << "ring_transport" << YAML::Value
+      << s.launcher.ring_transport << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -59,7 +59,7 @@ struct ShardingSpec {
 };
 
 struct StrategySpec {
-  std::string kind = "allreduce";  // allreduce | ps | switch
+  std::string kind = "allreduce";   // allreduce | ps | switch
   std::string consistency = "asp";  // ps: asp | bsp | ssp
   int staleness = 3;                // ssp
   std::string rule = "empirical";   // switch: empirical | at_fraction
@@ -71,6 +71,10 @@ struct StrategySpec {
 
 struct LauncherSpec {
   std::string kind = "local";  // local | compose | kubernetes
+  // local: how the workers' ring all-reduce traffic travels between processes of one machine.
+  // "unix": gRPC over abstract Unix sockets (no TCP/IP stack: 10-18% more ring bandwidth here,
+  // docs/benchmarks.md); "tcp": gRPC over loopback TCP, as between machines.
+  std::string ring_transport = "unix";  // unix | tcp
 };
 
 struct JobSpec {

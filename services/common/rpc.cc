@@ -28,10 +28,14 @@ void ConfigureServer(grpc::ServerBuilder* builder) {
 }
 
 std::unique_ptr<grpc::Server> StartServer(const std::string& address,
-                                          const std::vector<grpc::Service*>& services, int* port) {
+                                          const std::vector<grpc::Service*>& services, int* port,
+                                          const std::vector<std::string>& also_listen) {
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  for (const std::string& extra : also_listen) {
+    builder.AddListeningPort(extra, grpc::InsecureServerCredentials());
+  }
   for (grpc::Service* s : services) builder.RegisterService(s);
   return builder.BuildAndStart();
 }

@@ -28,8 +28,11 @@ inline std::chrono::system_clock::time_point DeadlineAfter(std::chrono::millisec
   return std::chrono::system_clock::now() + d;
 }
 
-// Binds `address` ("host:0" picks a free port) and returns the bound port in *port.
+// Binds `address` ("host:0" picks a free port) and returns the bound port in *port. The services
+// are also served on every address of `also_listen` (such as "unix-abstract:NAME" for peers on
+// the same machine).
 std::unique_ptr<grpc::Server> StartServer(const std::string& address,
-                                          const std::vector<grpc::Service*>& services, int* port);
+                                          const std::vector<grpc::Service*>& services, int* port,
+                                          const std::vector<std::string>& also_listen = {});
 
 }  // namespace strata

@@ -782,8 +782,7 @@ absl::Status RingAllReduce::Connect(const std::vector<std::string>& peers) {
     // segments are lent from the caller's buffer and must come back when the operation ends; a
     // failed operation is retried by the caller, never by gRPC.
     args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
-    impl_->next_stub =
-        std::make_unique<grpc::GenericStub>(MakeChannel(peers[impl_->next()], args));
+    impl_->next_stub = std::make_unique<grpc::GenericStub>(MakeChannel(peers[impl_->next()], args));
   }
   return absl::OkStatus();
 }

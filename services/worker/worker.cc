@@ -2,8 +2,8 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <future>
@@ -36,9 +36,7 @@ using Clock = std::chrono::steady_clock;
 // Work handed to the training thread; runs at the next step boundary (or at once when idle).
 using Task = std::function<void(Trainer&)>;
 
-std::string ModeName(v1::SyncMode mode) {
-  return mode == v1::SYNC_MODE_PS ? "ps" : "allreduce";
-}
+std::string ModeName(v1::SyncMode mode) { return mode == v1::SYNC_MODE_PS ? "ps" : "allreduce"; }
 
 class WorkerState {
  public:
@@ -146,7 +144,8 @@ class WorkerService final : public v1::Worker::Service {
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       if (state_->status.mode() != v1::SYNC_MODE_ALLREDUCE) {
-        return ToGrpcStatus(absl::FailedPreconditionError("Switch: the worker is not in all-reduce mode"));
+        return ToGrpcStatus(
+            absl::FailedPreconditionError("Switch: the worker is not in all-reduce mode"));
       }
       if (state_->pending_switch) {
         return ToGrpcStatus(absl::AlreadyExistsError("Switch: a switch is already pending"));
@@ -156,8 +155,8 @@ class WorkerService final : public v1::Worker::Service {
       // step in flight", which only a single worker can use safely (ring peers must agree).
       if (request->at_step() != 0 && request->at_step() <= state_->status.step()) {
         return ToGrpcStatus(absl::FailedPreconditionError(
-            absl::StrCat("Switch: at_step ", request->at_step(), " has passed (worker finished step ",
-                         state_->status.step(), ")")));
+            absl::StrCat("Switch: at_step ", request->at_step(),
+                         " has passed (worker finished step ", state_->status.step(), ")")));
       }
       state_->pending_switch = *request;
       state_->switch_done = promise;
@@ -183,19 +182,21 @@ class WorkerService final : public v1::Worker::Service {
 
   grpc::Status SaveCheckpoint(grpc::ServerContext* context, const v1::CheckpointRequest* request,
                               v1::CheckpointReply* reply) override {
-    if (request->path().empty()) return ToGrpcStatus(absl::InvalidArgumentError("SaveCheckpoint: empty path"));
+    if (request->path().empty())
+      return ToGrpcStatus(absl::InvalidArgumentError("SaveCheckpoint: empty path"));
     const std::string path = request->path();
-    auto saved = OnTrainingThread<int64_t>(*state_, context, [this, path](Trainer& trainer) -> absl::StatusOr<int64_t> {
-      int64_t epoch, step;
-      {
-        std::lock_guard<std::mutex> lock(state_->mu);
-        epoch = state_->status.epoch();
-        step = state_->status.step();
-      }
-      Checkpoint c = trainer.ToCheckpoint(epoch, step, step);
-      STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c));
-      return step;
-    });
+    auto saved = OnTrainingThread<int64_t>(
+        *state_, context, [this, path](Trainer& trainer) -> absl::StatusOr<int64_t> {
+          int64_t epoch, step;
+          {
+            std::lock_guard<std::mutex> lock(state_->mu);
+            epoch = state_->status.epoch();
+            step = state_->status.step();
+          }
+          Checkpoint c = trainer.ToCheckpoint(epoch, step, step);
+          STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c));
+          return step;
+        });
     if (!saved.ok()) return ToGrpcStatus(saved.status());
     reply->set_path(path);
     reply->set_version(*saved);
@@ -272,7 +273,8 @@ class WorkerRunner {
   bool WaitForStart(Trainer& trainer) {
     for (;;) {
       std::unique_lock<std::mutex> lock(state_->mu);
-      state_->cv.wait(lock, [&] { return state_->stop || state_->start || !state_->tasks.empty(); });
+      state_->cv.wait(lock,
+                      [&] { return state_->stop || state_->start || !state_->tasks.empty(); });
       if (state_->stop) return false;
       if (state_->start && state_->tasks.empty()) return true;
       lock.unlock();
@@ -294,8 +296,9 @@ class WorkerRunner {
     const auto give_up = Clock::now() + options_.deadline;
     for (;;) {
       absl::Status s = sync.Start(trainer);
-      if (s.ok() || (s.code() != absl::StatusCode::kFailedPrecondition &&
-                     s.code() != absl::StatusCode::kUnavailable) ||
+      if (s.ok() ||
+          (s.code() != absl::StatusCode::kFailedPrecondition &&
+           s.code() != absl::StatusCode::kUnavailable) ||
           Clock::now() > give_up || state_->stopping()) {
         return s;
       }
@@ -335,8 +338,8 @@ class WorkerRunner {
     float barrier = 0.0f;
     AllReduceOptions barrier_options;
     barrier_options.deadline = options_.deadline;
-    STRATA_RETURN_IF_ERROR(Annotate(ring_->AllReduceSum(&barrier, 1, barrier_options),
-                                    "switch barrier"));
+    STRATA_RETURN_IF_ERROR(
+        Annotate(ring_->AllReduceSum(&barrier, 1, barrier_options), "switch barrier"));
     *sync = std::move(next);
     double max_diff = 0;
     for (size_t i = 0; i < n_params; ++i) {
@@ -352,8 +355,9 @@ class WorkerRunner {
     reply.set_epoch(epoch);
     reply.set_handover_max_abs_diff(max_diff);
     reply.set_handover_s(std::chrono::duration<double>(Clock::now() - start).count());
-    spdlog::info("switch: push/pull from step {} after {:.3f} s; pulled model differs by at most {}",
-                 step, reply.handover_s(), max_diff);
+    spdlog::info(
+        "switch: push/pull from step {} after {:.3f} s; pulled model differs by at most {}", step,
+        reply.handover_s(), max_diff);
     return reply;
   }
 
@@ -368,8 +372,8 @@ class WorkerRunner {
     if (start.mode() == v1::SYNC_MODE_ALLREDUCE) {
       std::vector<std::string> peers(start.workers().begin(), start.workers().end());
       if (static_cast<int>(peers.size()) != options_.world) {
-        return absl::InvalidArgumentError(absl::StrCat("Start names ", peers.size(), " workers, --world is ",
-                                                       options_.world));
+        return absl::InvalidArgumentError(
+            absl::StrCat("Start names ", peers.size(), " workers, --world is ", options_.world));
       }
       STRATA_RETURN_IF_ERROR(ring_->Connect(peers));
       AllReduceOptions ar;
@@ -381,13 +385,15 @@ class WorkerRunner {
     STRATA_RETURN_IF_ERROR(StartWithRetry(*sync, trainer));
 
     int64_t steps_per_epoch = trainer.batches_per_epoch();
-    if (start.steps_per_epoch() > 0) steps_per_epoch = std::min(steps_per_epoch, start.steps_per_epoch());
+    if (start.steps_per_epoch() > 0)
+      steps_per_epoch = std::min(steps_per_epoch, start.steps_per_epoch());
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->status.set_steps_per_epoch(steps_per_epoch);
     }
-    spdlog::info("training: mode {}, {} examples, {} steps per epoch, {} epochs", ModeName(start.mode()),
-                 trainer.shard_size(), steps_per_epoch, options_.spec.training.epochs);
+    spdlog::info("training: mode {}, {} examples, {} steps per epoch, {} epochs",
+                 ModeName(start.mode()), trainer.shard_size(), steps_per_epoch,
+                 options_.spec.training.epochs);
     int64_t step = 0;
     auto phase_start = Clock::now();
     int64_t phase_samples = 0;
@@ -412,8 +418,8 @@ class WorkerRunner {
           state_->status.set_train_loss(loss_sum / seen);
           const double secs = std::chrono::duration<double>(Clock::now() - phase_start).count();
           state_->status.set_samples_per_s(phase_samples / std::max(secs, 1e-9));
-          if (state_->pending_switch &&
-              (state_->pending_switch->at_step() == 0 || state_->pending_switch->at_step() == step)) {
+          if (state_->pending_switch && (state_->pending_switch->at_step() == 0 ||
+                                         state_->pending_switch->at_step() == step)) {
             switch_now = state_->pending_switch;
             state_->switch_started = true;
           }
@@ -453,11 +459,12 @@ absl::StatusOr<std::vector<int64_t>> LoadShard(const WorkerOptions& options, siz
     STRATA_ASSIGN_OR_RETURN(auto shard, ReadShardIndex(options.shard_file));
     for (int64_t e : shard) {
       if (e < 0 || static_cast<size_t>(e) >= train_size) {
-        return absl::InvalidArgumentError(absl::StrCat(options.shard_file, ": example ", e,
-                                                       " outside the training split of ", train_size));
+        return absl::InvalidArgumentError(absl::StrCat(
+            options.shard_file, ": example ", e, " outside the training split of ", train_size));
       }
     }
-    if (shard.empty()) return absl::InvalidArgumentError(absl::StrCat(options.shard_file, ": empty shard"));
+    if (shard.empty())
+      return absl::InvalidArgumentError(absl::StrCat(options.shard_file, ": empty shard"));
     return shard;
   }
   // Without a shard plan: every world-th example (what `mod` sharding gives).
@@ -491,9 +498,14 @@ absl::Status RunWorker(const WorkerOptions& options) {
   RingAllReduce ring(options.rank);
   WorkerService service(&state);
   int port = 0;
-  std::unique_ptr<grpc::Server> server = StartServer(options.listen, {&service, ring.service()}, &port);
+  std::vector<std::string> also_listen;
+  if (!options.ring_listen.empty()) also_listen.push_back(options.ring_listen);
+  std::unique_ptr<grpc::Server> server =
+      StartServer(options.listen, {&service, ring.service()}, &port, also_listen);
   if (!server || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options.listen,
+                                               options.ring_listen.empty() ? "" : " and ",
+                                               options.ring_listen));
   }
   if (!options.port_file.empty()) {
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(options.port_file, std::to_string(port) + "\n"));

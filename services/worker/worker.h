@@ -22,6 +22,9 @@ struct WorkerOptions {
   int world = 1;
   std::string shard_file;  // empty: the whole training split (or rank::world striding for tests)
   std::string listen = "127.0.0.1:0";
+  // Also serve the ring here, e.g. "unix-abstract:NAME" for peers on the same machine (the local
+  // launcher's default; the peers then dial this address instead of `listen`).
+  std::string ring_listen;
   std::string port_file;
   std::string run_dir;  // checkpoints/ goes here
   // Deadline of every blocking operation: ring steps, pushes and pulls, waiting for servers to

@@ -4,8 +4,8 @@
 #include <csignal>
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "services/common/logging.h"
 #include "services/worker/worker.h"
@@ -20,12 +20,18 @@ int main(int argc, char** argv) {
   int deadline_s = 120;
   strata::WorkerOptions options;
   app.add_option("--config", config, "job spec (YAML)")->required()->check(CLI::ExistingFile);
-  app.add_option("--rank", options.rank, "this worker's rank")->required()->check(CLI::NonNegativeNumber);
-  app.add_option("--world", options.world, "number of workers")->required()->check(CLI::PositiveNumber);
+  app.add_option("--rank", options.rank, "this worker's rank")
+      ->required()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--world", options.world, "number of workers")
+      ->required()
+      ->check(CLI::PositiveNumber);
   app.add_option("--shard-file", options.shard_file, "index file of this worker's shard");
   app.add_option("--epochs", epochs, "override training.epochs")->check(CLI::PositiveNumber);
   app.add_option("--set", overrides, "override a job-spec key (key=value)");
   app.add_option("--listen", options.listen, "address to serve on (port 0 = pick a free one)");
+  app.add_option("--ring-listen", options.ring_listen,
+                 "also serve the ring all-reduce here (e.g. unix-abstract:NAME)");
   app.add_option("--port-file", options.port_file, "write the bound port here once serving");
   app.add_option("--run-dir", options.run_dir, "run directory (checkpoints are written under it)");
   app.add_option("--log-file", log_file, "log file (in addition to stderr)");
@@ -33,7 +39,8 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (options.rank >= options.world) {
-    std::fprintf(stderr, "strata-worker: --rank %d must be below --world %d\n", options.rank, options.world);
+    std::fprintf(stderr, "strata-worker: --rank %d must be below --world %d\n", options.rank,
+                 options.world);
     return 2;
   }
   strata::InitLogging({"worker-" + std::to_string(options.rank), log_file, "info"});

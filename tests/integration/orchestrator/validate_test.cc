@@ -81,6 +81,8 @@ std::vector<BadSpec> BadSpecs() {
       {"name with a space", Replace(v, "name: valid-job", "name: my job"), "name", 1},
       {"zero threshold", Replace(v, "threshold_percent: 1.0", "threshold_percent: 0"),
        "strategy.threshold_percent", 16},
+      {"unknown ring transport", v + "launcher: { ring_transport: rdma }\n",
+       "launcher.ring_transport", 17},
       {"window the run cannot fill", Replace(v, "window: 5", "window: 9"), "strategy.window", 15},
       {"schedule gamma above 1",
        Replace(v, "momentum: 0.9", "momentum: 0.9\n  lr_schedule: { gamma: 2 }"),

@@ -5,12 +5,14 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <future>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <absl/strings/str_cat.h>
@@ -32,16 +34,24 @@ struct Rank {
   std::string address;
 };
 
-std::vector<Rank> StartRing(int world) {
+// transport "tcp": the ranks dial each other on 127.0.0.1; "unix": on abstract Unix sockets, as
+// the local launcher's workers do.
+std::vector<Rank> StartRing(int world, const std::string& transport = "tcp") {
+  static int rings = 0;  // abstract socket names are machine-wide: keep them unique
+  ++rings;
   std::vector<Rank> ranks(world);
   std::vector<std::string> peers;
   for (int r = 0; r < world; ++r) {
     ranks[r].ring = std::make_unique<RingAllReduce>(r);
     int port = 0;
-    ranks[r].server = StartServer("127.0.0.1:0", {ranks[r].ring->service()}, &port);
+    const std::string unix_address =
+        absl::StrCat("unix-abstract:strata-ring-test-", getpid(), "-", rings, "-", r);
+    std::vector<std::string> also_listen;
+    if (transport == "unix") also_listen.push_back(unix_address);
+    ranks[r].server = StartServer("127.0.0.1:0", {ranks[r].ring->service()}, &port, also_listen);
     EXPECT_NE(ranks[r].server, nullptr);
     EXPECT_GT(port, 0);
-    ranks[r].address = absl::StrCat("127.0.0.1:", port);
+    ranks[r].address = transport == "unix" ? unix_address : absl::StrCat("127.0.0.1:", port);
     peers.push_back(ranks[r].address);
   }
   for (auto& rank : ranks) EXPECT_TRUE(rank.ring->Connect(peers).ok());
@@ -69,11 +79,11 @@ float Value(int rank, size_t i, int op) {
   return static_cast<float>(static_cast<int>((i * 7 + rank * 13 + op * 5) % 201) - 100);
 }
 
-class RingAverage : public ::testing::TestWithParam<int> {};
+class RingAverage : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(RingAverage, EveryRankHoldsExactlyTheAverage) {
-  const int world = GetParam();
-  std::vector<Rank> ranks = StartRing(world);
+  const auto& [world, transport] = GetParam();
+  std::vector<Rank> ranks = StartRing(world, transport);
   struct Case {
     size_t floats;
     size_t segment_bytes;
@@ -117,7 +127,11 @@ TEST_P(RingAverage, EveryRankHoldsExactlyTheAverage) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Worlds, RingAverage, ::testing::Values(1, 2, 3, 4, 5));
+INSTANTIATE_TEST_SUITE_P(Worlds, RingAverage,
+                         ::testing::Combine(::testing::Values(1, 2, 3, 4, 5),
+                                            ::testing::Values("tcp")));
+INSTANTIATE_TEST_SUITE_P(UnixSockets, RingAverage,
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values("unix")));
 
 TEST(RingAllReduce, SumWithZerosElsewhereBroadcastsRankZeroBitForBit) {
   const int world = 3;
