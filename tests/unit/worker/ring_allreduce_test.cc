@@ -188,19 +188,23 @@ TEST(RingAllReduce, DifferentSizesOnTwoRanksFailNamingTheMismatch) {
 // A rank whose server is gone (the process died): its neighbours fail fast or at the deadline,
 // and every error names it with its address.
 TEST(RingAllReduce, ADeadPeerIsNamedByEveryRank) {
-  const int world = 3;
-  std::vector<Rank> ranks = StartRing(world);
-  ranks[2].server->Shutdown();
-  const std::string dead = absl::StrCat("rank 2 (", ranks[2].address, ")");
-  std::vector<std::vector<float>> data(2, std::vector<float>(1000, 1.0f));
-  AllReduceOptions options;
-  options.deadline = std::chrono::seconds(3);
-  auto statuses = RunOnAll(
-      2, [&](int r) { return ranks[r].ring->AllReduceAverage(data[r].data(), 1000, options); });
-  for (int r = 0; r < 2; ++r) {
-    ASSERT_FALSE(statuses[r].ok()) << "rank " << r;
-    EXPECT_THAT(std::string(statuses[r].message()), HasSubstr(dead))
-        << "rank " << r << ": " << statuses[r];
+  // Over Unix sockets the ring's connection is made at Connect(), before the peer goes away.
+  for (const std::string transport : {"tcp", "unix"}) {
+    SCOPED_TRACE(transport);
+    const int world = 3;
+    std::vector<Rank> ranks = StartRing(world, transport);
+    ranks[2].server->Shutdown();
+    const std::string dead = absl::StrCat("rank 2 (", ranks[2].address, ")");
+    std::vector<std::vector<float>> data(2, std::vector<float>(1000, 1.0f));
+    AllReduceOptions options;
+    options.deadline = std::chrono::seconds(3);
+    auto statuses = RunOnAll(
+        2, [&](int r) { return ranks[r].ring->AllReduceAverage(data[r].data(), 1000, options); });
+    for (int r = 0; r < 2; ++r) {
+      ASSERT_FALSE(statuses[r].ok()) << "rank " << r;
+      EXPECT_THAT(std::string(statuses[r].message()), HasSubstr(dead))
+          << "rank " << r << ": " << statuses[r];
+    }
   }
 }
 
