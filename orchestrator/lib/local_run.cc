@@ -260,27 +260,13 @@ class LocalRun {
     if (UsesServers()) {
       for (int p = 0; p < spec_.cluster.parameter_servers; ++p) {
         Service s = NewService(absl::StrCat("ps-", p));
-        std::vector<std::string> argv = {Bin("strata-ps"),
-                                         "--listen",
-                                         "127.0.0.1:0",
-                                         "--port-file",
-                                         s.port_file,
-                                         "--partition",
-                                         std::to_string(p),
-                                         "--partitions",
-                                         std::to_string(spec_.cluster.parameter_servers),
-                                         "--workers",
-                                         std::to_string(spec_.cluster.workers),
-                                         "--config",
-                                         paths_.job_yaml,
-                                         "--consistency",
-                                         spec_.strategy.consistency,
-                                         "--staleness",
-                                         std::to_string(spec_.strategy.staleness),
-                                         "--train-examples",
-                                         std::to_string(train_examples_),
-                                         "--run-dir",
-                                         paths_.root};
+        std::vector<std::string> argv = ServiceArgv(
+            "strata-ps", s,
+            {"--partition", std::to_string(p), "--partitions",
+             std::to_string(spec_.cluster.parameter_servers), "--workers",
+             std::to_string(spec_.cluster.workers), "--config", paths_.job_yaml, "--consistency",
+             spec_.strategy.consistency, "--staleness", std::to_string(spec_.strategy.staleness),
+             "--train-examples", std::to_string(train_examples_), "--run-dir", paths_.root});
         if (spec_.strategy.ps_lr_scale > 0) {
           argv.insert(argv.end(), {"--lr-scale", absl::StrCat(spec_.strategy.ps_lr_scale)});
         }
@@ -292,21 +278,11 @@ class LocalRun {
     }
     for (int r = 0; r < spec_.cluster.workers; ++r) {
       Service s = NewService(absl::StrCat("worker-", r));
-      std::vector<std::string> argv = {Bin("strata-worker"),
-                                       "--config",
-                                       paths_.job_yaml,
-                                       "--rank",
-                                       std::to_string(r),
-                                       "--world",
-                                       std::to_string(spec_.cluster.workers),
-                                       "--shard-file",
-                                       ShardFile(r),
-                                       "--listen",
-                                       "127.0.0.1:0",
-                                       "--port-file",
-                                       s.port_file,
-                                       "--run-dir",
-                                       paths_.root};
+      std::vector<std::string> argv =
+          ServiceArgv("strata-worker", s,
+                      {"--config", paths_.job_yaml, "--rank", std::to_string(r), "--world",
+                       std::to_string(spec_.cluster.workers), "--shard-file", ShardFile(r),
+                       "--run-dir", paths_.root});
       if (spec_.launcher.ring_transport == "unix") {
         // Abstract names vanish with the process and need no directory; the orchestrator's pid
         // and the run's name keep concurrent runs apart.
@@ -322,9 +298,8 @@ class LocalRun {
       workers_.push_back(std::move(s));
     }
     evaluator_ = NewService("evaluator");
-    return LaunchService(evaluator_,
-                         {Bin("strata-evaluator"), "--config", paths_.job_yaml, "--listen",
-                          "127.0.0.1:0", "--port-file", evaluator_.port_file, "--threads", "1"});
+    return LaunchService(evaluator_, ServiceArgv("strata-evaluator", evaluator_,
+                                                 {"--config", paths_.job_yaml, "--threads", "1"}));
   }
 
   absl::Status WaitForPorts() {
@@ -1164,6 +1139,15 @@ class LocalRun {
   bool UsesServers() const { return spec_.strategy.kind != "allreduce"; }
   std::string Bin(const std::string& name) const {
     return absl::StrCat(options_.bin_dir, "/", name);
+  }
+  // A service's command line: it listens on a free loopback port and writes the port into its
+  // port file, then takes `more`.
+  std::vector<std::string> ServiceArgv(const std::string& binary, const Service& s,
+                                       std::initializer_list<std::string> more) const {
+    std::vector<std::string> argv = {Bin(binary), "--listen", "127.0.0.1:0", "--port-file",
+                                     s.port_file};
+    argv.insert(argv.end(), more);
+    return argv;
   }
   std::string ShardFile(int rank) const {
     return absl::StrCat(paths_.shards, "/shard-", rank, ".idx");
