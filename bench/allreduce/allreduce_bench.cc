@@ -48,7 +48,9 @@ int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t se
     std::printf(
         "strata world=%d transport=%s bytes=%.0f segment_bytes=%zu ms_per_op=%.2f "
         "algbw_MBps=%.0f busbw_MBps=%.0f\n",
-        world, transport.c_str(), bytes, segment_bytes, secs * 1e3, algbw, busbw);
+        world, transport.c_str(), bytes,
+        segment_bytes > 0 ? segment_bytes : strata::AutoSegmentBytes(floats, world), secs * 1e3,
+        algbw, busbw);
     std::printf("busbw_MBps=%.0f\n", busbw);
     std::fflush(stdout);
   }
@@ -75,8 +77,8 @@ int main(int argc, char** argv) {
   app.add_option("--floats", floats, "floats per rank")->check(CLI::PositiveNumber);
   app.add_option("--iters", iters, "timed operations")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed operations first")->check(CLI::NonNegativeNumber);
-  app.add_option("--segment-bytes", segment_bytes, "payload per message")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--segment-bytes", segment_bytes, "payload per message (0: automatic)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--rank", rank, "internal: run one rank")->group("");
   app.add_option("--dir", dir, "internal: port exchange directory")->group("");
   CLI11_PARSE(app, argc, argv);

@@ -112,7 +112,8 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
   app.add_option("--global-batch", global_batch)->check(CLI::PositiveNumber);
   app.add_option("--arch", arch);
-  app.add_option("--segment-bytes", segment_bytes)->check(CLI::PositiveNumber);
+  app.add_option("--segment-bytes", segment_bytes, "payload per message (0: automatic)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--transport", transport,
                  "ring transport: tcp or unix (see strata-bench-allreduce)")
       ->check(CLI::IsMember({"tcp", "unix"}));

@@ -583,7 +583,9 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
   const auto start = Clock::now();
   const auto deadline = start + options.deadline;
   const auto grace = GraceFor(options.deadline);
-  const size_t seg_floats = std::max<size_t>(1, options.segment_bytes / sizeof(float));
+  const size_t segment_bytes =
+      options.segment_bytes > 0 ? options.segment_bytes : AutoSegmentBytes(n, world);
+  const size_t seg_floats = std::max<size_t>(1, segment_bytes / sizeof(float));
   const int steps = 2 * (world - 1);
   const auto chunk_begin = [&](int c) { return n * static_cast<size_t>(c) / world; };
   const auto mod = [&](int x) { return ((x % world) + world) % world; };
@@ -765,6 +767,11 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
                                  [](const std::weak_ptr<SendState>& w) { return w.expired(); }),
                   lingering.end());
   return status;
+}
+
+size_t AutoSegmentBytes(size_t floats, int world) {
+  const size_t chunk_bytes = floats * sizeof(float) / static_cast<size_t>(std::max(1, world));
+  return std::clamp<size_t>((chunk_bytes + 1) / 2, 1 << 20, 8 << 20);
 }
 
 RingAllReduce::RingAllReduce(int rank) : impl_(std::make_unique<Impl>()) {

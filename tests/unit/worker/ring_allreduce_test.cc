@@ -151,6 +151,14 @@ TEST(RingAllReduce, SumWithZerosElsewhereBroadcastsRankZeroBitForBit) {
   }
 }
 
+TEST(RingAllReduce, AutomaticSegmentsAreHalfAChunkBetweenOneAndEightMiB) {
+  EXPECT_EQ(AutoSegmentBytes(262144, 2), size_t{1} << 20);           // 1 MiB buffer: the floor
+  EXPECT_EQ(AutoSegmentBytes(6553600, 4), size_t{3276800});          // 25 MiB over 4: half a chunk
+  EXPECT_EQ(AutoSegmentBytes(6553600, 2), size_t{6553600});          // 25 MiB over 2
+  EXPECT_EQ(AutoSegmentBytes(size_t{1} << 28, 2), size_t{8} << 20);  // 1 GiB: the ceiling
+  EXPECT_EQ(AutoSegmentBytes(1, 1), size_t{1} << 20);
+}
+
 TEST(RingAllReduce, WorldOfOneLeavesTheBufferAlone) {
   RingAllReduce ring(0);
   ASSERT_TRUE(ring.Connect({"127.0.0.1:1"}).ok());
