@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -14,8 +15,6 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-#include <cstddef>
 
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
@@ -776,10 +775,11 @@ size_t AutoSegmentBytes(size_t floats, int world) {
 
 RingAllReduce::RingAllReduce(int rank) : impl_(std::make_unique<Impl>()) {
   impl_->rank = rank;
-  // Every operation allocates and frees buffers of a few hundred KiB (our segments, gRPC's
-  // receive buffers). Above glibc's default 128 KiB threshold each one is a fresh mmap whose pages
-  // fault in one by one (zeroed), and freed heap tops are trimmed back to the kernel: measured as
-  // ~10% of the CPU time of an operation and up to 30% lower bandwidth. Keep them on the heap.
+  // Every operation makes gRPC allocate and free receive buffers of a few hundred KiB. Above
+  // glibc's default 128 KiB threshold each one is a fresh mmap whose pages fault in one by one
+  // (zeroed), and freed heap tops are trimmed back to the kernel: measured (when segments were
+  // still copied into fresh buffers too) as ~10% of the CPU time of an operation and up to 30%
+  // lower bandwidth. Keep them on the heap.
   static const bool tuned = [] {
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
