@@ -54,12 +54,7 @@ int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t se
     std::printf("busbw_MBps=%.0f\n", busbw);
     std::fflush(stdout);
   }
-  server->Shutdown();  // waits for the previous rank's stream to end, so its last operation is
-                       // acknowledged
-  // Leave without static destructors: exiting while gRPC's background threads finish their
-  // asynchronous shutdown aborted one rank in ~1 of 20 runs (heap corruption, "prior > 0").
-  std::fflush(stdout);
-  std::_Exit(0);
+  strata::bench::LeaveRank(server.get());
 }
 
 }  // namespace

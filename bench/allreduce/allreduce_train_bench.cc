@@ -91,13 +91,7 @@ int RunRank(int rank, int world, const std::string& arch, int global_batch, int 
         static_cast<double>(global_batch) * steps / secs);
     std::fflush(stdout);
   }
-  if (server)
-    server->Shutdown();  // waits for the previous rank's stream to end, so its last operation is
-                         // acknowledged
-  // Leave without static destructors: exiting while gRPC's background threads finish their
-  // asynchronous shutdown aborted one rank in ~1 of 20 runs (heap corruption, "prior > 0").
-  std::fflush(stdout);
-  std::_Exit(0);
+  strata::bench::LeaveRank(server.get());
 }
 
 }  // namespace

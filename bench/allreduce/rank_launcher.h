@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <thread>
@@ -89,6 +90,16 @@ inline int RunRanks(const std::string& self, int world, const std::vector<std::s
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   return rc;
+}
+
+// Child: ends a rank that succeeded. Shutting the server down waits for the previous rank's
+// stream to end, so its last operation is acknowledged. Then it leaves without static
+// destructors: exiting while gRPC's background threads finish their asynchronous shutdown aborted
+// one rank in ~1 of 20 runs (heap corruption, "prior > 0").
+[[noreturn]] inline void LeaveRank(grpc::Server* server) {
+  if (server != nullptr) server->Shutdown();
+  std::fflush(stdout);
+  std::_Exit(0);
 }
 
 // Child: dies with the parent, so an interrupted benchmark leaves no ranks behind.
