@@ -10,16 +10,11 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/allreduce/rank_launcher.h"
+#include "bench/common/bench_trainer.h"
 #include "services/common/rpc.h"
-#include "services/common/trainer.h"
 #include "services/worker/allreduce_sync.h"
 
 namespace {
-
-std::shared_ptr<const strata::Dataset> RandomImages(int batch, uint64_t seed) {
-  return std::make_shared<const strata::Dataset>(
-      strata::MakeRandomImageDataset(batch, 1, 28, 28, 10, seed));
-}
 
 int Fail(int rank, const absl::Status& status) {
   std::fprintf(stderr, "rank %d: %s\n", rank, status.ToString().c_str());
@@ -30,14 +25,7 @@ int RunRank(int rank, int world, const std::string& arch, int global_batch, int 
             size_t segment_bytes, const std::string& transport, const std::string& dir) {
   const int batch = global_batch / world;
   const int threads = std::max(1, 2 / world);
-  strata::ConfigureTorchThreads(threads);
-  strata::TrainerOptions o;
-  o.arch = arch;
-  o.batch_size = batch;
-  o.lr = 0.1;
-  o.momentum = 0.9;
-  o.seed = 1;
-  auto trainer = strata::Trainer::Create(o, RandomImages(batch, 1 + rank));
+  auto trainer = strata::bench::MakeBenchTrainer(arch, batch, threads, /*data_seed=*/1 + rank);
   if (!trainer.ok()) return Fail(rank, trainer.status());
 
   std::unique_ptr<strata::RingAllReduce> ring;

@@ -7,7 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "services/common/trainer.h"
+#include "bench/common/bench_trainer.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Strata single-process training throughput"};
@@ -19,15 +19,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads)->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
-  strata::Dataset d = strata::MakeRandomImageDataset(batch, 1, 28, 28, 10, /*seed=*/1);
-
-  strata::ConfigureTorchThreads(threads);
-  strata::TrainerOptions o;
-  o.arch = arch;
-  o.batch_size = batch;
-  o.lr = 0.1;
-  o.momentum = 0.9;
-  auto trainer = strata::Trainer::Create(o, std::make_shared<const strata::Dataset>(std::move(d)));
+  auto trainer = strata::bench::MakeBenchTrainer(arch, batch, threads, /*data_seed=*/1);
   if (!trainer.ok()) {
     std::fprintf(stderr, "%s\n", std::string(trainer.status().message()).c_str());
     return 1;
@@ -40,8 +32,9 @@ int main(int argc, char** argv) {
     if (!(*trainer)->ComputeGradients(0).ok()) return 1;
     (*trainer)->ApplyGradients(sgd);
   }
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("strata arch=%s batch=%d threads=%d steps=%d samples_per_s=%.0f\n", arch.c_str(), batch,
-              threads, steps, static_cast<double>(batch) * steps / secs);
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("strata arch=%s batch=%d threads=%d steps=%d samples_per_s=%.0f\n", arch.c_str(),
+              batch, threads, steps, static_cast<double>(batch) * steps / secs);
   return 0;
 }
