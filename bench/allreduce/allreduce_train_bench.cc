@@ -63,7 +63,7 @@ int RunRank(int rank, int world, const std::string& arch, int global_batch, int 
       strata::StepContext context;
       context.step = i;
       context.batch_examples = batch;
-      if (absl::Status s = sync->Step(**trainer, context); !s.ok()) return Fail(rank, s);
+      if (absl::Status s = sync->Step(**trainer, context).status(); !s.ok()) return Fail(rank, s);
       comm_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     } else {
       (*trainer)->ApplyGradients((*trainer)->SgdFor(0));

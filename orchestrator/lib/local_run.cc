@@ -644,10 +644,11 @@ class LocalRun {
     }
     return slowest > 0 ? worker_batch_ / slowest : 0.1;
   }
-  // Steps ahead of the fastest worker for the switch step: every worker must get the request
-  // before it gets there, or it refuses and the others wait for it in vain. A loopback RPC takes
-  // milliseconds; half a second of steps (at least 3) covers a loaded machine. The workers keep
-  // training meanwhile, so the margin delays the switch but is not part of the handover.
+  // Steps ahead of the fastest worker for the switch step, so that every worker holds the
+  // request before it gets there and the switch lands on the chosen step (for at_fraction, the
+  // epoch boundary). A request that arrives late only delays the switch: the ring votes on the
+  // step. A loopback RPC takes milliseconds; half a second of steps (at least 3) covers a loaded
+  // machine. The workers keep training meanwhile, so the margin is not part of the handover.
   int64_t SwitchMargin() const {
     return std::max<int64_t>(3, static_cast<int64_t>(std::ceil(0.5 / StepSeconds())));
   }
@@ -672,7 +673,8 @@ class LocalRun {
     }
     const auto decided_at = Clock::now();
 
-    // 1. Every worker finishes step `at_step`; worker 0 writes the model; all wait for the servers.
+    // 1. The workers finish the agreed step (`at_step` unless a request came late); worker 0
+    //    writes the model; all wait for the servers.
     struct SwitchCall {
       std::thread thread;
       std::atomic<bool> done{false};
@@ -725,8 +727,10 @@ class LocalRun {
       return s;
     };
 
-    const std::string checkpoint =
-        absl::StrCat(paths_.checkpoints, "/switch-step", at_step, ".ckpt");
+    // The workers agree on the step themselves (at_step or the first boundary after it at which
+    // all hold the request); worker 0 publishes it the moment the switch begins.
+    int64_t switch_step = 0;
+    std::string checkpoint;
     std::optional<Clock::time_point> paused, written;
     auto last_poll = Clock::now() - std::chrono::seconds(1);
     auto last_tick = Clock::now();
@@ -743,11 +747,7 @@ class LocalRun {
         UpdateProgressLine();
         WriteStatus();
       }
-      if (FileExists(checkpoint)) {
-        written = Clock::now();
-        break;
-      }
-      // Worker 0's step tells when the pause began (it writes the checkpoint right after); a
+      // Worker 0's status tells when the pause began (it writes the checkpoint right after); a
       // loopback GetStatus costs well under a millisecond, so poll it often near the step.
       if (!paused && Clock::now() - last_poll > std::chrono::milliseconds(2)) {
         last_poll = Clock::now();
@@ -755,19 +755,25 @@ class LocalRun {
         context.set_deadline(DeadlineAfter(std::chrono::seconds(2)));
         v1::WorkerStatus status;
         if (worker_stubs_[0]->GetStatus(&context, v1::WorkerStatusRequest(), &status).ok() &&
-            status.step() >= at_step) {
+            status.switch_began_at_step() > 0) {
           paused = Clock::now();
+          switch_step = status.switch_began_at_step();
+          checkpoint = absl::StrCat(paths_.checkpoints, "/switch-step", switch_step, ".ckpt");
         }
       }
+      if (paused && FileExists(checkpoint)) {
+        written = Clock::now();
+        break;
+      }
       if (Clock::now() - decided_at > switch_deadline) {
-        return abandon({workers_[0].name, absl::DeadlineExceededError(absl::StrCat(
-                                              "worker 0 did not write ", checkpoint, " within ",
-                                              switch_deadline.count() / 1000, " s"))});
+        return abandon({workers_[0].name,
+                        absl::DeadlineExceededError(absl::StrCat(
+                            "worker 0 did not write its switch checkpoint (requested at step ",
+                            at_step, ") within ", switch_deadline.count() / 1000, " s"))});
       }
       std::this_thread::sleep_for(
           std::chrono::milliseconds(2));  // a file appears; nothing to wait on
     }
-    if (!paused) paused = written;
 
     // 2. Every parameter server loads its partition of that checkpoint.
     const auto load_start = Clock::now();
@@ -832,12 +838,13 @@ class LocalRun {
 
     switch_done_ = true;
     phase_ = "ps";
-    switch_step_ = at_step;
-    switch_epoch_ = static_cast<double>(at_step) / StepsPerEpoch();
+    switch_step_ = switch_step;
+    switch_epoch_ = static_cast<double>(switch_step) / StepsPerEpoch();
     handover_s_ = SecondsBetween(*paused, done) - SecondsBetween(loaded, verified);
     switch_paused_ = *paused;
     switch_resumed_ = done;
-    Event("switch_done", {{"at_step", at_step},
+    Event("switch_done", {{"at_step", switch_step},
+                          {"requested_at_step", at_step},
                           {"epoch", switch_epoch_},
                           {"handover_s", handover_s_},
                           {"checkpoint", checkpoint},
@@ -847,7 +854,7 @@ class LocalRun {
                           {"wall_s", SecondsBetween(start_, done)},
                           {"verification", verification}});
     Say(absl::StrFormat("switched to parameter servers at step %d (epoch %.2f): handover %.3f s%s",
-                        at_step, switch_epoch_, handover_s_,
+                        switch_step, switch_epoch_, handover_s_,
                         verification.value("weights_equal", false)
                             ? ", server weights equal the last all-reduce model"
                             : ""));

@@ -2,8 +2,8 @@
 
 #include <chrono>
 #include <cmath>
-#include <numeric>
 #include <cstring>
+#include <numeric>
 #include <thread>
 
 #include <absl/strings/str_cat.h>
@@ -106,7 +106,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   if (options.batch_size < 1) return absl::InvalidArgumentError("batch size must be >= 1");
   for (int64_t e : options.shard) {
     if (e < 0 || static_cast<size_t>(e) >= dataset->train.size()) {
-      return absl::InvalidArgumentError(absl::StrCat("shard index ", e, " outside the training split of ",
+      return absl::InvalidArgumentError(absl::StrCat("shard index ", e,
+                                                     " outside the training split of ",
                                                      dataset->train.size(), " examples"));
     }
   }
@@ -141,7 +142,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   const int64_t total = static_cast<int64_t>(impl->param_layout.total_floats());
   absl::Status status = CatchTorch("building the fused buffer", [&] {
     impl->params_flat = torch::empty({total});
-    impl->grads_flat = torch::zeros({total});
+    // One spare float after the gradients: room for a value that travels with them in one
+    // all-reduce (the ring's switch vote) without copying the gradients elsewhere.
+    impl->grads_flat = torch::zeros({total + 1});
     impl->velocity_flat = torch::zeros({total});
     torch::NoGradGuard no_grad;
     for (size_t i = 0; i < impl->params.size(); ++i) {
@@ -176,7 +179,8 @@ const FlatLayout& Trainer::buffers() const { return impl_->buffer_layout; }
 void Trainer::CopyBuffersTo(float* out) const {
   for (size_t i = 0; i < impl_->buffers.size(); ++i) {
     const FlatEntry& e = impl_->buffer_layout.entries()[i];
-    std::memcpy(out + e.offset, impl_->buffers[i].contiguous().data_ptr<float>(), e.numel * sizeof(float));
+    std::memcpy(out + e.offset, impl_->buffers[i].contiguous().data_ptr<float>(),
+                e.numel * sizeof(float));
   }
 }
 
@@ -191,7 +195,9 @@ void Trainer::SetBuffersFrom(const float* in) {
 void Trainer::StartEpoch(int64_t epoch) { impl_->loader->StartEpoch(epoch); }
 int64_t Trainer::batches_per_epoch() const { return impl_->loader->batches_per_epoch(); }
 int64_t Trainer::shard_size() const { return impl_->loader->examples(); }
-std::vector<int64_t> Trainer::BatchExamples(int64_t b) const { return impl_->loader->BatchIndices(b); }
+std::vector<int64_t> Trainer::BatchExamples(int64_t b) const {
+  return impl_->loader->BatchIndices(b);
+}
 
 absl::StatusOr<StepStats> Trainer::ComputeGradients(int64_t b) {
   if (b < 0 || b >= batches_per_epoch()) {
@@ -210,7 +216,8 @@ absl::StatusOr<StepStats> Trainer::ComputeGradientsOn(const std::vector<int64_t>
 }
 
 void Trainer::ApplyGradients(const SgdOptions& sgd) {
-  SgdStep(parameter_data(), gradient_data(), velocity_data(), impl_->param_layout.total_floats(), sgd);
+  SgdStep(parameter_data(), gradient_data(), velocity_data(), impl_->param_layout.total_floats(),
+          sgd);
 }
 
 SgdOptions Trainer::SgdFor(double epoch) const {
@@ -310,12 +317,13 @@ Checkpoint Trainer::ToCheckpoint(int64_t epoch, int64_t step, int64_t version) c
 
 absl::Status Trainer::LoadCheckpoint(const Checkpoint& checkpoint) {
   // Validate everything first, so that a bad checkpoint changes nothing.
-  auto find = [&](TensorKind kind, const FlatEntry& e, bool required) -> absl::StatusOr<const float*> {
+  auto find = [&](TensorKind kind, const FlatEntry& e,
+                  bool required) -> absl::StatusOr<const float*> {
     const CheckpointEntry* found = checkpoint.Find(kind, e.spec.name);
     if (found == nullptr) {
       if (!required) return nullptr;
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint lacks ", TensorKindName(kind), " '",
-                                                     e.spec.name, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint lacks ", TensorKindName(kind), " '", e.spec.name, "'"));
     }
     if (found->tensor.spec.shape != e.spec.shape || found->tensor.spec.dtype != DType::kFloat32) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -345,7 +353,8 @@ absl::Status Trainer::LoadCheckpoint(const Checkpoint& checkpoint) {
     for (auto& [e, src] : velocity) std::memcpy(v + e->offset, src, e->numel * sizeof(float));
   }
   std::vector<float> flat(impl_->buffer_layout.total_floats());
-  for (auto& [e, src] : buffers) std::memcpy(flat.data() + e->offset, src, e->numel * sizeof(float));
+  for (auto& [e, src] : buffers)
+    std::memcpy(flat.data() + e->offset, src, e->numel * sizeof(float));
   SetBuffersFrom(flat.data());
   return absl::OkStatus();
 }

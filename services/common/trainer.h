@@ -29,8 +29,8 @@ struct TrainerOptions {
   double momentum = 0.9;
   double weight_decay = 0.0;
   LrScheduleSpec lr_schedule;
-  uint64_t seed = 1;   // model initialisation and data order
-  int threads = 0;     // intra-op threads; 0 = all cores
+  uint64_t seed = 1;           // model initialisation and data order
+  int threads = 0;             // intra-op threads; 0 = all cores
   std::vector<int64_t> shard;  // training examples to use; empty = the whole training split
   bool augment = true;         // where the data set allows it (CIFAR)
   int64_t eval_batch = 1000;
@@ -74,7 +74,8 @@ class Trainer {
   const Dataset& dataset() const;
   int64_t parameter_count() const;
 
-  // The fused buffers (parameters().total_floats() floats each).
+  // The fused buffers (parameters().total_floats() floats each; gradient_data() has one spare
+  // float after the gradients, which a synchroniser may use).
   const FlatLayout& parameters() const;
   float* parameter_data();
   float* gradient_data();

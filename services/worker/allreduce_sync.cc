@@ -37,28 +37,39 @@ class AllReduceSynchroniser final : public Synchroniser {
     return absl::OkStatus();
   }
 
-  absl::Status Step(Trainer& trainer, const StepContext& context) override {
+  absl::StatusOr<StepOutcome> Step(Trainer& trainer, const StepContext& context) override {
     const size_t p = trainer.parameters().total_floats();
     const size_t b = trainer.buffers().total_floats();
     const std::string what =
         absl::StrCat("all-reduce of step ", context.step, " (epoch ", context.epoch + 1, ")");
+    // The switch vote rides in one extra float after the gradients. Every rank receives the same
+    // average, world x average is the number of yes votes (a small integer, up to rounding), so
+    // all ranks switch after the same step, without another round trip.
+    const float vote = context.ready_to_switch ? 1.0f : 0.0f;
+    float average_vote = 0.0f;
     if (b == 0) {
-      // No float buffers: reduce the fused gradient buffer where it lies.
-      STRATA_RETURN_IF_ERROR(
-          Annotate(ring_->AllReduceAverage(trainer.gradient_data(), p, options_), what));
+      // No float buffers: reduce the fused gradient buffer where it lies (it has a spare float
+      // after the gradients for the vote).
+      float* gradients = trainer.gradient_data();
+      gradients[p] = vote;
+      STRATA_RETURN_IF_ERROR(Annotate(ring_->AllReduceAverage(gradients, p + 1, options_), what));
+      average_vote = gradients[p];
     } else {
       // Gradients and BatchNorm statistics in one operation: one ring latency per step instead
       // of two, for one copy of the gradients (small next to the transfer).
-      staging_.resize(p + b);
+      staging_.resize(p + b + 1);
       std::memcpy(staging_.data(), trainer.gradient_data(), p * sizeof(float));
       trainer.CopyBuffersTo(staging_.data() + p);
+      staging_[p + b] = vote;
       STRATA_RETURN_IF_ERROR(
           Annotate(ring_->AllReduceAverage(staging_.data(), staging_.size(), options_), what));
       std::memcpy(trainer.gradient_data(), staging_.data(), p * sizeof(float));
       trainer.SetBuffersFrom(staging_.data() + p);
+      average_vote = staging_[p + b];
     }
     trainer.ApplyGradients(trainer.SgdFor(static_cast<double>(context.epoch)));
-    return absl::OkStatus();
+    const float world = static_cast<float>(ring_->world());
+    return StepOutcome{average_vote * world > world - 0.5f};
   }
 
  private:

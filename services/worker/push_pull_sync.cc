@@ -51,13 +51,14 @@ class PushPullSynchroniser final : public Synchroniser {
     return absl::OkStatus();
   }
 
-  absl::Status Step(Trainer& trainer, const StepContext& context) override {
+  absl::StatusOr<StepOutcome> Step(Trainer& trainer, const StepContext& context) override {
     trainer.CopyBuffersTo(buffers_.data());
     STRATA_RETURN_IF_ERROR(
         ForEachServer([&](ServerLink& s) { return PushPullWith(s, trainer, context); }));
     trainer.SetBuffersFrom(buffers_.data());
     ++steps_;
-    return absl::OkStatus();
+    // Push/pull workers do not move in lockstep: a vote concerns this worker alone.
+    return StepOutcome{context.ready_to_switch};
   }
 
  private:
@@ -164,9 +165,9 @@ class PushPullSynchroniser final : public Synchroniser {
     for (size_t k = 0; open && k < s.tensors.size(); ++k) {
       const ModelTensor& t = model_[s.tensors[k]];
       const float* values = (t.is_buffer ? buffers_.data() : grads) + t.offset;
-      open = EncodeTensorInto({&t.spec, values}, chunking, chunk,
-                              [&] { return stream->Write(request); })
-                 .ok();
+      open = EncodeTensorInto({&t.spec, values}, chunking, chunk, [&] {
+               return stream->Write(request);
+             }).ok();
     }
     absl::Status received = absl::UnavailableError("the server closed the stream during the push");
     if (open && stream->WritesDone()) received = Receive(s, trainer, stream.get());

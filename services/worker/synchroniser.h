@@ -8,15 +8,23 @@
 #include <string>
 
 #include <absl/status/status.h>
+#include <absl/status/statusor.h>
 
 #include "services/common/trainer.h"
 
 namespace strata {
 
 struct StepContext {
-  int64_t epoch = 0;        // 0-based epoch of this worker
-  int64_t step = 0;         // steps completed by this worker since the start (its clock)
+  int64_t epoch = 0;  // 0-based epoch of this worker
+  int64_t step = 0;   // steps completed by this worker since the start (its clock)
   int64_t batch_examples = 0;
+  // This worker's vote to switch strategy after this step (it holds a switch request due now).
+  bool ready_to_switch = false;
+};
+
+struct StepOutcome {
+  // Every replica voted ready_to_switch: all of them switch after this step, together.
+  bool all_ready_to_switch = false;
 };
 
 class Synchroniser {
@@ -26,8 +34,9 @@ class Synchroniser {
   // Before the first step of this synchroniser (also right after a switch): agree on the
   // starting model (all-reduce: every replica already holds the same one; push/pull: pull it).
   virtual absl::Status Start(Trainer& trainer) = 0;
-  // After the gradients of one step are in trainer.gradient_data().
-  virtual absl::Status Step(Trainer& trainer, const StepContext& context) = 0;
+  // After the gradients of one step are in trainer.gradient_data(). The switch vote travels with
+  // the step's exchange, so replicas that must switch together (a ring) agree on the step.
+  virtual absl::StatusOr<StepOutcome> Step(Trainer& trainer, const StepContext& context) = 0;
 };
 
 }  // namespace strata

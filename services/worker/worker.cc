@@ -46,7 +46,9 @@ class WorkerState {
   std::optional<v1::StartRequest> start;
   std::optional<v1::SwitchRequest> pending_switch;
   std::shared_ptr<std::promise<absl::StatusOr<v1::SwitchReply>>> switch_done;
-  bool switch_started = false;  // the training thread took the pending switch at its step
+  // The training thread voted the pending switch into the step in flight, or is switching: too
+  // late to withdraw it.
+  bool switch_started = false;
   std::deque<Task> tasks;
   bool stop = false;
   v1::WorkerStatus status;
@@ -139,6 +141,10 @@ class WorkerService final : public v1::Worker::Service {
     if (request->parameter_servers().empty()) {
       return ToGrpcStatus(absl::InvalidArgumentError("Switch: parameter_servers is empty"));
     }
+    if (request->at_step() < 0) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("Switch: at_step ", request->at_step(), " is negative")));
+    }
     auto promise = std::make_shared<std::promise<absl::StatusOr<v1::SwitchReply>>>();
     auto result = promise->get_future();
     {
@@ -150,14 +156,9 @@ class WorkerService final : public v1::Worker::Service {
       if (state_->pending_switch) {
         return ToGrpcStatus(absl::AlreadyExistsError("Switch: a switch is already pending"));
       }
-      // The switch fires where the loop publishes a finished step, under this same lock, so a
-      // step strictly ahead of the published one is never missed. at_step 0 means "after the
-      // step in flight", which only a single worker can use safely (ring peers must agree).
-      if (request->at_step() != 0 && request->at_step() <= state_->status.step()) {
-        return ToGrpcStatus(absl::FailedPreconditionError(
-            absl::StrCat("Switch: at_step ", request->at_step(),
-                         " has passed (worker finished step ", state_->status.step(), ")")));
-      }
+      // The ring agrees on the step: each worker votes with its step's gradients once its
+      // request is due, and all switch after the first step every one of them voted for
+      // (SwitchRequest.at_step). A request for a step already passed is due at once.
       state_->pending_switch = *request;
       state_->switch_done = promise;
     }
@@ -406,7 +407,16 @@ class WorkerRunner {
         if (state_->stopping()) return absl::CancelledError("stopped");
         STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer.ComputeGradients(b));
         StepContext context{epoch, step, stats.examples};
-        STRATA_RETURN_IF_ERROR(sync->Step(trainer, context));
+        {
+          // Vote to switch after this step if a request is due; once voted it cannot be
+          // withdrawn until the vote's outcome is known.
+          std::lock_guard<std::mutex> lock(state_->mu);
+          const auto& pending = state_->pending_switch;
+          context.ready_to_switch =
+              pending && (pending->at_step() == 0 || pending->at_step() <= step + 1);
+          state_->switch_started = context.ready_to_switch;
+        }
+        STRATA_ASSIGN_OR_RETURN(StepOutcome outcome, sync->Step(trainer, context));
         ++step;
         loss_sum += stats.loss * stats.examples;
         seen += stats.examples;
@@ -418,10 +428,11 @@ class WorkerRunner {
           state_->status.set_train_loss(loss_sum / seen);
           const double secs = std::chrono::duration<double>(Clock::now() - phase_start).count();
           state_->status.set_samples_per_s(phase_samples / std::max(secs, 1e-9));
-          if (state_->pending_switch && (state_->pending_switch->at_step() == 0 ||
-                                         state_->pending_switch->at_step() == step)) {
+          if (context.ready_to_switch && outcome.all_ready_to_switch) {
             switch_now = state_->pending_switch;
-            state_->switch_started = true;
+            state_->status.set_switch_began_at_step(step);
+          } else {
+            state_->switch_started = false;  // a peer did not vote yet: try again next step
           }
         }
         if (switch_now) {

@@ -8,12 +8,12 @@
 
 #include <gtest/gtest.h>
 
-#include "tests/support/fashion_mnist.h"
 #include "services/common/dataset.h"
 #include "services/common/trainer.h"
 #include "services/parameter_server/ps_process.h"
 #include "services/worker/push_pull_sync.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
+#include "tests/support/fashion_mnist.h"
 
 namespace strata::testing {
 namespace {
@@ -137,8 +137,9 @@ class PsTrainingTest : public ::testing::Test {
               results[w] = stats.status();
               return;
             }
-            results[w] =
-                syncs[w]->Step(*trainers[w], {epoch, step, static_cast<int64_t>(mine.size())});
+            results[w] = syncs[w]
+                             ->Step(*trainers[w], {epoch, step, static_cast<int64_t>(mine.size())})
+                             .status();
           });
         }
         for (auto& t : threads) t.join();
@@ -176,7 +177,7 @@ TEST_F(PsTrainingTest, AspOneWorkerOneServerReproducesSingleNodeSgdStepForStep) 
       reference->ApplyGradients(reference->SgdFor(static_cast<double>(epoch)));
       auto stats = worker->ComputeGradients(b);
       ASSERT_TRUE(stats.ok());
-      absl::Status synced = sync->Step(*worker, {epoch, step, stats->examples});
+      absl::Status synced = sync->Step(*worker, {epoch, step, stats->examples}).status();
       ASSERT_TRUE(synced.ok()) << synced;
       ASSERT_LT(MaxDifference(*reference, *worker), 1e-6f) << "epoch " << epoch << " step " << b;
     }
@@ -250,7 +251,7 @@ TEST_F(PsTrainingTest, HandoverFromAWorkerCheckpointContinuesTheOptimizer) {
     reference->ApplyGradients(reference->SgdFor(0));
     auto stats = worker->ComputeGradients(b);
     ASSERT_TRUE(stats.ok());
-    absl::Status synced = sync->Step(*worker, {0, b, stats->examples});
+    absl::Status synced = sync->Step(*worker, {0, b, stats->examples}).status();
     ASSERT_TRUE(synced.ok()) << synced;
     ASSERT_LT(MaxDifference(*reference, *worker), 1e-6f) << "step " << b;
   }

@@ -53,7 +53,8 @@ cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }
   };
 
   // Starts a service on 127.0.0.1:0 and waits for the port it reports.
-  Service Launch(const std::string& binary, const std::string& name, std::vector<std::string> args) {
+  Service Launch(const std::string& binary, const std::string& name,
+                 std::vector<std::string> args) {
     SpawnOptions o;
     o.name = name;
     o.log_path = dir_ + "/logs/" + name + ".log";
@@ -73,14 +74,16 @@ cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }
   }
 
   // Launches kWorkers strata-workers (with `extra` flags) and starts them as one ring.
-  std::vector<std::unique_ptr<v1::Worker::Stub>> StartRing(const std::vector<std::string>& extra = {}) {
+  std::vector<std::unique_ptr<v1::Worker::Stub>> StartRing(
+      const std::vector<std::string>& extra = {}) {
     std::vector<std::unique_ptr<v1::Worker::Stub>> stubs;
     v1::StartRequest start;
     start.set_mode(v1::SYNC_MODE_ALLREDUCE);
     start.set_steps_per_epoch(kStepsPerEpoch);
     for (int r = 0; r < kWorkers; ++r) {
-      std::vector<std::string> args = {"--config", dir_ + "/job.yaml", "--rank", std::to_string(r),
-                                       "--world", std::to_string(kWorkers), "--run-dir", dir_};
+      std::vector<std::string> args = {
+          "--config", dir_ + "/job.yaml",       "--rank",    std::to_string(r),
+          "--world",  std::to_string(kWorkers), "--run-dir", dir_};
       args.insert(args.end(), extra.begin(), extra.end());
       workers_.push_back(Launch("strata-worker", "worker-" + std::to_string(r), args));
       if (workers_.back().address.empty()) return {};
@@ -98,8 +101,18 @@ cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }
     return stubs;
   }
 
+  v1::WorkerStatus StatusOf(v1::Worker::Stub& stub) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(60)));
+    v1::WorkerStatus status;
+    grpc::Status rpc = stub.GetStatus(&context, {}, &status);
+    EXPECT_TRUE(rpc.ok()) << rpc.error_message();
+    return status;
+  }
+
   // Polls a worker's status until it has finished training (or the deadline passes).
-  v1::WorkerStatus WaitUntilFinished(v1::Worker::Stub& stub, std::chrono::steady_clock::time_point give_up) {
+  v1::WorkerStatus WaitUntilFinished(v1::Worker::Stub& stub,
+                                     std::chrono::steady_clock::time_point give_up) {
     v1::WorkerStatus status;
     for (;;) {
       grpc::ClientContext context;
@@ -130,35 +143,53 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs = StartRing();
   ASSERT_EQ(stubs.size(), static_cast<size_t>(kWorkers));
 
-  // Every worker switches after the same step, chosen ahead of where the workers are (as the
-  // orchestrator does): a step that has already passed on one worker is refused by it.
+  // The requests reach the workers at different times, the second only after the first worker
+  // has passed the requested step: the ring must not split (the first worker handing over while
+  // its peer still trains) but agree on a later step and switch there together.
   int64_t furthest = 0;
-  for (auto& s : stubs) {
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(seconds(60)));
-    v1::WorkerStatus status;
-    ASSERT_TRUE(s->GetStatus(&context, {}, &status).ok());
-    furthest = std::max(furthest, status.step());
-  }
-  const int64_t switch_step = std::max<int64_t>(kSwitchStep, furthest + 8);
-  ASSERT_LT(switch_step, 5 * kStepsPerEpoch) << "training ran too far ahead to test the switch";
-  std::vector<std::future<std::pair<grpc::Status, v1::SwitchReply>>> switches;
-  for (auto& s : stubs) {
-    switches.push_back(std::async(std::launch::async, [&s, this, switch_step] {
+  for (auto& s : stubs) furthest = std::max(furthest, StatusOf(*s).step());
+  const int64_t requested_step = std::max<int64_t>(kSwitchStep, furthest + 2);
+  auto send_switch = [this, requested_step](v1::Worker::Stub* stub) {
+    return std::async(std::launch::async, [stub, this, requested_step] {
       v1::SwitchRequest request;
       request.set_mode(v1::SYNC_MODE_PS);
-      request.set_at_step(switch_step);
+      request.set_at_step(requested_step);
       for (auto& server : servers_) request.add_parameter_servers(server.address);
       grpc::ClientContext context;
       context.set_deadline(DeadlineAfter(seconds(300)));
       v1::SwitchReply reply;
-      grpc::Status status = s->Switch(&context, request, &reply);
+      grpc::Status status = stub->Switch(&context, request, &reply);
       return std::make_pair(status, reply);
-    }));
-  }
-  // Rank 0 writes the all-reduce model at the boundary; the servers load it.
-  const std::string checkpoint = dir_ + "/checkpoints/switch-step" + std::to_string(switch_step) + ".ckpt";
+    });
+  };
+  std::vector<std::future<std::pair<grpc::Status, v1::SwitchReply>>> switches;
+  switches.push_back(send_switch(stubs[0].get()));
   const auto give_up = std::chrono::steady_clock::now() + seconds(300);
+  int64_t first_worker_step = 0;
+  for (;;) {
+    const v1::WorkerStatus first = StatusOf(*stubs[0]);
+    ASSERT_EQ(first.switch_began_at_step(), 0)
+        << "worker 0 began the switch before its peer had the request";
+    first_worker_step = first.step();
+    if (first_worker_step > requested_step) break;
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "worker 0 stopped short of the step";
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));  // polling progress
+  }
+  switches.push_back(send_switch(stubs[1].get()));
+
+  // Worker 0 publishes the agreed step when the switch begins and writes the all-reduce model
+  // there; the servers load it.
+  int64_t switch_step = 0;
+  while ((switch_step = StatusOf(*stubs[0]).switch_began_at_step()) == 0) {
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "the switch did not begin";
+    for (auto& w : workers_) ASSERT_FALSE(w.process->Poll()) << w.LogTail();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling progress
+  }
+  EXPECT_GT(switch_step, first_worker_step) << "worker 0 switched before its peer had the request";
+  ASSERT_LT(switch_step, (kEpochs - 2) * kStepsPerEpoch)
+      << "training ran too far ahead to test the switch";
+  const std::string checkpoint =
+      dir_ + "/checkpoints/switch-step" + std::to_string(switch_step) + ".ckpt";
   while (!fs::exists(checkpoint)) {
     ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "no handover checkpoint";
     for (auto& w : workers_) ASSERT_FALSE(w.process->Poll()) << w.LogTail();
@@ -194,7 +225,8 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
     ASSERT_EQ(st.epoch_train_loss_size(), kEpochs);
     // The switch falls in epoch 2 to 5; at least two pure push/pull epochs follow. Asynchronous
     // epochs are noisy one by one, so the last two together are compared with the switch epoch.
-    const double last_two = (st.epoch_train_loss(kEpochs - 1) + st.epoch_train_loss(kEpochs - 2)) / 2;
+    const double last_two =
+        (st.epoch_train_loss(kEpochs - 1) + st.epoch_train_loss(kEpochs - 2)) / 2;
     EXPECT_LT(last_two, st.epoch_train_loss(switch_step / kStepsPerEpoch))
         << "loss did not keep falling after the switch";
     EXPECT_LT(st.epoch_train_loss(kEpochs - 1), st.epoch_train_loss(0));
@@ -214,7 +246,8 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
 TEST_F(SwitchTest, AWithdrawnSwitchLeavesTheRingTraining) {
   // Enough steps that the callers give up long before the requested one.
   constexpr int kLongEpochs = 100;
-  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs = StartRing({"--epochs", std::to_string(kLongEpochs)});
+  std::vector<std::unique_ptr<v1::Worker::Stub>> stubs =
+      StartRing({"--epochs", std::to_string(kLongEpochs)});
   ASSERT_EQ(stubs.size(), static_cast<size_t>(kWorkers));
   // The callers give up (deadline) long before the last step: both requests must be withdrawn,
   // or one worker would wait at the handover for the other forever.
@@ -240,8 +273,9 @@ TEST_F(SwitchTest, AWithdrawnSwitchLeavesTheRingTraining) {
 }
 
 TEST_F(SwitchTest, SwitchToAllReduceOrBeforeStartIsRefused) {
-  workers_.push_back(Launch("strata-worker", "worker-0",
-                            {"--config", dir_ + "/job.yaml", "--rank", "0", "--world", "1", "--run-dir", dir_}));
+  workers_.push_back(
+      Launch("strata-worker", "worker-0",
+             {"--config", dir_ + "/job.yaml", "--rank", "0", "--world", "1", "--run-dir", dir_}));
   ASSERT_FALSE(workers_.back().address.empty());
   auto stub = v1::Worker::NewStub(MakeChannel(workers_[0].address));
   grpc::ClientContext context;

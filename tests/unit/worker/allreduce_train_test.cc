@@ -1,7 +1,7 @@
 // Training with the all-reduce synchroniser, N ranks as threads of one process (each with its own
 // gRPC server and Trainer), on a small Fashion-MNIST subset.
-#include "tests/support/fashion_mnist.h"
 #include "services/worker/allreduce_sync.h"
+#include "tests/support/fashion_mnist.h"
 
 #include <cmath>
 #include <cstring>
@@ -135,7 +135,7 @@ TEST(AllReduceTraining, MlpWithNWorkersReproducesSingleNodeBatch) {
         context.epoch = 0;
         context.step = b;
         context.batch_examples = static_cast<int64_t>(mine.size());
-        absl::Status stepped = replicas[r].sync->Step(t, context);
+        absl::Status stepped = replicas[r].sync->Step(t, context).status();
         if (!stepped.ok()) return stepped;
       }
       return absl::OkStatus();
@@ -180,9 +180,55 @@ TEST(AllReduceTraining, ResNetReplicasAreBitIdenticalAfterEveryStep) {
       if (!stats.ok()) return stats.status();
       StepContext context;
       context.step = b;
-      return replicas[r].sync->Step(t, context);
+      return replicas[r].sync->Step(t, context).status();
     });
     ExpectBitIdentical(replicas, absl::StrCat("after step ", b + 1));
+  }
+}
+
+// The switch vote travels with each step's gradients: every rank gets the same outcome, yes only
+// when every rank voted yes. Both reduction paths: in place (MLP) and staged with BatchNorm
+// statistics (ResNet-20).
+TEST(AllReduceTraining, TheSwitchVoteIsYesOnEveryRankOnlyWhenEveryRankVotesYes) {
+  ConfigureTorchThreads(1);
+  auto data = FashionMnist(96);
+  ASSERT_NE(data, nullptr);
+  // Who votes yes at each step, rank by rank.
+  const std::vector<std::vector<bool>> votes = {{false, false, false}, {true, false, false},
+                                                {true, true, false},   {true, true, true},
+                                                {false, true, true},   {true, true, true}};
+  for (const std::string arch : {"mlp", "resnet20"}) {
+    SCOPED_TRACE(arch);
+    TrainerOptions options;
+    options.arch = arch;
+    options.batch_size = 8;
+    options.augment = false;
+    const int n = 3;
+    std::vector<Replica> replicas = MakeReplicas(n, options, data, /*own_seeds=*/true);
+    OnAllRanks(n, [&](int r) { return replicas[r].sync->Start(*replicas[r].trainer); });
+    for (size_t step = 0; step < votes.size(); ++step) {
+      std::vector<int> outcome(n, -1);
+      OnAllRanks(n, [&](int r) -> absl::Status {
+        Trainer& t = *replicas[r].trainer;
+        std::vector<int64_t> mine;
+        for (int64_t i = 0; i < 8; ++i) mine.push_back((static_cast<int64_t>(step) * 8 + i) % 96);
+        auto stats = t.ComputeGradientsOn(mine);
+        if (!stats.ok()) return stats.status();
+        StepContext context;
+        context.step = static_cast<int64_t>(step);
+        context.ready_to_switch = votes[step][r];
+        auto stepped = replicas[r].sync->Step(t, context);
+        if (!stepped.ok()) return stepped.status();
+        outcome[r] = stepped->all_ready_to_switch ? 1 : 0;
+        return absl::OkStatus();
+      });
+      const bool all_yes = votes[step][0] && votes[step][1] && votes[step][2];
+      for (int r = 0; r < n; ++r) {
+        EXPECT_EQ(outcome[r], all_yes ? 1 : 0) << "step " << step << ", rank " << r;
+      }
+    }
+    // The vote does not leak into the model: the replicas still agree bit for bit.
+    ExpectBitIdentical(replicas, "after the voting steps");
   }
 }
 
