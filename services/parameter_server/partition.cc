@@ -244,11 +244,13 @@ double ParameterPartition::GlobalEpoch() const {
          static_cast<double>(std::max<int64_t>(config_.train_examples, 1));
 }
 
-SgdOptions ParameterPartition::SgdForNextUpdate() const {
+SgdOptions ParameterPartition::SgdForNextUpdate(double requested_lr) const {
   // BSP averages n gradients of B/n examples each: one update of the global batch, at the job's
-  // lr. ASP/SSP apply every worker's push separately, so each gets the per-worker lr.
-  const double base =
+  // lr. ASP/SSP apply every worker's push separately, so each gets the per-worker lr. A worker
+  // may ask for its own rate (Worker.Switch's lr); the schedule applies to it all the same.
+  const double configured =
       config_.consistency == ConsistencyMode::kBsp ? config_.lr : config_.lr * config_.lr_scale;
+  const double base = requested_lr > 0 ? requested_lr : configured;
   return {static_cast<float>(ScheduledLearningRate(base, config_.lr_schedule, GlobalEpoch())),
           static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)};
 }
@@ -257,6 +259,7 @@ void ParameterPartition::ApplyUpdate(const float* gradient, const float* buffers
                                      const SgdOptions& sgd) {
   const size_t np = layout_->parameter_floats;
   SgdStep(values_.data(), gradient, velocity_.data(), np, sgd);
+  last_lr_ = sgd.lr;
   std::memcpy(values_.data() + np, buffers, (layout_->total_floats - np) * sizeof(float));
 }
 
@@ -317,13 +320,20 @@ absl::StatusOr<int64_t> ParameterPartition::Push(const PushMeta& meta, PushStagi
         },
         generation));
   }
+  if (config_.consistency == ConsistencyMode::kBsp && round_count_ > 0 && meta.lr != round_lr_) {
+    // One update per round: its pushes must agree on the rate it is applied at.
+    return absl::InvalidArgumentError(absl::StrCat("BSP push of worker ", meta.worker,
+                                                   " asks for learning rate ", meta.lr,
+                                                   "; the earlier pushes of round ", version_,
+                                                   " asked for ", round_lr_, " (0: the server's)"));
+  }
   const int64_t staleness = version_ - meta.version;
   ++staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
   ++pushes_;
   ++clocks_[meta.worker];
   const float* pushed = staging.values_.data();
   if (config_.consistency != ConsistencyMode::kBsp) {
-    ApplyUpdate(pushed, pushed + layout_->parameter_floats, SgdForNextUpdate());
+    ApplyUpdate(pushed, pushed + layout_->parameter_floats, SgdForNextUpdate(meta.lr));
     samples_ += meta.samples;
     ++version_;
     cv_.notify_all();
@@ -331,6 +341,7 @@ absl::StatusOr<int64_t> ParameterPartition::Push(const PushMeta& meta, PushStagi
   }
   float* sum = round_sum_.data();
   for (size_t i = 0; i < layout_->total_floats; ++i) sum[i] += pushed[i];
+  if (round_count_ == 0) round_lr_ = meta.lr;
   round_has_[meta.worker] = true;
   round_samples_ += meta.samples;
   const int64_t round_end = version_ + 1;
@@ -339,7 +350,7 @@ absl::StatusOr<int64_t> ParameterPartition::Push(const PushMeta& meta, PushStagi
     // buffers (BatchNorm statistics) are averaged the same way.
     const float inv = 1.0f / static_cast<float>(config_.workers);
     for (size_t i = 0; i < layout_->total_floats; ++i) sum[i] *= inv;
-    ApplyUpdate(sum, sum + layout_->parameter_floats, SgdForNextUpdate());
+    ApplyUpdate(sum, sum + layout_->parameter_floats, SgdForNextUpdate(round_lr_));
     samples_ += round_samples_;
     ++version_;
     std::fill(round_sum_.begin(), round_sum_.end(), 0.0f);
@@ -421,7 +432,7 @@ PartitionStatus ParameterPartition::Status() const {
   s.completed_epochs = samples_ / std::max<int64_t>(config_.train_examples, 1);
   s.waited_pulls = waited_pulls_;
   s.max_clock_gap = max_clock_gap_;
-  s.lr = SgdForNextUpdate().lr;
+  s.lr = last_lr_ >= 0 ? last_lr_ : SgdForNextUpdate().lr;
   s.staleness_histogram = staleness_histogram_;
   s.clocks = clocks_;
   if (layout_ != nullptr) {

@@ -53,6 +53,7 @@ struct PushMeta {
   int64_t version = 0;  // the model version the gradients were computed on
   int64_t clock = 0;    // the worker's own step counter (informational)
   int64_t samples = 0;
+  double lr = 0;  // the rate the worker asks for (before the schedule); 0: the server's own
 };
 
 struct WaitOptions {
@@ -152,8 +153,9 @@ class ParameterPartition {
   absl::Status WaitUntil(std::unique_lock<std::mutex>& lock, const WaitOptions& wait,
                          const std::function<bool()>& ready,
                          const std::function<std::string()>& what, uint64_t generation);
-  double GlobalEpoch() const;           // with mu_ held
-  SgdOptions SgdForNextUpdate() const;  // with mu_ held
+  double GlobalEpoch() const;  // with mu_ held
+  // With mu_ held; `requested_lr` > 0 replaces the configured base rate (a push's own).
+  SgdOptions SgdForNextUpdate(double requested_lr = 0) const;
   void ApplyUpdate(const float* gradient, const float* buffers, const SgdOptions& sgd);  // mu_ held
 
   const PartitionConfig config_;
@@ -163,6 +165,7 @@ class ParameterPartition {
   std::vector<float> values_, velocity_;
   int64_t version_ = 0, pushes_ = 0, rejected_ = 0, samples_ = 0;
   int64_t waited_pulls_ = 0, max_clock_gap_ = 0;
+  double last_lr_ = -1;  // rate of the last update applied; -1 before any
   std::vector<int64_t> staleness_histogram_;
   std::vector<int64_t> clocks_;  // accepted pushes per worker since the load
   bool shutdown_ = false;
@@ -173,6 +176,7 @@ class ParameterPartition {
   std::vector<bool> round_has_;
   int round_count_ = 0;
   int64_t round_samples_ = 0;
+  double round_lr_ = 0;  // the rate the round's pushes asked for (all must agree)
 };
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 #include "services/parameter_server/service.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <absl/strings/str_cat.h>
@@ -51,7 +52,7 @@ absl::StatusOr<int64_t> ParameterServerService::ReceivePush(grpc::ServerContext*
     return refused(absl::InvalidArgumentError("a push stream must start with a PushHeader"));
   }
   const v1::PushHeader& h = request.header();
-  PushMeta meta{h.worker(), h.version(), h.clock(), h.samples()};
+  PushMeta meta{h.worker(), h.version(), h.clock(), h.samples(), h.lr()};
   const int workers = partition_->config().workers;
   if (meta.worker < 0 || meta.worker >= workers) {
     return refused(absl::InvalidArgumentError(
@@ -60,6 +61,10 @@ absl::StatusOr<int64_t> ParameterServerService::ReceivePush(grpc::ServerContext*
   if (meta.version < 0 || meta.clock < 0 || meta.samples < 0) {
     return refused(absl::InvalidArgumentError(
         absl::StrCat("push from worker ", meta.worker, ": negative version, clock or samples")));
+  }
+  if (!std::isfinite(meta.lr) || meta.lr < 0) {
+    return refused(absl::InvalidArgumentError(absl::StrCat(
+        "push from worker ", meta.worker, ": learning rate ", meta.lr, " is not a number >= 0")));
   }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PushStaging> staging, partition_->NewStaging());
   // The stream may carry exactly this partition's bytes: anything more is refused as it arrives.

@@ -155,6 +155,7 @@ class PushPullSynchroniser final : public Synchroniser {
     header->set_version(s.version);
     header->set_clock(step.step);
     header->set_samples(step.batch_examples);
+    header->set_lr(options_.lr);
     bool open = stream->Write(request);
     // Gradients of trainable tensors, values of buffers; cut into chunks straight from the
     // trainer's memory into the reused message (one copy).

@@ -22,6 +22,8 @@ struct PushPullOptions {
   int rank = 0;
   std::chrono::milliseconds deadline{60000};
   size_t chunk_bytes = 1 << 20;
+  // The learning rate the servers apply to this worker's pushes (PushHeader.lr); 0: theirs.
+  double lr = 0;
 };
 
 // The partition plan is computed from the trainer's parameters() then buffers(), as the servers

@@ -145,6 +145,10 @@ class WorkerService final : public v1::Worker::Service {
       return ToGrpcStatus(absl::InvalidArgumentError(
           absl::StrCat("Switch: at_step ", request->at_step(), " is negative")));
     }
+    if (!std::isfinite(request->lr()) || request->lr() < 0) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("Switch: lr ", request->lr(), " is not a number >= 0")));
+    }
     auto promise = std::make_shared<std::promise<absl::StatusOr<v1::SwitchReply>>>();
     auto result = promise->get_future();
     {
@@ -284,11 +288,13 @@ class WorkerRunner {
   }
 
   absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPull(
-      const google::protobuf::RepeatedPtrField<std::string>& servers, const Trainer& trainer) {
+      const google::protobuf::RepeatedPtrField<std::string>& servers, const Trainer& trainer,
+      double lr = 0) {
     PushPullOptions o;
     o.servers.assign(servers.begin(), servers.end());
     o.rank = options_.rank;
     o.deadline = options_.deadline;
+    o.lr = lr;
     return MakePushPullSynchroniser(o, trainer);
   }
 
@@ -331,7 +337,8 @@ class WorkerRunner {
       STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, checkpoint));
       spdlog::info("switch: wrote {}", path);
     }
-    STRATA_ASSIGN_OR_RETURN(auto next, MakePushPull(request.parameter_servers(), trainer));
+    STRATA_ASSIGN_OR_RETURN(auto next,
+                            MakePushPull(request.parameter_servers(), trainer, request.lr()));
     STRATA_RETURN_IF_ERROR(StartWithRetry(*next, trainer));
     // Barrier over the ring, which is still connected: no worker pushes before every worker has
     // pulled, so all of them continue from the handed-over model itself (DESIGN.md §3, step 4)

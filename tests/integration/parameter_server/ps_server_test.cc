@@ -120,6 +120,35 @@ TEST_F(PsServerTest, AspAppliesSgdWithMomentumPerPushAndOverwritesBuffers) {
   EXPECT_EQ(s.samples(), 8);
 }
 
+// A worker may ask for its own learning rate (Worker.Switch's lr): the push is applied at it, the
+// next push without one at the server's rate again.
+TEST_F(PsServerTest, AspAppliesAPushAtTheLearningRateItAsksFor) {
+  auto ps = LaunchLoaded(/*workers=*/2);
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const auto g1 = Gradients(0.5f), g2 = Gradients(-0.25f);
+  auto own_rate = PushOf(0, 5, g1);
+  own_rate[0].mutable_header()->set_lr(0.3);
+  Pulled after1 = RawPushPull(*stub, own_rate);
+  ASSERT_TRUE(after1.status.ok()) << after1.status.error_message();
+  EXPECT_FLOAT_EQ(GetStatus(*stub).lr(), 0.3f);
+  Pulled after2 = RawPushPull(*stub, PushOf(1, 6, g2));
+  ASSERT_TRUE(after2.status.ok()) << after2.status.error_message();
+  EXPECT_FLOAT_EQ(GetStatus(*stub).lr(), 0.05f);  // the server's: 0.1 / 2 workers
+
+  const SgdOptions asked{0.3f, 0.9f, 0.01f}, servers{0.05f, 0.9f, 0.01f};
+  for (size_t i = 0; i < model_.params.size(); ++i) {
+    NamedTensor p = model_.params[i], v = model_.momentum[i];
+    const size_t n = static_cast<size_t>(p.spec.numel());
+    SgdStep(p.floats(), g1[i].floats(), v.floats(), n, asked);
+    SgdStep(p.floats(), g2[i].floats(), v.floats(), n, servers);
+    const NamedTensor* got = after2.Find(p.name());
+    ASSERT_NE(got, nullptr) << p.name();
+    for (size_t k = 0; k < n; ++k)
+      EXPECT_FLOAT_EQ(got->floats()[k], p.floats()[k]) << p.name() << "[" << k << "]";
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Bad pushes: each is refused with INVALID_ARGUMENT, changes nothing, and the server keeps serving.
 
@@ -218,6 +247,20 @@ std::vector<BadPush> BadPushes() {
        "chunk at offset 128, expected 64"},
       {"NoHeader", [](const SmallModel&, std::vector<NamedTensor> g) { return Chunks(g); },
        "must start with a PushHeader"},
+      {"NaNLearningRate",
+       [](const SmallModel&, std::vector<NamedTensor> g) {
+         auto m = WithHeader(Chunks(g));
+         m[0].mutable_header()->set_lr(std::nan(""));
+         return m;
+       },
+       "learning rate nan is not a number >= 0"},
+      {"NegativeLearningRate",
+       [](const SmallModel&, std::vector<NamedTensor> g) {
+         auto m = WithHeader(Chunks(g));
+         m[0].mutable_header()->set_lr(-0.1);
+         return m;
+       },
+       "learning rate -0.1 is not a number >= 0"},
       {"UnknownWorker",
        [](const SmallModel&, std::vector<NamedTensor> g) {
          return WithHeader(Chunks(g), 5, /*worker=*/7);
@@ -404,6 +447,34 @@ TEST_F(PsServerTest, BspAppliesTheAverageOnceEveryWorkerPushed) {
           << "BSP averages buffers";
     }
   }
+}
+
+// One BSP update per round: pushes of one round that ask for different rates are refused.
+TEST_F(PsServerTest, BspRefusesARoundWhosePushesAskForDifferentLearningRates) {
+  auto ps = LaunchLoaded(/*workers=*/2, "bsp");
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const auto g = Gradients(0.5f);
+  auto first = PushOf(0, 5, g);
+  first[0].mutable_header()->set_lr(0.2);
+  Pulled r0;
+  std::thread worker0([&] { r0 = RawPushPull(*stub, first); });
+  ASSERT_TRUE(PollUntil([&] { return GetStatus(*stub).pushes() == 1; }));
+  auto other = PushOf(1, 5, g);
+  other[0].mutable_header()->set_lr(0.4);
+  const Pulled refused = RawPushPull(*stub, other);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.status.error_message().find("asks for learning rate 0.4"), std::string::npos)
+      << refused.status.error_message();
+  EXPECT_EQ(GetStatus(*stub).version(), 5);  // the round is still open, nothing applied
+  auto agreeing = PushOf(1, 5, g);
+  agreeing[0].mutable_header()->set_lr(0.2);
+  const Pulled r1 = RawPushPull(*stub, agreeing);
+  worker0.join();
+  ASSERT_TRUE(r0.status.ok()) << r0.status.error_message();
+  ASSERT_TRUE(r1.status.ok()) << r1.status.error_message();
+  EXPECT_EQ(r1.version, 6);
+  EXPECT_FLOAT_EQ(GetStatus(*stub).lr(), 0.2f);
 }
 
 TEST_F(PsServerTest, SspHoldsTheFastWorkerWithinTheStalenessBound) {

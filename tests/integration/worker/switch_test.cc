@@ -1,6 +1,7 @@
 // The live switch, worker side (issue: ring all-reduce -> push/pull at a step boundary): real
 // strata-worker and strata-ps processes on loopback, the handover done the way the orchestrator
 // does it (DESIGN.md §3).
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -24,6 +25,8 @@ constexpr int kServers = 2;
 constexpr int kEpochs = 8;
 constexpr int kStepsPerEpoch = 12;
 constexpr int kSwitchStep = 18;  // in the second epoch
+// Push/pull learning rate the switch asks for (the servers' own would be 0.05 / 2 workers).
+constexpr double kSwitchLr = 0.02;
 
 class SwitchTest : public ::testing::Test {
  protected:
@@ -154,6 +157,7 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
       v1::SwitchRequest request;
       request.set_mode(v1::SYNC_MODE_PS);
       request.set_at_step(requested_step);
+      request.set_lr(kSwitchLr);
       for (auto& server : servers_) request.add_parameter_servers(server.address);
       grpc::ClientContext context;
       context.set_deadline(DeadlineAfter(seconds(300)));
@@ -231,6 +235,16 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
         << "loss did not keep falling after the switch";
     EXPECT_LT(st.epoch_train_loss(kEpochs - 1), st.epoch_train_loss(0));
   }
+  // The servers applied the workers' pushes at the rate the switch asked for.
+  for (auto& server : servers_) {
+    auto stub = v1::ParameterServer::NewStub(MakeChannel(server.address));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(60)));
+    v1::ServerStatus status;
+    ASSERT_TRUE(stub->GetStatus(&context, {}, &status).ok());
+    EXPECT_GT(status.pushes(), 0);
+    EXPECT_FLOAT_EQ(status.lr(), static_cast<float>(kSwitchLr));
+  }
   for (auto& s : stubs) {
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(seconds(30)));
@@ -285,6 +299,19 @@ TEST_F(SwitchTest, SwitchToAllReduceOrBeforeStartIsRefused) {
   v1::SwitchReply reply;
   grpc::Status status = stub->Switch(&context, request, &reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  // A learning rate that is not a number >= 0 is refused, naming it.
+  for (double lr : {std::nan(""), -0.5}) {
+    grpc::ClientContext bad_lr_context;
+    bad_lr_context.set_deadline(DeadlineAfter(seconds(30)));
+    v1::SwitchRequest bad_lr;
+    bad_lr.set_mode(v1::SYNC_MODE_PS);
+    bad_lr.add_parameter_servers("127.0.0.1:1");
+    bad_lr.set_lr(lr);
+    status = stub->Switch(&bad_lr_context, bad_lr, &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_NE(status.error_message().find("Switch: lr"), std::string::npos)
+        << status.error_message();
+  }
   // Before Start the worker is not in all-reduce mode: a switch makes no sense yet.
   grpc::ClientContext context2;
   context2.set_deadline(DeadlineAfter(seconds(30)));
