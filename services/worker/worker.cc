@@ -36,6 +36,8 @@ using Clock = std::chrono::steady_clock;
 // Work handed to the training thread; runs at the next step boundary (or at once when idle).
 using Task = std::function<void(Trainer&)>;
 
+constexpr char kWithdrawn[] = "switch withdrawn before its step";
+
 std::string ModeName(v1::SyncMode mode) { return mode == v1::SYNC_MODE_PS ? "ps" : "allreduce"; }
 
 class WorkerState {
@@ -47,11 +49,23 @@ class WorkerState {
   std::optional<v1::SwitchRequest> pending_switch;
   std::shared_ptr<std::promise<absl::StatusOr<v1::SwitchReply>>> switch_done;
   // The training thread voted the pending switch into the step in flight, or is switching: too
-  // late to withdraw it.
+  // late to withdraw it at once.
   bool switch_started = false;
+  // The caller gave up while a vote was in flight: the training thread drops the request after
+  // that step unless the vote carried (then the switch goes ahead: the peers are switching too).
+  bool switch_withdrawn = false;
   std::deque<Task> tasks;
   bool stop = false;
   v1::WorkerStatus status;
+
+  // Ends the pending switch request with `why`; with mu held.
+  void DropPendingSwitch(const absl::Status& why) {
+    if (switch_done) switch_done->set_value(why);
+    switch_done.reset();
+    pending_switch.reset();
+    switch_started = false;
+    switch_withdrawn = false;
+  }
 
   void Post(Task task) {
     {
@@ -172,10 +186,12 @@ class WorkerService final : public v1::Worker::Service {
         // A caller that gives up (one peer refused, the deadline passed) withdraws the request,
         // unless the switch has already begun at its step boundary.
         std::lock_guard<std::mutex> lock(state_->mu);
-        if (state_->switch_done == promise && !state_->switch_started) {
-          state_->pending_switch.reset();
-          state_->switch_done.reset();
-          return grpc::Status(grpc::StatusCode::CANCELLED, "switch withdrawn before its step");
+        if (state_->switch_done == promise) {
+          if (!state_->switch_started) {
+            state_->DropPendingSwitch(absl::CancelledError(kWithdrawn));
+          } else {
+            state_->switch_withdrawn = true;  // settled after the step whose vote is in flight
+          }
         }
       }
     }
@@ -257,10 +273,8 @@ class WorkerRunner {
       }
       state_->status.set_finished(true);
       if (state_->switch_done) {
-        state_->switch_done->set_value(absl::AbortedError(
+        state_->DropPendingSwitch(absl::AbortedError(
             status.ok() ? "training ended before the switch step" : std::string(status.message())));
-        state_->switch_done.reset();
-        state_->pending_switch.reset();
       }
     }
     // Keep serving GetModel / SaveCheckpoint until Stop.
@@ -418,6 +432,7 @@ class WorkerRunner {
           // Vote to switch after this step if a request is due; once voted it cannot be
           // withdrawn until the vote's outcome is known.
           std::lock_guard<std::mutex> lock(state_->mu);
+          if (state_->switch_withdrawn) state_->DropPendingSwitch(absl::CancelledError(kWithdrawn));
           const auto& pending = state_->pending_switch;
           context.ready_to_switch =
               pending && (pending->at_step() == 0 || pending->at_step() <= step + 1);
@@ -438,6 +453,8 @@ class WorkerRunner {
           if (context.ready_to_switch && outcome.all_ready_to_switch) {
             switch_now = state_->pending_switch;
             state_->status.set_switch_began_at_step(step);
+          } else if (state_->switch_withdrawn) {
+            state_->DropPendingSwitch(absl::CancelledError(kWithdrawn));
           } else {
             state_->switch_started = false;  // a peer did not vote yet: try again next step
           }
@@ -449,12 +466,9 @@ class WorkerRunner {
             state_->status.set_mode(v1::SYNC_MODE_PS);
             state_->status.set_switched_at_step(step);
             state_->switch_done->set_value(*reply);
-          } else {
-            state_->switch_done->set_value(reply.status());
+            state_->switch_done.reset();
           }
-          state_->switch_done.reset();
-          state_->pending_switch.reset();
-          state_->switch_started = false;
+          state_->DropPendingSwitch(reply.status());
           if (!reply.ok()) return Annotate(reply.status(), "switch");
           phase_start = Clock::now();
           phase_samples = 0;

@@ -276,6 +276,34 @@ TEST_F(SwitchTest, AWithdrawnSwitchLeavesTheRingTraining) {
     grpc::Status status = s->Switch(&context, request, &reply);
     EXPECT_FALSE(status.ok());
   }
+  // A request due at once on one worker only: it votes at every step, its peer never does, so
+  // nobody switches; when its caller gives up the request is dropped after the step in flight.
+  {
+    v1::SwitchRequest request;
+    request.set_mode(v1::SYNC_MODE_PS);
+    request.set_at_step(0);
+    request.add_parameter_servers("127.0.0.1:1");
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(std::chrono::milliseconds(500)));
+    v1::SwitchReply reply;
+    grpc::Status status = stubs[0]->Switch(&context, request, &reply);
+    EXPECT_FALSE(status.ok());
+  }
+  // Dropped, it leaves room for a new request (a pending one would refuse it: ALREADY_EXISTS).
+  bool room = false;
+  for (const auto until = std::chrono::steady_clock::now() + seconds(120);
+       !room && std::chrono::steady_clock::now() < until;) {
+    v1::SwitchRequest request;
+    request.set_mode(v1::SYNC_MODE_PS);
+    request.set_at_step(kLongEpochs * kStepsPerEpoch - 1);
+    request.add_parameter_servers("127.0.0.1:1");
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(std::chrono::milliseconds(300)));
+    v1::SwitchReply reply;
+    room = stubs[0]->Switch(&context, request, &reply).error_code() !=
+           grpc::StatusCode::ALREADY_EXISTS;
+  }
+  EXPECT_TRUE(room) << "the withdrawn request stayed pending";
   const auto give_up = std::chrono::steady_clock::now() + seconds(300);
   for (int r = 0; r < kWorkers; ++r) {
     const v1::WorkerStatus st = WaitUntilFinished(*stubs[r], give_up);
