@@ -70,6 +70,22 @@ class PsServerTest : public ::testing::Test {
     return m;
   }
 
+  // The starting model after the given SGD steps, computed here, equals what the server sent.
+  void ExpectParametersAfter(
+      const std::vector<std::pair<const std::vector<NamedTensor>*, SgdOptions>>& steps,
+      const Pulled& got_model) const {
+    for (size_t i = 0; i < model_.params.size(); ++i) {
+      NamedTensor p = model_.params[i], v = model_.momentum[i];
+      const size_t n = static_cast<size_t>(p.spec.numel());
+      for (const auto& [gradients, sgd] : steps)
+        SgdStep(p.floats(), (*gradients)[i].floats(), v.floats(), n, sgd);
+      const NamedTensor* got = got_model.Find(p.name());
+      ASSERT_NE(got, nullptr) << p.name();
+      for (size_t k = 0; k < n; ++k)
+        EXPECT_FLOAT_EQ(got->floats()[k], p.floats()[k]) << p.name() << "[" << k << "]";
+    }
+  }
+
   ScratchDir dir_;
   std::string config_, checkpoint_;
   SmallModel model_;
@@ -97,16 +113,7 @@ TEST_F(PsServerTest, AspAppliesSgdWithMomentumPerPushAndOverwritesBuffers) {
 
   // The same arithmetic locally: per-worker lr = 0.1 / 2 workers.
   const SgdOptions sgd{0.05f, 0.9f, 0.01f};
-  for (size_t i = 0; i < model_.params.size(); ++i) {
-    NamedTensor p = model_.params[i], v = model_.momentum[i];
-    const size_t n = static_cast<size_t>(p.spec.numel());
-    SgdStep(p.floats(), g1[i].floats(), v.floats(), n, sgd);
-    SgdStep(p.floats(), g2[i].floats(), v.floats(), n, sgd);
-    const NamedTensor* got = after2.Find(p.name());
-    ASSERT_NE(got, nullptr) << p.name();
-    for (size_t k = 0; k < n; ++k)
-      EXPECT_FLOAT_EQ(got->floats()[k], p.floats()[k]) << p.name() << "[" << k << "]";
-  }
+  ExpectParametersAfter({{&g1, sgd}, {&g2, sgd}}, after2);
   for (size_t i = 0; i < model_.buffers.size(); ++i) {
     const NamedTensor* got = after2.Find(model_.buffers[i].name());
     ASSERT_NE(got, nullptr);
@@ -137,16 +144,7 @@ TEST_F(PsServerTest, AspAppliesAPushAtTheLearningRateItAsksFor) {
   EXPECT_FLOAT_EQ(GetStatus(*stub).lr(), 0.05f);  // the server's: 0.1 / 2 workers
 
   const SgdOptions asked{0.3f, 0.9f, 0.01f}, servers{0.05f, 0.9f, 0.01f};
-  for (size_t i = 0; i < model_.params.size(); ++i) {
-    NamedTensor p = model_.params[i], v = model_.momentum[i];
-    const size_t n = static_cast<size_t>(p.spec.numel());
-    SgdStep(p.floats(), g1[i].floats(), v.floats(), n, asked);
-    SgdStep(p.floats(), g2[i].floats(), v.floats(), n, servers);
-    const NamedTensor* got = after2.Find(p.name());
-    ASSERT_NE(got, nullptr) << p.name();
-    for (size_t k = 0; k < n; ++k)
-      EXPECT_FLOAT_EQ(got->floats()[k], p.floats()[k]) << p.name() << "[" << k << "]";
-  }
+  ExpectParametersAfter({{&g1, asked}, {&g2, servers}}, after2);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -263,44 +263,32 @@ TEST_F(SwitchTest, AWithdrawnSwitchLeavesTheRingTraining) {
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs =
       StartRing({"--epochs", std::to_string(kLongEpochs)});
   ASSERT_EQ(stubs.size(), static_cast<size_t>(kWorkers));
+  // A Switch to a server that is never there, whose caller gives up after `wait`.
+  const auto switch_and_give_up = [](v1::Worker::Stub& stub, int64_t at_step,
+                                     std::chrono::milliseconds wait) {
+    v1::SwitchRequest request;
+    request.set_mode(v1::SYNC_MODE_PS);
+    request.set_at_step(at_step);
+    request.add_parameter_servers("127.0.0.1:1");
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(wait));
+    v1::SwitchReply reply;
+    return stub.Switch(&context, request, &reply);
+  };
+  const int64_t last_step = kLongEpochs * kStepsPerEpoch - 1;
   // The callers give up (deadline) long before the last step: both requests must be withdrawn,
   // or one worker would wait at the handover for the other forever.
   for (auto& s : stubs) {
-    v1::SwitchRequest request;
-    request.set_mode(v1::SYNC_MODE_PS);
-    request.set_at_step(kLongEpochs * kStepsPerEpoch - 1);
-    request.add_parameter_servers("127.0.0.1:1");
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(std::chrono::milliseconds(300)));
-    v1::SwitchReply reply;
-    grpc::Status status = s->Switch(&context, request, &reply);
-    EXPECT_FALSE(status.ok());
+    EXPECT_FALSE(switch_and_give_up(*s, last_step, std::chrono::milliseconds(300)).ok());
   }
   // A request due at once on one worker only: it votes at every step, its peer never does, so
   // nobody switches; when its caller gives up the request is dropped after the step in flight.
-  {
-    v1::SwitchRequest request;
-    request.set_mode(v1::SYNC_MODE_PS);
-    request.set_at_step(0);
-    request.add_parameter_servers("127.0.0.1:1");
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(std::chrono::milliseconds(500)));
-    v1::SwitchReply reply;
-    grpc::Status status = stubs[0]->Switch(&context, request, &reply);
-    EXPECT_FALSE(status.ok());
-  }
+  EXPECT_FALSE(switch_and_give_up(*stubs[0], 0, std::chrono::milliseconds(500)).ok());
   // Dropped, it leaves room for a new request (a pending one would refuse it: ALREADY_EXISTS).
   bool room = false;
   for (const auto until = std::chrono::steady_clock::now() + seconds(120);
        !room && std::chrono::steady_clock::now() < until;) {
-    v1::SwitchRequest request;
-    request.set_mode(v1::SYNC_MODE_PS);
-    request.set_at_step(kLongEpochs * kStepsPerEpoch - 1);
-    request.add_parameter_servers("127.0.0.1:1");
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(std::chrono::milliseconds(300)));
-    v1::SwitchReply reply;
-    room = stubs[0]->Switch(&context, request, &reply).error_code() !=
+    room = switch_and_give_up(*stubs[0], last_step, std::chrono::milliseconds(300)).error_code() !=
            grpc::StatusCode::ALREADY_EXISTS;
   }
   EXPECT_TRUE(room) << "the withdrawn request stayed pending";
