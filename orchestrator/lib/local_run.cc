@@ -45,6 +45,9 @@ namespace strata {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long a worker's error waits for a peer's exit to show before the worker is blamed.
+constexpr std::chrono::milliseconds kPeerExitGrace{2000};
 using nlohmann::json;
 
 std::atomic<int> g_signal{0};
@@ -431,6 +434,14 @@ class LocalRun {
       last_answer_[r] = Clock::now();
       statuses_[r] = status;
       if (!status.error().empty()) {
+        // Often the error reports a peer that died (the ring broke): then the dead process is the
+        // cause to name. A killed process's sockets close before its exit can be collected, so
+        // give the exit a moment to show before blaming the worker that reported it.
+        const auto until = Clock::now() + kPeerExitGrace;
+        while (Clock::now() < until) {
+          if (absl::Status exited = CheckChildren(); !exited.ok()) return exited;
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));  // waitpid has no timeout
+        }
         return Fail(workers_[r].name,
                     absl::AbortedError(absl::StrCat("worker ", r, " stopped: ", status.error())));
       }

@@ -493,13 +493,21 @@ class RingSender final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::
   void OnReadDone(bool ok) override {}
 
   void OnDone(const grpc::Status& status) override {
+    // Nothing of the call may outlive the operation on gRPC's thread: the reactor goes first, and
+    // this thread lets go of the state (its ClientContext holds a reference to the call) before
+    // the operation can see `done`, so the operation's thread destroys the context, not a gRPC
+    // thread that might still run while the process exits.
+    std::shared_ptr<Core> core;  // outlives the lock: the state may hold the last reference
     {
       std::lock_guard<std::mutex> lock(state_->core->mu);
-      state_->done = true;
-      state_->status = status;
+      std::shared_ptr<SendState> state = std::move(state_);
+      core = state->core;
+      delete this;
+      state->done = true;
+      state->status = status;
+      state.reset();
+      core->cv.notify_all();
     }
-    state_->core->cv.notify_all();
-    delete this;
   }
 
  private:
