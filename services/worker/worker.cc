@@ -58,9 +58,9 @@ class WorkerState {
   bool stop = false;
   v1::WorkerStatus status;
 
-  // Ends the pending switch request with `why`; with mu held.
-  void DropPendingSwitch(const absl::Status& why) {
-    if (switch_done) switch_done->set_value(why);
+  // Ends the pending switch request, answering its caller with `outcome`; with mu held.
+  void EndPendingSwitch(absl::StatusOr<v1::SwitchReply> outcome) {
+    if (switch_done) switch_done->set_value(std::move(outcome));
     switch_done.reset();
     pending_switch.reset();
     switch_started = false;
@@ -188,7 +188,7 @@ class WorkerService final : public v1::Worker::Service {
         std::lock_guard<std::mutex> lock(state_->mu);
         if (state_->switch_done == promise) {
           if (!state_->switch_started) {
-            state_->DropPendingSwitch(absl::CancelledError(kWithdrawn));
+            state_->EndPendingSwitch(absl::CancelledError(kWithdrawn));
           } else {
             state_->switch_withdrawn = true;  // settled after the step whose vote is in flight
           }
@@ -273,7 +273,7 @@ class WorkerRunner {
       }
       state_->status.set_finished(true);
       if (state_->switch_done) {
-        state_->DropPendingSwitch(absl::AbortedError(
+        state_->EndPendingSwitch(absl::AbortedError(
             status.ok() ? "training ended before the switch step" : std::string(status.message())));
       }
     }
@@ -432,7 +432,7 @@ class WorkerRunner {
           // Vote to switch after this step if a request is due; once voted it cannot be
           // withdrawn until the vote's outcome is known.
           std::lock_guard<std::mutex> lock(state_->mu);
-          if (state_->switch_withdrawn) state_->DropPendingSwitch(absl::CancelledError(kWithdrawn));
+          if (state_->switch_withdrawn) state_->EndPendingSwitch(absl::CancelledError(kWithdrawn));
           const auto& pending = state_->pending_switch;
           context.ready_to_switch =
               pending && (pending->at_step() == 0 || pending->at_step() <= step + 1);
@@ -454,7 +454,7 @@ class WorkerRunner {
             switch_now = state_->pending_switch;
             state_->status.set_switch_began_at_step(step);
           } else if (state_->switch_withdrawn) {
-            state_->DropPendingSwitch(absl::CancelledError(kWithdrawn));
+            state_->EndPendingSwitch(absl::CancelledError(kWithdrawn));
           } else {
             state_->switch_started = false;  // a peer did not vote yet: try again next step
           }
@@ -465,10 +465,8 @@ class WorkerRunner {
           if (reply.ok()) {
             state_->status.set_mode(v1::SYNC_MODE_PS);
             state_->status.set_switched_at_step(step);
-            state_->switch_done->set_value(*reply);
-            state_->switch_done.reset();
           }
-          state_->DropPendingSwitch(reply.status());
+          state_->EndPendingSwitch(reply);
           if (!reply.ok()) return Annotate(reply.status(), "switch");
           phase_start = Clock::now();
           phase_samples = 0;
