@@ -3,14 +3,11 @@ BUILD_DIR  ?= build
 BUILD_TYPE ?= Release
 JOBS       ?= 2
 CMAKE_ARGS ?=
-CCACHE := $(shell command -v ccache 2>/dev/null)
-ifneq ($(CCACHE),)
-  CMAKE_ARGS += -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
-  # The precompiled LibTorch header is only reused by ccache with these relaxations.
-  export CCACHE_SLOPPINESS := pch_defines,time_macros,include_file_mtime,include_file_ctime
-endif
+# One launcher, whether or not ccache is installed yet (see the script): the configuration stays
+# the same from the first command to the second, so nothing is rebuilt for nothing.
+CMAKE_ARGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CURDIR)/scripts/compiler-launcher.sh
 
-.PHONY: all deps configure build test quickstart bench clean format
+.PHONY: all deps configure build test test-sanitize quickstart bench clean format
 
 all: build
 
@@ -28,6 +25,11 @@ build: configure
 test: build
 	@cd $(BUILD_DIR) && OMP_WAIT_POLICY=$${OMP_WAIT_POLICY:-PASSIVE} ctest --output-on-failure -j $(JOBS) --timeout 1200
 
+# The ring, the parameter server and the live switch again, under Thread- and AddressSanitizer
+# (their own build trees, only the targets they need); CI runs it after the suite.
+test-sanitize: deps
+	@bash scripts/sanitize-tests.sh
+
 quickstart: build
 	@bash scripts/quickstart.sh $(BUILD_DIR)
 
@@ -39,4 +41,4 @@ format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	@rm -rf $(BUILD_DIR)
+	@rm -rf $(BUILD_DIR) build-tsan build-asan
