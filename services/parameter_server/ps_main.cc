@@ -12,6 +12,7 @@
 #include <thread>
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -92,8 +93,10 @@ int main(int argc, char** argv) {
   app.add_option("--config", config_path, "job spec (YAML): training.* and strategy.* defaults")
       ->required()
       ->check(CLI::ExistingFile);
-  app.add_option("--consistency", consistency, "asp | bsp | ssp (default: strategy.consistency)")
-      ->check(CLI::IsMember({"asp", "bsp", "ssp"}));
+  app.add_option("--consistency", consistency,
+                 absl::StrCat(absl::StrJoin(strata::ConsistencyNames(), " | "),
+                              " (default: strategy.consistency)"))
+      ->check(CLI::IsMember(strata::ConsistencyNames()));
   app.add_option("--staleness", staleness, "SSP bound (default: strategy.staleness)")
       ->check(CLI::NonNegativeNumber);
   app.add_option(

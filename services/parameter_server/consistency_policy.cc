@@ -1,0 +1,81 @@
+#include "services/parameter_server/consistency_policy.h"
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+
+#include "services/parameter_server/consistency/policies.h"
+
+namespace strata {
+namespace {
+
+struct NamedMode {
+  ConsistencyMode mode;
+  const char* name;
+};
+
+constexpr NamedMode kModes[] = {
+    {ConsistencyMode::kAsp, "asp"},
+    {ConsistencyMode::kBsp, "bsp"},
+    {ConsistencyMode::kSsp, "ssp"},
+};
+
+}  // namespace
+
+const char* ConsistencyName(ConsistencyMode mode) {
+  for (const NamedMode& m : kModes) {
+    if (m.mode == mode) return m.name;
+  }
+  return "?";
+}
+
+std::vector<std::string> ConsistencyNames() {
+  std::vector<std::string> names;
+  for (const NamedMode& m : kModes) names.push_back(m.name);
+  return names;
+}
+
+absl::StatusOr<ConsistencyMode> ConsistencyFromName(const std::string& name) {
+  for (const NamedMode& m : kModes) {
+    if (name == m.name) return m.mode;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("consistency '", name, "' is not one of ",
+                                                 absl::StrJoin(ConsistencyNames(), ", ")));
+}
+
+std::string VersionWaitText(int worker, int64_t min_version, int64_t version) {
+  return absl::StrCat("pull of worker ", worker, " waited for version ", min_version, " (at ",
+                      version, ")");
+}
+
+std::string ConsistencyPolicy::PushWaitText(const PushMeta& push,
+                                            const PartitionProgress& progress) const {
+  return absl::StrCat(ConsistencyName(mode()), " push of worker ", push.worker,
+                      " waited at version ", progress.version);
+}
+
+absl::StatusOr<std::optional<CombinedUpdate>> ConsistencyPolicy::Accumulate(const PushMeta& push,
+                                                                            const float*, size_t) {
+  return absl::InternalError(absl::StrCat("the ", ConsistencyName(mode()),
+                                          " policy gathers no rounds, yet push of worker ",
+                                          push.worker, " was handed to it"));
+}
+
+std::string ConsistencyPolicy::ReadWaitText(int worker, int64_t min_version,
+                                            const PartitionProgress& progress) const {
+  return VersionWaitText(worker, min_version, progress.version);
+}
+
+std::unique_ptr<ConsistencyPolicy> MakeConsistencyPolicy(ConsistencyMode mode,
+                                                         const ConsistencyConfig& config) {
+  switch (mode) {
+    case ConsistencyMode::kAsp:
+      return MakeAspPolicy(config);
+    case ConsistencyMode::kBsp:
+      return MakeBspPolicy(config);
+    case ConsistencyMode::kSsp:
+      return MakeSspPolicy(config);
+  }
+  return nullptr;
+}
+
+}  // namespace strata

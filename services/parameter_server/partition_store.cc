@@ -1,0 +1,353 @@
+#include "services/parameter_server/partition_store.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <absl/strings/str_cat.h>
+
+#include "services/common/flat_layout.h"
+#include "services/common/status.h"
+
+namespace strata {
+namespace {
+
+// Which entries of `c` are this partition's: a partition checkpoint holds exactly this
+// partition; a whole-model checkpoint is cut by the same plan the workers compute.
+absl::StatusOr<std::vector<const CheckpointEntry*>> OwnedEntries(const Checkpoint& c,
+                                                                 const PartitionConfig& config,
+                                                                 const std::string& origin) {
+  std::vector<const CheckpointEntry*> params, buffers;
+  for (const auto& e : c.entries) {
+    if (e.kind == TensorKind::kParameter) params.push_back(&e);
+    if (e.kind == TensorKind::kBuffer) buffers.push_back(&e);
+  }
+  std::vector<const CheckpointEntry*> owned;
+  const bool is_partition = c.extra.is_object() && c.extra.value("kind", "") == "partition";
+  if (is_partition) {
+    const int part = c.extra.value("partition", -1), parts = c.extra.value("partitions", -1);
+    if (part != config.partition || parts != config.partitions) {
+      return absl::InvalidArgumentError(absl::StrCat(origin, " holds partition ", part, " of ",
+                                                     parts, "; this server is partition ",
+                                                     config.partition, " of ", config.partitions));
+    }
+    owned = params;
+    owned.insert(owned.end(), buffers.begin(), buffers.end());
+  } else {
+    std::vector<TensorSpec> model;
+    for (const auto* e : params) model.push_back(e->tensor.spec);
+    for (const auto* e : buffers) model.push_back(e->tensor.spec);
+    auto plan = PlanPartitions(model, config.partitions);
+    if (!plan.ok()) return Annotate(plan.status(), origin);
+    for (size_t i : plan->tensors_of[config.partition]) {
+      owned.push_back(i < params.size() ? params[i] : buffers[i - params.size()]);
+    }
+  }
+  if (owned.empty())
+    return absl::InvalidArgumentError(absl::StrCat(origin, " holds no model tensors"));
+  return owned;
+}
+
+absl::StatusOr<std::shared_ptr<PartitionLayout>> LayoutOf(
+    const std::vector<const CheckpointEntry*>& owned, const std::string& origin) {
+  auto layout = std::make_shared<PartitionLayout>();
+  for (const CheckpointEntry* e : owned) {
+    const TensorSpec& spec = e->tensor.spec;
+    if (spec.dtype != DType::kFloat32) {
+      return absl::InvalidArgumentError(absl::StrCat(origin, ": tensor '", spec.name, "' is ",
+                                                     DTypeName(spec.dtype), ", expected float32"));
+    }
+    if (e->tensor.data.size() != spec.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(origin, ": tensor '", spec.name, "' holds ",
+                                                     e->tensor.data.size(),
+                                                     " bytes, its shape needs ", spec.bytes()));
+    }
+    if (!layout->index.emplace(spec.name, layout->entries.size()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ": tensor '", spec.name, "' appears twice"));
+    }
+    PartitionLayout::Entry entry{spec, e->kind == TensorKind::kBuffer, layout->total_floats};
+    layout->total_floats += static_cast<size_t>(spec.numel());
+    if (!entry.is_buffer) layout->parameter_floats = layout->total_floats;
+    layout->entries.push_back(std::move(entry));
+  }
+  return layout;
+}
+
+}  // namespace
+
+ConsistencyConfig ConsistencyConfigOf(const PartitionConfig& config) {
+  return {config.workers, config.staleness, config.lr, config.lr_scale};
+}
+
+PartitionStore::PartitionStore(PartitionConfig config, std::unique_ptr<ConsistencyPolicy> policy)
+    : config_(std::move(config)),
+      policy_(std::move(policy)),
+      staleness_histogram_(kStalenessBuckets, 0),
+      clocks_(std::max(config_.workers, 1), 0) {}
+
+bool PartitionStore::loaded() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return layout_ != nullptr;
+}
+
+absl::Status PartitionStore::CheckUsable() const {
+  if (shutdown_) return absl::UnavailableError("parameter server is stopping");
+  if (layout_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("partition ", config_.partition,
+                     " holds no model yet: start with --init-checkpoint or call LoadCheckpoint"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PartitionStore::Load(const Checkpoint& c, const std::string& origin) {
+  STRATA_ASSIGN_OR_RETURN(std::vector<const CheckpointEntry*> owned,
+                          OwnedEntries(c, config_, origin));
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<PartitionLayout> layout, LayoutOf(owned, origin));
+  std::vector<float> values(layout->total_floats), velocity(layout->total_floats, 0.0f);
+  for (size_t i = 0; i < owned.size(); ++i) {
+    const auto& e = layout->entries[i];
+    std::memcpy(values.data() + e.offset, owned[i]->tensor.data.data(),
+                owned[i]->tensor.data.size());
+    if (e.is_buffer) continue;
+    if (const CheckpointEntry* m = c.Find(TensorKind::kMomentum, e.spec.name)) {
+      if (m->tensor.spec.shape != e.spec.shape || m->tensor.spec.dtype != DType::kFloat32 ||
+          m->tensor.data.size() != e.spec.bytes()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            origin, ": momentum of '", e.spec.name, "' has shape ",
+            ShapeString(m->tensor.spec.shape), ", expected ", ShapeString(e.spec.shape)));
+      }
+      std::memcpy(velocity.data() + e.offset, m->tensor.data.data(), m->tensor.data.size());
+    }
+  }
+  int64_t samples = 0;
+  if (c.extra.is_object() && c.extra.contains("samples") &&
+      c.extra["samples"].is_number_integer()) {
+    samples = c.extra["samples"].get<int64_t>();
+  } else {
+    // A worker's checkpoint: the global epoch resumes at the epoch it was written in.
+    samples = c.epoch * config_.train_examples;
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shutdown_) return absl::UnavailableError("parameter server is stopping");
+  layout->generation = next_generation_++;
+  layout_ = std::move(layout);
+  values_ = std::move(values);
+  velocity_ = std::move(velocity);
+  version_ = c.version;
+  samples_ = std::max<int64_t>(samples, 0);
+  std::fill(clocks_.begin(), clocks_.end(), 0);
+  policy_->Reset(layout_->total_floats);
+  cv_.notify_all();  // waiters see the new generation and give up
+  return absl::OkStatus();
+}
+
+Checkpoint PartitionStore::ToCheckpoint() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Checkpoint c;
+  c.version = version_;
+  c.step = pushes_;
+  c.epoch = samples_ / std::max<int64_t>(config_.train_examples, 1);
+  c.extra = {{"kind", "partition"},
+             {"partition", config_.partition},
+             {"partitions", config_.partitions},
+             {"samples", samples_},
+             {"consistency", ConsistencyName(policy_->mode())}};
+  if (layout_ == nullptr) return c;
+  auto add = [&](TensorKind kind, const PartitionLayout::Entry& e, const std::vector<float>& from) {
+    CheckpointEntry entry{kind, NamedTensor::Zeros(e.spec)};
+    std::memcpy(entry.tensor.data.data(), from.data() + e.offset, entry.tensor.data.size());
+    c.entries.push_back(std::move(entry));
+  };
+  for (const auto& e : layout_->entries)
+    add(e.is_buffer ? TensorKind::kBuffer : TensorKind::kParameter, e, values_);
+  for (const auto& e : layout_->entries) {
+    if (!e.is_buffer) add(TensorKind::kMomentum, e, velocity_);
+  }
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<PushStaging>> PartitionStore::NewStaging() const {
+  std::shared_ptr<const PartitionLayout> layout;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    STRATA_RETURN_IF_ERROR(CheckUsable());
+    layout = layout_;
+  }
+  return std::make_unique<PushStaging>(std::move(layout));
+}
+
+double PartitionStore::GlobalEpoch() const {
+  return static_cast<double>(samples_) /
+         static_cast<double>(std::max<int64_t>(config_.train_examples, 1));
+}
+
+SgdOptions PartitionStore::SgdForNextUpdate(double requested_lr) const {
+  // A worker may ask for its own rate (Worker.Switch's lr); the schedule applies to it all the
+  // same.
+  const double base = requested_lr > 0 ? requested_lr : policy_->BaseLearningRate();
+  return {static_cast<float>(ScheduledLearningRate(base, config_.lr_schedule, GlobalEpoch())),
+          static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)};
+}
+
+void PartitionStore::ApplyUpdate(const float* update, int64_t samples, double requested_lr) {
+  const SgdOptions sgd = SgdForNextUpdate(requested_lr);
+  const size_t np = layout_->parameter_floats;
+  SgdStep(values_.data(), update, velocity_.data(), np, sgd);
+  last_lr_ = sgd.lr;
+  std::memcpy(values_.data() + np, update + np, (layout_->total_floats - np) * sizeof(float));
+  samples_ += samples;
+  ++version_;
+  cv_.notify_all();
+}
+
+absl::Status PartitionStore::WaitUntil(std::unique_lock<std::mutex>& lock, const WaitOptions& wait,
+                                       const std::function<bool()>& ready,
+                                       const std::function<std::string()>& what,
+                                       uint64_t generation) {
+  bool waited = false;
+  for (;;) {
+    STRATA_RETURN_IF_ERROR(CheckUsable());
+    if (layout_->generation != generation) {
+      return absl::AbortedError(absl::StrCat(
+          "partition ", config_.partition, " was reloaded from a checkpoint while waiting; retry"));
+    }
+    if (ready()) {
+      if (waited) ++waited_pulls_;
+      return absl::OkStatus();
+    }
+    waited = true;
+    const auto now = std::chrono::system_clock::now();
+    if (now >= wait.deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("partition ", config_.partition, ": ", what()));
+    }
+    if (wait.cancelled && wait.cancelled()) return absl::CancelledError("the caller went away");
+    // Slices, so that a cancelled call (a worker that died) frees its thread soon.
+    const auto slice = std::min<std::chrono::system_clock::time_point>(
+        wait.deadline, now + std::chrono::milliseconds(200));
+    cv_.wait_until(lock, slice);
+  }
+}
+
+absl::StatusOr<int64_t> PartitionStore::Push(const PushMeta& meta, const PushStaging& staging,
+                                             const WaitOptions& wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  STRATA_RETURN_IF_ERROR(CheckUsable());
+  const uint64_t generation = staging.layout().generation;
+  if (layout_->generation != generation) {
+    return absl::AbortedError("the partition was reloaded while the push arrived; pull and retry");
+  }
+  if (meta.worker < 0 || meta.worker >= config_.workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", meta.worker, " outside [0, ", config_.workers, ")"));
+  }
+  if (meta.version > version_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push from worker ", meta.worker, " claims version ", meta.version,
+                     ", the model is at version ", version_, " (a version from the future)"));
+  }
+  PushDecision decision;
+  STRATA_RETURN_IF_ERROR(WaitUntil(
+      lock, wait,
+      [&] {
+        decision = policy_->DecidePush(meta, Progress());
+        return decision.action != PushAction::kWait;
+      },
+      [&] { return policy_->PushWaitText(meta, Progress()); }, generation));
+  if (decision.action == PushAction::kRefuse) return absl::InvalidArgumentError(decision.refusal);
+
+  const int64_t staleness = version_ - meta.version;
+  ++staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
+  ++pushes_;
+  ++clocks_[meta.worker];
+  // Applied now or gathered into a round, the push shows in the next version.
+  const int64_t reflected_in = version_ + 1;
+  const float* pushed = staging.values();
+  if (decision.action == PushAction::kApply) {
+    ApplyUpdate(pushed, meta.samples, meta.lr);
+    return reflected_in;
+  }
+  STRATA_ASSIGN_OR_RETURN(std::optional<CombinedUpdate> round,
+                          policy_->Accumulate(meta, pushed, layout_->total_floats));
+  if (round.has_value()) ApplyUpdate(round->values, round->samples, round->requested_lr);
+  return reflected_in;
+}
+
+absl::StatusOr<PullSnapshot> PartitionStore::Pull(int worker, int64_t min_version,
+                                                  const WaitOptions& wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  STRATA_RETURN_IF_ERROR(CheckUsable());
+  if (worker < -1 || worker >= config_.workers) {
+    return absl::InvalidArgumentError(absl::StrCat("worker ", worker, " outside [0, ",
+                                                   config_.workers, ") (or -1 for an observer)"));
+  }
+  const bool observer = worker < 0;
+  STRATA_RETURN_IF_ERROR(WaitUntil(
+      lock, wait,
+      [&] { return version_ >= min_version && (observer || policy_->MayRead(worker, Progress())); },
+      [&] {
+        return observer ? VersionWaitText(worker, min_version, version_)
+                        : policy_->ReadWaitText(worker, min_version, Progress());
+      },
+      layout_->generation));
+  if (!observer) {
+    const int64_t slowest = *std::min_element(clocks_.begin(), clocks_.end());
+    max_clock_gap_ = std::max(max_clock_gap_, clocks_[worker] - slowest);
+  }
+  PullSnapshot snapshot;
+  snapshot.version = version_;
+  snapshot.global_epoch = GlobalEpoch();
+  snapshot.layout = layout_;
+  snapshot.values = values_;
+  return snapshot;
+}
+
+bool PartitionStore::WaitForProgress(int64_t known_completed_epochs,
+                                     std::chrono::milliseconds max_wait) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const int64_t m = std::max<int64_t>(config_.train_examples, 1);
+  return cv_.wait_for(lock, max_wait,
+                      [&] { return shutdown_ || samples_ / m != known_completed_epochs; });
+}
+
+void PartitionStore::CountRejected() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++rejected_;
+}
+
+PartitionStatus PartitionStore::Status() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  PartitionStatus s;
+  s.loaded = layout_ != nullptr;
+  s.version = version_;
+  s.pushes = pushes_;
+  s.rejected_pushes = rejected_;
+  s.samples = samples_;
+  s.global_epoch = GlobalEpoch();
+  s.completed_epochs = samples_ / std::max<int64_t>(config_.train_examples, 1);
+  s.waited_pulls = waited_pulls_;
+  s.max_clock_gap = max_clock_gap_;
+  s.lr = last_lr_ >= 0 ? last_lr_ : SgdForNextUpdate().lr;
+  s.staleness_histogram = staleness_histogram_;
+  s.clocks = clocks_;
+  if (layout_ != nullptr) {
+    s.bytes = layout_->total_floats * sizeof(float);
+    for (const auto& e : layout_->entries) s.tensors.push_back(e.spec.name);
+  }
+  return s;
+}
+
+bool PartitionStore::stopping() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return shutdown_;
+}
+
+void PartitionStore::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shutdown_ = true;
+  cv_.notify_all();
+}
+
+}  // namespace strata

@@ -1,0 +1,142 @@
+// One parameter server's share of the model and the mechanism around it: the tensors and their
+// momentum, the version, SGD with momentum on the server (services/common/sgd.h), progress
+// counters, checkpoints, and the bounded waits. What a push does and when a worker may read is
+// not decided here: the store asks its ConsistencyPolicy (consistency_policy.h) under its lock.
+// No gRPC and no LibTorch: the service feeds it decoded pushes, and tests drive it directly.
+//
+// Concurrency: one mutex guards the store and its policy; a push is decoded into a PushStaging
+// without it. Every wait is bounded by the caller's deadline and ends early on cancellation, on a
+// reload (ABORTED) or on Shutdown (UNAVAILABLE).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <absl/status/statusor.h>
+
+#include "services/common/checkpoint.h"
+#include "services/common/job_spec.h"
+#include "services/common/sgd.h"
+#include "services/parameter_server/consistency_policy.h"
+#include "services/parameter_server/push_staging.h"
+
+namespace strata {
+
+struct PartitionConfig {
+  int partition = 0;
+  int partitions = 1;
+  int workers = 1;
+  ConsistencyMode consistency = ConsistencyMode::kAsp;
+  int staleness = 3;  // SSP only
+  double lr = 0.1;    // training.lr (BSP applies it to the averaged gradient)
+  double momentum = 0.9;
+  double weight_decay = 0.0;
+  LrScheduleSpec lr_schedule;
+  double lr_scale = 1.0;       // ASP/SSP: each push is applied with lr * lr_scale
+  int64_t train_examples = 1;  // global epoch = samples / train_examples
+};
+
+// The part of the partition's configuration its consistency policy reads.
+ConsistencyConfig ConsistencyConfigOf(const PartitionConfig& config);
+
+// Buckets of the staleness histogram; the last one counts "this many versions or more".
+inline constexpr int kStalenessBuckets = 16;
+
+struct WaitOptions {
+  std::chrono::system_clock::time_point deadline = std::chrono::system_clock::time_point::max();
+  std::function<bool()> cancelled;  // polled while waiting; may be empty
+};
+
+struct PartitionStatus {
+  bool loaded = false;
+  int64_t version = 0, pushes = 0, rejected_pushes = 0, samples = 0, completed_epochs = 0;
+  int64_t waited_pulls = 0, max_clock_gap = 0;
+  double global_epoch = 0, lr = 0;
+  size_t bytes = 0;
+  std::vector<int64_t> staleness_histogram, clocks;
+  std::vector<std::string> tensors;
+};
+
+struct PullSnapshot {
+  int64_t version = 0;
+  double global_epoch = 0;
+  std::shared_ptr<const PartitionLayout> layout;
+  std::vector<float> values;
+};
+
+class PartitionStore {
+ public:
+  // `config.consistency` is informational here (checkpoints record it); `policy` decides.
+  PartitionStore(PartitionConfig config, std::unique_ptr<ConsistencyPolicy> policy);
+
+  const PartitionConfig& config() const { return config_; }
+
+  // Accepts the whole model written by a worker (Trainer::ToCheckpoint: the partition plan over
+  // its kParameter then kBuffer entries picks this server's tensors) or a partition written by
+  // SaveCheckpoint. Momentum entries continue the optimizer. Validates fully before changing
+  // anything; gathered rounds and waiting calls are aborted.
+  absl::Status Load(const Checkpoint& checkpoint, const std::string& origin);
+  Checkpoint ToCheckpoint() const;  // FAILED_PRECONDITION-free: empty when not loaded
+  bool loaded() const;
+
+  // FAILED_PRECONDITION when nothing is loaded yet.
+  absl::StatusOr<std::unique_ptr<PushStaging>> NewStaging() const;
+
+  // Counts the push and applies it, or hands it to the policy's round, as the policy decides
+  // (waiting while it says so). Returns the version the pusher must wait for before its pull
+  // reflects the push: the new version when applied, the round's end when gathered.
+  absl::StatusOr<int64_t> Push(const PushMeta& meta, const PushStaging& staging,
+                               const WaitOptions& wait);
+
+  // Waits until the model is at `min_version` and the policy lets `worker` read (worker -1 is
+  // an observer, the evaluator or a checkpoint reader, and only waits for the version), then
+  // copies the model.
+  absl::StatusOr<PullSnapshot> Pull(int worker, int64_t min_version, const WaitOptions& wait);
+
+  // Blocks until the completed-epoch count differs from `known_completed_epochs`, the server
+  // stops, or `max_wait` passes; true unless it timed out.
+  bool WaitForProgress(int64_t known_completed_epochs, std::chrono::milliseconds max_wait);
+
+  void CountRejected();
+  PartitionStatus Status() const;
+
+  // Ends every wait with UNAVAILABLE; later calls fail the same way.
+  void Shutdown();
+  bool stopping() const;
+
+ private:
+  // Everything below runs with mu_ held.
+  absl::Status CheckUsable() const;
+  PartitionProgress Progress() const { return {version_, clocks_}; }
+  // Waits on cv_ until ready() holds; `what` names what it waits for in DEADLINE_EXCEEDED.
+  absl::Status WaitUntil(std::unique_lock<std::mutex>& lock, const WaitOptions& wait,
+                         const std::function<bool()>& ready,
+                         const std::function<std::string()>& what, uint64_t generation);
+  double GlobalEpoch() const;
+  // `requested_lr` > 0 replaces the policy's base rate (a push's own); the schedule applies.
+  SgdOptions SgdForNextUpdate(double requested_lr = 0) const;
+  // One SGD step with `update` (gradients then buffers), then a new version.
+  void ApplyUpdate(const float* update, int64_t samples, double requested_lr);
+
+  const PartitionConfig config_;
+  const std::unique_ptr<ConsistencyPolicy> policy_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::shared_ptr<const PartitionLayout> layout_;  // null until loaded
+  std::vector<float> values_, velocity_;
+  int64_t version_ = 0, pushes_ = 0, rejected_ = 0, samples_ = 0;
+  int64_t waited_pulls_ = 0, max_clock_gap_ = 0;
+  double last_lr_ = -1;  // rate of the last update applied; -1 before any
+  std::vector<int64_t> staleness_histogram_;
+  std::vector<int64_t> clocks_;  // accepted pushes per worker since the load
+  bool shutdown_ = false;
+  uint64_t next_generation_ = 1;
+};
+
+}  // namespace strata

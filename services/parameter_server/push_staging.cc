@@ -1,0 +1,59 @@
+#include "services/parameter_server/push_staging.h"
+
+#include <cmath>
+
+#include <absl/strings/str_cat.h>
+
+namespace strata {
+
+PushStaging::PushStaging(std::shared_ptr<const PartitionLayout> layout)
+    : layout_(std::move(layout)),
+      values_(layout_->total_floats),
+      seen_(layout_->entries.size(), false) {}
+
+absl::StatusOr<void*> PushStaging::Destination(const TensorSpec& spec) {
+  auto it = layout_->index.find(spec.name);
+  if (it == layout_->index.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown tensor '", spec.name, "': this partition does not hold it"));
+  }
+  const PartitionLayout::Entry& e = layout_->entries[it->second];
+  if (spec.dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' has dtype ",
+                                                   DTypeName(spec.dtype), ", expected float32"));
+  }
+  if (spec.shape != e.spec.shape) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' has shape ",
+                                                   ShapeString(spec.shape), ", expected ",
+                                                   ShapeString(e.spec.shape)));
+  }
+  if (seen_[it->second]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", spec.name, "' sent twice in one push"));
+  }
+  seen_[it->second] = true;
+  return static_cast<void*>(values_.data() + e.offset);
+}
+
+absl::Status PushStaging::Validate() const {
+  for (size_t i = 0; i < seen_.size(); ++i) {
+    if (!seen_[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push lacks tensor '", layout_->entries[i].spec.name, "'"));
+    }
+  }
+  // A NaN or Inf would poison the model for every worker; find the tensor to name it.
+  for (const auto& e : layout_->entries) {
+    const float* p = values_.data() + e.offset;
+    const size_t n = static_cast<size_t>(e.spec.numel());
+    for (size_t k = 0; k < n; ++k) {
+      if (!std::isfinite(p[k])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor '", e.spec.name, "' holds ", p[k], " at element ", k));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace strata
