@@ -22,6 +22,7 @@
 
 #include "services/common/files.h"
 #include "services/common/rpc.h"
+#include "services/worker/grpc_ring_link.h"
 #include "services/worker/ring_allreduce.h"
 
 extern char** environ;
@@ -132,10 +133,12 @@ inline absl::StatusOr<std::vector<std::string>> ExchangePorts(const std::string&
 
 // Child: serves `ring` on 127.0.0.1 (and, for transport "unix", on an abstract Unix socket named
 // after `dir` and the rank, as the local launcher does), meets the other ranks through `dir` and
-// connects the ring to them over that transport. The server is returned in *server.
+// connects the ring to them over that transport. The server is returned in *server. Tunes the
+// allocator for the ring first, as strata-worker does, so the figures are the worker's.
 inline absl::Status JoinRing(RingAllReduce* ring, const std::string& transport,
                              const std::string& dir, int rank, int world,
                              std::chrono::seconds limit, std::unique_ptr<grpc::Server>* server) {
+  TuneAllocatorForRing();
   const auto unix_address = [&](int r) { return absl::StrCat("unix-abstract:", dir, "/rank-", r); };
   std::vector<std::string> also_listen;
   if (transport == "unix") also_listen.push_back(unix_address(rank));

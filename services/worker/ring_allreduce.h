@@ -1,6 +1,7 @@
-// Ring all-reduce of a float buffer between the workers of a job, over gRPC streaming
-// (the Collective service of proto/strata/v1/collective.proto). No LibTorch: it works on raw
-// float buffers, such as the trainer's fused gradient buffer.
+// Ring all-reduce of a float buffer between the workers of a job. No LibTorch: it works on raw
+// float buffers, such as the trainer's fused gradient buffer. The algorithm talks to its
+// neighbours only through a RingLink (ring_link.h): over gRPC by default (grpc_ring_link.h), or
+// over any other link, such as the in-memory one the tests use to inject faults.
 //
 // Each operation is a reduce-scatter (world-1 steps) followed by an all-gather (world-1 steps)
 // over the buffer cut into `world` chunks; each chunk travels in segments so that sending,
@@ -10,7 +11,8 @@
 // Usage: create it before the peers are known, register service() on the process's gRPC server,
 // Connect() once every rank's address is known, then call AllReduceAverage() on every rank with
 // the same size. Operations are numbered on each rank in call order, so every rank must issue the
-// same sequence of operations. One operation at a time per instance.
+// same sequence of operations. One operation at a time per instance. A process that runs the ring
+// over gRPC should call TuneAllocatorForRing() (grpc_ring_link.h) once at start.
 #pragma once
 
 #include <chrono>
@@ -20,6 +22,8 @@
 #include <vector>
 
 #include <absl/status/status.h>
+
+#include "services/worker/ring_link.h"
 
 namespace grpc {
 class Service;
@@ -44,18 +48,22 @@ size_t AutoSegmentBytes(size_t floats, int world);
 
 class RingAllReduce {
  public:
+  // Over gRPC (GrpcRingLink).
   explicit RingAllReduce(int rank);
+  // Over `link`.
+  RingAllReduce(int rank, std::unique_ptr<RingLink> link);
   ~RingAllReduce();
   RingAllReduce(const RingAllReduce&) = delete;
   RingAllReduce& operator=(const RingAllReduce&) = delete;
 
-  // The Collective service receiving the previous rank's segments. Register it on the process's
-  // gRPC server before any peer starts an operation; the server must be shut down before this
-  // object is destroyed.
+  // The Collective service receiving the previous rank's segments (nullptr over a link other than
+  // gRPC's). Register it on the process's gRPC server before any peer starts an operation; the
+  // server must be shut down before this object is destroyed.
   grpc::Service* service();
 
-  // `peers` holds the host:port of every rank, by rank (this rank's own entry included). Only
-  // the next rank is dialled; the previous rank's address is used in error messages.
+  // `peers` holds the host:port of every rank, by rank (this rank's own entry included), or over
+  // another link whatever names it gives them. Only the next rank is dialled; the previous rank's
+  // name is used in error messages.
   absl::Status Connect(const std::vector<std::string>& peers);
 
   // Replaces data[0..n) on every rank with the element-wise average over the ranks. Every rank

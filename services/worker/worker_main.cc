@@ -8,11 +8,14 @@
 #include <CLI/CLI.hpp>
 
 #include "services/common/logging.h"
+#include "services/worker/grpc_ring_link.h"
 #include "services/worker/worker.h"
 
 int main(int argc, char** argv) {
   // The orchestrator owns shutdown: a worker never outlives it.
   prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // Process-wide allocator settings for the ring's gRPC receive buffers, before any thread starts.
+  strata::TuneAllocatorForRing();
   CLI::App app{"Strata worker"};
   std::string config, log_file;
   std::vector<std::string> overrides;

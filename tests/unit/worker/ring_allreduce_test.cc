@@ -1,95 +1,46 @@
-// Ring all-reduce with N ranks inside one process: each rank has its own gRPC server on
-// 127.0.0.1:0 and its own RingAllReduce, and runs its operation on its own thread.
+// The ring all-reduce over each of its links (ring_test_support.h): exact results for every
+// world size and awkward buffer sizes, and failures that name the rank at fault. Faults only the
+// in-memory link can inject, and a real peer process killed, are in ring_fault_test.cc.
 #include "services/worker/ring_allreduce.h"
 
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <filesystem>
-#include <future>
 #include <string>
-#include <thread>
 #include <tuple>
 #include <vector>
 
 #include <absl/strings/str_cat.h>
 #include <gmock/gmock.h>
-#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "bench/allreduce/rank_launcher.h"
-#include "services/common/rpc.h"
+#include "tests/unit/worker/ring_test_support.h"
 
 namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Rank {
-  std::unique_ptr<RingAllReduce> ring;
-  std::unique_ptr<grpc::Server> server;  // declared after ring: shut down before it
-  std::string address;
-};
+using ring_test::RunOnAll;
+using ring_test::StartRing;
+using ring_test::TestRing;
+using ring_test::Value;
 
-// transport "tcp": the ranks dial each other on 127.0.0.1; "unix": on abstract Unix sockets, as
-// the local launcher's workers do.
-std::vector<Rank> StartRing(int world, const std::string& transport = "tcp") {
-  static int rings = 0;  // abstract socket names are machine-wide: keep them unique
-  ++rings;
-  std::vector<Rank> ranks(world);
-  std::vector<std::string> peers;
-  for (int r = 0; r < world; ++r) {
-    ranks[r].ring = std::make_unique<RingAllReduce>(r);
-    int port = 0;
-    const std::string unix_address =
-        absl::StrCat("unix-abstract:strata-ring-test-", getpid(), "-", rings, "-", r);
-    std::vector<std::string> also_listen;
-    if (transport == "unix") also_listen.push_back(unix_address);
-    ranks[r].server = StartServer("127.0.0.1:0", {ranks[r].ring->service()}, &port, also_listen);
-    EXPECT_NE(ranks[r].server, nullptr);
-    EXPECT_GT(port, 0);
-    ranks[r].address = transport == "unix" ? unix_address : absl::StrCat("127.0.0.1:", port);
-    peers.push_back(ranks[r].address);
-  }
-  for (auto& rank : ranks) EXPECT_TRUE(rank.ring->Connect(peers).ok());
-  return ranks;
-}
-
-// Runs fn(rank) on one thread per rank; fails the test instead of hanging if any thread does not
-// return within a generous bound.
-std::vector<absl::Status> RunOnAll(int world, const std::function<absl::Status(int)>& fn) {
-  std::vector<std::future<absl::Status>> futures;
-  for (int r = 0; r < world; ++r) futures.push_back(std::async(std::launch::async, fn, r));
-  std::vector<absl::Status> out;
-  for (auto& f : futures) {
-    if (f.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
-      ADD_FAILURE() << "an all-reduce did not return: hang";
-      std::abort();  // a hung thread cannot be joined; do not let the suite wait forever
-    }
-    out.push_back(f.get());
-  }
-  return out;
-}
-
-// Integers small enough that every partial sum is exact in float.
-float Value(int rank, size_t i, int op) {
-  return static_cast<float>(static_cast<int>((i * 7 + rank * 13 + op * 5) % 201) - 100);
+// Parameter names such as "tcp_3" for (3, "tcp").
+std::string WorldAndLinkName(const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
+  return absl::StrCat(std::get<1>(info.param), "_", std::get<0>(info.param));
 }
 
 class RingAverage : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(RingAverage, EveryRankHoldsExactlyTheAverage) {
-  const auto& [world, transport] = GetParam();
-  std::vector<Rank> ranks = StartRing(world, transport);
+  const auto& [world, link] = GetParam();
+  TestRing ring = StartRing(world, link);
+  auto& ranks = ring.ranks;
   struct Case {
     size_t floats;
     size_t segment_bytes;
   };
   // Sizes below, at and above the world size, not divisible by it; segments from one float
-  // (a float may then straddle gRPC slices) to larger than a chunk.
+  // (a float may then straddle the pieces a link hands out) to larger than a chunk.
   const std::vector<Case> cases = {{1, 4},
                                    {2, 4},
                                    {3, 8},
@@ -129,13 +80,19 @@ TEST_P(RingAverage, EveryRankHoldsExactlyTheAverage) {
 
 INSTANTIATE_TEST_SUITE_P(Worlds, RingAverage,
                          ::testing::Combine(::testing::Values(1, 2, 3, 4, 5),
-                                            ::testing::Values("tcp")));
+                                            ::testing::Values("tcp", "memory")),
+                         WorldAndLinkName);
 INSTANTIATE_TEST_SUITE_P(UnixSockets, RingAverage,
-                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values("unix")));
+                         ::testing::Combine(::testing::Values(2, 3), ::testing::Values("unix")),
+                         WorldAndLinkName);
 
-TEST(RingAllReduce, SumWithZerosElsewhereBroadcastsRankZeroBitForBit) {
+// The same test over each link: "tcp", "unix" or "memory".
+class RingOverLink : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(RingOverLink, SumWithZerosElsewhereBroadcastsRankZeroBitForBit) {
   const int world = 3;
-  std::vector<Rank> ranks = StartRing(world);
+  TestRing ring = StartRing(world, GetParam());
+  auto& ranks = ring.ranks;
   const size_t n = 12345;
   std::vector<float> source(n);
   for (size_t i = 0; i < n; ++i)
@@ -177,8 +134,9 @@ TEST(RingAllReduce, BadUseIsRefusedWithAClearError) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("rank 3"));
 }
 
-TEST(RingAllReduce, DifferentSizesOnTwoRanksFailNamingTheMismatch) {
-  std::vector<Rank> ranks = StartRing(2);
+TEST_P(RingOverLink, DifferentSizesOnTwoRanksFailNamingTheMismatch) {
+  TestRing ring = StartRing(2, GetParam());
+  auto& ranks = ring.ranks;
   std::vector<std::vector<float>> data = {std::vector<float>(10, 1.0f),
                                           std::vector<float>(12, 1.0f)};
   AllReduceOptions options;
@@ -193,35 +151,34 @@ TEST(RingAllReduce, DifferentSizesOnTwoRanksFailNamingTheMismatch) {
   }
 }
 
-// A rank whose server is gone (the process died): its neighbours fail fast or at the deadline,
-// and every error names it with its address.
-TEST(RingAllReduce, ADeadPeerIsNamedByEveryRank) {
-  // Over Unix sockets the ring's connection is made at Connect(), before the peer goes away.
-  for (const std::string transport : {"tcp", "unix"}) {
-    SCOPED_TRACE(transport);
-    const int world = 3;
-    std::vector<Rank> ranks = StartRing(world, transport);
-    ranks[2].server->Shutdown();
-    const std::string dead = absl::StrCat("rank 2 (", ranks[2].address, ")");
-    std::vector<std::vector<float>> data(2, std::vector<float>(1000, 1.0f));
-    AllReduceOptions options;
-    options.deadline = std::chrono::seconds(3);
-    auto statuses = RunOnAll(
-        2, [&](int r) { return ranks[r].ring->AllReduceAverage(data[r].data(), 1000, options); });
-    for (int r = 0; r < 2; ++r) {
-      ASSERT_FALSE(statuses[r].ok()) << "rank " << r;
-      EXPECT_THAT(std::string(statuses[r].message()), HasSubstr(dead))
-          << "rank " << r << ": " << statuses[r];
-    }
+// A rank whose process is gone (over gRPC, its server): its neighbours fail fast or at the
+// deadline, and every error names it with its address. Over Unix sockets the ring's connection is
+// made at Connect(), before the peer goes away.
+TEST_P(RingOverLink, ADeadPeerIsNamedByEveryRank) {
+  const int world = 3;
+  TestRing ring = StartRing(world, GetParam());
+  auto& ranks = ring.ranks;
+  ring.Kill(2);
+  const std::string dead = ring.Name(2);
+  std::vector<std::vector<float>> data(2, std::vector<float>(1000, 1.0f));
+  AllReduceOptions options;
+  options.deadline = std::chrono::seconds(3);
+  auto statuses = RunOnAll(
+      2, [&](int r) { return ranks[r].ring->AllReduceAverage(data[r].data(), 1000, options); });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(statuses[r].ok()) << "rank " << r;
+    EXPECT_THAT(std::string(statuses[r].message()), HasSubstr(dead))
+        << "rank " << r << ": " << statuses[r];
   }
 }
 
 // A rank that is up but never takes part (stopped, hung): nobody hangs; the rank after it times
 // out naming it, and the abort it sends on makes the other ranks name it too.
-TEST(RingAllReduce, ASilentPeerIsNamedByEveryRankAfterTheDeadline) {
+TEST_P(RingOverLink, ASilentPeerIsNamedByEveryRankAfterTheDeadline) {
   const int world = 4;
-  std::vector<Rank> ranks = StartRing(world);
-  const std::string silent = absl::StrCat("rank 2 (", ranks[2].address, ")");
+  TestRing ring = StartRing(world, GetParam());
+  auto& ranks = ring.ranks;
+  const std::string silent = ring.Name(2);
   std::vector<std::vector<float>> data(world, std::vector<float>(5000, 1.0f));
   AllReduceOptions options;
   options.deadline = std::chrono::seconds(3);
@@ -231,7 +188,7 @@ TEST(RingAllReduce, ASilentPeerIsNamedByEveryRankAfterTheDeadline) {
     return ranks[r].ring->AllReduceAverage(data[r].data(), data[r].size(), options);
   });
   // Segments are sent straight from these buffers; a failed operation must have taken them back
-  // from gRPC before returning (an AddressSanitizer build reports any later read).
+  // from its link before returning (an AddressSanitizer build reports any later read).
   data.clear();
   data.shrink_to_fit();
   for (int r : {0, 1, 3}) {
@@ -242,71 +199,21 @@ TEST(RingAllReduce, ASilentPeerIsNamedByEveryRankAfterTheDeadline) {
   EXPECT_EQ(statuses[3].code(), absl::StatusCode::kDeadlineExceeded) << statuses[3];
 }
 
-#ifdef STRATA_BENCH_ALLREDUCE
-// A real peer process (strata-bench-allreduce running one rank) is killed between operations:
-// the next operation fails at once, naming it, instead of hanging.
-TEST(RingAllReduce, AKilledPeerProcessIsNamed) {
-  char pattern[] = "/tmp/strata-ring-test-XXXXXX";
-  ASSERT_NE(mkdtemp(pattern), nullptr);
-  const std::string dir = pattern;
-  struct Cleanup {
-    std::string dir;
-    pid_t child = -1;
-    ~Cleanup() {
-      if (child > 0) {
-        kill(child, SIGKILL);
-        waitpid(child, nullptr, 0);
-      }
-      std::error_code ignored;
-      std::filesystem::remove_all(dir, ignored);
-    }
-  } cleanup{dir};
+INSTANTIATE_TEST_SUITE_P(Links, RingOverLink, ::testing::Values("tcp", "unix", "memory"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
 
-  RingAllReduce ring(0);
-  int port = 0;
-  auto server = StartServer("127.0.0.1:0", {ring.service()}, &port);
-  ASSERT_NE(server, nullptr);
-  const size_t n = 4096;
-  std::vector<std::string> args = {STRATA_BENCH_ALLREDUCE,
-                                   "--world",
-                                   "2",
-                                   "--floats",
-                                   std::to_string(n),
-                                   "--iters",
-                                   "1000000000",
-                                   "--warmup",
-                                   "3",
-                                   "--rank",
-                                   "1",
-                                   "--dir",
-                                   dir};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  ASSERT_EQ(posix_spawn(&cleanup.child, argv[0], nullptr, nullptr, argv.data(), environ), 0);
-  auto peers = bench::ExchangePorts(dir, 0, 2, port, std::chrono::seconds(60));
-  ASSERT_TRUE(peers.ok()) << peers.status();
-  ASSERT_TRUE(ring.Connect(*peers).ok());
-
-  // The child's sequence: 3 warm-up operations of n floats, a 1-float barrier, then n-float ones.
-  AllReduceOptions options;
-  options.deadline = std::chrono::seconds(30);
-  std::vector<float> data(n, 3.0f);
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring.AllReduceAverage(data.data(), n, options).ok());
-  float token = 0;
-  ASSERT_TRUE(ring.AllReduceAverage(&token, 1, options).ok());
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring.AllReduceAverage(data.data(), n, options).ok());
-
-  ASSERT_EQ(kill(cleanup.child, SIGKILL), 0);
-  ASSERT_EQ(waitpid(cleanup.child, nullptr, 0), cleanup.child);
-  cleanup.child = -1;
-  options.deadline = std::chrono::seconds(5);
-  absl::Status status = ring.AllReduceAverage(data.data(), n, options);
-  ASSERT_FALSE(status.ok());
-  EXPECT_THAT(std::string(status.message()), HasSubstr(absl::StrCat("rank 1 (", (*peers)[1], ")")))
-      << status;
+// Over the in-memory link, the identity checks of Connect() are the algorithm's too.
+TEST(RingAllReduce, BadUseIsRefusedWithAClearErrorOverAnyLink) {
+  InMemoryRing memory(2);
+  RingAllReduce ring(1, memory.Link(1));
+  EXPECT_EQ(ring.service(), nullptr);
+  absl::Status status = ring.Connect({"a"});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("rank 1"));
+  EXPECT_TRUE(ring.Connect({"a", "b"}).ok());
 }
-#endif
 
 }  // namespace
 }  // namespace strata
