@@ -9,6 +9,7 @@
 
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/run_paths.h"
+#include "orchestrator/record/run_record.h"
 #include "services/common/files.h"
 #include "services/common/metrics.h"
 
@@ -22,9 +23,14 @@ nlohmann::json ReadJson(const std::string& path) {
   return j.is_discarded() ? nlohmann::json(nullptr) : j;
 }
 
+std::string Num(const std::optional<double>& v, const char* format) {
+  if (!v) return "--";
+  return absl::StrFormat(format, *v);
+}
+
 std::string Num(const nlohmann::json& j, const char* key, const char* format) {
   if (!j.contains(key) || !j[key].is_number()) return "--";
-  return absl::StrFormat(format, j[key].get<double>());
+  return Num(j[key].get<double>(), format);
 }
 
 int ShowStatus(const std::string& dir) {
@@ -63,16 +69,18 @@ int ShowStatus(const std::string& dir) {
                 Num(m, "val_acc", "%.4f").c_str());
   }
   for (const auto& e : events) {
-    const std::string name = e.value("event", "");
-    if (name == "switch_decided") {
-      std::printf("switch:    decided by %s at epoch %d: %s\n", e.value("trigger", "").c_str(),
-                  e.value("epoch", 0), e.value("reason", "").c_str());
-    } else if (name == "switch_done") {
+    const std::optional<RunEvent> event = RunEventOf(e);
+    if (event == RunEvent::kSwitchDecided) {
+      const SwitchDecidedRecord decided = SwitchDecidedRecord::FromJson(e);
+      std::printf("switch:    decided by %s at epoch %lld: %s\n", decided.trigger.c_str(),
+                  static_cast<long long>(decided.epoch), decided.reason.c_str());
+    } else if (event == RunEvent::kSwitchDone) {
+      const SwitchDoneEvent done = SwitchDoneEvent::FromJson(e);
       std::printf("switch:    done at step %lld (epoch %s), handover %s s\n",
-                  static_cast<long long>(e.value("at_step", 0)), Num(e, "epoch", "%.2f").c_str(),
-                  Num(e, "handover_s", "%.3f").c_str());
-    } else if (name == "run_failed") {
-      std::printf("error:     %s\n", e.value("error", "").c_str());
+                  static_cast<long long>(done.at_step), Num(done.epoch, "%.2f").c_str(),
+                  Num(done.handover_s, "%.3f").c_str());
+    } else if (event == RunEvent::kRunFailed) {
+      std::printf("error:     %s\n", RunFailedEvent::FromJson(e).error.c_str());
     }
   }
   if (summary.is_object()) {

@@ -12,6 +12,7 @@
 
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/run_paths.h"
+#include "orchestrator/record/run_record.h"
 #include "services/common/files.h"
 #include "services/common/metrics.h"
 
@@ -65,16 +66,17 @@ int RequestSwitch(const std::string& dir, int wait_s) {
     if (events.ok()) {
       for (size_t i = events_before; i < events->size(); ++i) {
         const auto& e = (*events)[i];
-        const std::string name = e.value("event", "");
-        if (name == "switch_done") {
+        const std::optional<RunEvent> event = RunEventOf(e);
+        if (event == RunEvent::kSwitchDone) {
+          const SwitchDoneEvent done = SwitchDoneEvent::FromJson(e);
           std::printf("switched at step %lld (epoch %.2f), handover %.3f s\n",
-                      static_cast<long long>(e.value("at_step", 0)), e.value("epoch", 0.0),
-                      e.value("handover_s", 0.0));
+                      static_cast<long long>(done.at_step), done.epoch.value_or(0.0),
+                      done.handover_s.value_or(0.0));
           return 0;
         }
-        if (name == "switch_failed" || name == "switch_skipped" ||
-            name == "switch_request_ignored" || name == "run_failed") {
-          std::fprintf(stderr, "strata switch: %s: %s\n", name.c_str(), e.dump().c_str());
+        if (event == RunEvent::kSwitchFailed || event == RunEvent::kSwitchSkipped ||
+            event == RunEvent::kSwitchRequestIgnored || event == RunEvent::kRunFailed) {
+          std::fprintf(stderr, "strata switch: %s: %s\n", RunEventName(*event), e.dump().c_str());
           return 1;
         }
       }

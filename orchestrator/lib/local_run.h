@@ -1,7 +1,8 @@
 // `strata run` with the local launcher: every service is a child process on 127.0.0.1, the run
-// directory is a local directory. The controller shards the data, launches parameter servers,
-// workers and the evaluator, starts training, asks for an evaluation once per global epoch,
-// decides and carries out the live switch (DESIGN.md §3), and ends every child on success,
+// directory is a local directory. RunLocalJob checks the job, shards the data, launches the
+// services (launch/local_launcher.h) and starts training; the run supervisor
+// (run/run_supervisor.h) then watches it to the end in one loop, stepping the evaluation
+// scheduler and the switch controller (run/switch_controller.h); every child ends on success,
 // failure and Ctrl-C.
 #pragma once
 

@@ -10,6 +10,7 @@
 #include <absl/strings/str_format.h>
 
 #include "orchestrator/lib/run_paths.h"
+#include "orchestrator/record/run_record.h"
 #include "services/common/files.h"
 #include "services/common/metrics.h"
 
@@ -136,9 +137,10 @@ std::string RenderReportHtml(const ReportInput& in) {
   }
   double switch_epoch = std::numeric_limits<double>::quiet_NaN(), switch_time = switch_epoch;
   for (const auto& e : in.events) {
-    if (e.value("event", "") == "switch_done") {
-      switch_epoch = Number(e, "epoch");
-      switch_time = Number(e, "wall_s");
+    if (RunEventOf(e) == RunEvent::kSwitchDone) {
+      const SwitchDoneEvent done = SwitchDoneEvent::FromJson(e);
+      switch_epoch = done.epoch.value_or(std::numeric_limits<double>::quiet_NaN());
+      switch_time = done.wall_s.value_or(std::numeric_limits<double>::quiet_NaN());
     }
   }
   const std::string label = "switch to PS";

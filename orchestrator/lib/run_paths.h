@@ -1,4 +1,4 @@
-// The run directory of DESIGN.md §4, one place that names its files.
+// The run directory (docs/user-guide.md), one place that names its files.
 #pragma once
 
 #include <string>

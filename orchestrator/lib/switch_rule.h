@@ -1,4 +1,5 @@
-// When to leave all-reduce for the parameter servers (Strategy-Switch, DESIGN.md §1).
+// When to leave all-reduce for the parameter servers (Strategy-Switch; docs/architecture.md,
+// "Why Strata switches").
 //
 // Two rules from the thesis (Provatas 2025, ch. 4):
 //  - EmpiricalSwitchRule: with v(i) the validation loss after epoch i and k the last epoch,

@@ -1,4 +1,4 @@
-#include "orchestrator/lib/cpu_limit.h"
+#include "orchestrator/launch/cpu_limit.h"
 
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,5 +1,6 @@
 // Slows a process down for real: a cgroup-v1 CPU quota (share of one core), the way
-// cluster.stragglers asks for a straggler (docs/TESTBED: nice does nothing across sessions here).
+// cluster.stragglers asks for a straggler. Not `nice`: with autogroup on (as on the machines this
+// was measured on), nice does nothing between processes of different sessions.
 #pragma once
 
 #include <sys/types.h>

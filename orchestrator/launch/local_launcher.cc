@@ -1,0 +1,212 @@
+#include "orchestrator/launch/local_launcher.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <thread>
+
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/strip.h>
+
+#include "services/common/files.h"
+#include "services/common/status.h"
+
+namespace strata {
+
+LocalLauncher::LocalLauncher(std::string bin_dir, std::string run_dir, RunRecord& record,
+                             RunConsole& console, RunFailure& failure)
+    : bin_dir_(std::move(bin_dir)),
+      paths_(std::move(run_dir)),
+      record_(record),
+      console_(console),
+      failure_(failure) {}
+
+LocalLauncher::~LocalLauncher() = default;
+
+absl::StatusOr<std::unique_ptr<ChildProcess>> LocalLauncher::Spawn(const std::string& name,
+                                                                   std::vector<std::string> argv) {
+  SpawnOptions o;
+  o.name = name;
+  o.argv = std::move(argv);
+  o.log_path = absl::StrCat(paths_.logs, "/", name, ".log");
+  auto child = ChildProcess::Spawn(o);
+  if (!child.ok()) return failure_.Fail(name, child.status());
+  return child;
+}
+
+absl::Status LocalLauncher::RunTask(const TaskSpec& task, std::chrono::milliseconds timeout,
+                                    const std::function<absl::Status()>& keep_going) {
+  std::vector<std::string> argv = {absl::StrCat(bin_dir_, "/", task.binary)};
+  argv.insert(argv.end(), task.args.begin(), task.args.end());
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<ChildProcess> child, Spawn(task.name, argv));
+  if (task.record_launch) {
+    record_.Event(RunEvent::kLaunched, {{"process", task.name}, {"pid", child->pid()}});
+  }
+  const auto until = Clock::now() + timeout;
+  while (!child->Poll()) {
+    STRATA_RETURN_IF_ERROR(keep_going());
+    if (Clock::now() > until) {
+      return failure_.Fail(
+          task.name, absl::DeadlineExceededError(
+                         absl::StrCat(task.description, " did not finish within ",
+                                      timeout.count() / 1000, " s; see logs/", task.name, ".log")));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // waiting on a pid
+  }
+  if (!child->succeeded()) {
+    return failure_.Fail(task.name, absl::InternalError(absl::StrCat(
+                                        task.description, " ", child->ExitDescription(),
+                                        "; see logs/", task.name, ".log: ", LastLogLine(*child))));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalLauncher::Start(const ServiceSpec& service) {
+  Child c;
+  c.spec = service;
+  c.port_file = absl::StrCat(paths_.ports, "/", service.name, ".port");
+  // It listens on a free loopback port and writes the port into its port file.
+  std::vector<std::string> argv = {absl::StrCat(bin_dir_, "/", service.binary), "--listen",
+                                   "127.0.0.1:0", "--port-file", c.port_file};
+  argv.insert(argv.end(), service.args.begin(), service.args.end());
+  const std::string command = absl::StrJoin(argv, " ");
+  STRATA_ASSIGN_OR_RETURN(c.process, Spawn(service.name, std::move(argv)));
+  record_.Event(RunEvent::kLaunched,
+                {{"process", service.name}, {"pid", c.process->pid()}, {"command", command}});
+  for (double fraction : service.cpu_fractions) SlowDown(c, fraction);
+  children_.push_back(std::move(c));
+  return absl::OkStatus();
+}
+
+// A real slow-down where cgroups allow it, otherwise said plainly.
+void LocalLauncher::SlowDown(const Child& c, double fraction) {
+  const std::string& name = c.spec.name;
+  auto limit =
+      CpuLimit::Apply(c.process->pid(), fraction, absl::StrCat("strata-", ::getpid(), "-", name));
+  if (limit.ok()) {
+    record_.Event(RunEvent::kStraggler,
+                  {{"process", name}, {"cpu_fraction", fraction}, {"cgroup", (*limit)->path()}});
+    console_.Say(
+        absl::StrFormat("%s runs as a straggler: %.0f%% of one core", name, fraction * 100));
+    cpu_limits_.push_back(std::move(*limit));
+  } else {
+    record_.Event(RunEvent::kStragglerNotApplied,
+                  {{"process", name},
+                   {"cpu_fraction", fraction},
+                   {"reason", std::string(limit.status().message())}});
+    console_.Say(absl::StrCat("warning: cannot slow down ", name, ": ", limit.status().message()));
+  }
+}
+
+bool LocalLauncher::ReadPorts() {
+  bool all = true;
+  for (Child& c : children_) {
+    if (!c.address.empty()) continue;
+    auto text = ReadFile(c.port_file);
+    int port = 0;
+    if (text.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &port) && port > 0) {
+      c.address = absl::StrCat("127.0.0.1:", port);
+      record_.Event(RunEvent::kListening, {{"process", c.spec.name}, {"address", c.address}});
+    } else {
+      all = false;
+    }
+  }
+  return all;
+}
+
+absl::StatusOr<std::vector<Endpoint>> LocalLauncher::WaitReady(
+    std::chrono::milliseconds timeout, const std::function<absl::Status()>& keep_going) {
+  const auto until = Clock::now() + timeout;
+  while (!ReadPorts()) {
+    STRATA_RETURN_IF_ERROR(keep_going());
+    STRATA_RETURN_IF_ERROR(CheckExits());
+    if (Clock::now() > until) {
+      std::vector<std::string> missing;
+      for (const Child& c : children_) {
+        if (c.address.empty()) missing.push_back(c.spec.name);
+      }
+      return failure_.Fail(missing.front(),
+                           absl::DeadlineExceededError(absl::StrCat(
+                               absl::StrJoin(missing, ", "), " did not start listening within ",
+                               timeout.count() / 1000, " s; see logs/")));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // port files appear when they do
+  }
+  std::vector<Endpoint> endpoints;
+  for (const Child& c : children_) {
+    endpoints.push_back({c.spec.name, c.spec.role, c.address, c.spec.ring_address});
+  }
+  return endpoints;
+}
+
+absl::Status LocalLauncher::CheckExits() {
+  for (Child& c : children_) {
+    if (!c.process->Poll()) continue;
+    const std::string& name = c.spec.name;
+    record_.Event(
+        RunEvent::kProcessExited,
+        {{"process", name}, {"pid", c.process->pid()}, {"how", c.process->ExitDescription()}});
+    const std::string last = LastLogLine(*c.process);
+    return failure_.Fail(
+        name, absl::AbortedError(
+                  absl::StrCat(name, " (pid ", c.process->pid(), ") ", c.process->ExitDescription(),
+                               " during the run; see logs/", name, ".log",
+                               last.empty() ? "" : absl::StrCat(" (last line: ", last, ")"))));
+  }
+  return absl::OkStatus();
+}
+
+bool LocalLauncher::Running(const std::string& service) {
+  for (Child& c : children_) {
+    if (c.spec.name == service) return !c.process->Poll();
+  }
+  return false;
+}
+
+void LocalLauncher::StopAll(std::chrono::milliseconds wait) {
+  std::vector<ChildProcess*> processes;
+  for (Child& c : children_) processes.push_back(c.process.get());
+  // Give Stop its chance (services flush logs and checkpoints), then signals.
+  const auto until = Clock::now() + wait;
+  for (ChildProcess* p : processes) {
+    p->WaitFor(
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now())));
+  }
+  TerminateAll(processes, std::chrono::seconds(3));
+  nlohmann::json exits = nlohmann::json::array();
+  for (const Child& c : children_) {
+    exits.push_back({{"process", c.spec.name},
+                     {"pid", c.process->pid()},
+                     {"how", c.process->ExitDescription()}});
+  }
+  record_.Event(RunEvent::kProcessesEnded, {{"processes", exits}});
+  cpu_limits_.clear();  // the cgroups are empty now
+}
+
+std::vector<ProcessSnapshot> LocalLauncher::Snapshot() {
+  std::vector<ProcessSnapshot> out;
+  for (const Child& c : children_) {
+    ProcessSnapshot p;
+    p.name = c.spec.name;
+    p.pid = c.process->pid();
+    p.address = c.address;
+    p.running = !c.process->exited();
+    p.exit = c.process->ExitDescription();
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+std::string LocalLauncher::LastLogLine(const ChildProcess& process) {
+  auto text = ReadFile(process.log_path());
+  if (!text.ok()) return "";
+  std::string t(absl::StripTrailingAsciiWhitespace(*text));
+  const size_t nl = t.rfind('\n');
+  return nl == std::string::npos ? t : t.substr(nl + 1);
+}
+
+}  // namespace strata

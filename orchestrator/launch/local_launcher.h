@@ -1,0 +1,63 @@
+// The launcher of `strata run` on one machine: every service is a child process on 127.0.0.1 that
+// binds a free port and reports it in a port file under ports/; output goes to logs/<name>.log;
+// stragglers get a CPU limit (a cgroup) where the machine allows it. Children die with the
+// orchestrator (ChildProcess), and StopAll signals whatever a Stop RPC left running.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "orchestrator/launch/cpu_limit.h"
+#include "orchestrator/launch/launcher.h"
+#include "orchestrator/lib/run_paths.h"
+#include "orchestrator/record/run_console.h"
+#include "orchestrator/record/run_record.h"
+#include "orchestrator/run/controller.h"
+#include "services/common/child_process.h"
+
+namespace strata {
+
+class LocalLauncher final : public Launcher {
+ public:
+  // `bin_dir` holds the service binaries; events go to `record`, straggler notes to `console`,
+  // the first failure to `failure`.
+  LocalLauncher(std::string bin_dir, std::string run_dir, RunRecord& record, RunConsole& console,
+                RunFailure& failure);
+  ~LocalLauncher() override;
+
+  absl::Status RunTask(const TaskSpec& task, std::chrono::milliseconds timeout,
+                       const std::function<absl::Status()>& keep_going) override;
+  absl::Status Start(const ServiceSpec& service) override;
+  absl::StatusOr<std::vector<Endpoint>> WaitReady(
+      std::chrono::milliseconds timeout, const std::function<absl::Status()>& keep_going) override;
+  absl::Status CheckExits() override;
+  bool Running(const std::string& service) override;
+  void StopAll(std::chrono::milliseconds wait) override;
+  std::vector<ProcessSnapshot> Snapshot() override;
+
+ private:
+  struct Child {
+    ServiceSpec spec;
+    std::string port_file;
+    std::string address;  // 127.0.0.1:port once known
+    std::unique_ptr<ChildProcess> process;
+  };
+
+  absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::string& name,
+                                                      std::vector<std::string> argv);
+  void SlowDown(const Child& c, double fraction);
+  // Reads the port files that have appeared; true once every service has its address.
+  bool ReadPorts();
+  static std::string LastLogLine(const ChildProcess& process);
+
+  std::string bin_dir_;
+  RunPaths paths_;
+  RunRecord& record_;
+  RunConsole& console_;
+  RunFailure& failure_;
+  std::vector<Child> children_;  // in start order
+  std::vector<std::unique_ptr<CpuLimit>> cpu_limits_;
+};
+
+}  // namespace strata

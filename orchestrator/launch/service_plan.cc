@@ -1,0 +1,93 @@
+#include "orchestrator/launch/service_plan.h"
+
+#include <absl/strings/str_cat.h>
+
+namespace strata {
+namespace {
+
+ServiceSpec ParameterServer(const JobSpec& spec, const RunPaths& paths, int p,
+                            const ServicePlanInputs& in) {
+  ServiceSpec s;
+  s.name = absl::StrCat("ps-", p);
+  s.role = ServiceRole::kParameterServer;
+  s.binary = "strata-ps";
+  s.args = {"--partition",      std::to_string(p),
+            "--partitions",     std::to_string(spec.cluster.parameter_servers),
+            "--workers",        std::to_string(spec.cluster.workers),
+            "--config",         paths.job_yaml,
+            "--consistency",    spec.strategy.consistency,
+            "--staleness",      std::to_string(spec.strategy.staleness),
+            "--train-examples", std::to_string(in.train_examples),
+            "--run-dir",        paths.root};
+  if (spec.strategy.ps_lr_scale > 0) {
+    s.args.insert(s.args.end(), {"--lr-scale", absl::StrCat(spec.strategy.ps_lr_scale)});
+  }
+  if (!in.init_checkpoint.empty()) {
+    s.args.insert(s.args.end(), {"--init-checkpoint", in.init_checkpoint});
+  }
+  return s;
+}
+
+ServiceSpec Worker(const JobSpec& spec, const RunPaths& paths, int r, const ServicePlanInputs& in) {
+  ServiceSpec s;
+  s.name = absl::StrCat("worker-", r);
+  s.role = ServiceRole::kWorker;
+  s.binary = "strata-worker";
+  s.args = {"--config",        paths.job_yaml,      "--rank",
+            std::to_string(r), "--world",           std::to_string(spec.cluster.workers),
+            "--shard-file",    ShardFile(paths, r), "--run-dir",
+            paths.root};
+  if (spec.launcher.ring_transport == "unix") {
+    s.ring_address = absl::StrCat(in.ring_socket_prefix, r);
+    s.args.insert(s.args.end(), {"--ring-listen", s.ring_address});
+  }
+  for (const StragglerSpec& st : spec.cluster.stragglers) {
+    if (st.worker == r) s.cpu_fractions.push_back(st.cpu_fraction);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string ShardFile(const RunPaths& paths, int rank) {
+  return absl::StrCat(paths.shards, "/shard-", rank, ".idx");
+}
+
+TaskSpec ShardTask(const RunPaths& paths) {
+  TaskSpec t;
+  t.name = "sharder";
+  t.binary = "strata-sharder";
+  t.args = {"--config", paths.job_yaml, "--out", paths.shards};
+  t.description = "the sharder";
+  return t;
+}
+
+TaskSpec InitCheckpointTask(const RunPaths& paths, const std::string& checkpoint) {
+  TaskSpec t;
+  t.name = "init-checkpoint";
+  t.binary = "strata-evaluator";
+  t.args = {"--config", paths.job_yaml, "--write-init-checkpoint", checkpoint};
+  t.description = "writing the initial model";
+  t.record_launch = false;
+  return t;
+}
+
+std::vector<ServiceSpec> PlanServices(const JobSpec& spec, const RunPaths& paths,
+                                      const ServicePlanInputs& inputs) {
+  std::vector<ServiceSpec> services;
+  if (spec.strategy.kind != "allreduce") {
+    for (int p = 0; p < spec.cluster.parameter_servers; ++p) {
+      services.push_back(ParameterServer(spec, paths, p, inputs));
+    }
+  }
+  for (int r = 0; r < spec.cluster.workers; ++r) services.push_back(Worker(spec, paths, r, inputs));
+  ServiceSpec evaluator;
+  evaluator.name = "evaluator";
+  evaluator.role = ServiceRole::kEvaluator;
+  evaluator.binary = "strata-evaluator";
+  evaluator.args = {"--config", paths.job_yaml, "--threads", "1"};
+  services.push_back(evaluator);
+  return services;
+}
+
+}  // namespace strata

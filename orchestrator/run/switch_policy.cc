@@ -1,0 +1,57 @@
+#include "orchestrator/run/switch_policy.h"
+
+#include <cmath>
+
+#include "orchestrator/lib/switch_rule.h"
+
+namespace strata {
+
+std::optional<SwitchTrigger> SwitchPolicy::OnEvaluation(int64_t epoch, const std::string& phase,
+                                                        double val_loss, bool rule_open) {
+  if (phase != "allreduce") return std::nullopt;
+  allreduce_losses_.push_back(val_loss);
+  if (strategy_.kind != "switch" || strategy_.rule != "empirical" || !rule_open)
+    return std::nullopt;
+  EmpiricalSwitchRule rule({strategy_.window, strategy_.threshold_percent});
+  SwitchDecision d = rule.Decide(allreduce_losses_);
+  if (record_ != nullptr) {
+    record_->Event(RunEvent::kSwitchRule,
+                   {{"epoch", epoch},
+                    {"s_percent", d.s_percent ? nlohmann::json(*d.s_percent) : nullptr},
+                    {"fire", d.fire}});
+  }
+  if (!d.fire) return std::nullopt;
+  SwitchTrigger t;
+  t.kind = TriggerKind::kEmpirical;
+  t.epoch = epoch;
+  t.reason = d.reason;
+  t.empirical = EmpiricalTriggerDetails{*d.s_percent, strategy_.threshold_percent, strategy_.window,
+                                        allreduce_losses_};
+  return t;
+}
+
+std::optional<SwitchTrigger> SwitchPolicy::Observe(const ClusterView& view) const {
+  if (strategy_.kind != "switch" || strategy_.rule != "at_fraction") return std::nullopt;
+  AtFractionSwitchRule rule(strategy_.at_fraction, epochs_);
+  const int64_t target = rule.SwitchEpoch() * view.StepsPerEpoch();
+  const int64_t lead =
+      view.SwitchMargin() + static_cast<int64_t>(std::ceil(0.3 / view.StepSeconds()));
+  if (view.MaxStep() + lead < target) return std::nullopt;
+  SwitchTrigger t;
+  t.kind = TriggerKind::kAtFraction;
+  t.epoch = view.GlobalEpoch();
+  t.target_step = target;
+  t.reason = rule.Decide(rule.SwitchEpoch()).reason;
+  t.at_fraction = AtFractionTriggerDetails{strategy_.at_fraction, rule.SwitchEpoch()};
+  return t;
+}
+
+SwitchTrigger SwitchPolicy::Manual(const ClusterView& view) {
+  SwitchTrigger t;
+  t.kind = TriggerKind::kManual;
+  t.epoch = view.GlobalEpoch();
+  t.reason = "strata switch";
+  return t;
+}
+
+}  // namespace strata

@@ -1,0 +1,39 @@
+// When a `switch` job asks for the switch: the job's rule (orchestrator/lib/switch_rule.h) applied
+// to what the run observes. The empirical rule looks at the validation losses of the all-reduce
+// phase as evaluations complete; the at_fraction rule knows its step in advance and fires a little
+// before it, so that the handover lands on the epoch boundary. The manual trigger (`strata
+// switch`) is built here too, so every trigger comes from one place.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "orchestrator/record/run_record.h"
+#include "orchestrator/run/cluster_view.h"
+#include "orchestrator/run/switch_trigger.h"
+#include "services/common/job_spec.h"
+
+namespace strata {
+
+class SwitchPolicy {
+ public:
+  // `record` receives the empirical rule's verdict after each all-reduce evaluation.
+  SwitchPolicy(const StrategySpec& strategy, int epochs, RunRecord* record)
+      : strategy_(strategy), epochs_(epochs), record_(record) {}
+
+  // A finished evaluation. `rule_open`: the run may still switch (a settled switch ends the rule).
+  std::optional<SwitchTrigger> OnEvaluation(int64_t epoch, const std::string& phase,
+                                            double val_loss, bool rule_open);
+  // The at_fraction rule, looked at on every supervisor tick while no switch is under way.
+  std::optional<SwitchTrigger> Observe(const ClusterView& view) const;
+  // `strata switch` asked.
+  static SwitchTrigger Manual(const ClusterView& view);
+
+ private:
+  StrategySpec strategy_;
+  int epochs_;
+  RunRecord* record_;
+  std::vector<double> allreduce_losses_;
+};
+
+}  // namespace strata

@@ -1,0 +1,75 @@
+// What a job runs and with which flags, without launching anything.
+#include "orchestrator/launch/service_plan.h"
+
+#include <gtest/gtest.h>
+
+#include <absl/strings/str_join.h>
+
+namespace strata {
+namespace {
+
+JobSpec SwitchJob() {
+  JobSpec spec;
+  spec.cluster.workers = 2;
+  spec.cluster.parameter_servers = 1;
+  spec.strategy.kind = "switch";
+  spec.strategy.consistency = "asp";
+  spec.strategy.staleness = 3;
+  spec.launcher.ring_transport = "tcp";
+  spec.cluster.stragglers.push_back({1, 0.5});
+  return spec;
+}
+
+TEST(ServicePlan, ServersThenWorkersThenTheEvaluatorWithTheirFlags) {
+  const RunPaths paths("/runs/r");
+  ServicePlanInputs in;
+  in.train_examples = 6000;
+  const std::vector<ServiceSpec> services = PlanServices(SwitchJob(), paths, in);
+  ASSERT_EQ(services.size(), 4u);
+  EXPECT_EQ(services[0].name, "ps-0");
+  EXPECT_EQ(services[0].role, ServiceRole::kParameterServer);
+  EXPECT_EQ(absl::StrJoin(services[0].args, " "),
+            "--partition 0 --partitions 1 --workers 2 --config /runs/r/job.yaml --consistency asp "
+            "--staleness 3 --train-examples 6000 --run-dir /runs/r");
+  EXPECT_EQ(services[1].name, "worker-0");
+  EXPECT_EQ(absl::StrJoin(services[1].args, " "),
+            "--config /runs/r/job.yaml --rank 0 --world 2 --shard-file /runs/r/shards/shard-0.idx "
+            "--run-dir /runs/r");
+  EXPECT_TRUE(services[1].cpu_fractions.empty());
+  EXPECT_EQ(services[2].cpu_fractions, std::vector<double>{0.5});  // worker 1 is the straggler
+  EXPECT_EQ(services[3].name, "evaluator");
+  EXPECT_EQ(services[3].binary, "strata-evaluator");
+}
+
+TEST(ServicePlan, AllReduceRunsNoServersAndAUnixRingListensOnItsOwnSocket) {
+  JobSpec spec = SwitchJob();
+  spec.strategy.kind = "allreduce";
+  spec.launcher.ring_transport = "unix";
+  ServicePlanInputs in;
+  in.ring_socket_prefix = "unix-abstract:strata-1-r-worker-";
+  const std::vector<ServiceSpec> services = PlanServices(spec, RunPaths("/runs/r"), in);
+  ASSERT_EQ(services.size(), 3u);
+  EXPECT_EQ(services[0].role, ServiceRole::kWorker);
+  EXPECT_EQ(services[1].ring_address, "unix-abstract:strata-1-r-worker-1");
+  EXPECT_EQ(services[1].args.back(), "unix-abstract:strata-1-r-worker-1");
+}
+
+TEST(ServicePlan, APsJobsServersStartFromTheInitialModel) {
+  JobSpec spec = SwitchJob();
+  spec.strategy.kind = "ps";
+  spec.strategy.ps_lr_scale = 0.25;
+  ServicePlanInputs in;
+  in.init_checkpoint = "/runs/r/checkpoints/init.ckpt";
+  const RunPaths paths("/runs/r");
+  const std::vector<ServiceSpec> services = PlanServices(spec, paths, in);
+  const std::string ps = absl::StrJoin(services[0].args, " ");
+  EXPECT_NE(ps.find("--lr-scale 0.25 --init-checkpoint /runs/r/checkpoints/init.ckpt"),
+            std::string::npos)
+      << ps;
+  const TaskSpec init = InitCheckpointTask(paths, in.init_checkpoint);
+  EXPECT_FALSE(init.record_launch);
+  EXPECT_EQ(ShardTask(paths).args.back(), "/runs/r/shards");
+}
+
+}  // namespace
+}  // namespace strata
