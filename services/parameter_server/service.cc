@@ -9,6 +9,8 @@
 
 #include "services/common/checkpoint.h"
 #include "services/common/files.h"
+#include "services/common/handover_fetch.h"
+#include "services/common/rpc.h"
 #include "services/common/status.h"
 #include "services/common/tensor_codec.h"
 
@@ -229,14 +231,32 @@ absl::StatusOr<v1::CheckpointReply> ParameterServerService::Save(const std::stri
 absl::StatusOr<v1::CheckpointReply> ParameterServerService::Load(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("LoadCheckpoint needs a path");
   STRATA_ASSIGN_OR_RETURN(Checkpoint c, ReadCheckpoint(path));
-  STRATA_RETURN_IF_ERROR(partition_->Load(c, path));
+  return Install(c, path);
+}
+
+absl::StatusOr<v1::CheckpointReply> ParameterServerService::LoadFromWorker(
+    const std::string& worker, int64_t step, std::chrono::system_clock::time_point deadline) {
+  if (step <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LoadCheckpoint from worker ", worker, ": from_worker_step must be > 0"));
+  }
+  // A caller without a deadline must not hold this thread for ever on a silent worker.
+  HandoverFetchOptions fetch;
+  fetch.deadline = std::min(deadline, DeadlineAfter(std::chrono::minutes(2)));
+  STRATA_ASSIGN_OR_RETURN(Checkpoint c, FetchHandoverModel(worker, step, fetch));
+  return Install(c, absl::StrCat("worker ", worker, " (step ", step, ")"));
+}
+
+absl::StatusOr<v1::CheckpointReply> ParameterServerService::Install(const Checkpoint& c,
+                                                                    const std::string& origin) {
+  STRATA_RETURN_IF_ERROR(partition_->Load(c, origin));
   const PartitionStatus s = partition_->Status();
   spdlog::info(
       "loaded partition {} of {} from {}: {} tensors, {} bytes, version {}, global epoch {:.3f}",
-      partition_->config().partition, partition_->config().partitions, path, s.tensors.size(),
+      partition_->config().partition, partition_->config().partitions, origin, s.tensors.size(),
       s.bytes, s.version, s.global_epoch);
   v1::CheckpointReply reply;
-  reply.set_path(path);
+  reply.set_path(origin);
   reply.set_version(s.version);
   reply.set_tensors(static_cast<int32_t>(s.tensors.size()));
   return reply;
@@ -251,10 +271,13 @@ grpc::Status ParameterServerService::SaveCheckpoint(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status ParameterServerService::LoadCheckpoint(grpc::ServerContext*,
+grpc::Status ParameterServerService::LoadCheckpoint(grpc::ServerContext* context,
                                                     const v1::CheckpointRequest* request,
                                                     v1::CheckpointReply* reply) {
-  auto r = Load(request->path());
+  auto r = request->from_worker().empty()
+               ? Load(request->path())
+               : LoadFromWorker(request->from_worker(), request->from_worker_step(),
+                                context->deadline());
   if (!r.ok()) return ToGrpcStatus(r.status());
   *reply = *r;
   return grpc::Status::OK;

@@ -3,6 +3,7 @@
 // request is refused with INVALID_ARGUMENT and changes nothing; the service never aborts on input.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <string>
 
@@ -42,6 +43,11 @@ class ParameterServerService final : public v1::ParameterServer::Service {
   // Also used by the periodic saver and --init-checkpoint.
   absl::StatusOr<v1::CheckpointReply> Save(const std::string& path);
   absl::StatusOr<v1::CheckpointReply> Load(const std::string& path);
+  // The handover model of `step`, streamed from a worker (no shared file system needed).
+  absl::StatusOr<v1::CheckpointReply> LoadFromWorker(
+      const std::string& worker, int64_t step, std::chrono::system_clock::time_point deadline);
+  absl::StatusOr<v1::CheckpointReply> Install(const Checkpoint& checkpoint,
+                                              const std::string& origin);
   std::string DefaultCheckpointPath() const;
 
  private:

@@ -26,6 +26,7 @@
 #include "services/worker/allreduce_sync.h"
 #include "services/worker/push_pull_sync.h"
 #include "services/worker/ring_allreduce.h"
+#include "services/worker/switch_participant.h"
 #include "strata/v1/worker.grpc.pb.h"
 
 namespace strata {
@@ -36,8 +37,6 @@ using Clock = std::chrono::steady_clock;
 // Work handed to the training thread; runs at the next step boundary (or at once when idle).
 using Task = std::function<void(Trainer&)>;
 
-constexpr char kWithdrawn[] = "switch withdrawn before its step";
-
 std::string ModeName(v1::SyncMode mode) { return mode == v1::SYNC_MODE_PS ? "ps" : "allreduce"; }
 
 class WorkerState {
@@ -46,26 +45,16 @@ class WorkerState {
   std::mutex mu;
   std::condition_variable cv;
   std::optional<v1::StartRequest> start;
-  std::optional<v1::SwitchRequest> pending_switch;
-  std::shared_ptr<std::promise<absl::StatusOr<v1::SwitchReply>>> switch_done;
-  // The training thread voted the pending switch into the step in flight, or is switching: too
-  // late to withdraw it at once.
-  bool switch_started = false;
-  // The caller gave up while a vote was in flight: the training thread drops the request after
-  // that step unless the vote carried (then the switch goes ahead: the peers are switching too).
-  bool switch_withdrawn = false;
+  // The switch handshake. It has its own lock, which may be taken while holding `mu`, never the
+  // other way round.
+  SwitchParticipant switch_participant;
   std::deque<Task> tasks;
   bool stop = false;
   v1::WorkerStatus status;
-
-  // Ends the pending switch request, answering its caller with `outcome`; with mu held.
-  void EndPendingSwitch(absl::StatusOr<v1::SwitchReply> outcome) {
-    if (switch_done) switch_done->set_value(std::move(outcome));
-    switch_done.reset();
-    pending_switch.reset();
-    switch_started = false;
-    switch_withdrawn = false;
-  }
+  // The model of the switch step in the checkpoint format, served by GetHandoverModel from the RPC
+  // threads while the training thread waits for the servers to load it (status.handover_model_step
+  // says which step it is).
+  std::shared_ptr<const std::string> handover_model;
 
   void Post(Task task) {
     {
@@ -163,37 +152,24 @@ class WorkerService final : public v1::Worker::Service {
       return ToGrpcStatus(absl::InvalidArgumentError(
           absl::StrCat("Switch: lr ", request->lr(), " is not a number >= 0")));
     }
-    auto promise = std::make_shared<std::promise<absl::StatusOr<v1::SwitchReply>>>();
-    auto result = promise->get_future();
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       if (state_->status.mode() != v1::SYNC_MODE_ALLREDUCE) {
         return ToGrpcStatus(
             absl::FailedPreconditionError("Switch: the worker is not in all-reduce mode"));
       }
-      if (state_->pending_switch) {
-        return ToGrpcStatus(absl::AlreadyExistsError("Switch: a switch is already pending"));
-      }
-      // The ring agrees on the step: each worker votes with its step's gradients once its
-      // request is due, and all switch after the first step every one of them voted for
-      // (SwitchRequest.at_step). A request for a step already passed is due at once.
-      state_->pending_switch = *request;
-      state_->switch_done = promise;
     }
+    // The ring agrees on the step: each worker votes with its step's gradients once its request
+    // is due, and all switch after the first step every one of them voted for
+    // (SwitchRequest.at_step). A request for a step already passed is due at once.
+    auto ticket = state_->switch_participant.Request(*request);
+    if (!ticket.ok()) return ToGrpcStatus(ticket.status());
     state_->cv.notify_all();
+    const auto& result = ticket->outcome;
     while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-      if (context->IsCancelled()) {
-        // A caller that gives up (one peer refused, the deadline passed) withdraws the request,
-        // unless the switch has already begun at its step boundary.
-        std::lock_guard<std::mutex> lock(state_->mu);
-        if (state_->switch_done == promise) {
-          if (!state_->switch_started) {
-            state_->EndPendingSwitch(absl::CancelledError(kWithdrawn));
-          } else {
-            state_->switch_withdrawn = true;  // settled after the step whose vote is in flight
-          }
-        }
-      }
+      // A caller that gives up (one peer refused, the deadline passed) withdraws the request,
+      // unless the switch has already begun at its step boundary.
+      if (context->IsCancelled()) state_->switch_participant.Withdraw(ticket->id);
     }
     auto done = result.get();
     if (!done.ok()) return ToGrpcStatus(done.status());
@@ -253,6 +229,32 @@ class WorkerService final : public v1::Worker::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status GetHandoverModel(grpc::ServerContext*, const v1::HandoverModelRequest* request,
+                                grpc::ServerWriter<v1::CheckpointChunk>* writer) override {
+    std::shared_ptr<const std::string> model;
+    int64_t held = 0;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      model = state_->handover_model;
+      held = state_->status.handover_model_step();
+    }
+    if (model == nullptr || held != request->step()) {
+      return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+          "GetHandoverModel: this worker holds no handover model of step ", request->step(),
+          held > 0 ? absl::StrCat(" (it holds step ", held, ")") : std::string(" (yet)"))));
+    }
+    // Chunks well under gRPC's message limit, so sender and receiver overlap.
+    constexpr size_t kChunkBytes = size_t{1} << 20;
+    v1::CheckpointChunk chunk;
+    chunk.set_total_bytes(model->size());
+    for (size_t offset = 0; offset == 0 || offset < model->size(); offset += kChunkBytes) {
+      chunk.set_offset(offset);
+      chunk.set_data(model->substr(offset, kChunkBytes));
+      if (!writer->Write(chunk)) return ToGrpcStatus(absl::CancelledError("the caller went away"));
+    }
+    return grpc::Status::OK;
+  }
+
  private:
   WorkerState* state_;
 };
@@ -272,10 +274,8 @@ class WorkerRunner {
         state_->status.set_error(std::string(status.message()));
       }
       state_->status.set_finished(true);
-      if (state_->switch_done) {
-        state_->EndPendingSwitch(absl::AbortedError(
-            status.ok() ? "training ended before the switch step" : std::string(status.message())));
-      }
+      state_->switch_participant.EndOfTraining(absl::AbortedError(
+          status.ok() ? "training ended before the switch step" : std::string(status.message())));
     }
     // Keep serving GetModel / SaveCheckpoint until Stop.
     for (;;) {
@@ -337,25 +337,35 @@ class WorkerRunner {
     std::vector<float> before(trainer.parameter_data(), trainer.parameter_data() + n_params);
     std::vector<float> buffers_before(trainer.buffers().total_floats());
     trainer.CopyBuffersTo(buffers_before.data());
+    // The handover model (docs/architecture.md, "The live switch"): every worker keeps it for
+    // GetHandoverModel, from which the parameter servers load it over the network; all replicas
+    // are equal, so any worker can serve it. Worker 0 also writes it to the run directory for the
+    // record.
+    Checkpoint checkpoint = trainer.ToCheckpoint(epoch, step, step);
+    // The global progress so far, so the servers' epoch (samples / training-set size) and
+    // learning-rate schedule continue mid-epoch instead of restarting at the epoch boundary.
+    const double epochs_done = static_cast<double>(step) / static_cast<double>(steps_per_epoch);
+    checkpoint.extra["samples"] =
+        static_cast<int64_t>(epochs_done * static_cast<double>(trainer.dataset().train.size()));
+    STRATA_ASSIGN_OR_RETURN(std::string serialized, SerializeCheckpoint(checkpoint));
+    auto model = std::make_shared<const std::string>(std::move(serialized));
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->handover_model = model;
+      state_->status.set_handover_model_step(step);
+    }
     if (options_.rank == 0) {
-      // The handover: the parameter servers load this file (DESIGN.md §3, step 2).
       STRATA_RETURN_IF_ERROR(MakeDirs(options_.run_dir + "/checkpoints"));
       const std::string path =
           absl::StrCat(options_.run_dir, "/checkpoints/switch-step", step, ".ckpt");
-      Checkpoint checkpoint = trainer.ToCheckpoint(epoch, step, step);
-      // The global progress so far, so the servers' epoch (samples / training-set size) and
-      // learning-rate schedule continue mid-epoch instead of restarting at the epoch boundary.
-      const double epochs_done = static_cast<double>(step) / static_cast<double>(steps_per_epoch);
-      checkpoint.extra["samples"] =
-          static_cast<int64_t>(epochs_done * static_cast<double>(trainer.dataset().train.size()));
-      STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, checkpoint));
+      STRATA_RETURN_IF_ERROR(WriteFileAtomic(path, *model));
       spdlog::info("switch: wrote {}", path);
     }
     STRATA_ASSIGN_OR_RETURN(auto next,
                             MakePushPull(request.parameter_servers(), trainer, request.lr()));
     STRATA_RETURN_IF_ERROR(StartWithRetry(*next, trainer));
     // Barrier over the ring, which is still connected: no worker pushes before every worker has
-    // pulled, so all of them continue from the handed-over model itself (DESIGN.md §3, step 4)
+    // pulled, so all of them continue from the handed-over model itself
     // rather than from one already moved by a faster peer.
     float barrier = 0.0f;
     AllReduceOptions barrier_options;
@@ -428,45 +438,34 @@ class WorkerRunner {
         if (state_->stopping()) return absl::CancelledError("stopped");
         STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer.ComputeGradients(b));
         StepContext context{epoch, step, stats.examples};
-        {
-          // Vote to switch after this step if a request is due; once voted it cannot be
-          // withdrawn until the vote's outcome is known.
-          std::lock_guard<std::mutex> lock(state_->mu);
-          if (state_->switch_withdrawn) state_->EndPendingSwitch(absl::CancelledError(kWithdrawn));
-          const auto& pending = state_->pending_switch;
-          context.ready_to_switch =
-              pending && (pending->at_step() == 0 || pending->at_step() <= step + 1);
-          state_->switch_started = context.ready_to_switch;
-        }
+        // Vote to switch after this step if a request is due; once voted it cannot be withdrawn
+        // until the vote's outcome is known.
+        context.ready_to_switch = state_->switch_participant.VoteForStep(step + 1);
         STRATA_ASSIGN_OR_RETURN(StepOutcome outcome, sync->Step(trainer, context));
         ++step;
         loss_sum += stats.loss * stats.examples;
         seen += stats.examples;
         phase_samples += stats.examples;
-        std::optional<v1::SwitchRequest> switch_now;
+        const std::optional<v1::SwitchRequest> switch_now = state_->switch_participant.SettleStep(
+            context.ready_to_switch, outcome.all_ready_to_switch);
         {
           std::lock_guard<std::mutex> lock(state_->mu);
           state_->status.set_step(step);
           state_->status.set_train_loss(loss_sum / seen);
           const double secs = std::chrono::duration<double>(Clock::now() - phase_start).count();
           state_->status.set_samples_per_s(phase_samples / std::max(secs, 1e-9));
-          if (context.ready_to_switch && outcome.all_ready_to_switch) {
-            switch_now = state_->pending_switch;
-            state_->status.set_switch_began_at_step(step);
-          } else if (state_->switch_withdrawn) {
-            state_->EndPendingSwitch(absl::CancelledError(kWithdrawn));
-          } else {
-            state_->switch_started = false;  // a peer did not vote yet: try again next step
-          }
+          if (switch_now) state_->status.set_switch_began_at_step(step);
         }
         if (switch_now) {
           auto reply = DoSwitch(trainer, *switch_now, epoch, step, steps_per_epoch, &sync);
-          std::lock_guard<std::mutex> lock(state_->mu);
-          if (reply.ok()) {
-            state_->status.set_mode(v1::SYNC_MODE_PS);
-            state_->status.set_switched_at_step(step);
+          {
+            std::lock_guard<std::mutex> lock(state_->mu);
+            if (reply.ok()) {
+              state_->status.set_mode(v1::SYNC_MODE_PS);
+              state_->status.set_switched_at_step(step);
+            }
           }
-          state_->EndPendingSwitch(reply);
+          state_->switch_participant.Finish(reply);
           if (!reply.ok()) return Annotate(reply.status(), "switch");
           phase_start = Clock::now();
           phase_samples = 0;

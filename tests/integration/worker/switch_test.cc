@@ -1,6 +1,7 @@
-// The live switch, worker side (issue: ring all-reduce -> push/pull at a step boundary): real
+// The live switch, worker side (ring all-reduce -> push/pull at a step boundary): real
 // strata-worker and strata-ps processes on loopback, the handover done the way the orchestrator
-// does it (DESIGN.md §3).
+// does it (docs/architecture.md, "The live switch"): the servers stream the model from a worker,
+// and they run in a directory of their own, so nothing is handed over through a shared disk.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -9,8 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include "services/common/checkpoint.h"
 #include "services/common/child_process.h"
 #include "services/common/rpc.h"
+#include "services/common/tensor_codec.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 #include "strata/v1/worker.grpc.pb.h"
 
@@ -27,6 +30,49 @@ constexpr int kStepsPerEpoch = 12;
 constexpr int kSwitchStep = 18;  // in the second epoch
 // Push/pull learning rate the switch asks for (the servers' own would be 0.05 / 2 workers).
 constexpr double kSwitchLr = 0.02;
+
+v1::HandoverModelRequest HandoverRequest(int64_t step) {
+  v1::HandoverModelRequest request;
+  request.set_step(step);
+  return request;
+}
+
+// The handover model as a worker streams it, put together by the test itself.
+absl::StatusOr<Checkpoint> FetchHandoverModelForTest(v1::Worker::Stub& worker, int64_t step) {
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(seconds(60)));
+  auto reader = worker.GetHandoverModel(&context, HandoverRequest(step));
+  std::string bytes;
+  v1::CheckpointChunk chunk;
+  while (reader->Read(&chunk)) {
+    EXPECT_EQ(chunk.offset(), bytes.size());
+    bytes += chunk.data();
+    EXPECT_LE(bytes.size(), chunk.total_bytes());
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return absl::InternalError(status.error_message());
+  return ParseCheckpoint(bytes, "the test's fetch");
+}
+
+// What a parameter server holds, read as an observer (no consistency wait).
+std::vector<NamedTensor> PullAsObserver(const std::string& address) {
+  auto stub = v1::ParameterServer::NewStub(MakeChannel(address));
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(seconds(60)));
+  v1::PullRequest pull;
+  pull.set_worker(-1);
+  auto reader = stub->Pull(&context, pull);
+  std::vector<v1::TensorChunk> chunks;
+  v1::PullResponse response;
+  while (reader->Read(&response)) {
+    if (response.has_chunk()) chunks.push_back(response.chunk());
+  }
+  grpc::Status status = reader->Finish();
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  auto tensors = DecodeAll(chunks);
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  return tensors.ok() ? *tensors : std::vector<NamedTensor>{};
+}
 
 class SwitchTest : public ::testing::Test {
  protected:
@@ -136,13 +182,25 @@ cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }
 };
 
 TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
+  // The servers get a folder of their own: they cannot read what the workers write.
+  const std::string server_dir = dir_ + "/servers";
+  fs::create_directories(server_dir);
+  fs::copy_file(dir_ + "/job.yaml", server_dir + "/job.yaml");
   for (int p = 0; p < kServers; ++p) {
     servers_.push_back(Launch("strata-ps", "ps-" + std::to_string(p),
-                              {"--config", dir_ + "/job.yaml", "--partition", std::to_string(p),
-                               "--partitions", std::to_string(kServers), "--workers",
-                               std::to_string(kWorkers), "--train-examples", "1536"}));
+                              {"--config", server_dir + "/job.yaml", "--partition",
+                               std::to_string(p), "--partitions", std::to_string(kServers),
+                               "--workers", std::to_string(kWorkers), "--train-examples", "1536"}));
     ASSERT_FALSE(servers_.back().address.empty());
   }
+  // A witness: one more server holding the whole model, loaded the same way, that nobody pushes
+  // to, so the test can read what a load from a worker installs without racing the first push.
+  servers_.push_back(
+      Launch("strata-ps", "witness",
+             {"--config", server_dir + "/job.yaml", "--partition", "0", "--partitions", "1",
+              "--workers", std::to_string(kWorkers), "--train-examples", "1536"}));
+  ASSERT_FALSE(servers_.back().address.empty());
+  const Service& witness = servers_.back();
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs = StartRing();
   ASSERT_EQ(stubs.size(), static_cast<size_t>(kWorkers));
 
@@ -158,7 +216,7 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
       request.set_mode(v1::SYNC_MODE_PS);
       request.set_at_step(requested_step);
       request.set_lr(kSwitchLr);
-      for (auto& server : servers_) request.add_parameter_servers(server.address);
+      for (int p = 0; p < kServers; ++p) request.add_parameter_servers(servers_[p].address);
       grpc::ClientContext context;
       context.set_deadline(DeadlineAfter(seconds(300)));
       v1::SwitchReply reply;
@@ -192,6 +250,41 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
   EXPECT_GT(switch_step, first_worker_step) << "worker 0 switched before its peer had the request";
   ASSERT_LT(switch_step, (kEpochs - 2) * kStepsPerEpoch)
       << "training ran too far ahead to test the switch";
+  // Every worker keeps the model of the switch step for the servers.
+  for (auto& stub : stubs) {
+    while (StatusOf(*stub).handover_model_step() != switch_step) {
+      ASSERT_LT(std::chrono::steady_clock::now(), give_up) << "no handover model";
+      for (auto& w : workers_) ASSERT_FALSE(w.process->Poll()) << w.LogTail();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling progress
+    }
+  }
+  // A step the worker does not hold is refused, naming the step.
+  {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(60)));
+    auto reader = stubs[0]->GetHandoverModel(&context, HandoverRequest(switch_step + 1));
+    v1::CheckpointChunk chunk;
+    EXPECT_FALSE(reader->Read(&chunk));
+    const grpc::Status refused = reader->Finish();
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_NE(refused.error_message().find(std::to_string(switch_step + 1)), std::string::npos)
+        << refused.error_message();
+  }
+  // The servers stream the model from worker 1 (any replica serves: they are equal); the witness
+  // too. Nothing tells them a path.
+  for (auto& server : servers_) {
+    auto stub = v1::ParameterServer::NewStub(MakeChannel(server.address));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(60)));
+    v1::CheckpointRequest request;
+    request.set_from_worker(workers_[1].address);
+    request.set_from_worker_step(switch_step);
+    v1::CheckpointReply reply;
+    grpc::Status status = stub->LoadCheckpoint(&context, request, &reply);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(reply.version(), switch_step);  // the model version continues from the step
+  }
+  // The record: worker 0 also writes the model to the workers' run directory.
   const std::string checkpoint =
       dir_ + "/checkpoints/switch-step" + std::to_string(switch_step) + ".ckpt";
   while (!fs::exists(checkpoint)) {
@@ -199,16 +292,29 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
     for (auto& w : workers_) ASSERT_FALSE(w.process->Poll()) << w.LogTail();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  for (auto& server : servers_) {
-    auto stub = v1::ParameterServer::NewStub(MakeChannel(server.address));
-    grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(seconds(60)));
-    v1::CheckpointRequest request;
-    request.set_path(checkpoint);
-    v1::CheckpointReply reply;
-    grpc::Status status = stub->LoadCheckpoint(&context, request, &reply);
-    ASSERT_TRUE(status.ok()) << status.error_message();
+  // Compared here, not by the product: both workers' handover models, the file, and what the
+  // witness server installed are the same weights, buffers and momentum.
+  auto file = ReadCheckpoint(checkpoint);
+  ASSERT_TRUE(file.ok()) << file.status();
+  for (auto& stub : stubs) {
+    auto streamed = FetchHandoverModelForTest(*stub, switch_step);
+    ASSERT_TRUE(streamed.ok()) << streamed.status();
+    ASSERT_EQ(streamed->entries.size(), file->entries.size());
+    for (size_t i = 0; i < file->entries.size(); ++i) {
+      EXPECT_EQ(streamed->entries[i].kind, file->entries[i].kind);
+      EXPECT_EQ(streamed->entries[i].tensor.name(), file->entries[i].tensor.name());
+      EXPECT_EQ(streamed->entries[i].tensor.data, file->entries[i].tensor.data);
+    }
   }
+  size_t compared = 0;
+  for (const NamedTensor& t : PullAsObserver(witness.address)) {
+    const CheckpointEntry* e = file->Find(TensorKind::kParameter, t.name());
+    if (e == nullptr) e = file->Find(TensorKind::kBuffer, t.name());
+    ASSERT_NE(e, nullptr) << t.name();
+    EXPECT_EQ(e->tensor.data, t.data) << t.name();
+    ++compared;
+  }
+  EXPECT_GT(compared, 0u);
   for (auto& f : switches) {
     auto [status, reply] = f.get();
     ASSERT_TRUE(status.ok()) << status.error_message();
@@ -236,7 +342,8 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
     EXPECT_LT(st.epoch_train_loss(kEpochs - 1), st.epoch_train_loss(0));
   }
   // The servers applied the workers' pushes at the rate the switch asked for.
-  for (auto& server : servers_) {
+  for (int p = 0; p < kServers; ++p) {
+    const Service& server = servers_[p];
     auto stub = v1::ParameterServer::NewStub(MakeChannel(server.address));
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(seconds(60)));
