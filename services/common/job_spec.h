@@ -1,4 +1,4 @@
-// The job spec (DESIGN.md §5): one validated YAML file instead of scattered flags. Every problem
+// The job spec (docs/job-spec.md): one validated YAML file instead of scattered flags. Every problem
 // is reported with its key and line; unknown keys are errors, so a typo never silently falls back
 // to a default. docs/job-spec.md documents every key.
 #pragma once
