@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "orchestrator/commands.h"
-#include "orchestrator/lib/shard_flags.h"
+#include "sharder/shard_flags.h"
 #include "orchestrator/lib/shard_stats.h"
 
 namespace strata::cli {

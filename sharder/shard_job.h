@@ -8,7 +8,7 @@
 #include <absl/status/statusor.h>
 #include <nlohmann/json.hpp>
 
-#include "orchestrator/lib/shard_flags.h"
+#include "sharder/shard_flags.h"
 #include "services/common/dataset.h"
 #include "sharder/shard_plan.h"
 #include "strata/v1/sharder.pb.h"

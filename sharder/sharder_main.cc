@@ -18,7 +18,7 @@
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
-#include "orchestrator/lib/shard_flags.h"
+#include "sharder/shard_flags.h"
 #include "services/common/files.h"
 #include "services/common/logging.h"
 #include "services/common/rpc.h"

@@ -1,4 +1,4 @@
-#include "orchestrator/lib/shard_flags.h"
+#include "sharder/shard_flags.h"
 
 namespace strata::shard {
 namespace {
