@@ -2,6 +2,7 @@
 // (docs/user-guide.md, "The run directory"), with each switch rule the user can pick.
 #include <cmath>
 #include <sstream>
+#include <utility>
 
 #include <gtest/gtest.h>
 
@@ -9,6 +10,16 @@
 
 namespace strata::testing {
 namespace {
+
+// The run's switch_decided and switch_done events (null where there is none).
+std::pair<nlohmann::json, nlohmann::json> SwitchEvents(const std::string& run_dir) {
+  nlohmann::json decided, done;
+  for (const auto& e : ReadLines(run_dir + "/events.jsonl")) {
+    if (e["event"] == "switch_decided") decided = e;
+    if (e["event"] == "switch_done") done = e;
+  }
+  return {decided, done};
+}
 
 TEST(EndToEnd, ShortSwitchJobWritesTheWholeRunDirectory) {
   const std::string dir = MakeTempDir("e2e");
@@ -36,11 +47,7 @@ strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
 
   // events.jsonl: the switch decided by the rule and done, with the servers holding the last
   // all-reduce model (compared tensor by tensor before any worker pushed).
-  nlohmann::json decided, done;
-  for (const auto& e : ReadLines(run_dir + "/events.jsonl")) {
-    if (e["event"] == "switch_decided") decided = e;
-    if (e["event"] == "switch_done") done = e;
-  }
+  auto [decided, done] = SwitchEvents(run_dir);
   ASSERT_TRUE(decided.is_object()) << Slurp(run_dir + "/events.jsonl");
   EXPECT_EQ(decided["trigger"], "at_fraction");
   EXPECT_EQ(decided["switch_epoch"], 2);
@@ -143,11 +150,7 @@ sharding: { method: stratified }
                          << Slurp(run_dir + "/metrics.jsonl") << r.output;
   const int expected_epoch = epochs[k_fired - 1];
 
-  nlohmann::json decided, done;
-  for (const auto& e : ReadLines(run_dir + "/events.jsonl")) {
-    if (e["event"] == "switch_decided") decided = e;
-    if (e["event"] == "switch_done") done = e;
-  }
+  auto [decided, done] = SwitchEvents(run_dir);
   ASSERT_TRUE(decided.is_object()) << Slurp(run_dir + "/events.jsonl");
   EXPECT_EQ(decided["trigger"], "empirical");
   EXPECT_EQ(decided["epoch"].get<int>(), expected_epoch) << decided.dump(2);
