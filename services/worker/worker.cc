@@ -243,8 +243,10 @@ class WorkerService final : public v1::Worker::Service {
           "GetHandoverModel: this worker holds no handover model of step ", request->step(),
           held > 0 ? absl::StrCat(" (it holds step ", held, ")") : std::string(" (yet)"))));
     }
-    // Chunks well under gRPC's message limit, so sender and receiver overlap.
-    constexpr size_t kChunkBytes = size_t{1} << 20;
+    // Small chunks, so sender and receiver overlap: 64 KiB (gRPC's initial flow-control window)
+    // fetched a 2 MB ResNet-20 model in 42-67 ms against 62-89 ms with 1 MiB chunks, with the
+    // evaluator busy on the same two cores (docs/benchmarks.md, "Strategy-Switch").
+    constexpr size_t kChunkBytes = size_t{64} << 10;
     v1::CheckpointChunk chunk;
     chunk.set_total_bytes(model->size());
     for (size_t offset = 0; offset == 0 || offset < model->size(); offset += kChunkBytes) {
