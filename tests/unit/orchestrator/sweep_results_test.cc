@@ -1,0 +1,205 @@
+// results.csv, summary.csv, the console table and the report, from made-up run files.
+#include "orchestrator/sweep/sweep_results.h"
+
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "orchestrator/sweep/sweep_report.h"
+
+namespace strata::sweep {
+namespace {
+
+SweepSpec Spec() {
+  auto spec = ParseSweepSpec(R"(base: job.yaml
+cells:
+  - name: ar
+    set: { strategy.kind: allreduce }
+  - name: ps
+    set: { strategy.kind: ps, training.lr: 0.05 }
+seeds: [1, 2, 3]
+target_accuracy: 0.8
+)",
+                             "sweep.yaml", {.cores = 2});
+  EXPECT_TRUE(spec.ok()) << spec.status().message();
+  return *spec;
+}
+
+nlohmann::json Summary(double acc, double wall, std::optional<double> switch_epoch = {}) {
+  nlohmann::json j = {{"state", "succeeded"},      {"final_val_acc", acc},
+                      {"final_val_loss", 1 - acc}, {"wall_s", wall},
+                      {"switch_epoch", nullptr},   {"samples_per_s", {{"allreduce", 1000.0}}}};
+  if (switch_epoch) {
+    j["switch_epoch"] = *switch_epoch;
+    j["samples_per_s"]["ps"] = 500.0;
+  }
+  return j;
+}
+
+std::vector<nlohmann::json> Metrics(std::vector<std::pair<double, double>> points) {
+  std::vector<nlohmann::json> lines;
+  for (size_t i = 0; i < points.size(); ++i) {
+    lines.push_back({{"epoch", i + 1}, {"wall_s", points[i].first}, {"val_acc", points[i].second}});
+  }
+  return lines;
+}
+
+std::vector<RunResult> Results() {
+  const std::optional<double> target = 0.8;
+  return {
+      ResultFromRunFiles("ar", 1, Summary(0.80, 10), Metrics({{5, 0.7}, {8, 0.8}}), target),
+      ResultFromRunFiles("ar", 2, Summary(0.82, 12), Metrics({{6, 0.75}, {9, 0.82}}), target),
+      ResultFromRunFiles("ar", 3, Summary(0.84, 14), Metrics({{7, 0.79}, {11, 0.84}}), target),
+      ResultFromRunFiles("ps", 1, Summary(0.70, 5, 1.5), Metrics({{3, 0.6}, {4, 0.7}}), target),
+      ResultFromRunFiles("ps", 2, Summary(0.78, 6, 1.6), Metrics({{3, 0.7}, {5, 0.78}}), target),
+      ResultFromRunFiles("ps", 3, nlohmann::json{{"state", "failed"}}, {}, target),
+  };
+}
+
+TEST(SweepResults, ReadsARunsFiles) {
+  const std::vector<RunResult> r = Results();
+  EXPECT_EQ(r[0].state, "succeeded");
+  EXPECT_EQ(r[0].time_to_target_s, 8);  // the first evaluation at or above 0.8
+  EXPECT_EQ(r[2].time_to_target_s, 11);
+  EXPECT_FALSE(r[3].time_to_target_s.has_value());  // never reached
+  EXPECT_EQ(r[3].switch_epoch, 1.5);
+  EXPECT_FALSE(r[0].switch_epoch.has_value());
+  EXPECT_EQ(r[3].samples_per_s_ps, 500);
+  EXPECT_EQ(r[5].state, "failed");
+  EXPECT_EQ(ResultFromRunFiles("ar", 1, nullptr, {}, {}).state, "incomplete");
+  EXPECT_EQ(r[1].val_acc_by_wall_s.size(), 2u);
+}
+
+TEST(SweepResults, ResultsCsvHasOneRowPerRunAndAColumnPerOverrideKey) {
+  const std::string csv = ResultsCsv(Spec(), Results());
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "cell,strategy.kind,training.lr,seed,state,wall_s,time_to_target_s,final_val_acc,"
+            "final_val_loss,switch_epoch,samples_per_s_allreduce,samples_per_s_ps");
+  EXPECT_NE(csv.find("\nar,allreduce,,1,succeeded,10,8,0.8,0.2,,1000,\n"), std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find("\nps,ps,0.05,1,succeeded,5,,0.7,0.3,1.5,1000,500\n"), std::string::npos)
+      << csv;
+  EXPECT_NE(csv.find("\nps,ps,0.05,3,failed,,,,,,,\n"), std::string::npos) << csv;
+  EXPECT_EQ(CsvField("a,b"), "\"a,b\"");
+  EXPECT_EQ(CsvField("say \"hi\""), "\"say \"\"hi\"\"\"");
+}
+
+TEST(SweepResults, SummaryPerCellAndMetricOverSucceededRuns) {
+  const SweepSummary s = Summarize(Spec(), Results());
+  auto row = [&](const std::string& cell, const std::string& metric) {
+    for (const CellMetric& r : s.rows) {
+      if (r.cell == cell && r.metric == metric) return r;
+    }
+    ADD_FAILURE() << cell << " " << metric;
+    return CellMetric{};
+  };
+  const CellMetric ar_acc = row("ar", "final_val_acc");
+  EXPECT_EQ(ar_acc.stats.n, 3);
+  EXPECT_NEAR(ar_acc.stats.mean, 0.82, 1e-12);
+  EXPECT_NEAR(ar_acc.stats.sd, 0.02, 1e-12);
+  EXPECT_NEAR(*ar_acc.ratio_to_baseline, 1, 1e-12);
+  EXPECT_NEAR(ar_acc.ci95_half_width, 4.302652729749464 * 0.02 / std::sqrt(3.0), 1e-9);
+  const CellMetric ps_acc = row("ps", "final_val_acc");
+  EXPECT_EQ(ps_acc.stats.n, 2);  // the failed run does not count
+  EXPECT_NEAR(ps_acc.stats.mean, 0.74, 1e-12);
+  EXPECT_NEAR(*ps_acc.ratio_to_baseline, 0.74 / 0.82, 1e-12);
+  const CellMetric ps_wall = row("ps", "wall_s");
+  EXPECT_NEAR(*ps_wall.ratio_to_baseline, 5.5 / 12, 1e-12);
+  EXPECT_EQ(row("ps", "time_to_target_s").stats.n, 0);
+  EXPECT_EQ(row("ps", "switch_epoch").stats.n, 2);
+  EXPECT_EQ(row("ar", "switch_epoch").stats.n, 0);
+
+  ASSERT_EQ(s.variance.size(), 1u);
+  const VarianceComparison& v = s.variance[0];
+  EXPECT_EQ(v.cell, "ps");
+  EXPECT_EQ(v.baseline, "ar");
+  EXPECT_EQ(v.n, 2);
+  EXPECT_EQ(v.n_baseline, 3);
+  ASSERT_TRUE(v.ratio.has_value());
+  EXPECT_NEAR(v.ratio->ratio, 0.0032 / 0.0004, 1e-9);
+  EXPECT_TRUE(v.few_runs);
+  EXPECT_FALSE(v.significant);
+  EXPECT_NE(v.verdict.find("not significant at 5%"), std::string::npos) << v.verdict;
+  EXPECT_NE(v.verdict.find("warning"), std::string::npos) << v.verdict;
+}
+
+TEST(SweepResults, ASignificantDifferenceInSpread) {
+  // SciPy's levene example: b spreads ~8x more than a (p = 0.0094), 10 runs each.
+  auto spec = ParseSweepSpec(
+      "base: j.yaml\ncells: [{name: a}, {name: b, set: {training.lr: 1}}]\n"
+      "seeds: {count: 10}\n",
+      "s.yaml", {.cores = 2});
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  const std::vector<double> a = {8.88, 9.12, 9.04, 8.98, 9.00, 9.08, 9.01, 8.85, 9.06, 8.99};
+  const std::vector<double> b = {8.88, 8.95, 9.29, 9.44, 9.15, 9.58, 8.36, 9.18, 8.67, 9.05};
+  std::vector<RunResult> results;
+  for (int i = 0; i < 10; ++i) {
+    results.push_back(ResultFromRunFiles("a", i + 1, Summary(a[i], 1), {}, {}));
+    results.push_back(ResultFromRunFiles("b", i + 1, Summary(b[i], 1), {}, {}));
+  }
+  const SweepSummary s = Summarize(*spec, results);
+  ASSERT_EQ(s.variance.size(), 1u);
+  const VarianceComparison& v = s.variance[0];
+  ASSERT_TRUE(v.test.has_value());
+  EXPECT_NEAR(v.test->p, 0.009364737715584399, 1e-12);
+  EXPECT_FALSE(v.few_runs);
+  EXPECT_TRUE(v.significant);
+  EXPECT_EQ(v.verdict, "significant at 5%: b varies more than a");
+}
+
+TEST(SweepResults, TwoRunsPerArmGiveARatioButNoTest) {
+  std::vector<RunResult> results = Results();
+  results.erase(results.begin() + 2);  // ar keeps seeds 1 and 2
+  const SweepSummary s = Summarize(Spec(), results);
+  ASSERT_EQ(s.variance.size(), 1u);
+  const VarianceComparison& v = s.variance[0];
+  ASSERT_TRUE(v.ratio.has_value());
+  EXPECT_NEAR(v.ratio->ratio, 0.0032 / 0.0002, 1e-9);
+  EXPECT_FALSE(v.test.has_value());  // |x - median| is the same for both runs of an arm
+  EXPECT_FALSE(v.significant);
+  EXPECT_EQ(v.verdict.rfind("not significant at 5%: the Brown-Forsythe test needs 3", 0), 0u)
+      << v.verdict;
+  const std::string csv = SummaryCsv(s);
+  EXPECT_NE(csv.find("\nps,final_val_acc,2,0.74,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",16,"), std::string::npos) << csv;  // the ratio is written without a test
+}
+
+TEST(SweepResults, SummaryCsvAndText) {
+  const SweepSummary s = Summarize(Spec(), Results());
+  const std::string csv = SummaryCsv(s);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "cell,metric,n,mean,sd,min,max,ratio_to_baseline,ci95_half_width,var_ratio,"
+            "var_ratio_ci_low,var_ratio_ci_high,brown_forsythe_f,brown_forsythe_p,verdict");
+  EXPECT_NE(csv.find("\nar,final_val_acc,3,0.82,0.02,0.8,0.84,1,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\nps,final_val_acc,2,0.74,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("not significant at 5%"), std::string::npos) << csv;
+  // 7 metrics x 2 cells, plus the header.
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 15);
+  const std::string text = SummaryText(s);
+  EXPECT_NE(text.find("final_val_acc"), std::string::npos);
+  EXPECT_NE(text.find("variance of final_val_acc, ps vs baseline ar"), std::string::npos) << text;
+}
+
+TEST(SweepReport, DrawsEveryChart) {
+  const SweepSpec spec = Spec();
+  const std::vector<RunResult> results = Results();
+  const std::string html = RenderSweepReportHtml(spec, results, Summarize(spec, results));
+  EXPECT_NE(html.find("Validation accuracy vs wall time"), std::string::npos);
+  // One thin line per run with metrics (5), one bar per cell in each bar chart (2 x 2), the
+  // whiskers of the cells with 2+ runs, one dot per switched run (2).
+  auto count = [&](const std::string& needle) {
+    size_t n = 0;
+    for (size_t at = html.find(needle); at != std::string::npos; at = html.find(needle, at + 1))
+      ++n;
+    return n;
+  };
+  EXPECT_EQ(count("class='run-curve'"), 5u);
+  EXPECT_EQ(count("class='bar'"), 4u);
+  EXPECT_EQ(count("class='whisker'"), 4u);
+  EXPECT_EQ(count("class='switch-dot'"), 2u);
+  EXPECT_NE(html.find("not significant at 5%"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace strata::sweep
