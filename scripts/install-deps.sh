@@ -9,6 +9,8 @@ packages=(
   libtorch-dev libopenblas0-openmp libabsl-dev libspdlog-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist
+  # `strata render --launcher compose` is checked with `docker-compose config` (docs/deploy.md).
+  docker-compose
 )
 # Peers for side-by-side benchmarks and the tests that compare against them.
 if [[ "${STRATA_WITH_PEERS:-0}" == 1 ]]; then
@@ -21,8 +23,25 @@ for p in "${packages[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 
+# The offline schema check of `strata render --launcher kubernetes` (scripts/k8s-validate): npm
+# packages in a repo-local directory; Node itself comes with the machine. Without npm the tests
+# that need it say so and skip.
+install_node_tools() {
+  local dir scripts_dir
+  scripts_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+  dir="$scripts_dir/k8s-validate"
+  [[ -f "$dir/node_modules/kubernetes-models/package.json" ]] && return 0
+  if ! command -v npm >/dev/null; then
+    echo "install-deps: no npm; the Kubernetes schema check (scripts/k8s-validate) will be skipped"
+    return 0
+  fi
+  echo "install-deps: npm install --prefix scripts/k8s-validate"
+  npm install --prefix "$dir" --no-audit --no-fund --no-package-lock --loglevel=error >/dev/null
+}
+
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages present"
+  install_node_tools
   exit 0
 fi
 
@@ -34,3 +53,4 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+install_node_tools

@@ -1,0 +1,118 @@
+#include "orchestrator/launch/compose_render.h"
+
+#include <string>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_replace.h>
+
+#include "orchestrator/launch/container_plan.h"
+#include "orchestrator/launch/yaml_text.h"
+
+namespace strata {
+namespace {
+
+using yaml::Node;
+
+constexpr char kNetwork[] = "strata";
+constexpr char kVolume[] = "run";
+constexpr char kTokenSecret[] = "run_token";
+constexpr char kTokenFile[] = "run-token";
+
+// Compose interpolates ${VAR} and $VAR from the host's environment; the scripts' own expansions
+// must reach the container's shell, so every `$` is doubled.
+std::string ComposeEscape(const std::string& script) {
+  return absl::StrReplaceAll(script, {{"$", "$$"}});
+}
+
+// A compose secret is mounted at /run/secrets/<target>.
+std::string SecretName() {
+  const std::string path = kComposeTokenFile;
+  return path.substr(path.rfind('/') + 1);
+}
+
+Node Service(const ContainerSpec& c, const RenderOptions& options, const ContainerPlan& plan) {
+  Node s = Node::Map();
+  s.Add("image", Node::Str(options.image));
+  s.Add("entrypoint", Node::Strs({"/bin/sh", "-c"}).Flow());
+  s.Add("command", Node::Seq().Push(Node::Str(ComposeEscape(c.script))));
+  if (c.needs_token) {
+    Node secret = Node::Map();
+    secret.Add("source", Node::Str(kTokenSecret)).Add("target", Node::Str(SecretName()));
+    s.Add("secrets", Node::Seq().Push(std::move(secret)));
+  }
+  // The job spec as a read-only bind mount: compose v1 ignores `configs` outside a swarm.
+  std::vector<std::string> volumes = {absl::StrCat("./job.yaml:", kContainerJobSpec, ":ro")};
+  if (c.uses_run_dir) volumes.push_back(absl::StrCat(kVolume, ":", kContainerRunDir));
+  s.Add("volumes", Node::Strs(volumes));
+  s.Add("networks", Node::Strs({kNetwork}));
+  Node depends = Node::Map();
+  auto on = [&](const std::string& service, const char* condition) {
+    depends.Add(service, Node::Map().Add("condition", Node::Str(condition)));
+  };
+  if (c.role == ContainerRole::kParameterServer || c.role == ContainerRole::kWorker ||
+      c.role == ContainerRole::kOrchestrator) {
+    on("sharder", "service_completed_successfully");
+  }
+  if (c.role == ContainerRole::kOrchestrator) {
+    for (const ContainerSpec& other : plan.containers) {
+      if (other.serves) on(other.name, "service_healthy");
+    }
+  }
+  if (!depends.empty()) s.Add("depends_on", std::move(depends));
+  if (c.serves) {
+    Node health = Node::Map();
+    health.Add(
+        "test",
+        Node::Strs({"CMD", kHealthProbe, absl::StrCat("127.0.0.1:", kContainerPort)}).Flow());
+    health.Add("interval", Node::Str("5s"));
+    health.Add("timeout", Node::Str("3s"));
+    health.Add("retries", Node::Int(3));
+    health.Add("start_period", Node::Str("60s"));
+    s.Add("healthcheck", std::move(health),
+          "The standard gRPC health check (grpc.health.v1.Health) on the service's port.");
+  }
+  if (c.cpus > 0) s.Add("cpus", Node::Num(c.cpus), c.note);
+  // Services end when the orchestrator stops them; a container that exits is not restarted.
+  s.Add("restart", Node::Str("no"));
+  if (c.role == ContainerRole::kOrchestrator) s.Comment(c.note);
+  return s;
+}
+
+}  // namespace
+
+RenderedFiles RenderCompose(const JobSpec& spec, const RenderOptions& options) {
+  const ContainerPlan plan = PlanComposeContainers(spec);
+  Node doc = Node::Map();
+  doc.Comment(absl::StrCat(
+      "Job '", spec.name, "' for docker-compose (v1 1.29+, file format 3.9), written by\n",
+      "`strata render --launcher compose`: render again after changing the job spec rather than\n",
+      "editing this file. Before `docker-compose up --exit-code-from orchestrator`:\n",
+      "  openssl rand -hex 32 > ", kTokenFile, "   # the run token, read by every service\n",
+      "The image (", options.image, ") holds the strata binaries, the `", kHealthProbe,
+      "` probe and the\n", "data set at dataset.path. See docs/deploy.md."));
+  doc.Add("version", Node::Str("3.9"));
+  Node services = Node::Map();
+  for (const ContainerSpec& c : plan.containers) services.Add(c.name, Service(c, options, plan));
+  doc.Add("services", std::move(services));
+  doc.Add("networks",
+          Node::Map().Add(kNetwork, Node::Map().Add("internal", Node::Bool(true)),
+                          "No route out: the services reach each other by service name only."));
+  doc.Add("volumes", Node::Map().Add(kVolume, Node::Map(),
+                                     "The run directory: shards, checkpoints, the run record."));
+  doc.Add("secrets",
+          Node::Map().Add(kTokenSecret,
+                          Node::Map().Add("file", Node::Str(absl::StrCat("./", kTokenFile))),
+                          "Created by you, never rendered: see the top of this file."));
+  RenderedFiles files;
+  files["docker-compose.yml"] = yaml::Emit(doc);
+  files["job.yaml"] =
+      absl::StrCat("# The resolved job spec of '", spec.name,
+                   "' as the containers read it (written by `strata render`).\n", plan.job_yaml,
+                   plan.job_yaml.empty() || plan.job_yaml.back() == '\n' ? "" : "\n");
+  files[".gitignore"] =
+      absl::StrCat("# The run token: a secret, never committed.\n", kTokenFile, "\n");
+  return files;
+}
+
+}  // namespace strata

@@ -1,0 +1,354 @@
+#include "orchestrator/launch/container_plan.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/str_replace.h>
+
+#include "orchestrator/launch/service_plan.h"
+#include "orchestrator/lib/run_paths.h"
+
+namespace strata {
+namespace {
+
+// The training-set size is known only once the sharder has run. The plan is built with this
+// stand-in, and every flag value that is a multiple of it (the size, the sample budget) becomes a
+// shell expression over $TRAIN_EXAMPLES. A prime far above any real count, so no other value is
+// ever mistaken for one.
+constexpr int64_t kTrainExamplesStandIn = 1000000007;
+
+// The manifest is written with two-space indentation (sharder/plan_writer.cc); its top-level
+// "examples" is the training-set size.
+constexpr char kReadTrainExamples[] =
+    "TRAIN_EXAMPLES=$(sed -n 's/^  \"examples\": \\([0-9][0-9]*\\),$/\\1/p' \"$manifest\")\n"
+    "[ -n \"$TRAIN_EXAMPLES\" ] || { echo \"no training-set size in $manifest\" >&2; exit 1; }\n";
+
+std::string ManifestPath() { return absl::StrCat(kContainerRunDir, "/shards/manifest.json"); }
+
+RunPaths ContainerPaths() {
+  RunPaths paths(kContainerRunDir);
+  paths.job_yaml = kContainerJobSpec;  // read-only: a bind mount or a ConfigMap
+  return paths;
+}
+
+JobSpec ContainerSpecOf(const JobSpec& spec, const std::string& launcher) {
+  JobSpec s = spec;
+  s.launcher.kind = launcher;
+  // Abstract Unix sockets do not cross network namespaces: the ring uses the service address.
+  s.launcher.ring_transport = "tcp";
+  return s;
+}
+
+std::string ListenAddress() { return absl::StrCat("0.0.0.0:", kContainerPort); }
+
+// "exec BINARY", then one line per flag with its value, joined by backslash-newlines.
+std::string ExecLine(const std::string& binary, const std::vector<std::string>& args) {
+  std::string out = absl::StrCat("exec ", binary);
+  for (size_t i = 0; i < args.size(); ++i) {
+    absl::StrAppend(&out, " \\\n  ", ShellWord(args[i]));
+    const bool is_flag = args[i].size() > 2 && args[i].compare(0, 2, "--") == 0;
+    if (is_flag && i + 1 < args.size() && args[i + 1].compare(0, 2, "--") != 0) {
+      absl::StrAppend(&out, " ", ShellWord(args[++i]));
+    }
+  }
+  return out + "\n";
+}
+
+std::vector<std::string> ReplaceTrainExamples(std::vector<std::string> args) {
+  for (std::string& a : args) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(a, &v) || v <= 0 || v % kTrainExamplesStandIn != 0) continue;
+    const int64_t k = v / kTrainExamplesStandIn;
+    a = k == 1 ? "${TRAIN_EXAMPLES}" : absl::StrCat("$((", k, " * TRAIN_EXAMPLES))");
+  }
+  return args;
+}
+
+std::vector<std::string> WithListen(const std::vector<std::string>& args) {
+  std::vector<std::string> out = {"--listen", ListenAddress()};
+  out.insert(out.end(), args.begin(), args.end());
+  return out;
+}
+
+bool Uses(const std::vector<std::string>& args, const std::string& value) {
+  return std::find(args.begin(), args.end(), value) != args.end();
+}
+
+// The compose secret is a file; the services read the token from their environment only.
+std::string ComposeToken() {
+  return absl::StrCat("STRATA_RUN_TOKEN=$(cat ", kComposeTokenFile, ")\nexport STRATA_RUN_TOKEN\n");
+}
+
+const char* WaitForShards() {
+  return "# The sharder writes the plan to the shared run directory first.\n"
+         "until [ -f \"$manifest\" ]; do sleep 2; done\n";
+}
+
+std::string ManifestLine() { return absl::StrCat("manifest=", ManifestPath(), "\n"); }
+
+// The CPU quota the service plan gives a service (cluster.stragglers, cluster.cpu); a worker
+// without one gets its intra-op threads' worth.
+double CpusOf(const JobSpec& spec, const ServiceSpec& s) {
+  if (!s.cpu_fractions.empty()) {
+    return *std::min_element(s.cpu_fractions.begin(), s.cpu_fractions.end());
+  }
+  return s.role == ServiceRole::kWorker ? spec.cluster.threads_per_worker : 0;
+}
+
+std::string CpuNote(const JobSpec& spec, const ServiceSpec& s, double cpus) {
+  if (s.cpu_fractions.empty()) return "";
+  for (const StragglerSpec& st : spec.cluster.stragglers) {
+    if (s.role == ServiceRole::kWorker && s.name == absl::StrCat("worker-", st.worker)) {
+      return absl::StrCat("A straggler (cluster.stragglers): ", CpuQuantity(cpus), " of a core.");
+    }
+  }
+  return absl::StrCat("The quota of cluster.cpu: ", CpuQuantity(cpus), " of a core.");
+}
+
+struct FlagValue {
+  ContainerRole role;
+  std::string flag;
+  std::string value;
+};
+
+const std::vector<FlagValue>& TemplateValues() {
+  static const auto* values = new std::vector<FlagValue>{
+      {ContainerRole::kParameterServer, "--partition", "${STRATA_PARTITION}"},
+      {ContainerRole::kParameterServer, "--partitions", "${STRATA_PARAMETER_SERVERS}"},
+      {ContainerRole::kParameterServer, "--workers", "${STRATA_WORKERS}"},
+      {ContainerRole::kWorker, "--rank", "${JOB_COMPLETION_INDEX}"},
+      {ContainerRole::kWorker, "--world", "${STRATA_WORKERS}"},
+      {ContainerRole::kWorker, "--shard-file",
+       absl::StrCat(kContainerRunDir, "/shards/shard-${JOB_COMPLETION_INDEX}.idx")},
+  };
+  return *values;
+}
+
+std::vector<std::string> Templated(ContainerRole role, std::vector<std::string> args) {
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    for (const FlagValue& f : TemplateValues()) {
+      if (f.role == role && args[i] == f.flag) args[i + 1] = f.value;
+    }
+  }
+  return args;
+}
+
+ContainerRole RoleOf(ServiceRole role) {
+  switch (role) {
+    case ServiceRole::kParameterServer:
+      return ContainerRole::kParameterServer;
+    case ServiceRole::kWorker:
+      return ContainerRole::kWorker;
+    case ServiceRole::kEvaluator:
+      return ContainerRole::kEvaluator;
+  }
+  return ContainerRole::kWorker;
+}
+
+ContainerSpec Sharder(bool kubernetes) {
+  TaskSpec task = ShardTask(ContainerPaths());
+  std::vector<std::string> args = task.args;
+  if (kubernetes) args.insert(args.end(), {"--workers", "${STRATA_WORKERS}"});
+  ContainerSpec c;
+  c.name = task.name;
+  c.role = ContainerRole::kSharder;
+  c.uses_run_dir = true;
+  c.script = absl::StrCat("set -eu\n", ExecLine(task.binary, args));
+  return c;
+}
+
+// The body of a service's script after the token lines.
+std::string ServiceBody(ContainerRole role, const std::vector<std::string>& args,
+                        const std::string& binary, bool wait_for_shards) {
+  std::string out;
+  const bool needs_examples = std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    return a.find("TRAIN_EXAMPLES") != std::string::npos;
+  });
+  if (needs_examples || wait_for_shards) out += ManifestLine();
+  if (wait_for_shards) out += WaitForShards();
+  if (needs_examples) out += kReadTrainExamples;
+  if (role == ContainerRole::kParameterServer && Uses(args, "${STRATA_PARTITION}")) {
+    out +=
+        "# The StatefulSet ordinal: pod <name>-ps-<ordinal>.\nSTRATA_PARTITION=${HOSTNAME##*-}\n";
+  }
+  return out + ExecLine(binary, args);
+}
+
+std::string SuperviseExec(const std::string& servers, const std::string& workers,
+                          const std::string& evaluator, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {kContainerJobSpec, "--run-dir", kContainerRunDir};
+  args.insert(args.end(), extra.begin(), extra.end());
+  if (!servers.empty()) args.insert(args.end(), {"--parameter-servers", servers});
+  args.insert(args.end(), {"--workers", workers, "--evaluator", evaluator});
+  return ExecLine("strata supervise", args);
+}
+
+const char kSuperviseNote[] =
+    "`strata supervise` is the orchestrator's supervising mode that these files are written for:\n"
+    "it starts training on the services below, evaluates, switches and stops them, and writes\n"
+    "the run record to the run directory. It does not exist yet (docs/deploy.md).";
+
+}  // namespace
+
+std::string ShellWord(const std::string& word) {
+  if (word.empty()) return "''";
+  const bool safe = std::all_of(word.begin(), word.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ||
+           c == '/' || c == ':' || c == '=' || c == ',' || c == '@' || c == '%' || c == '+';
+  });
+  if (safe) return word;
+  if (word.find('$') != std::string::npos) return absl::StrCat("\"", word, "\"");
+  return absl::StrCat("'", absl::StrReplaceAll(word, {{"'", "'\\''"}}), "'");
+}
+
+std::string CpuQuantity(double cpus) {
+  const int64_t milli = std::llround(cpus * 1000);
+  if (milli % 1000 == 0) return std::to_string(milli / 1000);
+  return absl::StrCat(milli, "m");
+}
+
+absl::StatusOr<KubernetesNames> MakeKubernetesNames(const std::string& job_name) {
+  std::string out;
+  for (char c : job_name) {
+    const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const bool ok = (l >= 'a' && l <= 'z') || (l >= '0' && l <= '9');
+    if (ok) {
+      out += l;
+    } else if (!out.empty() && out.back() != '-') {
+      out += '-';
+    }
+  }
+  // Room for the longest suffix ("-orchestrator") and for the pod names the controllers derive
+  // ("<prefix>-worker-<index>-<5 random>") within a 63-character label.
+  if (out.size() > 40) out.resize(40);
+  while (!out.empty() && out.back() == '-') out.pop_back();
+  if (out.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("name: '", job_name,
+                     "' leaves nothing for Kubernetes object names ([a-z0-9-]); rename "
+                     "the job (--set name=...)"));
+  }
+  KubernetesNames names;
+  names.prefix = out;
+  return names;
+}
+
+const std::vector<TemplatedFlag>& KubernetesTemplatedFlags() {
+  static const auto* flags = [] {
+    auto* out = new std::vector<TemplatedFlag>;
+    for (const FlagValue& f : TemplateValues()) out->push_back({f.role, f.flag});
+    return out;
+  }();
+  return *flags;
+}
+
+ContainerPlan PlanComposeContainers(const JobSpec& job) {
+  ContainerPlan plan;
+  plan.spec = ContainerSpecOf(job, "compose");
+  plan.job_yaml = JobSpecToYaml(plan.spec);
+  plan.containers.push_back(Sharder(false));
+  ServicePlanInputs inputs;
+  inputs.train_examples = kTrainExamplesStandIn;
+  std::vector<std::string> servers, workers;
+  const std::string port = absl::StrCat(":", kContainerPort);
+  for (const ServiceSpec& s : PlanServices(plan.spec, ContainerPaths(), inputs)) {
+    ContainerSpec c;
+    c.name = s.name;
+    c.role = RoleOf(s.role);
+    c.serves = true;
+    c.needs_token = true;
+    c.uses_run_dir = Uses(s.args, kContainerRunDir);
+    const std::vector<std::string> args = ReplaceTrainExamples(WithListen(s.args));
+    c.script = absl::StrCat("set -eu\n", ComposeToken(),
+                            ServiceBody(c.role, args, s.binary, /*wait_for_shards=*/false));
+    c.cpus = CpusOf(plan.spec, s);
+    c.note = CpuNote(plan.spec, s, c.cpus);
+    if (s.role == ServiceRole::kWorker) workers.push_back(s.name + port);
+    if (s.role == ServiceRole::kParameterServer) servers.push_back(s.name + port);
+    plan.containers.push_back(std::move(c));
+  }
+  ContainerSpec o;
+  o.name = "orchestrator";
+  o.role = ContainerRole::kOrchestrator;
+  o.uses_run_dir = true;
+  o.needs_token = true;
+  o.note = kSuperviseNote;
+  o.script = absl::StrCat("set -eu\n", ComposeToken(),
+                          SuperviseExec(absl::StrJoin(servers, ","), absl::StrJoin(workers, ","),
+                                        "evaluator" + port, {}));
+  plan.containers.push_back(std::move(o));
+  return plan;
+}
+
+ContainerPlan PlanKubernetesContainers(const JobSpec& job, const KubernetesNames& names) {
+  ContainerPlan plan;
+  plan.spec = ContainerSpecOf(job, "kubernetes");
+  plan.job_yaml = JobSpecToYaml(plan.spec);
+  plan.containers.push_back(Sharder(true));
+  ServicePlanInputs inputs;
+  inputs.train_examples = kTrainExamplesStandIn;
+  bool has_servers = false, has_worker = false, has_evaluator = false;
+  for (const ServiceSpec& s : PlanServices(plan.spec, ContainerPaths(), inputs)) {
+    const ContainerRole role = RoleOf(s.role);
+    bool& seen = role == ContainerRole::kParameterServer ? has_servers
+                 : role == ContainerRole::kWorker        ? has_worker
+                                                         : has_evaluator;
+    if (seen) continue;  // one template per role, from its first instance
+    seen = true;
+    ContainerSpec c;
+    c.name = role == ContainerRole::kParameterServer ? "ps"
+             : role == ContainerRole::kWorker        ? "worker"
+                                                     : "evaluator";
+    c.role = role;
+    c.serves = true;
+    c.needs_token = true;
+    c.uses_run_dir = Uses(s.args, kContainerRunDir);
+    const std::vector<std::string> args = ReplaceTrainExamples(Templated(role, WithListen(s.args)));
+    c.script = absl::StrCat("set -eu\n",
+                            ServiceBody(role, args, s.binary, role != ContainerRole::kEvaluator));
+    // One template per role: the role's quota of cluster.cpu, not a rank's own (see
+    // kubernetes_render.cc on stragglers and worker speeds).
+    const CpuSharesSpec& cpu = plan.spec.cluster.cpu;
+    c.cpus = role == ContainerRole::kParameterServer ? cpu.parameter_server
+             : role == ContainerRole::kEvaluator     ? cpu.evaluator
+             : cpu.worker > 0                        ? cpu.worker
+                                                     : plan.spec.cluster.threads_per_worker;
+    plan.containers.push_back(std::move(c));
+  }
+  const std::string port = absl::StrCat(":", kContainerPort);
+  std::string loops;
+  std::string servers_arg;
+  // Peer lists from the replica counts: pod <set>-<i> of a StatefulSet or an Indexed Job with
+  // a headless Service is reachable as <set>-<i>.<service>.
+  auto loop = [&](const std::string& var, const std::string& count, const std::string& pod,
+                  const std::string& service) {
+    absl::StrAppend(&loops, var, "=\"\"\ni=0\nwhile [ \"$i\" -lt \"$", count, "\" ]; do\n  ", var,
+                    "=\"$", var, "${", var, ":+,}", pod, "-$i.", service, port, "\"\n",
+                    "  i=$((i + 1))\ndone\n");
+  };
+  if (has_servers) {
+    loop("servers", "STRATA_PARAMETER_SERVERS", names.ps(), names.ps());
+    servers_arg = "$servers";
+  }
+  loop("workers", "STRATA_WORKERS", names.workers(), names.ring());
+  std::vector<std::string> extra = {"--set", "cluster.workers=${STRATA_WORKERS}"};
+  if (has_servers) {
+    extra.insert(extra.end(), {"--set", "cluster.parameter_servers=${STRATA_PARAMETER_SERVERS}"});
+  }
+  ContainerSpec o;
+  o.name = "orchestrator";
+  o.role = ContainerRole::kOrchestrator;
+  o.uses_run_dir = true;
+  o.needs_token = true;
+  o.note = kSuperviseNote;
+  o.script = absl::StrCat("set -eu\n", loops,
+                          SuperviseExec(servers_arg, "$workers", names.evaluator() + port, extra));
+  plan.containers.push_back(std::move(o));
+  return plan;
+}
+
+}  // namespace strata

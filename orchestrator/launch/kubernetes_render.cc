@@ -1,0 +1,503 @@
+#include "orchestrator/launch/kubernetes_render.h"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/str_replace.h>
+
+#include "orchestrator/launch/container_plan.h"
+#include "orchestrator/launch/yaml_text.h"
+#include "orchestrator/lib/job_checks.h"
+#include "services/common/status.h"
+
+namespace strata {
+namespace {
+
+using yaml::Node;
+
+constexpr char kTokenFile[] = "run-token";
+constexpr char kTokenKey[] = "token";
+
+// Requests and limits of one container.
+struct Resources {
+  std::string cpu_request, cpu_limit, memory_request, memory_limit;
+};
+
+struct Profile {
+  int workers = 0;
+  int parameter_servers = 0;
+  Resources worker, ps;
+};
+
+Resources WorkerResources(double cpus, const std::string& memory_request,
+                          const std::string& memory_limit) {
+  return {CpuQuantity(cpus), CpuQuantity(cpus), memory_request, memory_limit};
+}
+
+Profile BaseProfile(const JobSpec& spec) {
+  Profile p;
+  p.workers = spec.cluster.workers;
+  p.parameter_servers = spec.cluster.parameter_servers;
+  // cluster.threads_per_worker cores each: the worker's intra-op threads, no more, no less.
+  p.worker = WorkerResources(spec.cluster.threads_per_worker, "1Gi", "2Gi");
+  p.ps = {"500m", "1", "512Mi", "1Gi"};
+  return p;
+}
+
+Profile SmallProfile(const JobSpec& spec) {
+  Profile p = BaseProfile(spec);
+  p.workers = std::max(1, spec.cluster.workers / 2);
+  p.parameter_servers = 1;
+  p.worker = {CpuQuantity(spec.cluster.threads_per_worker / 2.0),
+              CpuQuantity(spec.cluster.threads_per_worker), "512Mi", "1Gi"};
+  p.ps = {"250m", "1", "256Mi", "512Mi"};
+  return p;
+}
+
+Profile LargeProfile(const JobSpec& spec) {
+  Profile p = BaseProfile(spec);
+  p.workers = spec.cluster.workers * 2;
+  p.parameter_servers = spec.cluster.parameter_servers * 2;
+  // No more servers than tensors to partition (job_checks.h).
+  if (auto tensors = ModelTensorCount(spec.model.arch)) {
+    p.parameter_servers = std::min(p.parameter_servers, *tensors);
+  }
+  p.worker = WorkerResources(spec.cluster.threads_per_worker, "2Gi", "4Gi");
+  p.ps = {"1", "2", "1Gi", "2Gi"};
+  return p;
+}
+
+class Builder {
+ public:
+  Builder(const JobSpec& spec, const KubernetesNames& names, const RenderOptions& options)
+      : spec_(spec),
+        names_(names),
+        options_(options),
+        plan_(PlanKubernetesContainers(spec, names)),
+        servers_(spec.strategy.kind != "allreduce") {}
+
+  RenderedFiles Render() {
+    RenderedFiles files;
+    files["base/kustomization.yaml"] = yaml::Emit(BaseKustomization());
+    files["base/job.yaml"] =
+        absl::StrCat("# The resolved job spec of '", spec_.name,
+                     "' as the containers read it (written by `strata render`).\n", plan_.job_yaml,
+                     plan_.job_yaml.back() == '\n' ? "" : "\n");
+    files["base/.gitignore"] =
+        absl::StrCat("# The run token: a secret, never committed.\n", kTokenFile, "\n");
+    files["base/network-policy.yaml"] = yaml::Emit(NetworkPolicy());
+    files["base/run-volume.yaml"] = yaml::Emit(RunVolume());
+    if (servers_) {
+      files["base/parameter-servers.yaml"] =
+          yaml::EmitAll({HeadlessService(names_.ps(), "ps"), ParameterServers()});
+    }
+    files["base/workers.yaml"] =
+        yaml::EmitAll({HeadlessService(names_.ring(), "worker"), Workers()});
+    files["base/evaluator.yaml"] = yaml::EmitAll({EvaluatorService(), Evaluator()});
+    files["base/orchestrator.yaml"] = yaml::Emit(Orchestrator());
+    AddOverlay("small", SmallProfile(spec_), &files);
+    AddOverlay("large", LargeProfile(spec_), &files);
+    return files;
+  }
+
+ private:
+  // The base profile with the job's own CPU quotas (cluster.cpu) where it sets them.
+  Profile Base() const {
+    Profile p = BaseProfile(spec_);
+    if (const double w = Container(ContainerRole::kWorker).cpus; w > 0) {
+      p.worker.cpu_request = p.worker.cpu_limit = CpuQuantity(w);
+    }
+    if (servers_) {
+      if (const double ps = Container(ContainerRole::kParameterServer).cpus; ps > 0) {
+        p.ps.cpu_request = p.ps.cpu_limit = CpuQuantity(ps);
+      }
+    }
+    return p;
+  }
+
+  Resources EvaluatorResources() const {
+    Resources r{"500m", "1", "512Mi", "1Gi"};
+    if (const double e = Container(ContainerRole::kEvaluator).cpus; e > 0) {
+      r.cpu_request = r.cpu_limit = CpuQuantity(e);
+    }
+    return r;
+  }
+
+  const ContainerSpec& Container(ContainerRole role) const {
+    for (const ContainerSpec& c : plan_.containers) {
+      if (c.role == role) return c;
+    }
+    return plan_.containers.front();
+  }
+
+  Node Labels(const std::string& component) const {
+    Node labels = Node::Map();
+    labels.Add("app.kubernetes.io/name", Node::Str("strata"));
+    labels.Add("app.kubernetes.io/instance", Node::Str(names_.prefix));
+    if (!component.empty()) labels.Add("app.kubernetes.io/component", Node::Str(component));
+    return labels;
+  }
+
+  Node Metadata(const std::string& name, const std::string& component, bool owned) const {
+    Node m = Node::Map();
+    m.Add("name", Node::Str(name));
+    m.Add("labels", Labels(component));
+    if (owned) {
+      m.Add("annotations", Node::Map().Add(kOwnerAnnotation, Node::Str(names_.orchestrator())),
+            "`strata submit` turns this into an owner reference once the Job has a UID.");
+    }
+    return m;
+  }
+
+  Node Object(const std::string& api, const std::string& kind, Node metadata) const {
+    Node o = Node::Map();
+    o.Add("apiVersion", Node::Str(api))
+        .Add("kind", Node::Str(kind))
+        .Add("metadata", std::move(metadata));
+    return o;
+  }
+
+  static Node ResourcesNode(const Resources& r) {
+    Node n = Node::Map();
+    n.Add("requests", Node::Map()
+                          .Add("cpu", Node::Str(r.cpu_request))
+                          .Add("memory", Node::Str(r.memory_request)));
+    n.Add("limits",
+          Node::Map().Add("cpu", Node::Str(r.cpu_limit)).Add("memory", Node::Str(r.memory_limit)));
+    return n;
+  }
+
+  Node GrpcProbe(int period, int failures) const {
+    Node p = Node::Map();
+    p.Add("grpc", Node::Map().Add("port", Node::Int(kContainerPort)));
+    p.Add("periodSeconds", Node::Int(period));
+    p.Add("failureThreshold", Node::Int(failures));
+    return p;
+  }
+
+  // One container of a pod: the role's script, the job spec, the run directory, the token.
+  Node ContainerNode(const ContainerSpec& c, const Resources& resources) const {
+    Node n = Node::Map();
+    n.Add("name", Node::Str(c.name));
+    n.Add("image", Node::Str(options_.image));
+    n.Add("imagePullPolicy", Node::Str("IfNotPresent"));
+    n.Add("command", Node::Strs({"/bin/sh", "-c"}).Flow());
+    // The kubelet expands $(VAR) in args; `$$(` keeps the shell's command substitutions.
+    n.Add("args", Node::Seq().Push(Node::Str(absl::StrReplaceAll(c.script, {{"$(", "$$("}}))));
+    if (c.serves) {
+      n.Add("ports", Node::Seq().Push(Node::Map()
+                                          .Add("name", Node::Str("grpc"))
+                                          .Add("containerPort", Node::Int(kContainerPort))));
+    }
+    Node env = Node::Seq();
+    if (c.needs_token) {
+      Node ref = Node::Map();
+      ref.Add("name", Node::Str(names_.token())).Add("key", Node::Str(kTokenKey));
+      env.Push(Node::Map()
+                   .Add("name", Node::Str("STRATA_RUN_TOKEN"))
+                   .Add("valueFrom", Node::Map().Add("secretKeyRef", std::move(ref))));
+    }
+    if (!env.empty()) n.Add("env", std::move(env));
+    n.Add("envFrom", Node::Seq().Push(Node::Map().Add(
+                         "configMapRef", Node::Map().Add("name", Node::Str(names_.topology())))));
+    Node mounts = Node::Seq();
+    mounts.Push(Node::Map()
+                    .Add("name", Node::Str("job-spec"))
+                    .Add("mountPath", Node::Str("/etc/strata"))
+                    .Add("readOnly", Node::Bool(true)));
+    if (c.uses_run_dir) {
+      mounts.Push(
+          Node::Map().Add("name", Node::Str("run")).Add("mountPath", Node::Str(kContainerRunDir)));
+    }
+    n.Add("volumeMounts", std::move(mounts));
+    n.Add("resources", ResourcesNode(resources));
+    if (c.serves) {
+      // Servers and workers wait for the shard plan before they listen: the startup probe
+      // gives them the sharder's time (30 minutes) before liveness counts.
+      n.Add(
+          "startupProbe", GrpcProbe(5, 360),
+          "The standard gRPC health check (grpc.health.v1.Health), no token: see docs/deploy.md.");
+      n.Add("readinessProbe", GrpcProbe(5, 3));
+      n.Add("livenessProbe", GrpcProbe(10, 6));
+    }
+    return n;
+  }
+
+  Node Volumes(bool run_dir) const {
+    Node v = Node::Seq();
+    v.Push(Node::Map()
+               .Add("name", Node::Str("job-spec"))
+               .Add("configMap", Node::Map().Add("name", Node::Str(names_.job_spec()))));
+    if (run_dir) {
+      v.Push(Node::Map()
+                 .Add("name", Node::Str("run"))
+                 .Add("persistentVolumeClaim",
+                      Node::Map().Add("claimName", Node::Str(names_.run_volume()))));
+    }
+    return v;
+  }
+
+  Node PodTemplate(const std::string& component, Node pod_spec) const {
+    Node t = Node::Map();
+    t.Add("metadata", Node::Map().Add("labels", Labels(component)));
+    t.Add("spec", std::move(pod_spec));
+    return t;
+  }
+
+  Node PodSpec(const ContainerSpec& c, const Resources& r, const std::string& restart) const {
+    Node spec = Node::Map();
+    spec.Add("restartPolicy", Node::Str(restart));
+    spec.Add("containers", Node::Seq().Push(ContainerNode(c, r)));
+    spec.Add("volumes", Volumes(c.uses_run_dir));
+    return spec;
+  }
+
+  Node Selector(const std::string& component) const {
+    return Node::Map().Add("matchLabels", Labels(component));
+  }
+
+  Node GrpcServicePorts() const {
+    return Node::Seq().Push(Node::Map()
+                                .Add("name", Node::Str("grpc"))
+                                .Add("port", Node::Int(kContainerPort))
+                                .Add("targetPort", Node::Str("grpc")));
+  }
+
+  Node HeadlessService(const std::string& name, const std::string& component) const {
+    Node o = Object("v1", "Service", Metadata(name, component, true));
+    Node spec = Node::Map();
+    spec.Add("clusterIP", Node::Str("None"), "Headless: one DNS name per pod, <pod>." + name + ".");
+    // Peers resolve each other while they start, before they are ready.
+    spec.Add("publishNotReadyAddresses", Node::Bool(true));
+    spec.Add("selector", Labels(component));
+    spec.Add("ports", GrpcServicePorts());
+    o.Add("spec", std::move(spec));
+    return o;
+  }
+
+  Node ParameterServers() const {
+    const Profile p = Base();
+    Node o = Object("apps/v1", "StatefulSet", Metadata(names_.ps(), "ps", true));
+    Node spec = Node::Map();
+    spec.Add("serviceName", Node::Str(names_.ps()));
+    spec.Add("replicas", Node::Int(p.parameter_servers),
+             "Keep equal to STRATA_PARAMETER_SERVERS in the topology ConfigMap.");
+    spec.Add("podManagementPolicy", Node::Str("Parallel"));
+    spec.Add("selector", Selector("ps"));
+    // A StatefulSet's pods always restart; the orchestrator's end of the run removes the set
+    // (through its owner reference once submitted; by hand, `kubectl delete -k`).
+    spec.Add("template", PodTemplate("ps", PodSpec(Container(ContainerRole::kParameterServer), p.ps,
+                                                   "Always")));
+    o.Add("spec", std::move(spec));
+    return o;
+  }
+
+  Node Workers() const {
+    const Profile p = Base();
+    Node meta = Metadata(names_.workers(), "worker", true);
+    Node o = Object("batch/v1", "Job", std::move(meta));
+    Node spec = Node::Map();
+    spec.Add("completionMode", Node::Str("Indexed"), "Rank = JOB_COMPLETION_INDEX.");
+    spec.Add("completions", Node::Int(p.workers), "Keep both equal to STRATA_WORKERS.");
+    spec.Add("parallelism", Node::Int(p.workers));
+    spec.Add("backoffLimit", Node::Int(0),
+             "A lost worker fails the run; the orchestrator reports it.");
+    Node pod = PodSpec(Container(ContainerRole::kWorker), p.worker, "Never");
+    pod.Add("subdomain", Node::Str(names_.ring()),
+            "Pod <job>-worker-<rank> is <job>-worker-<rank>." + names_.ring() + ".");
+    spec.Add("template", PodTemplate("worker", std::move(pod)));
+    std::vector<std::string> per_rank;
+    for (const StragglerSpec& s : spec_.cluster.stragglers) {
+      per_rank.push_back(absl::StrCat("worker ", s.worker, " at ", CpuQuantity(s.cpu_fraction)));
+    }
+    if (!spec_.cluster.worker_speeds.empty()) per_rank.push_back("cluster.worker_speeds");
+    if (!per_rank.empty()) {
+      o.Comment(absl::StrCat(
+          "Per-rank CPU quotas (", absl::StrJoin(per_rank, ", "), ") are not applied here: one\n",
+          "pod template serves every rank, so a rank's own limit needs a Job of its own."));
+    }
+    o.Add("spec", std::move(spec));
+    return o;
+  }
+
+  Node EvaluatorService() const {
+    Node o = Object("v1", "Service", Metadata(names_.evaluator(), "evaluator", true));
+    o.Add("spec",
+          Node::Map().Add("selector", Labels("evaluator")).Add("ports", GrpcServicePorts()));
+    return o;
+  }
+
+  Node Evaluator() const {
+    Node o = Object("v1", "Pod", Metadata(names_.evaluator(), "evaluator", true));
+    o.Comment("A bare Pod: the evaluator exits when the orchestrator stops it, and stays done.");
+    o.Add("spec", PodSpec(Container(ContainerRole::kEvaluator), EvaluatorResources(), "OnFailure"));
+    return o;
+  }
+
+  Node Orchestrator() const {
+    Node o = Object("batch/v1", "Job", Metadata(names_.orchestrator(), "orchestrator", false));
+    o.Comment(Container(ContainerRole::kOrchestrator).note);
+    Node spec = Node::Map();
+    spec.Add("backoffLimit", Node::Int(0));
+    spec.Add("ttlSecondsAfterFinished", Node::Int(86400),
+             "A day after the run ends the Job goes, and with it every object it owns.");
+    Node pod = PodSpec(Container(ContainerRole::kOrchestrator), {"100m", "500m", "128Mi", "256Mi"},
+                       "Never");
+    Node init = ContainerNode(Container(ContainerRole::kSharder), {"1", "1", "1Gi", "2Gi"});
+    pod.Add("initContainers", Node::Seq().Push(std::move(init)),
+            "The one-shot sharder: its plan lands on the run volume before supervision starts.");
+    spec.Add("template", PodTemplate("orchestrator", std::move(pod)));
+    o.Add("spec", std::move(spec));
+    return o;
+  }
+
+  Node RunVolume() const {
+    Node o = Object("v1", "PersistentVolumeClaim", Metadata(names_.run_volume(), "", false));
+    o.Comment(
+        "The run directory (shards, checkpoints, the run record), shared by pods on any node:\n"
+        "the cluster needs a ReadWriteMany storage class (NFS, CephFS, a cloud file store).\n"
+        "Not owned by the orchestrator Job: the record outlives the run.");
+    Node spec = Node::Map();
+    spec.Add("accessModes", Node::Strs({"ReadWriteMany"}));
+    spec.Add("resources",
+             Node::Map().Add("requests", Node::Map().Add("storage", Node::Str("1Gi"))));
+    o.Add("spec", std::move(spec));
+    return o;
+  }
+
+  Node NetworkPolicy() const {
+    Node o = Object("networking.k8s.io/v1", "NetworkPolicy",
+                    Metadata(names_.prefix + "-intra-job", "", true));
+    o.Comment(
+        "Only the job's own pods talk to each other, plus DNS. The kubelet's probes come from\n"
+        "the node, which most network plugins admit regardless.");
+    Node spec = Node::Map();
+    spec.Add("podSelector", Node::Map().Add("matchLabels", Labels("")));
+    spec.Add("policyTypes", Node::Strs({"Ingress", "Egress"}));
+    Node same = Node::Seq().Push(
+        Node::Map().Add("podSelector", Node::Map().Add("matchLabels", Labels(""))));
+    spec.Add("ingress", Node::Seq().Push(Node::Map().Add("from", same)));
+    Node dns = Node::Map();
+    dns.Add("to",
+            Node::Seq().Push(
+                Node::Map()
+                    .Add("namespaceSelector", Node::Map())
+                    .Add("podSelector",
+                         Node::Map().Add("matchLabels",
+                                         Node::Map().Add("k8s-app", Node::Str("kube-dns"))))));
+    Node ports = Node::Seq();
+    for (const char* protocol : {"UDP", "TCP"}) {
+      ports.Push(Node::Map().Add("protocol", Node::Str(protocol)).Add("port", Node::Int(53)));
+    }
+    dns.Add("ports", std::move(ports));
+    spec.Add("egress", Node::Seq().Push(Node::Map().Add("to", same)).Push(std::move(dns)));
+    o.Add("spec", std::move(spec));
+    return o;
+  }
+
+  Node TopologyLiterals(const Profile& p) const {
+    std::vector<std::string> literals = {absl::StrCat("STRATA_WORKERS=", p.workers)};
+    if (servers_)
+      literals.push_back(absl::StrCat("STRATA_PARAMETER_SERVERS=", p.parameter_servers));
+    return Node::Strs(literals);
+  }
+
+  Node BaseKustomization() const {
+    Node k = Node::Map();
+    k.Comment(absl::StrCat(
+        "Job '", spec_.name, "' for Kubernetes (1.24+: gRPC probes), written by `strata render\n",
+        "--launcher kubernetes`: render again after changing the job spec rather than editing.\n",
+        "Before `kubectl apply -k` (this directory or an overlay):\n",
+        "  openssl rand -hex 32 > base/", kTokenFile, "   # the run token, read by every service\n",
+        "See docs/deploy.md."));
+    k.Add("apiVersion", Node::Str("kustomize.config.k8s.io/v1beta1"));
+    k.Add("kind", Node::Str("Kustomization"));
+    std::vector<std::string> resources = {"run-volume.yaml", "network-policy.yaml"};
+    if (servers_) resources.push_back("parameter-servers.yaml");
+    resources.insert(resources.end(), {"workers.yaml", "evaluator.yaml", "orchestrator.yaml"});
+    k.Add("resources", Node::Strs(resources));
+    k.Add("generatorOptions", Node::Map().Add("labels", Labels("")));
+    Node maps = Node::Seq();
+    maps.Push(Node::Map()
+                  .Add("name", Node::Str(names_.job_spec()))
+                  .Add("files", Node::Strs({"job.yaml"})));
+    maps.Push(Node::Map()
+                  .Add("name", Node::Str(names_.topology()))
+                  .Add("literals", TopologyLiterals(BaseProfile(spec_))),
+              "Replica counts every container reads; the overlays change them.");
+    k.Add("configMapGenerator", std::move(maps));
+    Node secret = Node::Map();
+    secret.Add("name", Node::Str(names_.token()));
+    secret.Add("files", Node::Strs({absl::StrCat(kTokenKey, "=", kTokenFile)}));
+    k.Add("secretGenerator", Node::Seq().Push(std::move(secret)),
+          absl::StrCat("From the file you create (see above); ", kTokenFile, " is git-ignored."));
+    return k;
+  }
+
+  // A strategic-merge patch of one workload's replica count and one container's resources.
+  Node ContainerPatch(const std::string& name, const Resources& r) const {
+    return Node::Seq().Push(
+        Node::Map().Add("name", Node::Str(name)).Add("resources", ResourcesNode(r)));
+  }
+
+  void AddOverlay(const std::string& name, const Profile& p, RenderedFiles* files) const {
+    const std::string dir = absl::StrCat("overlays/", name, "/");
+    Node k = Node::Map();
+    k.Comment(absl::StrCat(
+        "The ", name, " variant of job '", spec_.name, "': ", p.workers, " worker(s)",
+        servers_ ? absl::StrCat(", ", p.parameter_servers, " parameter server(s)") : std::string(),
+        ".\n`kubectl apply -k ", dir.substr(0, dir.size() - 1), "` (after creating base/",
+        kTokenFile, ")."));
+    k.Add("apiVersion", Node::Str("kustomize.config.k8s.io/v1beta1"));
+    k.Add("kind", Node::Str("Kustomization"));
+    k.Add("resources", Node::Strs({"../../base"}));
+    k.Add("configMapGenerator", Node::Seq().Push(Node::Map()
+                                                     .Add("name", Node::Str(names_.topology()))
+                                                     .Add("behavior", Node::Str("merge"))
+                                                     .Add("literals", TopologyLiterals(p))));
+    std::vector<std::string> patch_files = {"workers.yaml"};
+    Node workers = Object("batch/v1", "Job", Node::Map().Add("name", Node::Str(names_.workers())));
+    workers.Add(
+        "spec",
+        Node::Map()
+            .Add("completions", Node::Int(p.workers))
+            .Add("parallelism", Node::Int(p.workers))
+            .Add("template",
+                 Node::Map().Add(
+                     "spec", Node::Map().Add("containers", ContainerPatch("worker", p.worker)))));
+    (*files)[dir + "workers.yaml"] = yaml::Emit(workers);
+    if (servers_) {
+      patch_files.push_back("parameter-servers.yaml");
+      Node ps = Object("apps/v1", "StatefulSet", Node::Map().Add("name", Node::Str(names_.ps())));
+      ps.Add("spec",
+             Node::Map()
+                 .Add("replicas", Node::Int(p.parameter_servers))
+                 .Add("template",
+                      Node::Map().Add("spec",
+                                      Node::Map().Add("containers", ContainerPatch("ps", p.ps)))));
+      (*files)[dir + "parameter-servers.yaml"] = yaml::Emit(ps);
+    }
+    Node patches = Node::Seq();
+    for (const std::string& f : patch_files) patches.Push(Node::Map().Add("path", Node::Str(f)));
+    k.Add("patches", std::move(patches));
+    (*files)[dir + "kustomization.yaml"] = yaml::Emit(k);
+  }
+
+  const JobSpec& spec_;
+  const KubernetesNames& names_;
+  const RenderOptions& options_;
+  const ContainerPlan plan_;
+  const bool servers_;
+};
+
+}  // namespace
+
+absl::StatusOr<RenderedFiles> RenderKubernetes(const JobSpec& spec, const RenderOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(KubernetesNames names, MakeKubernetesNames(spec.name));
+  return Builder(spec, names, options).Render();
+}
+
+}  // namespace strata

@@ -1,0 +1,26 @@
+// What `strata render` produces and how it lands on disk: a set of text files, relative path to
+// contents, that the pure renderers (compose_render.h, kubernetes_render.h) build and
+// WriteRenderedFiles writes. Keeping the files as values lets tests compare them with goldens
+// without touching a disk.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <absl/status/status.h>
+
+namespace strata {
+
+// Relative path ("base/workers.yaml") to contents; ordered, so listings and diffs are stable.
+using RenderedFiles = std::map<std::string, std::string>;
+
+struct RenderOptions {
+  std::string image = "strata:latest";  // one image holds every binary and the probe
+};
+
+// Writes every file under `out_dir` (created if missing), each atomically. Files of `out_dir`
+// that are not in `files` are left alone. FailedPrecondition, naming the path, when `out_dir`
+// cannot be created or written.
+absl::Status WriteRenderedFiles(const std::string& out_dir, const RenderedFiles& files);
+
+}  // namespace strata

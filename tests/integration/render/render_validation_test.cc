@@ -1,0 +1,155 @@
+// `strata render` as a user runs it, and the rendered files as the tools that apply them read
+// them, all offline: `docker-compose config -q` (docker-compose v1, no daemon), `kubectl
+// kustomize` (no API server) and scripts/k8s-validate/validate.mjs (the Kubernetes API types, with
+// unknown fields refused). Each validator is also shown a broken file, so a pass means something.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/integration/orchestrator/cli_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+std::string Source() { return STRATA_TEST_SOURCE_DIR; }
+
+const std::vector<std::string>& Jobs() {
+  static const std::vector<std::string> jobs = {Source() + "/configs/quickstart.yaml",
+                                                Source() + "/tests/data/render/ps-stragglers.yaml",
+                                                Source() + "/tests/data/render/allreduce.yaml"};
+  return jobs;
+}
+
+bool Have(const std::string& tool) { return RunCommand("command -v " + tool).exit_code == 0; }
+
+// A temporary directory, removed with everything in it when the test is done.
+struct ScopedDir {
+  explicit ScopedDir(const std::string& tag) : path(MakeTempDir(tag)) {}
+  ~ScopedDir() { std::filesystem::remove_all(path); }
+  const std::string path;
+};
+
+// Renders into `out`, which it returns.
+std::string Render(const std::string& job, const std::string& launcher, const std::string& out) {
+  const CommandResult r =
+      RunCommand(Strata() + " render " + job + " --launcher " + launcher + " --out " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  return out;
+}
+
+// No daemon is needed or contacted: the socket does not exist.
+CommandResult ComposeConfig(const std::string& dir) {
+  return RunCommand("cd " + dir +
+                    " && DOCKER_HOST=unix:///nonexistent.sock docker-compose -f "
+                    "docker-compose.yml config -q");
+}
+
+std::string Validator() { return Source() + "/scripts/k8s-validate"; }
+
+bool HaveSchemaCheck() {
+  return Have("node") && Exists(Validator() + "/node_modules/kubernetes-models/package.json") &&
+         Exists(Validator() + "/node_modules/@kubernetes/client-node/package.json");
+}
+
+TEST(RenderCli, BadInputExitsTwoWithAClearMessage) {
+  const std::string job = Jobs()[0];
+  const ScopedDir scoped("render-bad");
+  const std::string& tmp = scoped.path;
+  struct Case {
+    std::string args, message;
+  };
+  WriteText(tmp + "/a-file", "");
+  for (const Case& c : std::vector<Case>{
+           {job + " --launcher swarm --out " + tmp + "/x", "unknown launcher 'swarm'"},
+           {job + " --launcher compose --out " + tmp + "/a-file/sub",
+            "cannot create the output directory " + tmp + "/a-file/sub"},
+           {job + " --launcher kubernetes --out /proc/strata-render",
+            "cannot create the output directory /proc/strata-render"},
+           {tmp + "/missing.yaml --launcher compose --out " + tmp + "/x", "missing.yaml"},
+           {job + " --launcher compose --out " + tmp + "/x --set cluster.workers=0",
+            "cluster.workers"},
+           {job + " --launcher kubernetes --out " + tmp + "/x --set cluster.parameter_servers=50",
+            "cluster.parameter_servers"},
+           {job + " --out " + tmp + "/x", "--launcher is required"},
+       }) {
+    const CommandResult r = RunCommand(Strata() + " render " + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.message), std::string::npos) << c.args << "\n" << r.output;
+  }
+  EXPECT_FALSE(Exists(tmp + "/x")) << "a refused render wrote files";
+}
+
+TEST(RenderCompose, DockerComposeAcceptsEveryCaseWithoutWarnings) {
+  if (!Have("docker-compose")) {
+    GTEST_SKIP() << "docker-compose is not installed (scripts/install-deps.sh installs it); the "
+                    "compose files were not checked";
+  }
+  for (const std::string& job : Jobs()) {
+    const ScopedDir scoped("render-compose");
+    const std::string dir = Render(job, "compose", scoped.path);
+    const CommandResult r = ComposeConfig(dir);
+    EXPECT_EQ(r.exit_code, 0) << job << "\n" << r.output;
+    // Keys compose v1 ignores outside a swarm (configs, deploy) only warn: refuse them too.
+    EXPECT_EQ(r.output, "") << job;
+  }
+}
+
+TEST(RenderCompose, DockerComposeRefusesABrokenFile) {
+  if (!Have("docker-compose")) GTEST_SKIP() << "docker-compose is not installed";
+  const ScopedDir scoped("render-compose");
+  const std::string dir = Render(Jobs()[0], "compose", scoped.path);
+  std::string text = Slurp(dir + "/docker-compose.yml");
+  text.replace(text.find("    restart: \"no\""), 0, "    restartt: \"no\"\n");
+  WriteText(dir + "/docker-compose.yml", text);
+  EXPECT_NE(ComposeConfig(dir).exit_code, 0);
+}
+
+TEST(RenderKubernetes, KustomizeBuildsTheBaseAndBothOverlaysAndTheSchemaAccepts) {
+  if (!Have("kubectl")) GTEST_SKIP() << "kubectl is not installed; nothing was checked";
+  const bool schema = HaveSchemaCheck();
+  if (!schema) {
+    std::fprintf(stderr,
+                 "note: no schema check (node or scripts/k8s-validate/node_modules missing: "
+                 "scripts/install-deps.sh installs them); kubectl kustomize only\n");
+  }
+  for (const std::string& job : Jobs()) {
+    const ScopedDir scoped("render-kubernetes");
+    const std::string dir = Render(job, "kubernetes", scoped.path);
+    // The token the user creates before applying (a test value; never rendered).
+    WriteText(dir + "/base/run-token", "0123456789abcdef0123456789abcdef");
+    std::string built_files;
+    for (const std::string target : {"base", "overlays/small", "overlays/large"}) {
+      const std::string built = dir + "/" + target + ".built.yaml";
+      const CommandResult k = RunCommand("kubectl kustomize " + dir + "/" + target + " > " + built);
+      ASSERT_EQ(k.exit_code, 0) << job << " " << target << "\n" << k.output;
+      built_files += " " + built;
+    }
+    if (!schema) continue;
+    // One Node process for the three builds: loading the models dominates its time.
+    const CommandResult v = RunCommand("node " + Validator() + "/validate.mjs" + built_files);
+    EXPECT_EQ(v.exit_code, 0) << job << "\n" << v.output;
+    EXPECT_NE(v.output.find("object(s) valid"), std::string::npos) << v.output;
+  }
+}
+
+TEST(RenderKubernetes, TheSchemaCheckRefusesUnknownFieldsAndBadTypes) {
+  if (!HaveSchemaCheck()) {
+    GTEST_SKIP() << "node or scripts/k8s-validate/node_modules missing (scripts/install-deps.sh)";
+  }
+  const ScopedDir scoped("render-schema");
+  const std::string& tmp = scoped.path;
+  WriteText(tmp + "/bad.yaml",
+            "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: x}\nspec:\n"
+            "  replicas: two\n  serviceName: x\n  selector: {matchLabels: {a: b}}\n"
+            "  template:\n    metadata: {labels: {a: b}}\n    spec:\n      containers:\n"
+            "        - {name: c, image: i, readinessProbe: {grpc: {port: 1}, periodSecond: 5}}\n");
+  const CommandResult v = RunCommand("node " + Validator() + "/validate.mjs " + tmp + "/bad.yaml");
+  EXPECT_EQ(v.exit_code, 1) << v.output;
+  EXPECT_NE(v.output.find("periodSecond: unknown field"), std::string::npos) << v.output;
+  EXPECT_NE(v.output.find("replicas must be integer"), std::string::npos) << v.output;
+}
+
+}  // namespace
+}  // namespace strata::testing

@@ -1,0 +1,249 @@
+// `strata render`, without writing anything but goldens on request: the YAML builder, the
+// container plan, and both renderers against the files kept in the repository (deploy/ for
+// configs/quickstart.yaml, tests/data/render/<case>/ for the other cases). After an intended
+// change, regenerate every golden with (docs/deploy.md):
+//   STRATA_UPDATE_GOLDENS=1 build/bin/strata_orchestrator_unit_tests
+//   --gtest_filter='*RenderGolden*'
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <absl/strings/str_join.h>
+
+#include "orchestrator/launch/compose_render.h"
+#include "orchestrator/launch/container_plan.h"
+#include "orchestrator/launch/kubernetes_render.h"
+#include "orchestrator/launch/service_plan.h"
+#include "orchestrator/launch/yaml_text.h"
+#include "orchestrator/lib/run_paths.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using yaml::Node;
+
+std::string Source(const std::string& relative) {
+  return std::string(STRATA_TEST_SOURCE_DIR) + "/" + relative;
+}
+
+std::string Slurp(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+JobSpec LoadCase(const std::string& relative) {
+  auto spec = LoadJobSpec(Source(relative));
+  EXPECT_TRUE(spec.ok()) << spec.status();
+  return spec.ok() ? *spec : JobSpec();
+}
+
+TEST(YamlText, QuotesOnlyWhatPlainStyleWouldMisread) {
+  EXPECT_EQ(yaml::QuoteScalar("strata:latest"), "strata:latest");
+  EXPECT_EQ(yaml::QuoteScalar("--listen"), "--listen");
+  EXPECT_EQ(yaml::QuoteScalar("ps-0:50051"), "ps-0:50051");
+  EXPECT_EQ(yaml::QuoteScalar("50051"), "\"50051\"");
+  EXPECT_EQ(yaml::QuoteScalar("500m"), "\"500m\"");
+  EXPECT_EQ(yaml::QuoteScalar("-1"), "\"-1\"");
+  EXPECT_EQ(yaml::QuoteScalar(".5"), "\".5\"");
+  EXPECT_EQ(yaml::QuoteScalar("no"), "\"no\"");
+  EXPECT_EQ(yaml::QuoteScalar("Off"), "\"Off\"");
+  EXPECT_EQ(yaml::QuoteScalar("null"), "\"null\"");
+  EXPECT_EQ(yaml::QuoteScalar(""), "\"\"");
+  EXPECT_EQ(yaml::QuoteScalar("a: b"), "\"a: b\"");
+  EXPECT_EQ(yaml::QuoteScalar("key:"), "\"key:\"");
+  EXPECT_EQ(yaml::QuoteScalar("x # y"), "\"x # y\"");
+  EXPECT_EQ(yaml::QuoteScalar("-"), "\"-\"");
+  EXPECT_EQ(yaml::QuoteScalar("say \"hi\"\\"), "\"say \\\"hi\\\"\\\\\"");
+  EXPECT_EQ(yaml::QuoteScalar("[x]"), "\"[x]\"");
+}
+
+TEST(YamlText, BlockLayoutWithCommentsLiteralsAndFlow) {
+  Node doc = Node::Map();
+  doc.Comment("top\nsecond line");
+  doc.Add("name", Node::Str("a"));
+  doc.Add("count", Node::Int(3), "a count");
+  doc.Add("f", Node::Num(0.25));
+  doc.Add("whole", Node::Num(2));
+  doc.Add("cmd", Node::Strs({"/bin/sh", "-c"}).Flow());
+  doc.Add("script", Node::Str("set -eu\n\nexec x\n"));
+  doc.Add("empty", Node::Map());
+  Node items = Node::Seq();
+  items.Push(Node::Map().Add("k", Node::Str("v")).Add("l", Node::Bool(true)));
+  items.Push(Node::Str("plain"), "an item");
+  doc.Add("items", std::move(items));
+  EXPECT_EQ(yaml::Emit(doc),
+            "# top\n# second line\n"
+            "name: a\n"
+            "# a count\n"
+            "count: 3\n"
+            "f: 0.25\n"
+            "whole: 2\n"
+            "cmd: [/bin/sh, -c]\n"
+            "script: |\n  set -eu\n\n  exec x\n"
+            "empty: {}\n"
+            "items:\n"
+            "  - k: v\n"
+            "    l: true\n"
+            "  # an item\n"
+            "  - plain\n");
+  EXPECT_EQ(yaml::EmitAll({Node::Map().Add("a", Node::Int(1)), Node::Map().Add("b", Node::Int(2))}),
+            "a: 1\n---\nb: 2\n");
+}
+
+TEST(ContainerPlan, ShellWordsCpuQuantitiesAndNames) {
+  EXPECT_EQ(ShellWord("--run-dir"), "--run-dir");
+  EXPECT_EQ(ShellWord("${TRAIN_EXAMPLES}"), "\"${TRAIN_EXAMPLES}\"");
+  EXPECT_EQ(ShellWord("it's"), "'it'\\''s'");
+  EXPECT_EQ(ShellWord(""), "''");
+  EXPECT_EQ(CpuQuantity(2), "2");
+  EXPECT_EQ(CpuQuantity(0.25), "250m");
+  EXPECT_EQ(CpuQuantity(1.5), "1500m");
+  auto names = MakeKubernetesNames("PS_Stragglers-Demo");
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(names->prefix, "ps-stragglers-demo");
+  EXPECT_EQ(names->workers(), "ps-stragglers-demo-worker");
+  EXPECT_FALSE(MakeKubernetesNames("___").ok());
+  EXPECT_LE(MakeKubernetesNames(std::string(100, 'a'))->prefix.size(), 40u);
+}
+
+TEST(ContainerPlan, ComposeUsesTheServicePlanWithFixedPortsAndTheManifestsSize) {
+  const ContainerPlan plan =
+      PlanComposeContainers(LoadCase("tests/data/render/ps-stragglers.yaml"));
+  std::vector<std::string> names;
+  for (const ContainerSpec& c : plan.containers) names.push_back(c.name);
+  EXPECT_EQ(absl::StrJoin(names, " "),
+            "sharder ps-0 ps-1 worker-0 worker-1 worker-2 evaluator orchestrator");
+  EXPECT_EQ(plan.spec.launcher.kind, "compose");
+  EXPECT_EQ(plan.spec.launcher.ring_transport, "tcp");
+  const ContainerSpec& ps1 = plan.containers[2];
+  EXPECT_NE(ps1.script.find("--listen 0.0.0.0:50051"), std::string::npos) << ps1.script;
+  EXPECT_NE(ps1.script.find("--partition 1"), std::string::npos);
+  EXPECT_NE(ps1.script.find("--train-examples \"${TRAIN_EXAMPLES}\""), std::string::npos);
+  EXPECT_NE(ps1.script.find("--sample-budget \"$((3 * TRAIN_EXAMPLES))\""), std::string::npos);
+  EXPECT_EQ(ps1.cpus, 0.5);                  // cluster.cpu.parameter_server
+  EXPECT_EQ(plan.containers[3].cpus, 2);     // threads_per_worker
+  EXPECT_EQ(plan.containers[5].cpus, 0.25);  // the straggler
+  EXPECT_NE(plan.containers.back().script.find(
+                "--parameter-servers ps-0:50051,ps-1:50051 \\\n  --workers "
+                "worker-0:50051,worker-1:50051,worker-2:50051"),
+            std::string::npos)
+      << plan.containers.back().script;
+}
+
+// A Kubernetes template serves every instance of its role: any flag whose value differs between
+// two instances in the service plan must be one the template fills in per pod.
+TEST(ContainerPlan, KubernetesTemplatesCoverEveryPerInstanceFlag) {
+  JobSpec spec = LoadCase("tests/data/render/ps-stragglers.yaml");
+  spec.launcher.ring_transport = "tcp";
+  const std::vector<ServiceSpec> services = PlanServices(spec, RunPaths("/run/strata"), {});
+  std::set<std::pair<int, std::string>> templated;
+  for (const TemplatedFlag& f : KubernetesTemplatedFlags()) {
+    templated.insert({static_cast<int>(f.role), f.flag});
+  }
+  auto check = [&](const ServiceSpec& a, const ServiceSpec& b, ContainerRole role) {
+    ASSERT_EQ(a.args.size(), b.args.size()) << a.name << " vs " << b.name;
+    for (size_t i = 1; i < a.args.size(); ++i) {
+      if (a.args[i] == b.args[i]) continue;
+      EXPECT_TRUE(templated.count({static_cast<int>(role), a.args[i - 1]}))
+          << a.args[i - 1] << " differs between " << a.name << " and " << b.name
+          << " but the Kubernetes template does not fill it in per pod";
+    }
+  };
+  check(services[0], services[1], ContainerRole::kParameterServer);
+  check(services[2], services[4], ContainerRole::kWorker);
+}
+
+TEST(RenderKubernetes, RefusesANameWithNothingLeftForObjects) {
+  JobSpec spec;
+  spec.name = "__";
+  EXPECT_FALSE(RenderKubernetes(spec, {}).ok());
+}
+
+TEST(Render, NoFileHoldsASecretValue) {
+  for (const char* job : {"configs/quickstart.yaml", "tests/data/render/ps-stragglers.yaml"}) {
+    const JobSpec spec = LoadCase(job);
+    RenderedFiles files = RenderCompose(spec, {});
+    auto k8s = RenderKubernetes(spec, {});
+    ASSERT_TRUE(k8s.ok());
+    files.insert(k8s->begin(), k8s->end());
+    const std::regex token("[0-9a-fA-F]{32}");
+    for (const auto& [path, text] : files) {
+      EXPECT_FALSE(std::regex_search(text, token)) << path;
+      EXPECT_EQ(text.find("STRATA_RUN_TOKEN="), text.find("STRATA_RUN_TOKEN=$"))
+          << path << ": the token is only ever read from the secret";
+    }
+  }
+}
+
+struct GoldenCase {
+  std::string job;      // relative to the source tree
+  std::string compose;  // golden directories, relative to the source tree
+  std::string kubernetes;
+};
+
+// Compares `files` with the directory `golden`, or rewrites it under STRATA_UPDATE_GOLDENS=1.
+void ExpectGolden(const RenderedFiles& files, const std::string& golden) {
+  const fs::path dir = Source(golden);
+  const char* update = std::getenv("STRATA_UPDATE_GOLDENS");
+  if (update != nullptr && std::string(update) == "1") {
+    for (const auto& [path, text] : files) {
+      fs::create_directories((dir / path).parent_path());
+      std::ofstream(dir / path) << text;
+    }
+  }
+  std::set<std::string> on_disk;
+  if (fs::is_directory(dir)) {
+    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+      const std::string rel = fs::relative(entry.path(), dir).string();
+      // The token a user created to apply the files is theirs, not a golden.
+      if (entry.is_regular_file() && entry.path().filename() != "run-token") on_disk.insert(rel);
+    }
+  }
+  std::set<std::string> rendered;
+  for (const auto& [path, text] : files) {
+    rendered.insert(path);
+    EXPECT_EQ(Slurp(dir / path), text)
+        << golden << "/" << path << " differs from what `strata render` writes now; if the "
+        << "change is intended, regenerate the goldens (docs/deploy.md, \"Goldens\")";
+  }
+  EXPECT_EQ(on_disk, rendered) << golden << " holds other files than the renderer writes";
+}
+
+class RenderGolden : public ::testing::TestWithParam<GoldenCase> {};
+
+TEST_P(RenderGolden, ComposeMatches) {
+  ExpectGolden(RenderCompose(LoadCase(GetParam().job), {}), GetParam().compose);
+}
+
+TEST_P(RenderGolden, KubernetesMatches) {
+  auto files = RenderKubernetes(LoadCase(GetParam().job), {});
+  ASSERT_TRUE(files.ok()) << files.status();
+  ExpectGolden(*files, GetParam().kubernetes);
+}
+
+// deploy/ is the quickstart job rendered: kept in sync here, so that it never drifts.
+INSTANTIATE_TEST_SUITE_P(Cases, RenderGolden,
+                         ::testing::Values(GoldenCase{"configs/quickstart.yaml", "deploy/compose",
+                                                      "deploy/kubernetes"},
+                                           GoldenCase{"tests/data/render/ps-stragglers.yaml",
+                                                      "tests/data/render/ps-stragglers/compose",
+                                                      "tests/data/render/ps-stragglers/kubernetes"},
+                                           GoldenCase{"tests/data/render/allreduce.yaml",
+                                                      "tests/data/render/allreduce/compose",
+                                                      "tests/data/render/allreduce/kubernetes"}),
+                         [](const ::testing::TestParamInfo<GoldenCase>& info) {
+                           return std::string(info.index == 0   ? "Quickstart"
+                                              : info.index == 1 ? "PsStragglers"
+                                                                : "Allreduce");
+                         });
+
+}  // namespace
+}  // namespace strata
