@@ -12,5 +12,7 @@ void AddRunCommand(CLI::App& app, int* exit_code);
 void AddSwitchCommand(CLI::App& app, int* exit_code);
 void AddStatusCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);
+void AddSweepCommand(CLI::App& app, int* exit_code);
+void AddRenderCommand(CLI::App& app, int* exit_code);
 
 }  // namespace strata::cli

@@ -20,6 +20,14 @@ int main(int argc, char** argv) {
   strata::cli::AddSwitchCommand(app, &exit_code);
   strata::cli::AddStatusCommand(app, &exit_code);
   strata::cli::AddReportCommand(app, &exit_code);
-  CLI11_PARSE(app, argc, argv);
+  strata::cli::AddSweepCommand(app, &exit_code);
+  strata::cli::AddRenderCommand(app, &exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11's own codes (106 for a missing argument, 109 for an extra one, ...) are not what
+    // docs/user-guide.md promises: a usage error exits 2, after CLI11's message; --help exits 0.
+    return app.exit(e) == 0 ? 0 : 2;
+  }
   return exit_code;
 }

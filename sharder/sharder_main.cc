@@ -22,6 +22,7 @@
 #include "services/common/files.h"
 #include "services/common/logging.h"
 #include "services/common/rpc.h"
+#include "services/common/rpc_auth.h"
 #include "sharder/shard_job.h"
 #include "sharder/sharder_service.h"
 
@@ -70,7 +71,8 @@ int RunOnce(const strata::shard::ShardFlags& flags) {
   return 0;
 }
 
-int Serve(const std::string& listen, const std::string& port_file, const std::string& log_file) {
+int Serve(const std::string& listen, const std::string& port_file, const std::string& log_file,
+          const std::string& run_dir) {
   // Exit with the process that started us (orchestrator, test) instead of lingering.
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   // SIGTERM/SIGINT are taken by a thread of ours (sigwait) so that shutdown is orderly.
@@ -92,7 +94,7 @@ int Serve(const std::string& listen, const std::string& port_file, const std::st
     stop = true;
     cv.notify_all();
   };
-  strata::sharder::SharderService service(request_stop);
+  strata::sharder::SharderService service(request_stop, run_dir);
   int port = 0;
   std::unique_ptr<grpc::Server> server = strata::StartServer(listen, {&service}, &port);
   if (server == nullptr || port <= 0) return Fail(absl::StrCat("cannot listen on ", listen));
@@ -128,13 +130,24 @@ int main(int argc, char** argv) {
   strata::shard::ShardFlags flags;
   strata::shard::AddShardFlags(&app, &flags);
   CLI::App* serve = app.add_subcommand("serve", "run the Sharder gRPC service");
-  std::string listen = "127.0.0.1:0", port_file, log_file;
+  std::string listen = "127.0.0.1:0", port_file, log_file, run_dir;
   serve->add_option("--listen", listen, "address to bind (host:0 picks a free port)");
+  serve->add_option("--run-dir", run_dir,
+                    "directory every path of a request must stay inside (a run directory, or the "
+                    "directory holding the runs); without it, requests may name no paths");
   serve->add_option("--port-file", port_file, "write the bound port here (atomically)");
   serve->add_option("--log-file", log_file, "also log to this file");
+  bool insecure_no_auth = false;
+  serve->add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
   app.require_subcommand(0, 1);
   CLI11_PARSE(app, argc, argv);
-  if (serve->parsed()) return Serve(listen, port_file, log_file);
+  if (serve->parsed()) {
+    if (absl::Status s = strata::InitServiceAuth("strata-sharder", insecure_no_auth); !s.ok()) {
+      Fail(std::string(s.message()));
+      return 2;  // like every service: a start-up refusal, not a failed plan
+    }
+    return Serve(listen, port_file, log_file, run_dir);
+  }
   strata::shard::NoteGivenShardFlags(app, &flags);
   return RunOnce(flags);
 }

@@ -5,6 +5,7 @@
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
+#include "services/common/run_paths.h"
 #include "services/common/status.h"
 #include "sharder/shard_job.h"
 
@@ -12,7 +13,23 @@ namespace strata::sharder {
 
 grpc::Status SharderService::Shard(grpc::ServerContext* context, const v1::ShardRequest* request,
                                    v1::ShardReply* reply) {
-  auto job = ResolveShardJob(*request);
+  // The service writes and reads only where its --run-dir allows: otherwise a caller could
+  // create directories anywhere, or name /etc/shadow as `config` and read its lines back in
+  // the job-spec errors.
+  v1::ShardRequest confined = *request;
+  for (auto [path, what] : {std::pair{confined.mutable_config(), "Shard config"},
+                            std::pair{confined.mutable_out_dir(), "Shard out_dir"},
+                            std::pair{confined.mutable_run_dir(), "Shard run_dir"}}) {
+    if (path->empty()) continue;
+    auto resolved = ResolveInRunDir(run_dir_, *path, what);
+    if (!resolved.ok()) {
+      spdlog::warn("refused Shard request from {}: {}", context->peer(),
+                   std::string(resolved.status().message()));
+      return ToGrpcStatus(resolved.status());
+    }
+    *path = *resolved;
+  }
+  auto job = ResolveShardJob(confined);
   if (!job.ok()) {
     spdlog::warn("refused Shard request from {}: {}", context->peer(), std::string(job.status().message()));
     return ToGrpcStatus(job.status());

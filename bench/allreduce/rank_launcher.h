@@ -20,12 +20,11 @@
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
 
+#include "services/common/child_process.h"
 #include "services/common/files.h"
 #include "services/common/rpc.h"
 #include "services/worker/grpc_ring_link.h"
 #include "services/worker/ring_allreduce.h"
-
-extern char** environ;
 
 namespace strata::bench {
 
@@ -39,6 +38,11 @@ inline int RunRanks(const std::string& self, int world, const std::vector<std::s
     return 1;
   }
   const std::string dir = pattern;
+  // Every rank gets this process's run token, so that their ring calls authenticate.
+  std::vector<std::string> env_strings = ChildEnvironment();
+  std::vector<char*> env;
+  for (auto& e : env_strings) env.push_back(e.data());
+  env.push_back(nullptr);
   std::vector<pid_t> pids;
   for (int r = 0; r < world; ++r) {
     std::vector<std::string> argv_s = {self};
@@ -51,7 +55,7 @@ inline int RunRanks(const std::string& self, int world, const std::vector<std::s
     for (auto& a : argv_s) argv.push_back(a.data());
     argv.push_back(nullptr);
     pid_t pid;
-    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), environ) != 0) {
+    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), env.data()) != 0) {
       std::perror("posix_spawn");
       for (pid_t p : pids) kill(p, SIGKILL);
       return 1;

@@ -14,7 +14,8 @@ namespace strata {
 
 class CpuLimit {
  public:
-  // Creates <root>/<name> with a quota of `fraction` of one core and moves `pid` into it.
+  // Creates <root>/<name> with a quota of `fraction` cores (0.25: a quarter of one core; 2: two
+  // cores) and moves `pid` into it.
   // Fails (changing nothing) where the cgroup tree is not writable.
   static absl::StatusOr<std::unique_ptr<CpuLimit>> Apply(
       pid_t pid, double fraction, const std::string& name,

@@ -27,7 +27,9 @@ struct ServiceSpec {
   // Workers whose ring runs over a local socket: the extra address they listen on for their ring
   // peers ("unix-abstract:..."), passed in `args` too; empty: the ring uses the main address.
   std::string ring_address;
-  std::vector<double> cpu_fractions;  // stragglers: each entry limits the service to that share
+  // At most one entry: the cores the service's CPU quota allows (cluster.cpu, worker_speeds,
+  // stragglers); empty: no quota.
+  std::vector<double> cpu_fractions;
 };
 
 // A step that runs to completion before the services start (the sharder, the initial model).

@@ -76,29 +76,38 @@ absl::Status LocalLauncher::Start(const ServiceSpec& service) {
   STRATA_ASSIGN_OR_RETURN(c.process, Spawn(service.name, std::move(argv)));
   record_.Event(RunEvent::kLaunched,
                 {{"process", service.name}, {"pid", c.process->pid()}, {"command", command}});
-  for (double fraction : service.cpu_fractions) SlowDown(c, fraction);
+  absl::Status limited = absl::OkStatus();
+  for (double fraction : service.cpu_fractions) {
+    if (limited.ok()) limited = SlowDown(c, fraction);
+  }
+  // Kept even when the quota failed, so that stopping the run ends this process too.
   children_.push_back(std::move(c));
-  return absl::OkStatus();
+  return limited;
 }
 
-// A real slow-down where cgroups allow it, otherwise said plainly.
-void LocalLauncher::SlowDown(const Child& c, double fraction) {
+// A real slow-down where cgroups allow it; otherwise the run is refused, saying why.
+absl::Status LocalLauncher::SlowDown(const Child& c, double fraction) {
   const std::string& name = c.spec.name;
   auto limit =
       CpuLimit::Apply(c.process->pid(), fraction, absl::StrCat("strata-", ::getpid(), "-", name));
   if (limit.ok()) {
     record_.Event(RunEvent::kStraggler,
                   {{"process", name}, {"cpu_fraction", fraction}, {"cgroup", (*limit)->path()}});
-    console_.Say(
-        absl::StrFormat("%s runs as a straggler: %.0f%% of one core", name, fraction * 100));
+    console_.Say(absl::StrFormat("%s runs under a CPU quota: %.0f%% of one core", name,
+                                 fraction * 100));
     cpu_limits_.push_back(std::move(*limit));
-  } else {
-    record_.Event(RunEvent::kStragglerNotApplied,
-                  {{"process", name},
-                   {"cpu_fraction", fraction},
-                   {"reason", std::string(limit.status().message())}});
-    console_.Say(absl::StrCat("warning: cannot slow down ", name, ": ", limit.status().message()));
+    return absl::OkStatus();
   }
+  record_.Event(RunEvent::kStragglerNotApplied,
+                {{"process", name},
+                 {"cpu_fraction", fraction},
+                 {"reason", std::string(limit.status().message())}});
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "the job asks for %s at %.0f%% of one core, but this machine does not let Strata set CPU "
+      "quotas (%s); an experiment at other speeds than the spec says would mislead, so the run "
+      "stops. Run as root where the cgroup-v1 cpu controller is mounted at /sys/fs/cgroup/cpu, "
+      "or remove the CPU limits from the job spec",
+      name, fraction * 100, limit.status().message()));
 }
 
 bool LocalLauncher::ReadPorts() {

@@ -1,7 +1,10 @@
 // The launcher of `strata run` on one machine: every service is a child process on 127.0.0.1 that
 // binds a free port and reports it in a port file under ports/; output goes to logs/<name>.log;
-// stragglers get a CPU limit (a cgroup) where the machine allows it. Children die with the
-// orchestrator (ChildProcess), and StopAll signals whatever a Stop RPC left running.
+// services with a CPU share get a cgroup quota, and the run is refused where the machine does
+// not allow it. Children die with the
+// orchestrator (ChildProcess), and StopAll signals whatever a Stop RPC left running. Each child gets
+// the run's token (rpc_auth.h) in its environment through ChildProcess; the command line recorded
+// in the `launched` event never holds it.
 #pragma once
 
 #include <memory>
@@ -46,7 +49,9 @@ class LocalLauncher final : public Launcher {
 
   absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::string& name,
                                                       std::vector<std::string> argv);
-  void SlowDown(const Child& c, double fraction);
+  // FAILED_PRECONDITION where the quota cannot be applied: an experiment whose speeds were asked
+  // for must not run at other speeds unnoticed.
+  absl::Status SlowDown(const Child& c, double fraction);
   // Reads the port files that have appeared; true once every service has its address.
   bool ReadPorts();
   static std::string LastLogLine(const ChildProcess& process);

@@ -18,12 +18,18 @@ ServiceSpec ParameterServer(const JobSpec& spec, const RunPaths& paths, int p,
             "--consistency",    spec.strategy.consistency,
             "--staleness",      std::to_string(spec.strategy.staleness),
             "--train-examples", std::to_string(in.train_examples),
+            // The asynchronous phase's budget is global: workers keep cycling their shards until
+            // the servers have applied the job's samples (docs/protocol.md, "Sample budget").
+            "--sample-budget",  std::to_string(spec.training.epochs * in.train_examples),
             "--run-dir",        paths.root};
   if (spec.strategy.ps_lr_scale > 0) {
     s.args.insert(s.args.end(), {"--lr-scale", absl::StrCat(spec.strategy.ps_lr_scale)});
   }
   if (!in.init_checkpoint.empty()) {
     s.args.insert(s.args.end(), {"--init-checkpoint", in.init_checkpoint});
+  }
+  if (spec.cluster.cpu.parameter_server > 0) {
+    s.cpu_fractions.push_back(spec.cluster.cpu.parameter_server);
   }
   return s;
 }
@@ -41,8 +47,8 @@ ServiceSpec Worker(const JobSpec& spec, const RunPaths& paths, int r, const Serv
     s.ring_address = absl::StrCat(in.ring_socket_prefix, r);
     s.args.insert(s.args.end(), {"--ring-listen", s.ring_address});
   }
-  for (const StragglerSpec& st : spec.cluster.stragglers) {
-    if (st.worker == r) s.cpu_fractions.push_back(st.cpu_fraction);
+  if (const double share = WorkerCpuShare(spec.cluster, r); share > 0) {
+    s.cpu_fractions.push_back(share);
   }
   return s;
 }
@@ -86,6 +92,7 @@ std::vector<ServiceSpec> PlanServices(const JobSpec& spec, const RunPaths& paths
   evaluator.role = ServiceRole::kEvaluator;
   evaluator.binary = "strata-evaluator";
   evaluator.args = {"--config", paths.job_yaml, "--threads", "1"};
+  if (spec.cluster.cpu.evaluator > 0) evaluator.cpu_fractions.push_back(spec.cluster.cpu.evaluator);
   services.push_back(evaluator);
   return services;
 }

@@ -3,24 +3,16 @@
 #include <unistd.h>
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 #include <yaml-cpp/yaml.h>
 
+#include "orchestrator/lib/switch_rule.h"
 #include "services/common/dataset.h"
 #include "services/common/files.h"
 
 namespace strata {
-namespace {
-
-bool SetByOverride(const std::vector<std::string>& overrides, const std::string& key) {
-  for (const std::string& o : overrides) {
-    if (o.rfind(key + "=", 0) == 0) return true;
-  }
-  return false;
-}
-
-}  // namespace
 
 std::optional<int> ModelTensorCount(const std::string& arch) {
   // mlp: 3 linear layers (weight, bias). cnn: 2 convolutions and 2 linear layers (weight, bias).
@@ -66,61 +58,83 @@ absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path,
     if (!text.ok()) return text.status();
     job.yaml_text = *text;
   }
-  {
-    auto spec = ParseJobSpec(job.yaml_text, path, options.overrides);
-    if (!spec.ok()) return spec.status();
-    job.spec = *spec;
-  }
+  // The schema's errors come first, then these checks, all in one report: a typo elsewhere must
+  // not hide that the data files are missing. A check whose inputs the schema refused stays
+  // silent, since it would only judge the defaults standing in for them.
+  JobSpecReading reading = ReadJobSpec(job.yaml_text, path, options.overrides);
+  std::vector<std::string> errors = reading.errors;
+  job.spec = reading.spec;
   const JobSpec& spec = job.spec;
-  std::vector<std::string> errors;
-  auto error = [&](const std::string& key, const std::string& what) {
-    const int line = KeyLine(job.yaml_text, key);
-    if (line > 0) {
-      errors.push_back(absl::StrCat(path, ":", line, ": ", key, ": ", what));
-    } else if (SetByOverride(options.overrides, key)) {
-      errors.push_back(absl::StrCat(path, ": ", key, " (from --set): ", what));
-    } else {
-      errors.push_back(absl::StrCat(path, ": ", key, " (default): ", what));
+  auto usable = [&](std::initializer_list<const char*> keys) {
+    if (!reading.mapping_read) return false;
+    for (const char* key : keys) {
+      if (reading.Refused(key)) return false;
     }
+    return true;
+  };
+  auto error = [&](const std::string& key, const std::string& what) {
+    // A key neither the file nor --set gives is blamed on its section (or the file), and says so.
+    const bool given = reading.sources.count(key) > 0;
+    errors.push_back(absl::StrCat(reading.Where(key), ": ", key, ": ", what,
+                                  given ? "" : " (not set: the default)"));
   };
 
   // The data files: a typo in dataset.path should fail here, not minutes later in every worker.
-  if (auto files = DatasetFiles(DatasetOptionsFor(spec.dataset, spec.training.seed)); !files.ok()) {
-    error("dataset.path", absl::StrCat("data set '", spec.dataset.name,
-                                       "' not usable: ", files.status().message()));
-  } else {
-    for (const std::string& f : *files) {
-      if (::access(f.c_str(), R_OK) != 0) error("dataset.path", absl::StrCat("cannot read ", f));
+  if (usable({"dataset", "training.seed"})) {
+    if (auto files = DatasetFiles(DatasetOptionsFor(spec.dataset, spec.training.seed));
+        !files.ok()) {
+      error("dataset.path", absl::StrCat("data set '", spec.dataset.name,
+                                         "' not usable: ", files.status().message()));
+    } else {
+      for (const std::string& f : *files) {
+        if (::access(f.c_str(), R_OK) != 0) error("dataset.path", absl::StrCat("cannot read ", f));
+      }
     }
   }
 
   // Parameter servers own whole tensors: one more server than tensors would own nothing.
   if (auto tensors = ModelTensorCount(spec.model.arch);
-      tensors && spec.cluster.parameter_servers > *tensors) {
+      usable({"model.arch", "cluster.parameter_servers"}) && tensors &&
+      spec.cluster.parameter_servers > *tensors) {
     error("cluster.parameter_servers",
           absl::StrCat(spec.cluster.parameter_servers, " parameter servers but model '",
                        spec.model.arch, "' has only ", *tensors,
                        " tensors to partition (each server owns whole tensors)"));
   }
 
-  if (spec.strategy.kind == "switch" && spec.strategy.rule == "at_fraction") {
-    // The parser bounds at_fraction to (0, 1); a switch after the last epoch would never happen.
-    const double at = spec.strategy.at_fraction * spec.training.epochs;
-    if (at > spec.training.epochs - 1e-9) {
-      error("strategy.at_fraction", "the switch would come after the last epoch");
+  if (usable({"strategy.kind", "strategy.rule", "strategy.at_fraction", "training.epochs"}) &&
+      spec.strategy.kind == "switch" && spec.strategy.rule == "at_fraction") {
+    // The run aims the switch at the boundary after epoch SwitchEpoch() (SwitchPolicy::Observe),
+    // and a switch at or after the last step is skipped (SwitchController::Decide): the boundary
+    // after the last epoch is the end of training, so the switch must come before it.
+    const int epochs = spec.training.epochs;
+    const int64_t switch_epoch =
+        AtFractionSwitchRule(spec.strategy.at_fraction, epochs).SwitchEpoch();
+    if (switch_epoch >= epochs) {
+      error("strategy.at_fraction",
+            epochs < 2
+                ? absl::StrCat("a switch needs an epoch boundary before the end of training, "
+                               "and training.epochs is ",
+                               epochs)
+                : absl::StrFormat(
+                      "ceil(%g x %d epochs) puts the switch after epoch %d, where training "
+                      "ends: it would never happen (use at most %d/%d)",
+                      spec.strategy.at_fraction, epochs, switch_epoch, epochs - 1, epochs));
     }
   }
-  if (spec.strategy.kind == "switch" && spec.strategy.rule == "empirical" &&
+  if (usable({"strategy.kind", "strategy.rule", "strategy.window", "training.epochs"}) &&
+      spec.strategy.kind == "switch" && spec.strategy.rule == "empirical" &&
       spec.training.epochs < spec.strategy.window + 1) {
     error("strategy.window",
           absl::StrCat("the empirical rule needs window + 1 = ", spec.strategy.window + 1,
                        " evaluated epochs but training.epochs is ", spec.training.epochs,
                        ": it could never fire"));
   }
-  if (spec.strategy.kind != "allreduce" && spec.cluster.parameter_servers < 1) {
+  if (usable({"strategy.kind", "cluster.parameter_servers"}) && spec.strategy.kind != "allreduce" &&
+      spec.cluster.parameter_servers < 1) {
     error("cluster.parameter_servers", "strategy needs at least one parameter server");
   }
-  if (options.for_run && spec.launcher.kind != "local") {
+  if (usable({"launcher.kind"}) && options.for_run && spec.launcher.kind != "local") {
     error("launcher.kind", absl::StrCat("'", spec.launcher.kind,
                                         "' is not driven by `strata run` on this machine; "
                                         "only 'local' is"));

@@ -1,7 +1,8 @@
 // What `strata validate` and `strata run` check beyond the schema of services/common/job_spec.h:
 // facts about the machine and the model that the parser cannot know (the data files exist, there
-// are at least as many model tensors as parameter servers, the launcher is one `run` can drive).
-// Every problem names its key and, when the key is in the file, its line.
+// are at least as many model tensors as parameter servers, an at_fraction switch comes before
+// training ends, the launcher is one `run` can drive). Every problem is one line in the parser's
+// form ("FILE:LINE: key: what", or "(from --set KEY=VALUE): key: what"), after the schema's own.
 #pragma once
 
 #include <optional>
@@ -24,7 +25,8 @@ struct JobCheckOptions {
   bool for_run = false;                // `strata run` also needs a launcher it can drive here
 };
 
-// Parses and checks the job spec at `path`; the error lists every problem, one per line.
+// Parses and checks the job spec at `path`; the error lists every problem, one per line: the
+// schema's first, then these checks (each skipped when the schema refused one of its inputs).
 absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path, const JobCheckOptions& options);
 
 // The number of tensors the parameter servers partition (trainable parameters, then float

@@ -28,6 +28,7 @@
 #include "orchestrator/run/run_supervisor.h"
 #include "services/common/files.h"
 #include "services/common/progress.h"
+#include "services/common/rpc_auth.h"
 #include "services/common/shard_index.h"
 #include "services/common/status.h"
 
@@ -236,6 +237,15 @@ absl::Status LocalRun::Prepare() {
     STRATA_RETURN_IF_ERROR(MakeDirs(dir));
   }
   STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecToYaml(spec_)));
+  // A fresh secret per run, whatever this process's environment holds: the orchestrator's channels
+  // carry it and ChildProcess hands it to every service in the child's environment only. Not a
+  // file in the run directory: the directory outlives the run and is shared with readers of
+  // logs and reports; /proc/PID/environ is readable only by the user who runs the job, the same
+  // boundary a 0600 file would give, with nothing left behind.
+  STRATA_ASSIGN_OR_RETURN(std::string token, GenerateRunToken());
+  RpcAuth auth;
+  auth.token = std::move(token);
+  SetRpcAuth(std::move(auth));
   STRATA_ASSIGN_OR_RETURN(record_, RunRecord::Open(paths_.root, start_));
   launcher_ =
       std::make_unique<LocalLauncher>(options_.bin_dir, paths_.root, *record_, console_, failure_);
@@ -475,6 +485,22 @@ void LocalRun::WriteSummary(const std::string& state) {
           view_.TotalSteps() * samples_per_step / std::max(1e-9, SecondsBetween(train_start_, end));
     }
     s.training_s = SecondsBetween(train_start_, end);
+    // The worker's own rate covers its current phase (it restarts the count at the switch);
+    // the all-reduce phase moves in lockstep, so its rate is the cluster's per worker.
+    for (size_t rank = 0; rank < view_.workers.size(); ++rank) {
+      const v1::WorkerStatus& w = view_.workers[rank];
+      nlohmann::json rates = nlohmann::json::object();
+      if (switched()) {
+        const SwitchOutcome& o = *switcher_->outcome();
+        rates["allreduce"] = o.switch_step * samples_per_step /
+                             std::max(1e-9, SecondsBetween(train_start_, o.paused));
+        rates["ps"] = w.samples_per_s();
+      } else {
+        rates[phase_.name] = w.samples_per_s();
+      }
+      s.workers_measured.push_back(
+          {{"rank", rank}, {"steps", w.step()}, {"samples_per_s", rates}});
+    }
     if (switched()) {
       const SwitchOutcome& o = *switcher_->outcome();
       s.switched = RunSummarySnapshot::Switch{o.epoch, o.switch_step, o.handover_s};

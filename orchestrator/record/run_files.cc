@@ -80,6 +80,7 @@ json SummaryJson(const RunSummarySnapshot& s) {
       {"switch_step", OrNull(switch_step)},
       {"switch_handover_s", OrNull(switch_handover)},
       {"samples_per_s", s.samples_per_s},
+      {"per_worker", s.workers_measured},
       {"processes", processes},
   };
 }

@@ -57,6 +57,9 @@ struct RunSummarySnapshot {
   };
   std::optional<Switch> switched;
   nlohmann::json samples_per_s = nlohmann::json::object();  // by phase
+  // Per worker: rank, steps, and samples/s by phase as the worker measured it, so a reader can
+  // see that CPU quotas held (and how much of the job each worker did after the switch).
+  nlohmann::json workers_measured = nlohmann::json::array();
   std::vector<ProcessSnapshot> processes;
 };
 

@@ -39,7 +39,9 @@ double ClusterView::GlobalEpochFraction() const {
 
 bool ClusterView::AllFinished() const {
   for (const auto& s : workers) {
-    if (!s.finished()) return false;
+    // A worker that stopped on an error has not finished training: the supervisor fails the run
+    // once the grace for a peer's exit has passed, and meanwhile nothing may call it a success.
+    if (!s.finished() || !s.error().empty()) return false;
   }
   return !workers.empty();
 }

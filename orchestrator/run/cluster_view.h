@@ -32,6 +32,7 @@ struct ClusterView {
   // Whole epochs, capped at the plan.
   int64_t GlobalEpoch() const;
   double GlobalEpochFraction() const;
+  // Every worker finished training without an error.
   bool AllFinished() const;
   double SamplesPerSecond() const;
   // Seconds per step of the slowest worker (0.1 before anyone reported a rate).

@@ -1,6 +1,8 @@
 #include "services/common/checkpoint.h"
 
+#include <cstdint>
 #include <cstring>
+#include <exception>
 
 #include <absl/strings/str_cat.h>
 #include <zlib.h>
@@ -117,6 +119,10 @@ absl::StatusOr<Checkpoint> ParseCheckpoint(const std::string& bytes, const std::
   if (meta.is_discarded() || !meta.is_object() || !meta.contains("tensors")) {
     return fail(absl::StatusCode::kDataLoss, "corrupt metadata");
   }
+  // Every count below comes from the file: each is checked against the bytes actually present
+  // before it is used, in arithmetic that cannot wrap, so a crafted header is an error and never
+  // an allocation, an exception or a read past the end.
+  const size_t available = bytes.size() - (16 + meta_len + 4);
   size_t payload = 0;
   Checkpoint checkpoint;
   try {
@@ -124,7 +130,9 @@ absl::StatusOr<Checkpoint> ParseCheckpoint(const std::string& bytes, const std::
     checkpoint.step = meta.at("step").get<int64_t>();
     checkpoint.version = meta.at("version").get<int64_t>();
     checkpoint.extra = meta.value("extra", nlohmann::json::object());
-    for (const auto& t : meta.at("tensors")) {
+    const nlohmann::json& tensors = meta.at("tensors");
+    if (!tensors.is_array()) return fail(absl::StatusCode::kDataLoss, "corrupt metadata");
+    for (const auto& t : tensors) {
       CheckpointEntry e;
       auto kind = KindFromName(t.at("kind").get<std::string>());
       if (!kind.ok()) return fail(absl::StatusCode::kDataLoss, kind.status().message());
@@ -134,16 +142,43 @@ absl::StatusOr<Checkpoint> ParseCheckpoint(const std::string& bytes, const std::
       auto dtype = DTypeFromName(t.at("dtype").get<std::string>());
       if (!dtype.ok()) return fail(absl::StatusCode::kDataLoss, dtype.status().message());
       e.tensor.spec.dtype = *dtype;
-      const size_t n = t.at("bytes").get<size_t>();
-      if (n != e.tensor.spec.bytes()) {
-        return fail(absl::StatusCode::kDataLoss,
-                    absl::StrCat("tensor '", e.tensor.name(), "' size disagrees with its shape"));
+      const std::string& name = e.tensor.spec.name;
+      // The shape's size, bounded by what is left of the file at every factor.
+      size_t need = DTypeSize(e.tensor.spec.dtype);
+      bool zero = false;
+      for (int64_t d : e.tensor.spec.shape) {
+        if (d < 0) {
+          return fail(absl::StatusCode::kDataLoss,
+                      absl::StrCat("tensor '", name, "' has negative dimension ", d));
+        }
+        if (d == 0) zero = true;
+        const uint64_t ud = static_cast<uint64_t>(d);
+        if (!zero && ud > 0 && need > (available - payload) / ud) {
+          return fail(absl::StatusCode::kDataLoss,
+                      absl::StrCat("truncated: tensor '", name, "' of shape ",
+                                   ShapeString(e.tensor.spec.shape), " needs more than the ",
+                                   available - payload, " bytes left in the file"));
+        }
+        if (!zero) need *= static_cast<size_t>(ud);
       }
-      payload += n;
+      if (zero) need = 0;
+      if (need > available - payload) {  // a scalar (empty shape) skips the loop's check
+        return fail(absl::StatusCode::kDataLoss,
+                    absl::StrCat("truncated: tensor '", name, "' needs ", need, " bytes, ",
+                                 available - payload, " are left in the file"));
+      }
+      if (!t.at("bytes").is_number_unsigned() || t.at("bytes").get<uint64_t>() != need) {
+        return fail(absl::StatusCode::kDataLoss,
+                    absl::StrCat("tensor '", name, "' size disagrees with its shape"));
+      }
+      payload += need;  // need <= available - payload: no wrap
       checkpoint.entries.push_back(std::move(e));
     }
   } catch (const nlohmann::json::exception& e) {
     return fail(absl::StatusCode::kDataLoss, absl::StrCat("corrupt metadata: ", e.what()));
+  } catch (const std::exception& e) {
+    // Nothing above should throw past the checks; a caller must still get a Status, not an abort.
+    return fail(absl::StatusCode::kDataLoss, absl::StrCat("unreadable metadata: ", e.what()));
   }
   const size_t expected = 16 + meta_len + payload + 4;
   if (bytes.size() < expected) {

@@ -12,11 +12,27 @@
 #include <sstream>
 #include <thread>
 
+#include <absl/strings/match.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/strip.h>
 
+#include "services/common/rpc_auth.h"
+
+extern char** environ;
+
 namespace strata {
+
+std::vector<std::string> ChildEnvironment() {
+  const std::string prefix = absl::StrCat(kRunTokenEnv, "=");
+  std::vector<std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, prefix)) env.emplace_back(*e);
+  }
+  const RpcAuth auth = CurrentRpcAuth();
+  if (!auth.insecure && !auth.token.empty()) env.push_back(prefix + auth.token);
+  return env;
+}
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOptions& options) {
   if (options.argv.empty()) return absl::InvalidArgumentError("spawn: empty argv");
@@ -34,6 +50,12 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
   std::vector<char*> argv;
   for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
+  // The run token reaches the child through its environment alone: the launcher's own
+  // environment is left as it was, and /proc/PID/environ is readable only by the same user.
+  const std::vector<std::string> env_strings = ChildEnvironment();
+  std::vector<char*> envp;
+  for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
   const pid_t parent = ::getpid();
 
   const pid_t pid = ::fork();
@@ -56,7 +78,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     ::dup2(log_fd, STDOUT_FILENO);
     ::dup2(log_fd, STDERR_FILENO);
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   ::close(log_fd);

@@ -2,7 +2,8 @@
 // launchers): each runs in its own process group (so Ctrl-C on the terminal reaches only the
 // launcher, which then shuts the services down in order) with PR_SET_PDEATHSIG, so that no service
 // outlives its launcher even when that is killed -9. Output goes to a log file; services report
-// the port they bound through a port file (WaitForPortFile).
+// the port they bound through a port file (WaitForPortFile). Each child gets the launcher's run
+// token in its environment (ChildEnvironment), never on its command line.
 #pragma once
 
 #include <sys/types.h>
@@ -58,6 +59,12 @@ class ChildProcess {
   bool exited_ = false;
   int wait_status_ = 0;
 };
+
+// The environment a child of this process starts with: ours, with STRATA_RUN_TOKEN set to this
+// process's run token (rpc_auth.h), or removed when this process runs without authentication.
+// Spawn uses it; code that starts children another way (posix_spawn, fork and execve) passes it
+// too, so that the child's calls and servers share the run's token.
+std::vector<std::string> ChildEnvironment();
 
 // The last `max_bytes` of a log file, for error messages ("(no log)" if unreadable).
 std::string LogTail(const std::string& log_path, size_t max_bytes = 2000);

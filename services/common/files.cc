@@ -1,13 +1,13 @@
 #include "services/common/files.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include <absl/strings/str_cat.h>
 
@@ -33,13 +33,50 @@ absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
 
 }  // namespace
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoError("cannot open", path);
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return ErrnoError("cannot read", path);
-  return std::move(buffer).str();
+absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes) {
+  // stat first: merely opening some devices has effects, and opening a FIFO without O_NONBLOCK
+  // waits for a writer for ever.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return ErrnoError("cannot open", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot read ", path, ": not a regular file"));
+  }
+  // O_NONBLOCK and the fstat below close the race with a FIFO swapped in after the stat.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return ErrnoError("cannot open", path);
+  absl::Status status;
+  std::string out;
+  if (::fstat(fd, &st) != 0) {
+    status = ErrnoError("cannot stat", path);
+  } else if (!S_ISREG(st.st_mode)) {
+    status = absl::InvalidArgumentError(absl::StrCat("cannot read ", path, ": not a regular file"));
+  } else if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    status = absl::ResourceExhaustedError(absl::StrCat(
+        "cannot read ", path, ": ", st.st_size, " bytes, the limit is ", max_bytes));
+  } else {
+    // st_size is a hint (a file may grow, /proc files report 0): read to EOF, but never past
+    // the cap.
+    out.reserve(static_cast<size_t>(st.st_size));
+    char buffer[1 << 16];
+    for (;;) {
+      ssize_t n = ::read(fd, buffer, sizeof buffer);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        status = ErrnoError("cannot read", path);
+        break;
+      }
+      if (n == 0) break;
+      if (out.size() + static_cast<size_t>(n) > max_bytes) {
+        status = absl::ResourceExhaustedError(
+            absl::StrCat("cannot read ", path, ": more than the limit of ", max_bytes, " bytes"));
+        break;
+      }
+      out.append(buffer, static_cast<size_t>(n));
+    }
+  }
+  ::close(fd);
+  if (!status.ok()) return status;
+  return out;
 }
 
 absl::Status WriteFileAtomic(const std::string& path, std::string_view contents) {

@@ -1,6 +1,8 @@
 #include "services/common/job_spec.h"
 
+#include <cmath>
 #include <functional>
+#include <map>
 #include <set>
 
 #include <absl/strings/str_cat.h>
@@ -17,32 +19,118 @@ bool OneOf(const std::string& v, const std::vector<std::string>& allowed) {
   return std::find(allowed.begin(), allowed.end(), v) != allowed.end();
 }
 
-// Walks the YAML tree, fills the spec and collects every problem with its key and line.
-class SpecReader {
- public:
-  explicit SpecReader(std::string origin) : origin_(std::move(origin)) {}
+// One `--set` assignment and the nodes it put into the tree (its value, and the sections and keys
+// it had to create): a problem with any of them is blamed on the assignment, never on a line of
+// the file it was not in.
+struct OverrideNodes {
+  std::string assignment;
+  std::vector<YAML::Node> nodes;
+};
 
-  void Error(const YAML::Node& at, const std::string& key, const std::string& what) {
-    if (at.IsDefined() && at.Mark().line >= 0) {
-      errors_.push_back(absl::StrCat(origin_, ":", at.Mark().line + 1, ": ", key, ": ", what));
-    } else {
-      errors_.push_back(absl::StrCat(origin_, ": ", key, ": ", what));
+bool Contains(const YAML::Node& tree, const YAML::Node& at) {
+  if (tree.is(at)) return true;
+  if (tree.IsMap()) {
+    for (const auto& kv : tree) {
+      if (Contains(kv.first, at) || Contains(kv.second, at)) return true;
+    }
+  } else if (tree.IsSequence()) {
+    for (const auto& item : tree) {
+      if (Contains(item, at)) return true;
     }
   }
+  return false;
+}
 
-  // Checks that `node` is a map whose keys are all in `allowed`.
+// "a.b[2].c" -> "a.b[2]" -> "a.b" -> "a" -> "".
+std::string ParentKey(const std::string& key) {
+  const size_t cut = key.find_last_of(".[");
+  return cut == std::string::npos ? std::string() : key.substr(0, cut);
+}
+
+std::string WhereIn(const JobSpecReading& reading, const std::string& key) {
+  for (std::string k = key; !k.empty(); k = ParentKey(k)) {
+    if (auto it = reading.sources.find(k); it != reading.sources.end()) return it->second;
+  }
+  return reading.origin;
+}
+
+// Walks the YAML tree, fills the spec and collects every problem with its key and place.
+class SpecReader {
+ public:
+  explicit SpecReader(JobSpecReading* out) : out_(out) {}
+
+  void AddOverride(OverrideNodes o) { overrides_.push_back(std::move(o)); }
+
+  // The --set assignment that brought `at`, or "" when it comes from the file.
+  std::string OverrideOf(const YAML::Node& at) const {
+    if (!at.IsDefined()) return "";
+    // Latest first: a later --set of the same key replaced the earlier one's value.
+    for (auto o = overrides_.rbegin(); o != overrides_.rend(); ++o) {
+      for (const YAML::Node& n : o->nodes) {
+        if (Contains(n, at)) return o->assignment;
+      }
+    }
+    return "";
+  }
+
+  // "(from --set K=V)", "FILE:LINE", or "FILE" for a node that is in neither.
+  std::string Locate(const YAML::Node& at) const {
+    if (std::string a = OverrideOf(at); !a.empty()) return FromSet(a);
+    if (at.IsDefined() && at.Mark().line >= 0) {
+      return absl::StrCat(out_->origin, ":", at.Mark().line + 1);
+    }
+    return out_->origin;
+  }
+  static std::string FromSet(const std::string& assignment) {
+    return absl::StrCat("(from --set ", assignment, ")");
+  }
+
+  std::string Where(const std::string& key) const { return WhereIn(*out_, key); }
+  bool Refused(const std::string& key) const { return out_->Refused(key); }
+  bool Given(const std::string& key) const { return out_->sources.count(key) > 0; }
+
+  // `refuse`: the value of `key` is not taken (the spec keeps its default), so later checks that
+  // depend on it stay silent instead of reporting consequences of the default.
+  void Error(const std::string& where, const std::string& key, const std::string& what,
+             bool refuse = true) {
+    out_->errors.push_back(absl::StrCat(where, ": ", key, ": ", what));
+    if (refuse) out_->refused.insert(key);
+  }
+  void Error(const YAML::Node& at, const std::string& key, const std::string& what) {
+    Error(Locate(at), key, what);
+  }
+
+  // Checks that `node` is a map whose keys are all in `allowed`, each once, and records where
+  // every key is. yaml-cpp keeps duplicate keys and answers lookups with the first, so the walk
+  // over the pairs is the only place a duplicate shows.
   bool Map(const YAML::Node& node, const std::string& path, const std::set<std::string>& allowed) {
     if (!node.IsDefined() || node.IsNull()) return false;
+    const std::string name = path.empty() ? "(top level)" : path;
     if (!node.IsMap()) {
-      Error(node, path.empty() ? "(top level)" : path, "expected a mapping of keys");
+      Error(path.empty() ? Locate(node) : At(path, node), name, "expected a mapping of keys");
       return false;
     }
+    std::map<std::string, YAML::Node> seen;
     for (const auto& kv : node) {
       const std::string key = kv.first.Scalar();
+      const std::string full = Join(path, key);
       if (!allowed.count(key)) {
-        Error(kv.first, Join(path, key),
-              absl::StrCat("unknown key (allowed: ", absl::StrJoin(allowed, ", "), ")"));
+        Error(Locate(kv.first), full,
+              absl::StrCat("unknown key (allowed: ", absl::StrJoin(allowed, ", "), ")"),
+              /*refuse=*/false);
+        continue;
       }
+      if (auto first = seen.find(key); first != seen.end()) {
+        Error(Locate(kv.first), full,
+              absl::StrCat("duplicate key: first on line ", first->second.Mark().line + 1,
+                           ", again on line ", kv.first.Mark().line + 1,
+                           " (only one could count; keep one)"));
+        continue;
+      }
+      seen.emplace(key, kv.first);
+      // A value replaced by --set is blamed on the assignment even though its key is in the file.
+      const std::string from_set = OverrideOf(kv.second);
+      out_->sources[full] = from_set.empty() ? Locate(kv.first) : FromSet(from_set);
     }
     return true;
   }
@@ -51,17 +139,29 @@ class SpecReader {
   void Field(const YAML::Node& map, const std::string& path, const char* key, T* out,
              const std::function<std::string(const T&)>& check = {}) {
     const YAML::Node node = map[key];
-    if (!node.IsDefined() || node.IsNull()) return;
+    if (!node.IsDefined()) return;
     const std::string full = Join(path, key);
+    const std::string where = At(full, node);
+    if (node.IsNull()) {
+      Error(where, full, "has no value (give one, or leave the key out for the default)");
+      return;
+    }
     T value;
     if (!node.IsScalar() || !YAML::convert<T>::decode(node, value)) {
-      Error(node, full, absl::StrCat("expected ", TypeName<T>(), ", got '", Describe(node), "'"));
+      Error(where, full, absl::StrCat("expected ", TypeName<T>(), ", got '", Describe(node), "'"));
       return;
+    }
+    if constexpr (std::is_floating_point_v<T>) {
+      // yaml-cpp reads .inf and .nan as numbers; no setting of a job means either.
+      if (!std::isfinite(value)) {
+        Error(where, full, absl::StrCat("must be a finite number, got '", node.Scalar(), "'"));
+        return;
+      }
     }
     if (check) {
       std::string problem = check(value);
       if (!problem.empty()) {
-        Error(node, full, problem);
+        Error(where, full, problem);
         return;
       }
     }
@@ -71,10 +171,14 @@ class SpecReader {
   template <typename T>
   void List(const YAML::Node& map, const std::string& path, const char* key, std::vector<T>* out) {
     const YAML::Node node = map[key];
-    if (!node.IsDefined() || node.IsNull()) return;
+    if (!node.IsDefined()) return;
     const std::string full = Join(path, key);
+    if (node.IsNull()) {
+      Error(At(full, node), full, "has no value (write [] for none)");
+      return;
+    }
     if (!node.IsSequence()) {
-      Error(node, full, absl::StrCat("expected a list of ", TypeName<T>()));
+      Error(At(full, node), full, absl::StrCat("expected a list of ", TypeName<T>()));
       return;
     }
     out->clear();
@@ -92,9 +196,13 @@ class SpecReader {
     return path.empty() ? key : absl::StrCat(path, ".", key);
   }
 
-  const std::vector<std::string>& errors() const { return errors_; }
-
  private:
+  // The place of `key`'s value: where Map() found the key, else the node itself.
+  std::string At(const std::string& key, const YAML::Node& node) const {
+    if (auto it = out_->sources.find(key); it != out_->sources.end()) return it->second;
+    return Locate(node);
+  }
+
   template <typename T>
   static const char* TypeName() {
     if constexpr (std::is_same_v<T, std::string>) return "a string";
@@ -109,8 +217,8 @@ class SpecReader {
     return "nothing";
   }
 
-  std::string origin_;
-  std::vector<std::string> errors_;
+  JobSpecReading* out_;
+  std::vector<OverrideNodes> overrides_;
 };
 
 std::function<std::string(const int&)> AtLeast(int min) {
@@ -128,12 +236,35 @@ std::function<std::string(const std::string&)> Among(std::vector<std::string> al
   };
 }
 
-void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
+// Returns false when `root` is not a mapping (nothing could be read).
+// cluster.cpu and cluster.worker_speeds: each process's own CPU quota, so that an emulated
+// cluster's speeds come from the spec and not from contention for the machine's cores.
+void ReadCpuShares(const YAML::Node& cluster, SpecReader& r, ClusterSpec* c) {
+  // More than 64 cores for one process is surely a typo for a fraction.
+  auto cores = [](const double& v) {
+    return v >= 0 && v <= 64 ? std::string() : absl::StrCat("must be in [0, 64] cores, got ", v);
+  };
+  if (YAML::Node cpu = cluster["cpu"];
+      r.Map(cpu, "cluster.cpu", {"worker", "parameter_server", "evaluator"})) {
+    r.Field<double>(cpu, "cluster.cpu", "worker", &c->cpu.worker, cores);
+    r.Field<double>(cpu, "cluster.cpu", "parameter_server", &c->cpu.parameter_server, cores);
+    r.Field<double>(cpu, "cluster.cpu", "evaluator", &c->cpu.evaluator, cores);
+  }
+  r.List<double>(cluster, "cluster", "worker_speeds", &c->worker_speeds);
+  for (size_t i = 0; i < c->worker_speeds.size(); ++i) {
+    const double v = c->worker_speeds[i];
+    if (!(std::isfinite(v) && v > 0 && v <= 64)) {
+      const std::string key = absl::StrCat("cluster.worker_speeds[", i, "]");
+      r.Error(cluster["worker_speeds"][i], key, absl::StrCat("must be in (0, 64], got ", v));
+    }
+  }
+}
+
+bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
   if (!r.Map(root, "",
              {"name", "dataset", "model", "training", "cluster", "sharding", "strategy",
               "launcher"})) {
-    if (!root.IsDefined() || root.IsNull()) r.Error(root, "(top level)", "the job spec is empty");
-    return;
+    return false;
   }
   r.Field<std::string>(root, "", "name", &spec->name, [](const std::string& v) {
     if (v.empty() || v.size() > 63) return std::string("must be 1 to 63 characters");
@@ -186,7 +317,7 @@ void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
           });
       for (size_t i = 1; i < t.lr_schedule.milestones.size(); ++i) {
         if (t.lr_schedule.milestones[i] <= t.lr_schedule.milestones[i - 1]) {
-          r.Error(s["milestones"], "training.lr_schedule.milestones",
+          r.Error(r.Where("training.lr_schedule.milestones"), "training.lr_schedule.milestones",
                   "must be strictly increasing");
           break;
         }
@@ -194,14 +325,21 @@ void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
     }
   }
   if (YAML::Node n = root["cluster"];
-      r.Map(n, "cluster", {"workers", "parameter_servers", "threads_per_worker", "stragglers"})) {
+      r.Map(n, "cluster",
+            {"workers", "parameter_servers", "threads_per_worker", "stragglers", "cpu",
+             "worker_speeds"})) {
+    ReadCpuShares(n, r, &spec->cluster);
     ClusterSpec& c = spec->cluster;
     r.Field<int>(n, "cluster", "workers", &c.workers, AtLeast(1));
     r.Field<int>(n, "cluster", "parameter_servers", &c.parameter_servers, AtLeast(1));
     r.Field<int>(n, "cluster", "threads_per_worker", &c.threads_per_worker, AtLeast(1));
-    if (YAML::Node s = n["stragglers"]; s.IsDefined() && !s.IsNull()) {
-      if (!s.IsSequence()) {
-        r.Error(s, "cluster.stragglers", "expected a list of {worker, cpu_fraction}");
+    if (YAML::Node s = n["stragglers"]; s.IsDefined()) {
+      if (s.IsNull()) {
+        r.Error(r.Where("cluster.stragglers"), "cluster.stragglers",
+                "has no value (write [] for none)");
+      } else if (!s.IsSequence()) {
+        r.Error(r.Where("cluster.stragglers"), "cluster.stragglers",
+                "expected a list of {worker, cpu_fraction}");
       } else {
         for (size_t i = 0; i < s.size(); ++i) {
           const std::string path = absl::StrCat("cluster.stragglers[", i, "]");
@@ -229,7 +367,7 @@ void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
   if (YAML::Node n = root["strategy"];
       r.Map(n, "strategy",
             {"kind", "consistency", "staleness", "rule", "at_fraction", "window",
-             "threshold_percent", "ps_lr_scale"})) {
+             "threshold_percent", "ps_lr_scale", "ps_pipeline"})) {
     StrategySpec& s = spec->strategy;
     r.Field<std::string>(n, "strategy", "kind", &s.kind, Among({"allreduce", "ps", "switch"}));
     r.Field<std::string>(n, "strategy", "consistency", &s.consistency,
@@ -244,6 +382,9 @@ void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
       return v > 0 ? std::string() : absl::StrCat("must be > 0, got ", v);
     });
     r.Field<double>(n, "strategy", "ps_lr_scale", &s.ps_lr_scale, NonNegative());
+    r.Field<int>(n, "strategy", "ps_pipeline", &s.ps_pipeline, [](const int& v) {
+      return v == 0 || v == 1 ? std::string() : absl::StrCat("must be 0 or 1, got ", v);
+    });
     // `at_fraction` given means that rule unless a rule is named.
     if (n["at_fraction"].IsDefined() && !n["rule"].IsDefined()) s.rule = "at_fraction";
   }
@@ -253,41 +394,101 @@ void ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
     r.Field<std::string>(n, "launcher", "ring_transport", &spec->launcher.ring_transport,
                          Among({"unix", "tcp"}));
   }
-  // Cross-field checks.
+  // Cross-field checks, skipped when an input was refused: its default would make the message
+  // about a value nobody wrote.
   for (size_t i = 0; i < spec->cluster.stragglers.size(); ++i) {
+    const std::string key = absl::StrCat("cluster.stragglers[", i, "].worker");
+    if (r.Refused(key) || r.Refused("cluster.workers")) continue;
     if (spec->cluster.stragglers[i].worker >= spec->cluster.workers) {
-      r.Error(root["cluster"]["stragglers"][i]["worker"],
-              absl::StrCat("cluster.stragglers[", i, "].worker"),
+      r.Error(r.Where(key), key,
               absl::StrCat("worker ", spec->cluster.stragglers[i].worker, " does not exist (",
                            spec->cluster.workers, " workers)"));
     }
   }
-  if (spec->training.batch_size < spec->cluster.workers) {
-    r.Error(root["training"]["batch_size"], "training.batch_size",
+  const ClusterSpec& cluster = spec->cluster;
+  if (!cluster.worker_speeds.empty() && !r.Refused("cluster.worker_speeds") &&
+      !r.Refused("cluster.workers")) {
+    if (static_cast<int>(cluster.worker_speeds.size()) != cluster.workers) {
+      r.Error(r.Where("cluster.worker_speeds"), "cluster.worker_speeds",
+              absl::StrCat(cluster.worker_speeds.size(), " speeds for ", cluster.workers,
+                           " workers: give one per worker"));
+    } else if (cluster.cpu.worker <= 0 && !r.Refused("cluster.cpu.worker")) {
+      r.Error(r.Where("cluster.worker_speeds"), "cluster.worker_speeds",
+              "needs cluster.cpu.worker, the cores a worker of speed 1 gets");
+    }
+  }
+  if (!r.Refused("training.batch_size") && !r.Refused("cluster.workers") &&
+      spec->training.batch_size < spec->cluster.workers) {
+    // Blame the key the file (or --set) gave; with batch_size left at its default, the workers.
+    const std::string key =
+        r.Given("training.batch_size") ? "training.batch_size" : "cluster.workers";
+    r.Error(r.Where(key), key,
             absl::StrCat("global batch ", spec->training.batch_size, " is smaller than the ",
                          spec->cluster.workers, " workers that split it"));
   }
+  return true;
 }
 
-absl::Status ApplyOverride(YAML::Node root, const std::string& assignment) {
+// Applies one `--set a.b=value` to `root` (nullptr: the file is unusable, only the assignment's
+// own form is checked). Problems are reported against the assignment; the nodes it adds to the
+// tree are handed to `r` so that later problems with them are too.
+void ApplyOverride(YAML::Node* root, const std::string& assignment, SpecReader& r) {
+  const std::string where = SpecReader::FromSet(assignment);
   const size_t eq = assignment.find('=');
   if (eq == std::string::npos || eq == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--set '", assignment, "': expected key=value"));
+    r.Error(where, "--set", "expected KEY=VALUE, e.g. training.lr=0.05", /*refuse=*/false);
+    return;
   }
-  const std::vector<std::string> path = absl::StrSplit(assignment.substr(0, eq), '.');
-  // yaml-cpp's operator[] returns handles; walk with a vector of nodes so assignment sticks.
-  std::vector<YAML::Node> chain{root};
-  for (size_t i = 0; i + 1 < path.size(); ++i) {
-    YAML::Node next = chain.back()[path[i]];
-    if (!next.IsDefined() || next.IsNull()) {
-      chain.back()[path[i]] = YAML::Node(YAML::NodeType::Map);
-      next = chain.back()[path[i]];
+  const std::string key = assignment.substr(0, eq);
+  const std::vector<std::string> path = absl::StrSplit(key, '.');
+  for (const std::string& part : path) {
+    if (part.empty()) {
+      r.Error(where, key, "empty part in the dotted key", /*refuse=*/false);
+      return;
     }
-    chain.push_back(next);
   }
-  YAML::Node value = YAML::Load(assignment.substr(eq + 1));
-  chain.back()[path.back()] = value;
-  return absl::OkStatus();
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    r.Error(where, key, absl::StrCat("the value is not valid YAML: ", e.msg));
+    return;
+  }
+  if (root == nullptr) return;
+  OverrideNodes added{assignment, {}};
+  // A key the assignment creates has no place in the file (its mark line is -1): it is ours.
+  auto note_new_key = [&added](const YAML::Node& map, const std::string& name) {
+    for (const auto& kv : map) {
+      if (kv.first.Scalar() == name && kv.first.Mark().line < 0) added.nodes.push_back(kv.first);
+    }
+  };
+  try {
+    // yaml-cpp's operator[] returns handles; walk with a vector of nodes so assignment sticks.
+    std::vector<YAML::Node> chain{*root};
+    for (size_t i = 0; i + 1 < path.size(); ++i) {
+      YAML::Node next = chain.back()[path[i]];
+      if (!next.IsDefined() || next.IsNull()) {
+        chain.back()[path[i]] = YAML::Node(YAML::NodeType::Map);
+        next = chain.back()[path[i]];
+        added.nodes.push_back(next);
+        note_new_key(chain.back(), path[i]);
+      } else if (!next.IsMap()) {
+        r.Error(
+            where, key,
+            absl::StrCat("cannot set: '", absl::StrJoin(path.begin(), path.begin() + i + 1, "."),
+                         "' is not a section"));
+        return;
+      }
+      chain.push_back(next);
+    }
+    chain.back()[path.back()] = value;
+    added.nodes.push_back(value);
+    note_new_key(chain.back(), path.back());
+  } catch (const YAML::Exception& e) {
+    r.Error(where, key, absl::StrCat("cannot set: ", e.msg));
+    return;
+  }
+  r.AddOverride(std::move(added));
 }
 
 }  // namespace
@@ -297,28 +498,59 @@ const std::vector<std::string>& KnownModelArchs() {
   return archs;
 }
 
-absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& origin,
-                                     const std::vector<std::string>& overrides) {
+std::string JobSpecReading::Where(const std::string& key) const { return WhereIn(*this, key); }
+
+bool JobSpecReading::Refused(const std::string& key) const {
+  for (const std::string& k : refused) {
+    if (k == key) return true;
+    // One is a section around the other: "dataset" and "dataset.path", "cluster.stragglers[0]".
+    const std::string& shorter = k.size() < key.size() ? k : key;
+    const std::string& longer = k.size() < key.size() ? key : k;
+    if (longer.compare(0, shorter.size(), shorter) == 0 &&
+        (longer[shorter.size()] == '.' || longer[shorter.size()] == '[')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+JobSpecReading ReadJobSpec(const std::string& yaml_text, const std::string& origin,
+                           const std::vector<std::string>& overrides) {
+  JobSpecReading out;
+  out.origin = origin;
+  SpecReader reader(&out);
   YAML::Node root;
+  bool usable = false;
   try {
     root = YAML::Load(yaml_text);
-    if (!root.IsDefined() || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-    for (const std::string& o : overrides) {
-      if (!root.IsMap()) break;
-      absl::Status s = ApplyOverride(root, o);
-      if (!s.ok()) return s;
-    }
+    usable = true;
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat(origin, ":", e.mark.line + 1, ":",
-                                                   e.mark.column + 1, ": invalid YAML: ", e.msg));
+    reader.Error(e.mark.line >= 0 ? absl::StrCat(origin, ":", e.mark.line + 1) : origin, "(syntax)",
+                 absl::StrCat("invalid YAML at column ", e.mark.column + 1, ": ", e.msg));
   }
-  JobSpec spec;
-  SpecReader reader(origin);
-  ReadSpec(root, reader, &spec);
-  if (!reader.errors().empty()) {
-    return absl::InvalidArgumentError(absl::StrJoin(reader.errors(), "\n"));
+  // An empty file (or one of comments) would otherwise run as a job of defaults: almost always
+  // the wrong file, or one saved before it was written.
+  if (usable && (root.IsNull() || (root.IsMap() && root.size() == 0))) {
+    reader.Error(absl::StrCat(origin, ":1"), "(top level)",
+                 "empty job spec: the file holds no keys (a job made only of defaults is refused)");
+    usable = false;
   }
-  return spec;
+  if (usable && !root.IsMap()) {
+    reader.Error(reader.Locate(root), "(top level)", "expected a mapping of keys");
+    usable = false;
+  }
+  for (const std::string& o : overrides) ApplyOverride(usable ? &root : nullptr, o, reader);
+  if (usable) out.mapping_read = ReadSpec(root, reader, &out.spec);
+  return out;
+}
+
+absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& origin,
+                                     const std::vector<std::string>& overrides) {
+  JobSpecReading reading = ReadJobSpec(yaml_text, origin, overrides);
+  if (!reading.errors.empty()) {
+    return absl::InvalidArgumentError(absl::StrJoin(reading.errors, "\n"));
+  }
+  return std::move(reading.spec);
 }
 
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path,
@@ -357,7 +589,11 @@ std::string JobSpecToYaml(const JobSpec& s) {
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "worker" << YAML::Value << st.worker
         << YAML::Key << "cpu_fraction" << YAML::Value << st.cpu_fraction << YAML::EndMap;
   }
-  out << YAML::EndSeq << YAML::EndMap;
+  out << YAML::EndSeq << YAML::Key << "cpu" << YAML::Value << YAML::Flow << YAML::BeginMap
+      << YAML::Key << "worker" << YAML::Value << c.cpu.worker << YAML::Key << "parameter_server"
+      << YAML::Value << c.cpu.parameter_server << YAML::Key << "evaluator" << YAML::Value
+      << c.cpu.evaluator << YAML::EndMap << YAML::Key << "worker_speeds" << YAML::Value
+      << YAML::Flow << c.worker_speeds << YAML::EndMap;
   const ShardingSpec& sh = s.sharding;
   out << YAML::Key << "sharding" << YAML::Value << YAML::BeginMap << YAML::Key << "method"
       << YAML::Value << sh.method << YAML::Key << "clusters" << YAML::Value << sh.clusters
@@ -370,12 +606,22 @@ std::string JobSpecToYaml(const JobSpec& s) {
       << YAML::Value << st.rule << YAML::Key << "at_fraction" << YAML::Value << st.at_fraction
       << YAML::Key << "window" << YAML::Value << st.window << YAML::Key << "threshold_percent"
       << YAML::Value << st.threshold_percent << YAML::Key << "ps_lr_scale" << YAML::Value
-      << st.ps_lr_scale << YAML::EndMap;
+      << st.ps_lr_scale << YAML::Key << "ps_pipeline" << YAML::Value << st.ps_pipeline
+      << YAML::EndMap;
   out << YAML::Key << "launcher" << YAML::Value << YAML::BeginMap << YAML::Key << "kind"
       << YAML::Value << s.launcher.kind << YAML::Key << "ring_transport" << YAML::Value
       << s.launcher.ring_transport << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+double WorkerCpuShare(const ClusterSpec& cluster, int rank) {
+  for (const StragglerSpec& st : cluster.stragglers) {
+    if (st.worker == rank) return st.cpu_fraction;
+  }
+  if (cluster.cpu.worker <= 0) return 0;
+  const size_t r = static_cast<size_t>(rank);
+  return cluster.cpu.worker * (r < cluster.worker_speeds.size() ? cluster.worker_speeds[r] : 1.0);
 }
 
 }  // namespace strata

@@ -1,9 +1,13 @@
-// The job spec (docs/job-spec.md): one validated YAML file instead of scattered flags. Every problem
-// is reported with its key and line; unknown keys are errors, so a typo never silently falls back
-// to a default. docs/job-spec.md documents every key.
+// The job spec (docs/job-spec.md): one validated YAML file instead of scattered flags. Every
+// problem is reported as "FILE:LINE: key: what" (or "(from --set KEY=VALUE): key: what" when an
+// override brought the value); unknown keys, duplicate keys, keys without a value, non-finite
+// numbers and an empty file are errors, so a typo never silently falls back to a default.
+// docs/job-spec.md documents every key.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,12 +48,25 @@ struct StragglerSpec {
   double cpu_fraction = 1.0;  // share of one core, (0, 1]
 };
 
+// CPU quotas by role, in cores (0.5 = half of one core); 0: no quota.
+struct CpuSharesSpec {
+  double worker = 0, parameter_server = 0, evaluator = 0;
+};
+
 struct ClusterSpec {
   int workers = 2;
   int parameter_servers = 1;
   int threads_per_worker = 1;
   std::vector<StragglerSpec> stragglers;
+  CpuSharesSpec cpu;
+  // Relative speeds, one per worker: worker r gets cpu.worker x worker_speeds[r] cores. Empty:
+  // every worker gets cpu.worker.
+  std::vector<double> worker_speeds;
 };
+
+// The cores worker `rank`'s quota allows: its straggler entry if it has one, else cpu.worker
+// times its speed; 0 means no quota.
+double WorkerCpuShare(const ClusterSpec& cluster, int rank);
 
 struct ShardingSpec {
   std::string method = "stratified";  // random | mod | stratified | distribution-aware
@@ -67,6 +84,9 @@ struct StrategySpec {
   int window = 5;
   double threshold_percent = 1.0;
   double ps_lr_scale = 0.0;  // per-worker lr after the switch = lr * scale; 0 = 1 / workers
+  // Push/pull exchanges that may travel while the worker computes the next step: 0 or 1 (each
+  // adds at most one version of staleness to the worker's gradients).
+  int ps_pipeline = 0;
 };
 
 struct LauncherSpec {
@@ -90,8 +110,34 @@ struct JobSpec {
 
 const std::vector<std::string>& KnownModelArchs();
 
+// Everything the parser learned from one job spec, for callers that check more than the schema
+// (orchestrator/lib/job_checks.h): they must blame the same places and skip checks whose inputs
+// were already refused, so that one mistake is reported once, not again as its consequences.
+struct JobSpecReading {
+  std::string origin;  // the file path (or what stands for it) in messages
+  JobSpec spec;        // accepted values; the default wherever a key is absent or was refused
+  std::vector<std::string> errors;  // every problem, in the order found, one line each
+  // Dotted keys whose values were refused ("training.lr", "cluster.stragglers[0].worker"); an
+  // unknown key is an error but refuses no value.
+  std::set<std::string> refused;
+  // Every key present after --set, dotted, to its place: "FILE:LINE" or "(from --set K=V)".
+  std::map<std::string, std::string> sources;
+  // False when the text is not YAML, is empty, or is not a mapping: nothing in `spec` came from it.
+  bool mapping_read = false;
+
+  // The place to blame for `key`: its own source, else that of the nearest enclosing section in
+  // the file, else `origin` alone (a default the file never mentions).
+  std::string Where(const std::string& key) const;
+  // True if `key`, a key inside it or a section around it was refused.
+  bool Refused(const std::string& key) const;
+};
+
 // `origin` names the text in messages (usually the file path). `overrides` are "a.b=value"
 // settings (from `--set`) applied before validation, so they are checked like the file.
+JobSpecReading ReadJobSpec(const std::string& yaml_text, const std::string& origin,
+                           const std::vector<std::string>& overrides = {});
+
+// ReadJobSpec as a Status: InvalidArgument with every error, one per line.
 absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& origin,
                                      const std::vector<std::string>& overrides = {});
 absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path,

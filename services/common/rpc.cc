@@ -1,6 +1,119 @@
 #include "services/common/rpc.h"
 
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpcpp/create_channel_posix.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/support/client_interceptor.h>
+
+#include "services/common/rpc_auth.h"
+
 namespace strata {
+namespace {
+
+constexpr char kAuthorizationKey[] = "authorization";
+
+std::string BearerValue(const std::string& token) { return "Bearer " + token; }
+
+// Client side: the token goes into the initial metadata of every call. An interceptor rather than
+// call credentials because gRPC sends call credentials only over channels with transport security,
+// and ours are plain HTTP/2 on loopback.
+class RunTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit RunTokenInterceptor(std::shared_ptr<const std::string> value)
+      : value_(std::move(value)) {}
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->emplace(kAuthorizationKey, *value_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  std::shared_ptr<const std::string> value_;
+};
+
+class RunTokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit RunTokenInterceptorFactory(std::string value)
+      : value_(std::make_shared<const std::string>(std::move(value))) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new RunTokenInterceptor(value_);
+  }
+
+ private:
+  std::shared_ptr<const std::string> value_;
+};
+
+// Server side: gRPC's auth metadata processor, the hook made for this. It runs in the transport's
+// auth filter when a call's headers arrive, before the call is matched to a method, so a refused
+// call never reaches a handler of any service (sync, async or streaming alike) and the client sees
+// the status given here. The C++ wrapper (ServerCredentials::SetAuthMetadataProcessor) refuses
+// insecure credentials, which are what we serve with; the C core accepts a processor on them, so
+// this class binds each port with core insecure credentials carrying the processor. The check is a
+// comparison of a few dozen bytes: cheap enough to run inline on gRPC's thread, as the processor
+// contract allows for a non-blocking check.
+class RunTokenServerCredentials final : public grpc::ServerCredentials {
+ public:
+  explicit RunTokenServerCredentials(std::string token) : token_(std::move(token)) {}
+
+  void SetAuthMetadataProcessor(
+      const std::shared_ptr<grpc::AuthMetadataProcessor>& /*processor*/) override {
+    // The token check is this class's only processor; nothing in Strata sets another.
+  }
+
+ private:
+  int AddPortToServer(const std::string& addr, grpc_server* server) override {
+    grpc_server_credentials* creds = grpc_insecure_server_credentials_create();
+    // The expected header lives as long as the core credentials, which free it through Destroy.
+    auto* expected = new std::string(token_.empty() ? "" : BearerValue(token_));
+    grpc_server_credentials_set_auth_metadata_processor(creds, {&Check, &Destroy, expected});
+    const int port = grpc_server_add_http2_port(server, addr.c_str(), creds);
+    grpc_server_credentials_release(creds);  // the server holds its own reference
+    return port;
+  }
+
+  static void Check(void* state, grpc_auth_context* /*context*/, const grpc_metadata* md,
+                    size_t num_md, grpc_process_auth_metadata_done_cb done, void* user_data) {
+    const std::string& expected = *static_cast<const std::string*>(state);
+    for (size_t i = 0; i < num_md && !expected.empty(); ++i) {
+      if (grpc_slice_str_cmp(md[i].key, kAuthorizationKey) != 0) continue;
+      const std::string_view value(reinterpret_cast<const char*>(GRPC_SLICE_START_PTR(md[i].value)),
+                                   GRPC_SLICE_LENGTH(md[i].value));
+      if (ConstantTimeEquals(value, expected)) {
+        // Consumed: gRPC removes the header, so no handler can see (or log) the token.
+        done(user_data, &md[i], 1, nullptr, 0, GRPC_STATUS_OK, nullptr);
+        return;
+      }
+    }
+    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
+         "missing or wrong run token (authorization: Bearer <token>); see docs/security.md");
+  }
+
+  static void Destroy(void* state) { delete static_cast<std::string*>(state); }
+
+  std::string token_;
+};
+
+// The interceptors every channel of this process gets: the token's, unless it runs without one.
+std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+ClientInterceptorsFor(const RpcAuth& auth) {
+  std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> interceptors;
+  if (!auth.insecure && !auth.token.empty()) {
+    interceptors.push_back(std::make_unique<RunTokenInterceptorFactory>(BearerValue(auth.token)));
+  }
+  return interceptors;
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentialsFor(const RpcAuth& auth) {
+  if (auth.insecure) return grpc::InsecureServerCredentials();
+  return std::make_shared<RunTokenServerCredentials>(auth.token);
+}
+
+}  // namespace
 
 grpc::ChannelArguments DefaultChannelArguments() {
   grpc::ChannelArguments args;
@@ -23,7 +136,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target) {
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
                                            const grpc::ChannelArguments& args) {
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, grpc::InsecureChannelCredentials(), args, ClientInterceptorsFor(CurrentRpcAuth()));
+}
+
+std::shared_ptr<grpc::Channel> MakeChannelFromFd(const std::string& target, int fd,
+                                                 const grpc::ChannelArguments& args) {
+  return grpc::experimental::CreateCustomInsecureChannelWithInterceptorsFromFd(
+      target, fd, args, ClientInterceptorsFor(CurrentRpcAuth()));
 }
 
 void ConfigureServer(grpc::ServerBuilder* builder) {
@@ -36,10 +156,10 @@ std::unique_ptr<grpc::Server> StartServer(const std::string& address,
                                           const std::vector<std::string>& also_listen) {
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
-  for (const std::string& extra : also_listen) {
-    builder.AddListeningPort(extra, grpc::InsecureServerCredentials());
-  }
+  const std::shared_ptr<grpc::ServerCredentials> credentials =
+      ServerCredentialsFor(CurrentRpcAuth());
+  builder.AddListeningPort(address, credentials, port);
+  for (const std::string& extra : also_listen) builder.AddListeningPort(extra, credentials);
   for (grpc::Service* s : services) builder.RegisterService(s);
   return builder.BuildAndStart();
 }

@@ -16,10 +16,16 @@ inline constexpr int kMaxMessageBytes = 64 << 20;
 
 // Message limits and a quick reconnect after a peer restarts.
 grpc::ChannelArguments DefaultChannelArguments();
+// Every call on the channel carries this process's run token (rpc_auth.h) as
+// `authorization: Bearer <token>`.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target);
 // With arguments of the caller's, built on DefaultChannelArguments().
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
                                            const grpc::ChannelArguments& args);
+// Over a socket the caller connected (and tuned) itself; `target` names it in messages. The
+// channel owns `fd`. Calls carry the run token like MakeChannel's.
+std::shared_ptr<grpc::Channel> MakeChannelFromFd(const std::string& target, int fd,
+                                                 const grpc::ChannelArguments& args);
 
 // Applies message limits and keepalive to a server under construction.
 void ConfigureServer(grpc::ServerBuilder* builder);
@@ -30,7 +36,8 @@ inline std::chrono::system_clock::time_point DeadlineAfter(std::chrono::millisec
 
 // Binds `address` ("host:0" picks a free port) and returns the bound port in *port. The services
 // are also served on every address of `also_listen` (such as "unix-abstract:NAME" for peers on
-// the same machine).
+// the same machine). On every address, every method of every service refuses a call without this
+// process's run token (rpc_auth.h) with UNAUTHENTICATED before its handler runs.
 std::unique_ptr<grpc::Server> StartServer(const std::string& address,
                                           const std::vector<grpc::Service*>& services, int* port,
                                           const std::vector<std::string>& also_listen = {});

@@ -15,6 +15,24 @@ void SgdStep(float* __restrict params, const float* __restrict grads, float* __r
   }
 }
 
+bool SgdStepInto(const float* __restrict params, const float* __restrict grads,
+                 const float* __restrict velocity, float* __restrict params_out,
+                 float* __restrict velocity_out, size_t n, const SgdOptions& o) {
+  const float lr = o.lr, m = o.momentum, wd = o.weight_decay;
+  // Accumulated without a branch so the loop still vectorises: any inf or NaN makes x - x NaN,
+  // and NaN survives the sum.
+  float poison = 0.0f;
+  for (size_t i = 0; i < n; ++i) {
+    const float d = grads[i] + wd * params[i];
+    const float v = m * velocity[i] + d;
+    const float p = params[i] - lr * v;
+    velocity_out[i] = v;
+    params_out[i] = p;
+    poison += (p - p) + (v - v);
+  }
+  return poison == 0.0f;
+}
+
 double ScheduledLearningRate(double base_lr, const LrScheduleSpec& schedule, double epoch) {
   double lr = base_lr;
   for (int milestone : schedule.milestones) {

@@ -20,6 +20,17 @@ struct SgdOptions {
 
 void SgdStep(float* params, const float* grads, float* velocity, size_t n, const SgdOptions& options);
 
+// The same step written to `params_out` / `velocity_out` (which must not alias the inputs), so
+// the caller can refuse it and keep its model: returns false if any resulting value is not
+// finite. Finite inputs can still overflow (a gradient near FLT_MAX times a large rate).
+bool SgdStepInto(const float* params, const float* grads, const float* velocity,
+                 float* params_out, float* velocity_out, size_t n, const SgdOptions& options);
+
+// Learning rates a request may carry. Far above any rate SGD trains with (the large-batch
+// recipes stay below ~50), low enough that a typo or a hostile 1e300 (inf once cast to float)
+// is refused at the boundary rather than by the finiteness check after the arithmetic.
+inline constexpr double kMaxLearningRate = 1000.0;
+
 // Step schedule: lr * gamma^(number of milestones <= epoch).
 double ScheduledLearningRate(double base_lr, const LrScheduleSpec& schedule, double epoch);
 

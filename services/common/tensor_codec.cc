@@ -90,6 +90,11 @@ absl::Status TensorAssembler::Add(const v1::TensorChunk& chunk) {
       return absl::InvalidArgumentError(
           absl::StrCat("stream exceeds the limit of ", limits_.max_total_bytes, " bytes"));
     }
+    if (total_bytes_ + spec->bytes() > limits_.available_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", spec->name, "' truncated: it declares ", spec->bytes(),
+          " bytes, the stream carries ", limits_.available_bytes - total_bytes_, " more"));
+    }
     auto destination = destination_(*spec);
     if (!destination.ok()) return destination.status();
     current_ = static_cast<uint8_t*>(*destination);
@@ -148,6 +153,11 @@ absl::StatusOr<std::vector<v1::TensorChunk>> EncodeAll(const std::vector<NamedTe
 
 absl::StatusOr<std::vector<NamedTensor>> DecodeAll(const std::vector<v1::TensorChunk>& chunks,
                                                    AssemblerLimits limits) {
+  // Every byte is already here: a header may not declare more than the chunks carry, so a
+  // 16-byte header announcing 1 GiB is refused before the 1 GiB is allocated.
+  size_t present = 0;
+  for (const auto& chunk : chunks) present += chunk.data().size();
+  limits.available_bytes = std::min(limits.available_bytes, present);
   // unique_ptr keeps each tensor's buffer in place while the vector grows.
   std::vector<std::unique_ptr<NamedTensor>> out;
   TensorAssembler assembler(

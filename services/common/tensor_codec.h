@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -46,6 +47,9 @@ using DestinationFn = std::function<absl::StatusOr<void*>(const TensorSpec& spec
 struct AssemblerLimits {
   size_t max_tensor_bytes = size_t{1} << 31;
   size_t max_total_bytes = size_t{1} << 33;
+  // The data bytes the whole stream carries, when known up front (DecodeAll): a header declaring
+  // more is refused as truncated before its destination is asked for, so it allocates nothing.
+  size_t available_bytes = SIZE_MAX;
 };
 
 // Reassembles a stream of chunks into tensors, validating order, offsets and sizes.
@@ -71,7 +75,9 @@ class TensorAssembler {
   bool in_tensor_ = false;
 };
 
-// Convenience for tests and small messages: all chunks of `tensors`, and back.
+// Convenience for tests and small messages: all chunks of `tensors`, and back. DecodeAll sets
+// `limits.available_bytes` to the bytes the chunks carry, so a declared size is checked against
+// the data actually present before anything is allocated.
 absl::StatusOr<std::vector<v1::TensorChunk>> EncodeAll(const std::vector<NamedTensor>& tensors,
                                                        const ChunkOptions& options = {});
 absl::StatusOr<std::vector<NamedTensor>> DecodeAll(const std::vector<v1::TensorChunk>& chunks,

@@ -15,6 +15,7 @@
 
 #include "services/common/files.h"
 #include "services/common/rpc.h"
+#include "services/common/run_paths.h"
 #include "services/common/status.h"
 #include "services/common/tensor_codec.h"
 #include "services/common/trainer.h"
@@ -65,7 +66,9 @@ class EvaluatorService final : public v1::Evaluator::Service {
       }
     } else if (!request->checkpoint().empty()) {
       source = absl::StrCat("checkpoint ", request->checkpoint());
-      auto c = ReadCheckpoint(request->checkpoint());
+      auto path = ResolveInRunDir(options_.run_dir, request->checkpoint(), "Evaluate checkpoint");
+      if (!path.ok()) return ToGrpcStatus(path.status());
+      auto c = ReadCheckpoint(*path);
       if (!c.ok()) {
         fetched = c.status();
       } else {

@@ -24,6 +24,9 @@ struct EvaluatorOptions {
   std::string port_file;
   int threads = 1;  // intra-op threads: the evaluator shares the cores with the workers
   std::chrono::milliseconds fetch_deadline{60000};  // per model fetch (GetModel / Pull)
+  // The only directory whose checkpoints Evaluate may read (services/common/run_paths.h); empty:
+  // Evaluate accepts no checkpoint path.
+  std::string run_dir;
 };
 
 // Runs the gRPC service until Stop or SIGTERM.

@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "services/common/logging.h"
+#include "services/common/rpc_auth.h"
 #include "services/evaluator/evaluator.h"
 
 int main(int argc, char** argv) {
@@ -27,14 +28,23 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads, "intra-op threads")->check(CLI::PositiveNumber);
   app.add_option("--fetch-deadline-s", fetch_deadline_s, "deadline of one model fetch, seconds")
       ->check(CLI::PositiveNumber);
-  std::string run_dir;
-  app.add_option("--run-dir", run_dir,
-                 "run directory (accepted for symmetry with the other services)");
+  app.add_option("--run-dir", options.run_dir,
+                 "run directory: the only place Evaluate may read a checkpoint from");
   app.add_flag("--describe", describe,
                "print the model's tensors and the data set's sizes as JSON and exit");
   app.add_option("--write-init-checkpoint", init_checkpoint,
                  "write the job's initial model as a checkpoint and exit");
+  bool insecure_no_auth = false;
+  app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
   CLI11_PARSE(app, argc, argv);
+  // Checked before the job spec is loaded (seconds with LibTorch) but only when serving: --describe
+  // and --write-init-checkpoint serve nothing.
+  if (!describe && init_checkpoint.empty()) {
+    if (absl::Status s = strata::InitServiceAuth("strata-evaluator", insecure_no_auth); !s.ok()) {
+      std::fprintf(stderr, "strata-evaluator: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+  }
 
   auto spec = strata::LoadJobSpec(config, overrides);
   if (!spec.ok()) {

@@ -1,6 +1,7 @@
 #include "services/parameter_server/partition_store.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <absl/strings/str_cat.h>
@@ -191,15 +192,31 @@ SgdOptions PartitionStore::SgdForNextUpdate(double requested_lr) const {
           static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)};
 }
 
-void PartitionStore::ApplyUpdate(const float* update, int64_t samples, double requested_lr) {
+absl::Status PartitionStore::ApplyUpdate(const float* update, int64_t samples,
+                                         double requested_lr) {
   const SgdOptions sgd = SgdForNextUpdate(requested_lr);
   const size_t np = layout_->parameter_floats;
-  SgdStep(values_.data(), update, velocity_.data(), np, sgd);
+  // The step goes into scratch buffers that replace the model only if every value is finite:
+  // finite gradients and a finite rate can still overflow, and one inf would reach every worker
+  // at its next pull. Swapping keeps the cost of the old in-place step (one pass, no copy).
+  scratch_values_.resize(values_.size());
+  scratch_velocity_.resize(velocity_.size());
+  if (!std::isfinite(sgd.lr) ||
+      !SgdStepInto(values_.data(), update, velocity_.data(), scratch_values_.data(),
+                   scratch_velocity_.data(), np, sgd)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partition ", config_.partition, ": the update at learning rate ", sgd.lr,
+        " would leave non-finite weights; refused, the model is unchanged"));
+  }
+  std::memcpy(scratch_values_.data() + np, update + np,
+              (layout_->total_floats - np) * sizeof(float));
+  values_.swap(scratch_values_);
+  velocity_.swap(scratch_velocity_);
   last_lr_ = sgd.lr;
-  std::memcpy(values_.data() + np, update + np, (layout_->total_floats - np) * sizeof(float));
   samples_ += samples;
   ++version_;
   cv_.notify_all();
+  return absl::OkStatus();
 }
 
 absl::Status PartitionStore::WaitUntil(std::unique_lock<std::mutex>& lock, const WaitOptions& wait,
@@ -252,10 +269,16 @@ absl::StatusOr<int64_t> PartitionStore::Push(const PushMeta& meta, const PushSta
   STRATA_RETURN_IF_ERROR(WaitUntil(
       lock, wait,
       [&] {
+        if (BudgetSpent()) return true;
         decision = policy_->DecidePush(meta, Progress());
         return decision.action != PushAction::kWait;
       },
       [&] { return policy_->PushWaitText(meta, Progress()); }, generation));
+  if (BudgetSpent()) {
+    // Computed while other workers finished the job's samples: the model is final.
+    ++discarded_pushes_;
+    return version_;
+  }
   if (decision.action == PushAction::kRefuse) return absl::InvalidArgumentError(decision.refusal);
 
   const int64_t staleness = version_ - meta.version;
@@ -266,12 +289,22 @@ absl::StatusOr<int64_t> PartitionStore::Push(const PushMeta& meta, const PushSta
   const int64_t reflected_in = version_ + 1;
   const float* pushed = staging.values();
   if (decision.action == PushAction::kApply) {
-    ApplyUpdate(pushed, meta.samples, meta.lr);
+    if (absl::Status applied = ApplyUpdate(pushed, meta.samples, meta.lr); !applied.ok()) {
+      // Refused: as if the push never arrived.
+      --staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
+      --pushes_;
+      --clocks_[meta.worker];
+      return applied;
+    }
     return reflected_in;
   }
   STRATA_ASSIGN_OR_RETURN(std::optional<CombinedUpdate> round,
                           policy_->Accumulate(meta, pushed, layout_->total_floats));
-  if (round.has_value()) ApplyUpdate(round->values, round->samples, round->requested_lr);
+  // A refused round leaves the model at its version; the round's other pushers then see their
+  // pulls time out, which names the partition.
+  if (round.has_value()) {
+    STRATA_RETURN_IF_ERROR(ApplyUpdate(round->values, round->samples, round->requested_lr));
+  }
   return reflected_in;
 }
 
@@ -286,7 +319,10 @@ absl::StatusOr<PullSnapshot> PartitionStore::Pull(int worker, int64_t min_versio
   const bool observer = worker < 0;
   STRATA_RETURN_IF_ERROR(WaitUntil(
       lock, wait,
-      [&] { return version_ >= min_version && (observer || policy_->MayRead(worker, Progress())); },
+      [&] {
+        return BudgetSpent() ||
+               (version_ >= min_version && (observer || policy_->MayRead(worker, Progress())));
+      },
       [&] {
         return observer ? VersionWaitText(worker, min_version, version_)
                         : policy_->ReadWaitText(worker, min_version, Progress());
@@ -299,6 +335,8 @@ absl::StatusOr<PullSnapshot> PartitionStore::Pull(int worker, int64_t min_versio
   PullSnapshot snapshot;
   snapshot.version = version_;
   snapshot.global_epoch = GlobalEpoch();
+  snapshot.samples = samples_;
+  snapshot.sample_budget = config_.sample_budget;
   snapshot.layout = layout_;
   snapshot.values = values_;
   return snapshot;
@@ -328,6 +366,8 @@ PartitionStatus PartitionStore::Status() const {
   s.global_epoch = GlobalEpoch();
   s.completed_epochs = samples_ / std::max<int64_t>(config_.train_examples, 1);
   s.waited_pulls = waited_pulls_;
+  s.sample_budget = config_.sample_budget;
+  s.discarded_pushes = discarded_pushes_;
   s.max_clock_gap = max_clock_gap_;
   s.lr = last_lr_ >= 0 ? last_lr_ : SgdForNextUpdate().lr;
   s.staleness_histogram = staleness_histogram_;

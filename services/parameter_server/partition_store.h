@@ -40,6 +40,10 @@ struct PartitionConfig {
   LrScheduleSpec lr_schedule;
   double lr_scale = 1.0;       // ASP/SSP: each push is applied with lr * lr_scale
   int64_t train_examples = 1;  // global epoch = samples / train_examples
+  // The job's budget of samples applied, all workers together (epochs x train_examples); once
+  // reached, pushes are discarded and every wait ends, so workers learn from their next reply
+  // that the job is done. 0: no budget (each worker decides when it has trained enough).
+  int64_t sample_budget = 0;
 };
 
 // The part of the partition's configuration its consistency policy reads.
@@ -57,6 +61,7 @@ struct PartitionStatus {
   bool loaded = false;
   int64_t version = 0, pushes = 0, rejected_pushes = 0, samples = 0, completed_epochs = 0;
   int64_t waited_pulls = 0, max_clock_gap = 0;
+  int64_t sample_budget = 0, discarded_pushes = 0;
   double global_epoch = 0, lr = 0;
   size_t bytes = 0;
   std::vector<int64_t> staleness_histogram, clocks;
@@ -66,6 +71,7 @@ struct PartitionStatus {
 struct PullSnapshot {
   int64_t version = 0;
   double global_epoch = 0;
+  int64_t samples = 0, sample_budget = 0;
   std::shared_ptr<const PartitionLayout> layout;
   std::vector<float> values;
 };
@@ -89,14 +95,15 @@ class PartitionStore {
   absl::StatusOr<std::unique_ptr<PushStaging>> NewStaging() const;
 
   // Counts the push and applies it, or hands it to the policy's round, as the policy decides
-  // (waiting while it says so). Returns the version the pusher must wait for before its pull
+  // (waiting while it says so); once the sample budget is spent the push is discarded instead
+  // (counted in discarded_pushes). Returns the version the pusher must wait for before its pull
   // reflects the push: the new version when applied, the round's end when gathered.
   absl::StatusOr<int64_t> Push(const PushMeta& meta, const PushStaging& staging,
                                const WaitOptions& wait);
 
   // Waits until the model is at `min_version` and the policy lets `worker` read (worker -1 is
   // an observer, the evaluator or a checkpoint reader, and only waits for the version), then
-  // copies the model.
+  // copies the model. Once the sample budget is spent nothing waits: the model is final.
   absl::StatusOr<PullSnapshot> Pull(int worker, int64_t min_version, const WaitOptions& wait);
 
   // Blocks until the completed-epoch count differs from `known_completed_epochs`, the server
@@ -119,10 +126,14 @@ class PartitionStore {
                          const std::function<bool()>& ready,
                          const std::function<std::string()>& what, uint64_t generation);
   double GlobalEpoch() const;
+  bool BudgetSpent() const {
+    return config_.sample_budget > 0 && samples_ >= config_.sample_budget;
+  }
   // `requested_lr` > 0 replaces the policy's base rate (a push's own); the schedule applies.
   SgdOptions SgdForNextUpdate(double requested_lr = 0) const;
-  // One SGD step with `update` (gradients then buffers), then a new version.
-  void ApplyUpdate(const float* update, int64_t samples, double requested_lr);
+  // One SGD step with `update` (gradients then buffers), then a new version; INVALID_ARGUMENT
+  // and no change at all if the step would leave a weight or momentum non-finite.
+  absl::Status ApplyUpdate(const float* update, int64_t samples, double requested_lr);
 
   const PartitionConfig config_;
   const std::unique_ptr<ConsistencyPolicy> policy_;
@@ -130,8 +141,9 @@ class PartitionStore {
   std::condition_variable cv_;
   std::shared_ptr<const PartitionLayout> layout_;  // null until loaded
   std::vector<float> values_, velocity_;
+  std::vector<float> scratch_values_, scratch_velocity_;  // ApplyUpdate's next model
   int64_t version_ = 0, pushes_ = 0, rejected_ = 0, samples_ = 0;
-  int64_t waited_pulls_ = 0, max_clock_gap_ = 0;
+  int64_t waited_pulls_ = 0, max_clock_gap_ = 0, discarded_pushes_ = 0;
   double last_lr_ = -1;  // rate of the last update applied; -1 before any
   std::vector<int64_t> staleness_histogram_;
   std::vector<int64_t> clocks_;  // accepted pushes per worker since the load

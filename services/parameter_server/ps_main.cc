@@ -20,6 +20,7 @@
 #include "services/common/job_spec.h"
 #include "services/common/logging.h"
 #include "services/common/rpc.h"
+#include "services/common/rpc_auth.h"
 #include "services/parameter_server/partition.h"
 #include "services/parameter_server/service.h"
 
@@ -77,7 +78,7 @@ int main(int argc, char** argv) {
   int partition = 0, partitions = 1, workers = 1, staleness = -1;
   double lr_scale = 0, checkpoint_every_s = 0;
   int checkpoint_every_epochs = 0;
-  int64_t train_examples = 0;
+  int64_t train_examples = 0, sample_budget = 0;
   app.add_option("--listen", listen, "address to serve on; port 0 picks a free port");
   app.add_option("--port-file", port_file,
                  "file that receives the bound port (written atomically)");
@@ -107,6 +108,10 @@ int main(int argc, char** argv) {
                  "training-set size (global epoch = samples / M)")
       ->required()
       ->check(CLI::PositiveNumber);
+  app.add_option("--sample-budget", sample_budget,
+                 "samples the job applies in all, all workers together; then pushes are discarded "
+                 "and workers told to stop (default 0: none, each worker stops by itself)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--init-checkpoint", init_checkpoint,
                  "load this checkpoint (whole model or partition) at start")
       ->check(CLI::ExistingFile);
@@ -118,7 +123,12 @@ int main(int argc, char** argv) {
                  "save the partition every S seconds (needs --run-dir)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-file", log_file, "also log to this file");
+  bool insecure_no_auth = false;
+  app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
   CLI11_PARSE(app, argc, argv);
+  if (absl::Status s = strata::InitServiceAuth("strata-ps", insecure_no_auth); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
 
   if (partition >= partitions)
     return Fail(absl::StrCat("--partition ", partition, " must be < --partitions ", partitions));
@@ -146,6 +156,7 @@ int main(int argc, char** argv) {
                     : spec->strategy.ps_lr_scale > 0 ? spec->strategy.ps_lr_scale
                                                      : 1.0 / workers;
   config.train_examples = train_examples;
+  config.sample_budget = sample_budget;
 
   strata::ParameterPartition state(config);
   StopFlag stop;

@@ -11,6 +11,7 @@
 #include "services/common/files.h"
 #include "services/common/handover_fetch.h"
 #include "services/common/rpc.h"
+#include "services/common/run_paths.h"
 #include "services/common/status.h"
 #include "services/common/tensor_codec.h"
 
@@ -68,6 +69,11 @@ absl::StatusOr<int64_t> ParameterServerService::ReceivePush(grpc::ServerContext*
     return refused(absl::InvalidArgumentError(absl::StrCat(
         "push from worker ", meta.worker, ": learning rate ", meta.lr, " is not a number >= 0")));
   }
+  if (meta.lr > kMaxLearningRate) {
+    return refused(absl::InvalidArgumentError(
+        absl::StrCat("push from worker ", meta.worker, ": learning rate ", meta.lr,
+                     " is above the limit of ", kMaxLearningRate)));
+  }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PushStaging> staging, partition_->NewStaging());
   // The stream may carry exactly this partition's bytes: anything more is refused as it arrives.
   AssemblerLimits limits;
@@ -101,6 +107,8 @@ absl::Status ParameterServerService::SendPull(
   v1::PullResponse response;
   response.mutable_header()->set_version(snapshot.version);
   response.mutable_header()->set_global_epoch(snapshot.global_epoch);
+  response.mutable_header()->set_samples(snapshot.samples);
+  response.mutable_header()->set_sample_budget(snapshot.sample_budget);
   if (!write(response)) return absl::UnavailableError("the pulling worker went away");
   // The bytes go from the snapshot straight into the reused response: one copy.
   ChunkOptions chunking;
@@ -171,6 +179,8 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const v1::S
   reply->set_waited_pulls(s.waited_pulls);
   reply->set_lr(s.lr);
   reply->set_bytes(static_cast<int64_t>(s.bytes));
+  reply->set_sample_budget(s.sample_budget);
+  reply->set_discarded_pushes(s.discarded_pushes);
   for (int64_t v : s.staleness_histogram) reply->add_staleness_histogram(v);
   for (int64_t v : s.clocks) reply->add_clocks(v);
   for (const auto& t : s.tensors) reply->add_tensors(t);
@@ -265,7 +275,14 @@ absl::StatusOr<v1::CheckpointReply> ParameterServerService::Install(const Checkp
 grpc::Status ParameterServerService::SaveCheckpoint(grpc::ServerContext*,
                                                     const v1::CheckpointRequest* request,
                                                     v1::CheckpointReply* reply) {
-  auto r = Save(request->path());
+  // A caller's path may only name a file of this run (services/common/run_paths.h).
+  std::string path;
+  if (!request->path().empty()) {
+    auto confined = ResolveInRunDir(options_.run_dir, request->path(), "SaveCheckpoint path");
+    if (!confined.ok()) return ToGrpcStatus(confined.status());
+    path = *confined;
+  }
+  auto r = Save(path);
   if (!r.ok()) return ToGrpcStatus(r.status());
   *reply = *r;
   return grpc::Status::OK;
@@ -274,10 +291,16 @@ grpc::Status ParameterServerService::SaveCheckpoint(grpc::ServerContext*,
 grpc::Status ParameterServerService::LoadCheckpoint(grpc::ServerContext* context,
                                                     const v1::CheckpointRequest* request,
                                                     v1::CheckpointReply* reply) {
-  auto r = request->from_worker().empty()
-               ? Load(request->path())
-               : LoadFromWorker(request->from_worker(), request->from_worker_step(),
-                                context->deadline());
+  absl::StatusOr<v1::CheckpointReply> r;
+  if (request->from_worker().empty()) {
+    if (request->path().empty()) {
+      return ToGrpcStatus(absl::InvalidArgumentError("LoadCheckpoint needs a path"));
+    }
+    auto confined = ResolveInRunDir(options_.run_dir, request->path(), "LoadCheckpoint path");
+    r = confined.ok() ? Load(*confined) : confined.status();
+  } else {
+    r = LoadFromWorker(request->from_worker(), request->from_worker_step(), context->deadline());
+  }
   if (!r.ok()) return ToGrpcStatus(r.status());
   *reply = *r;
   return grpc::Status::OK;

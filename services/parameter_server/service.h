@@ -13,7 +13,9 @@
 namespace strata {
 
 struct ParameterServerServiceOptions {
-  std::string run_dir;  // default place for checkpoints (<run_dir>/checkpoints/ps-<I>.ckpt)
+  // Default place for checkpoints (<run_dir>/checkpoints/ps-<I>.ckpt), and the only directory
+  // whose files the checkpoint RPCs may name; without it they accept no path.
+  std::string run_dir;
   size_t chunk_bytes = 1 << 20;
   std::function<void(const std::string& reason)> on_stop;  // called by the Stop RPC
 };

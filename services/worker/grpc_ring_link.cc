@@ -45,6 +45,13 @@ struct Inbox {
 // shared_ptr so that a late callback never touches a destroyed link.
 struct SendState;
 
+// What a receiver queues before its operation thread takes it. A peer is never more than an
+// operation or two ahead (each operation needs every rank), and an operation's steps wait for
+// each other, so these bounds only ever stop a sender that is not a ring peer: without them,
+// segments for operations this rank never runs would be kept for ever.
+constexpr uint64_t kOperationWindow = 16;  // operations accepted, from this rank's current one on
+constexpr size_t kMaxQueuedSegments = size_t{1} << 14;  // per operation
+
 struct Core {
   std::mutex mu;
   std::condition_variable cv;
@@ -94,13 +101,43 @@ class RingReceiver final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       Finish(ToGrpcStatus(parsed));
       return;
     }
+    if (has_operation_ && seg.header.operation != operation_) {
+      // One stream carries one operation (GrpcOperation opens a stream per operation).
+      MarkEnded();
+      TsanRelease(this);
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("ring segment for operation ", seg.header.operation,
+                                       " on the stream of operation ", operation_)));
+      return;
+    }
     operation_ = seg.header.operation;
     has_operation_ = true;
+    grpc::Status refused;
     {
       std::lock_guard<std::mutex> lock(core_->mu);
-      if (operation_ >= core_->next_operation) {
-        core_->inboxes[operation_].segments.push_back(std::move(seg));
+      if (operation_ >= core_->next_operation + kOperationWindow) {
+        refused = grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("ring segment for operation ", operation_, ": this rank is at operation ",
+                         core_->next_operation, " and accepts segments up to operation ",
+                         core_->next_operation + kOperationWindow - 1));
+      } else if (operation_ >= core_->next_operation) {
+        Inbox& inbox = core_->inboxes[operation_];
+        if (inbox.segments.size() >= kMaxQueuedSegments) {
+          refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 absl::StrCat("ring operation ", operation_, ": ",
+                                              kMaxQueuedSegments,
+                                              " segments already queued and not yet consumed"));
+        } else {
+          inbox.segments.push_back(std::move(seg));
+        }
       }
+    }
+    if (!refused.ok()) {
+      MarkEnded();
+      TsanRelease(this);
+      Finish(refused);
+      return;
     }
     core_->cv.notify_all();
     TsanRelease(this);
@@ -117,7 +154,10 @@ class RingReceiver final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     if (!has_operation_) return;
     {
       std::lock_guard<std::mutex> lock(core_->mu);
-      if (operation_ >= core_->next_operation) core_->inboxes[operation_].ended = true;
+      if (operation_ >= core_->next_operation &&
+          operation_ < core_->next_operation + kOperationWindow) {
+        core_->inboxes[operation_].ended = true;
+      }
     }
     core_->cv.notify_all();
   }
@@ -488,7 +528,7 @@ absl::Status GrpcRingLink::Connect(int rank, const std::vector<std::string>& pee
     // Our own connection, to give it a large send buffer (gRPC's own would keep the default).
     // If the peer is not there yet, the usual channel below reports it at the first operation.
     const int fd = ConnectAbstractUnix(target.substr(strlen(kAbstractUnixScheme)));
-    if (fd >= 0) channel = grpc::CreateCustomInsecureChannelFromFd(target, fd, args);
+    if (fd >= 0) channel = MakeChannelFromFd(target, fd, args);  // with the run token
   }
   if (!channel) channel = MakeChannel(target, args);
   impl_->next_stub = std::make_unique<grpc::GenericStub>(std::move(channel));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <future>
 #include <thread>
 
 #include <absl/strings/str_cat.h>
@@ -29,39 +30,103 @@ struct ServerLink {
   std::unique_ptr<v1::ParameterServer::Stub> stub;
   std::vector<size_t> tensors;  // indices into the model tensor list, in model order
   int64_t version = 0;          // the model version last pulled from this partition
+  int64_t installed_version = 0;  // the version of this partition the trainer computes on
+  int64_t samples = 0, sample_budget = 0;  // as of the last reply (PullHeader)
   std::string context(const char* what) const {
     return absl::StrCat(what, " parameter server ", index, " (", address, ")");
   }
 };
 
+// What one exchange reads (the step's gradients and buffer values) and where it writes the reply
+// (weights in the trainer's fused layout, buffer values).
+struct ExchangeBuffers {
+  const float* gradients = nullptr;
+  const float* buffers_out = nullptr;
+  float* parameters_in = nullptr;
+  float* buffers_in = nullptr;
+};
+
 class PushPullSynchroniser final : public Synchroniser {
  public:
   PushPullSynchroniser(PushPullOptions options, std::vector<ModelTensor> model,
-                       std::vector<ServerLink> servers, size_t buffer_floats)
+                       std::vector<ServerLink> servers, size_t parameter_floats,
+                       size_t buffer_floats)
       : options_(std::move(options)),
         model_(std::move(model)),
         servers_(std::move(servers)),
-        buffers_(buffer_floats) {}
+        buffers_(buffer_floats) {
+    if (options_.pipeline) {
+      gradients_out_.resize(parameter_floats);
+      buffers_out_.resize(buffer_floats);
+      parameters_in_.resize(parameter_floats);
+      buffers_in_.resize(buffer_floats);
+    }
+  }
 
-  std::string name() const override { return "push-pull"; }
+  std::string name() const override { return options_.pipeline ? "push-pull (pipelined)" : "push-pull"; }
 
   absl::Status Start(Trainer& trainer) override {
     STRATA_RETURN_IF_ERROR(ForEachServer([&](ServerLink& s) { return PullFrom(s, trainer); }));
     trainer.SetBuffersFrom(buffers_.data());
+    for (ServerLink& s : servers_) s.installed_version = s.version;
     return absl::OkStatus();
   }
 
   absl::StatusOr<StepOutcome> Step(Trainer& trainer, const StepContext& context) override {
-    trainer.CopyBuffersTo(buffers_.data());
-    STRATA_RETURN_IF_ERROR(
-        ForEachServer([&](ServerLink& s) { return PushPullWith(s, trainer, context); }));
-    trainer.SetBuffersFrom(buffers_.data());
     ++steps_;
     // Push/pull workers do not move in lockstep: a vote concerns this worker alone.
-    return StepOutcome{context.ready_to_switch};
+    StepOutcome outcome;
+    outcome.all_ready_to_switch = context.ready_to_switch;
+    if (!options_.pipeline) {
+      trainer.CopyBuffersTo(buffers_.data());
+      const ExchangeBuffers x{trainer.gradient_data(), buffers_.data(), trainer.parameter_data(),
+                              buffers_.data()};
+      STRATA_RETURN_IF_ERROR(
+          ForEachServer([&](ServerLink& s) { return PushPullWith(s, x, context); }));
+      trainer.SetBuffersFrom(buffers_.data());
+      for (ServerLink& s : servers_) s.installed_version = s.version;
+      ReadBudget(outcome);
+      return outcome;
+    }
+    // The previous step's exchange has been travelling while this step computed; its model is
+    // the one the next step computes on, so this step's gradients reach the servers one version
+    // later than without the pipeline (the staleness it adds, at most one).
+    STRATA_RETURN_IF_ERROR(Drain(trainer));
+    ReadBudget(outcome);  // before the next exchange starts writing the links
+    if (outcome.budget_spent) return outcome;  // the servers would discard this step's push
+    std::memcpy(gradients_out_.data(), trainer.gradient_data(),
+                gradients_out_.size() * sizeof(float));
+    trainer.CopyBuffersTo(buffers_out_.data());
+    const ExchangeBuffers x{gradients_out_.data(), buffers_out_.data(), parameters_in_.data(),
+                            buffers_in_.data()};
+    in_flight_ = std::async(std::launch::async, [this, x, context] {
+      return ForEachServer([&](ServerLink& s) { return PushPullWith(s, x, context); });
+    });
+    return outcome;
+  }
+
+  // Waits for the exchange in flight (pipelined) and gives the trainer its model.
+  absl::Status Drain(Trainer& trainer) override {
+    if (!in_flight_.valid()) return absl::OkStatus();
+    STRATA_RETURN_IF_ERROR(in_flight_.get());
+    std::memcpy(trainer.parameter_data(), parameters_in_.data(),
+                parameters_in_.size() * sizeof(float));
+    trainer.SetBuffersFrom(buffers_in_.data());
+    for (ServerLink& s : servers_) s.installed_version = s.version;
+    return absl::OkStatus();
   }
 
  private:
+  // The job's sample budget as the last replies reported it. Every partition counts every push;
+  // any one that has reached the budget ends the job.
+  void ReadBudget(StepOutcome& outcome) const {
+    for (const ServerLink& s : servers_) {
+      outcome.has_budget = outcome.has_budget || s.sample_budget > 0;
+      outcome.budget_spent =
+          outcome.budget_spent || (s.sample_budget > 0 && s.samples >= s.sample_budget);
+    }
+  }
+
   // Runs `f` for every partition at once (the last on this thread); returns the first error in
   // partition order, so the message names the server that failed.
   template <typename F>
@@ -77,9 +142,6 @@ class PushPullSynchroniser final : public Synchroniser {
     return absl::OkStatus();
   }
 
-  float* Base(const ModelTensor& t, float* params) {
-    return t.is_buffer ? buffers_.data() : params;
-  }
 
   std::unique_ptr<grpc::ClientContext> NewContext() const {
     auto context = std::make_unique<grpc::ClientContext>();
@@ -87,9 +149,10 @@ class PushPullSynchroniser final : public Synchroniser {
     return context;
   }
 
-  // Reads a pull answer (header, then this partition's tensors) into the trainer and buffers_.
+  // Reads a pull answer (header, then this partition's tensors) into `parameters` (the fused
+  // layout) and `buffers`.
   template <typename Stream>
-  absl::Status Receive(ServerLink& s, Trainer& trainer, Stream* stream) {
+  absl::Status Receive(ServerLink& s, float* parameters, float* buffers, Stream* stream) {
     v1::PullResponse response;
     if (!stream->Read(&response)) {
       // Finish() says why the server ended the call; this only shows if it claims success.
@@ -98,8 +161,7 @@ class PushPullSynchroniser final : public Synchroniser {
     if (!response.has_header()) {
       return absl::InternalError("the reply did not start with a PullHeader");
     }
-    const int64_t version = response.header().version();
-    float* params = trainer.parameter_data();
+    const v1::PullHeader header = response.header();
     std::vector<bool> seen(s.tensors.size(), false);
     TensorAssembler assembler([&](const TensorSpec& spec) -> absl::StatusOr<void*> {
       for (size_t k = 0; k < s.tensors.size(); ++k) {
@@ -114,7 +176,7 @@ class PushPullSynchroniser final : public Synchroniser {
         if (seen[k])
           return absl::InternalError(absl::StrCat("tensor '", spec.name, "' sent twice"));
         seen[k] = true;
-        return static_cast<void*>(Base(t, params) + t.offset);
+        return static_cast<void*>((t.is_buffer ? buffers : parameters) + t.offset);
       }
       return absl::FailedPreconditionError(
           absl::StrCat("tensor '", spec.name,
@@ -132,7 +194,9 @@ class PushPullSynchroniser final : public Synchroniser {
             absl::StrCat("the reply lacks tensor '", model_[s.tensors[k]].spec.name, "'"));
       }
     }
-    s.version = version;
+    s.version = header.version();
+    s.samples = header.samples();
+    s.sample_budget = header.sample_budget();
     return absl::OkStatus();
   }
 
@@ -142,36 +206,37 @@ class PushPullSynchroniser final : public Synchroniser {
     request.set_worker(options_.rank);
     request.set_clock(steps_);
     auto reader = s.stub->Pull(context.get(), request);
-    return Finish(Receive(s, trainer, reader.get()), context.get(), reader.get(),
-                  s.context("pull from"));
+    return Finish(Receive(s, trainer.parameter_data(), buffers_.data(), reader.get()),
+                  context.get(), reader.get(), s.context("pull from"));
   }
 
-  absl::Status PushPullWith(ServerLink& s, Trainer& trainer, const StepContext& step) {
+  absl::Status PushPullWith(ServerLink& s, const ExchangeBuffers& x, const StepContext& step) {
     auto context = NewContext();
     auto stream = s.stub->PushPull(context.get());
     v1::PushRequest request;
     v1::PushHeader* header = request.mutable_header();
     header->set_worker(options_.rank);
-    header->set_version(s.version);
+    header->set_version(s.installed_version);
     header->set_clock(step.step);
     header->set_samples(step.batch_examples);
     header->set_lr(options_.lr);
     bool open = stream->Write(request);
     // Gradients of trainable tensors, values of buffers; cut into chunks straight from the
     // trainer's memory into the reused message (one copy).
-    const float* grads = trainer.gradient_data();
     ChunkOptions chunking;
     chunking.chunk_bytes = options_.chunk_bytes;
     v1::TensorChunk* chunk = request.mutable_chunk();
     for (size_t k = 0; open && k < s.tensors.size(); ++k) {
       const ModelTensor& t = model_[s.tensors[k]];
-      const float* values = (t.is_buffer ? buffers_.data() : grads) + t.offset;
+      const float* values = (t.is_buffer ? x.buffers_out : x.gradients) + t.offset;
       open = EncodeTensorInto({&t.spec, values}, chunking, chunk, [&] {
                return stream->Write(request);
              }).ok();
     }
     absl::Status received = absl::UnavailableError("the server closed the stream during the push");
-    if (open && stream->WritesDone()) received = Receive(s, trainer, stream.get());
+    if (open && stream->WritesDone()) {
+      received = Receive(s, x.parameters_in, x.buffers_in, stream.get());
+    }
     return Finish(received, context.get(), stream.get(), s.context("push/pull with"));
   }
 
@@ -191,7 +256,12 @@ class PushPullSynchroniser final : public Synchroniser {
   const std::vector<ModelTensor> model_;
   std::vector<ServerLink> servers_;
   std::vector<float> buffers_;
+  // Pipelined only: the step's values while they travel, and the reply until it is installed.
+  std::vector<float> gradients_out_, buffers_out_, parameters_in_, buffers_in_;
   int64_t steps_ = 0;
+  // Last, so that it is destroyed first: its destructor waits for the exchange, which uses the
+  // members above.
+  std::future<absl::Status> in_flight_;
 };
 
 }  // namespace
@@ -218,8 +288,9 @@ absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPullSynchroniser(
     servers[i].stub = v1::ParameterServer::NewStub(MakeChannel(options.servers[i]));
     servers[i].tensors = plan.tensors_of[i];
   }
-  return std::unique_ptr<Synchroniser>(new PushPullSynchroniser(
-      options, std::move(model), std::move(servers), trainer.buffers().total_floats()));
+  return std::unique_ptr<Synchroniser>(
+      new PushPullSynchroniser(options, std::move(model), std::move(servers),
+                               trainer.parameters().total_floats(), trainer.buffers().total_floats()));
 }
 
 }  // namespace strata

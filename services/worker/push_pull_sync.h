@@ -24,6 +24,10 @@ struct PushPullOptions {
   size_t chunk_bytes = 1 << 20;
   // The learning rate the servers apply to this worker's pushes (PushHeader.lr); 0: theirs.
   double lr = 0;
+  // Pipelined: each step's exchange travels while the next step computes (on the model the
+  // previous exchange brought), so a worker's gradients are at most one version staler than
+  // without it. Drain() then completes the last exchange.
+  bool pipeline = false;
 };
 
 // The partition plan is computed from the trainer's parameters() then buffers(), as the servers

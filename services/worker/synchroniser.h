@@ -25,6 +25,12 @@ struct StepContext {
 struct StepOutcome {
   // Every replica voted ready_to_switch: all of them switch after this step, together.
   bool all_ready_to_switch = false;
+  // The job's sample budget is spent (parameter servers with a budget): stop training, however
+  // many passes over the shard that left undone.
+  bool budget_spent = false;
+  // The synchroniser's replicas share a job-wide sample budget: training continues past the
+  // spec's epochs until budget_spent.
+  bool has_budget = false;
 };
 
 class Synchroniser {
@@ -37,6 +43,9 @@ class Synchroniser {
   // After the gradients of one step are in trainer.gradient_data(). The switch vote travels with
   // the step's exchange, so replicas that must switch together (a ring) agree on the step.
   virtual absl::StatusOr<StepOutcome> Step(Trainer& trainer, const StepContext& context) = 0;
+  // When training ends: completes whatever exchange is still travelling (a pipelined
+  // synchroniser) so that the trainer holds the latest model.
+  virtual absl::Status Drain(Trainer& trainer) { return absl::OkStatus(); }
 };
 
 }  // namespace strata

@@ -19,6 +19,8 @@
 #include "services/common/dataset.h"
 #include "services/common/files.h"
 #include "services/common/rpc.h"
+#include "services/common/run_paths.h"
+#include "services/common/sgd.h"
 #include "services/common/shard_index.h"
 #include "services/common/status.h"
 #include "services/common/tensor_codec.h"
@@ -97,7 +99,9 @@ absl::StatusOr<T> OnTrainingThread(WorkerState& state, grpc::ServerContext* cont
 
 class WorkerService final : public v1::Worker::Service {
  public:
-  explicit WorkerService(WorkerState* state) : state_(state) {}
+  // `world` bounds Start's worker list; `run_dir` confines SaveCheckpoint's path.
+  WorkerService(WorkerState* state, int world, std::string run_dir)
+      : state_(state), world_(world), run_dir_(std::move(run_dir)) {}
 
   grpc::Status Start(grpc::ServerContext*, const v1::StartRequest* request,
                      v1::StartReply*) override {
@@ -106,6 +110,14 @@ class WorkerService final : public v1::Worker::Service {
     }
     if (request->mode() == v1::SYNC_MODE_PS && request->parameter_servers().empty()) {
       return ToGrpcStatus(absl::InvalidArgumentError("Start: mode PS needs parameter_servers"));
+    }
+    // Checked here, not when training begins: an accepted Start that fails later leaves the
+    // caller believing the worker runs.
+    if (request->workers_size() > world_ ||
+        (request->mode() == v1::SYNC_MODE_ALLREDUCE && request->workers_size() != world_ &&
+         request->workers_size() > 0)) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "Start names ", request->workers_size(), " workers, this worker has --world ", world_)));
     }
     {
       std::lock_guard<std::mutex> lock(state_->mu);
@@ -152,6 +164,10 @@ class WorkerService final : public v1::Worker::Service {
       return ToGrpcStatus(absl::InvalidArgumentError(
           absl::StrCat("Switch: lr ", request->lr(), " is not a number >= 0")));
     }
+    if (request->lr() > kMaxLearningRate) {  // the servers would refuse every push at this rate
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "Switch: lr ", request->lr(), " is above the limit of ", kMaxLearningRate)));
+    }
     {
       std::lock_guard<std::mutex> lock(state_->mu);
       if (state_->status.mode() != v1::SYNC_MODE_ALLREDUCE) {
@@ -181,7 +197,10 @@ class WorkerService final : public v1::Worker::Service {
                               v1::CheckpointReply* reply) override {
     if (request->path().empty())
       return ToGrpcStatus(absl::InvalidArgumentError("SaveCheckpoint: empty path"));
-    const std::string path = request->path();
+    // A caller's path may only name a file of this run (services/common/run_paths.h).
+    auto confined = ResolveInRunDir(run_dir_, request->path(), "SaveCheckpoint path");
+    if (!confined.ok()) return ToGrpcStatus(confined.status());
+    const std::string path = *confined;
     auto saved = OnTrainingThread<int64_t>(
         *state_, context, [this, path](Trainer& trainer) -> absl::StatusOr<int64_t> {
           int64_t epoch, step;
@@ -259,6 +278,8 @@ class WorkerService final : public v1::Worker::Service {
 
  private:
   WorkerState* state_;
+  const int world_;
+  const std::string run_dir_;
 };
 
 class WorkerRunner {
@@ -311,6 +332,7 @@ class WorkerRunner {
     o.rank = options_.rank;
     o.deadline = options_.deadline;
     o.lr = lr;
+    o.pipeline = options_.spec.strategy.ps_pipeline > 0;
     return MakePushPullSynchroniser(o, trainer);
   }
 
@@ -431,11 +453,20 @@ class WorkerRunner {
     int64_t step = 0;
     auto phase_start = Clock::now();
     int64_t phase_samples = 0;
-    for (int64_t epoch = 0; epoch < options_.spec.training.epochs; ++epoch) {
+    // Under parameter servers with a sample budget the job ends when the servers say the budget
+    // is spent, not after this worker's epochs: a fast worker keeps cycling its shard while a
+    // slow one is still at it, as with TensorFlow's global step. The cap only guards against
+    // servers that never report (a lone worker needs about `world` times its epochs).
+    const int64_t epochs = options_.spec.training.epochs;
+    const int64_t epoch_cap = 2 * epochs * std::max(options_.world, 1) + 1;
+    StepOutcome outcome;
+    for (int64_t epoch = 0; !outcome.budget_spent &&
+                            (epoch < epochs || (outcome.has_budget && epoch < epoch_cap));
+         ++epoch) {
       trainer.StartEpoch(epoch);
       double loss_sum = 0;
       int64_t seen = 0;
-      for (int64_t b = 0; b < steps_per_epoch; ++b) {
+      for (int64_t b = 0; b < steps_per_epoch && !outcome.budget_spent; ++b) {
         state_->RunTasks(trainer);
         if (state_->stopping()) return absl::CancelledError("stopped");
         STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer.ComputeGradients(b));
@@ -443,7 +474,7 @@ class WorkerRunner {
         // Vote to switch after this step if a request is due; once voted it cannot be withdrawn
         // until the vote's outcome is known.
         context.ready_to_switch = state_->switch_participant.VoteForStep(step + 1);
-        STRATA_ASSIGN_OR_RETURN(StepOutcome outcome, sync->Step(trainer, context));
+        STRATA_ASSIGN_OR_RETURN(outcome, sync->Step(trainer, context));
         ++step;
         loss_sum += stats.loss * stats.examples;
         seen += stats.examples;
@@ -476,6 +507,12 @@ class WorkerRunner {
       std::lock_guard<std::mutex> lock(state_->mu);
       state_->status.set_epoch(epoch + 1);
       state_->status.add_epoch_train_loss(loss_sum / std::max<int64_t>(seen, 1));
+    }
+    STRATA_RETURN_IF_ERROR(sync->Drain(trainer));
+    if (outcome.has_budget && !outcome.budget_spent) {
+      spdlog::warn("stopped after {} passes over the shard without the servers reporting the "
+                   "sample budget spent",
+                   epoch_cap);
     }
     return absl::OkStatus();
   }
@@ -527,7 +564,7 @@ absl::Status RunWorker(const WorkerOptions& options) {
   state.status.set_rank(options.rank);
   state.status.set_mode(v1::SYNC_MODE_UNSPECIFIED);
   RingAllReduce ring(options.rank);
-  WorkerService service(&state);
+  WorkerService service(&state, options.world, options.run_dir);
   int port = 0;
   std::vector<std::string> also_listen;
   if (!options.ring_listen.empty()) also_listen.push_back(options.ring_listen);

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "services/common/logging.h"
+#include "services/common/rpc_auth.h"
 #include "services/worker/grpc_ring_link.h"
 #include "services/worker/worker.h"
 
@@ -40,7 +41,13 @@ int main(int argc, char** argv) {
   app.add_option("--log-file", log_file, "log file (in addition to stderr)");
   app.add_option("--deadline-s", deadline_s, "deadline of every blocking operation, seconds")
       ->check(CLI::PositiveNumber);
+  bool insecure_no_auth = false;
+  app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
   CLI11_PARSE(app, argc, argv);
+  if (absl::Status s = strata::InitServiceAuth("strata-worker", insecure_no_auth); !s.ok()) {
+    std::fprintf(stderr, "strata-worker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   if (options.rank >= options.world) {
     std::fprintf(stderr, "strata-worker: --rank %d must be below --world %d\n", options.rank,
                  options.world);

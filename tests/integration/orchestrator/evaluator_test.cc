@@ -35,7 +35,9 @@ class EvaluatorProcess : public ::testing::Test {
               "--port-file",
               dir_ + "/port",
               "--fetch-deadline-s",
-              "10"};
+              "10",
+              "--run-dir",
+              dir_};
     o.log_path = dir_ + "/evaluator.log";
     auto child = ChildProcess::Spawn(o);
     ASSERT_TRUE(child.ok()) << child.status();
@@ -141,6 +143,47 @@ TEST_F(EvaluatorProcess, RefusesBadRequestsNamingTheProblemAndKeepsServing) {
   ASSERT_TRUE(stub_->Stop(&context, v1::StopRequest(), &reply).ok());
   EXPECT_TRUE(process_->WaitFor(std::chrono::seconds(30)));
   EXPECT_TRUE(process_->succeeded()) << process_->ExitDescription();
+}
+
+// Peak resident memory of a process, from /proc (kB); -1 if unreadable.
+long PeakRssKb(pid_t pid) {
+  const std::string status = Slurp("/proc/" + std::to_string(pid) + "/status");
+  const size_t at = status.find("VmHWM:");
+  return at == std::string::npos ? -1 : std::atol(status.c_str() + at + 6);
+}
+
+TEST_F(EvaluatorProcess, RefusesCheckpointsOutsideTheRunAndHeadersLargerThanTheirData) {
+  {
+    // Before: any file the evaluator could read was parsed as a checkpoint.
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(std::chrono::seconds(60)));
+    v1::EvaluateModelRequest request;
+    request.set_checkpoint("/etc/passwd");
+    v1::EvalMetrics m;
+    grpc::Status s = stub_->Evaluate(&context, request, &m);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+    EXPECT_NE(s.error_message().find("/etc/passwd"), std::string::npos) << s.error_message();
+  }
+  {
+    // A 16-byte tensor under a header declaring 1 GiB. Before: the 1 GiB was allocated, zeroed,
+    // and only then found missing.
+    const long before = PeakRssKb(process_->pid());
+    ASSERT_GT(before, 0);
+    v1::EvaluateRequest request;
+    v1::TensorChunk* chunk = request.add_tensors();
+    chunk->mutable_header()->set_name("fc1.weight");
+    chunk->mutable_header()->add_shape(int64_t{1} << 28);
+    chunk->mutable_header()->set_dtype(v1::DTYPE_FLOAT32);
+    chunk->set_data(std::string(16, '\0'));
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(std::chrono::seconds(60)));
+    v1::EvalMetrics m;
+    grpc::Status s = stub_->EvaluateTensors(&context, request, &m);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    const long grew_mb = (PeakRssKb(process_->pid()) - before) / 1024;
+    EXPECT_LT(grew_mb, 256) << "the evaluator's peak memory grew by " << grew_mb << " MiB";
+  }
+  EXPECT_FALSE(process_->Poll()) << "a bad request must not end the evaluator";
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <absl/strings/strip.h>
 
 #include "services/common/flat_layout.h"
+#include "services/common/rpc_auth.h"
 #include "services/common/sgd.h"
 #include "services/parameter_server/ps_process.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
@@ -39,6 +40,10 @@ class PsServerTest : public ::testing::Test {
     o.binary = STRATA_PS_BINARY;
     o.work_dir = dir_.path();
     if (o.config.empty()) o.config = config_;
+    // The checkpoint RPCs take only paths inside the server's --run-dir.
+    if (std::find(o.extra_args.begin(), o.extra_args.end(), "--run-dir") == o.extra_args.end()) {
+      o.extra_args.insert(o.extra_args.end(), {"--run-dir", dir_.path()});
+    }
     auto p = PsProcess::Launch(o);
     EXPECT_TRUE(p.ok()) << p.status();
     return p.ok() ? std::move(*p) : nullptr;
@@ -641,6 +646,9 @@ TEST_F(PsServerTest, ExitsWhenItsParentDies) {
                    " --partition 0 --partitions 1", " --workers 1 --train-examples 10 --config ",
                    config_, " --init-checkpoint ", checkpoint_, " > ", dir_ / "orphan.log",
                    " 2>&1 & echo $! > ", pid_file, "; read ignored");
+  // popen passes on this process's environment: put the run token (the one Connect's channel
+  // carries) there, not on the shell's command line.
+  ASSERT_EQ(::setenv(kRunTokenEnv, CurrentRpcAuth().token.c_str(), 1), 0);
   FILE* shell = popen(command.c_str(), "w");
   ASSERT_NE(shell, nullptr);
   int port = 0;

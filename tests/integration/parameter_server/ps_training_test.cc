@@ -227,6 +227,7 @@ TEST_F(PsTrainingTest, HandoverFromAWorkerCheckpointContinuesTheOptimizer) {
     o.workers = 1;
     o.consistency = "asp";
     o.train_examples = kTrainExamples;
+    o.extra_args = {"--run-dir", dir_.path()};  // LoadCheckpoint takes paths inside it only
     auto ps = PsProcess::Launch(o);  // idle: no --init-checkpoint
     ASSERT_TRUE(ps.ok()) << ps.status();
     auto stub = Connect((*ps)->address());

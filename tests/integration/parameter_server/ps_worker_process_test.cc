@@ -1,7 +1,8 @@
 // Real processes end to end, without the orchestrator: two strata-ps partitions and two
 // strata-worker processes training a Fashion-MNIST subset asynchronously with the push/pull
 // synchroniser. The servers must see every step of every worker, count the global epochs, and
-// every process must exit on Stop.
+// every process must exit on Stop; with a sample budget, the workers train until the servers
+// have applied it, however many passes over their shards that takes.
 #include <cstdlib>
 
 #include <gtest/gtest.h>
@@ -15,112 +16,161 @@ namespace strata::testing {
 namespace {
 
 constexpr int kWorkers = 2, kPartitions = 2, kExamples = 2048, kBatch = 128, kEpochs = 2;
+constexpr int kWorkerBatch = kBatch / kWorkers;
 
-TEST(PsWorkerProcessTest, TwoWorkersTrainAsynchronouslyAgainstTwoServers) {
-  ScratchDir dir;
-  const std::string job = dir / "job.yaml";
-  ASSERT_TRUE(
-      WriteFileAtomic(
-          job,
-          absl::StrCat("name: ps-worker-test\n"
-                       "dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist,"
-                       " max_train: ",
-                       kExamples,
-                       ", max_test: 200 }\n"
-                       "model: { arch: mlp }\n"
-                       "training: { epochs: ",
-                       kEpochs, ", batch_size: ", kBatch,
-                       ", lr: 0.05, momentum: 0.9, seed: 1, threads: 1 }\n"
-                       "cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }\n"
-                       "strategy: { kind: ps, consistency: asp }\n"))
-          .ok());
-  for (int r = 0; r < kWorkers; ++r) {  // round-robin shards
-    std::vector<int64_t> mine;
-    for (int64_t i = r; i < kExamples; i += kWorkers) mine.push_back(i);
-    ASSERT_TRUE(WriteShardIndex(dir / absl::StrCat("shard-", r, ".idx"), mine, kExamples).ok());
-  }
-  const std::string init = dir / "init.ckpt";
-  const std::string write_init =
-      absl::StrCat(STRATA_EVALUATOR_BINARY, " --config ", job, " --write-init-checkpoint ", init,
-                   " > ", dir / "init.log", " 2>&1");
-  ASSERT_EQ(std::system(write_init.c_str()), 0) << ReadFile(dir / "init.log").value_or("");
+class PsWorkerProcessTest : public ::testing::Test {
+ protected:
+  // Writes the job and round-robin shards, then starts the servers (with `server_args` added)
+  // and the workers, and starts training.
+  void StartCluster(const std::vector<std::string>& server_args) {
+    job_ = dir_ / "job.yaml";
+    ASSERT_TRUE(
+        WriteFileAtomic(
+            job_, absl::StrCat(
+                      "name: ps-worker-test\n"
+                      "dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist,"
+                      " max_train: ",
+                      kExamples,
+                      ", max_test: 200 }\n"
+                      "model: { arch: mlp }\n"
+                      "training: { epochs: ",
+                      kEpochs, ", batch_size: ", kBatch,
+                      ", lr: 0.05, momentum: 0.9, seed: 1, threads: 1 }\n"
+                      "cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }\n"
+                      "strategy: { kind: ps, consistency: asp }\n"))
+            .ok());
+    for (int r = 0; r < kWorkers; ++r) {
+      std::vector<int64_t> mine;
+      for (int64_t i = r; i < kExamples; i += kWorkers) mine.push_back(i);
+      ASSERT_TRUE(
+          WriteShardIndex(dir_ / absl::StrCat("shard-", r, ".idx"), mine, kExamples).ok());
+    }
+    init_ = dir_ / "init.ckpt";
+    const std::string write_init =
+        absl::StrCat(STRATA_EVALUATOR_BINARY, " --config ", job_, " --write-init-checkpoint ",
+                     init_, " > ", dir_ / "init.log", " 2>&1");
+    ASSERT_EQ(std::system(write_init.c_str()), 0) << ReadFile(dir_ / "init.log").value_or("");
 
-  std::vector<std::unique_ptr<PsProcess>> servers, workers;
-  std::vector<std::unique_ptr<Stub>> server_stubs;
-  std::vector<std::unique_ptr<v1::Worker::Stub>> worker_stubs;
-  v1::StartRequest start;
-  start.set_mode(v1::SYNC_MODE_PS);
-  for (int p = 0; p < kPartitions; ++p) {
-    PsProcessOptions o;
-    o.binary = STRATA_PS_BINARY;
-    o.work_dir = dir.path();
-    o.config = job;
-    o.partition = p;
-    o.partitions = kPartitions;
-    o.workers = kWorkers;
-    o.train_examples = kExamples;
-    o.init_checkpoint = init;
-    o.extra_args = {"--run-dir", dir.path()};
-    auto ps = PsProcess::Launch(o);
-    ASSERT_TRUE(ps.ok()) << ps.status();
-    start.add_parameter_servers((*ps)->address());
-    server_stubs.push_back(Connect((*ps)->address()));
-    servers.push_back(std::move(*ps));
+    v1::StartRequest start;
+    start.set_mode(v1::SYNC_MODE_PS);
+    for (int p = 0; p < kPartitions; ++p) {
+      PsProcessOptions o;
+      o.binary = STRATA_PS_BINARY;
+      o.work_dir = dir_.path();
+      o.config = job_;
+      o.partition = p;
+      o.partitions = kPartitions;
+      o.workers = kWorkers;
+      o.train_examples = kExamples;
+      o.init_checkpoint = init_;
+      o.extra_args = {"--run-dir", dir_.path()};
+      o.extra_args.insert(o.extra_args.end(), server_args.begin(), server_args.end());
+      auto ps = PsProcess::Launch(o);
+      ASSERT_TRUE(ps.ok()) << ps.status();
+      start.add_parameter_servers((*ps)->address());
+      server_stubs_.push_back(Connect((*ps)->address()));
+      servers_.push_back(std::move(*ps));
+    }
+    for (int r = 0; r < kWorkers; ++r) {
+      auto worker = PsProcess::LaunchService(
+          {STRATA_WORKER_BINARY, "--config", job_, "--rank", std::to_string(r), "--world",
+           std::to_string(kWorkers), "--shard-file", dir_ / absl::StrCat("shard-", r, ".idx"),
+           "--run-dir", dir_.path()},
+          dir_.path(), absl::StrCat("worker-", r), std::chrono::seconds(120));
+      ASSERT_TRUE(worker.ok()) << worker.status();
+      start.add_workers((*worker)->address());
+      worker_stubs_.push_back(v1::Worker::NewStub(MakeChannel((*worker)->address())));
+      workers_.push_back(std::move(*worker));
+    }
+    for (auto& stub : worker_stubs_) {
+      grpc::ClientContext context;
+      context.set_deadline(TestDeadline());
+      v1::StartReply reply;
+      grpc::Status s = stub->Start(&context, start, &reply);
+      ASSERT_TRUE(s.ok()) << s.error_message();
+    }
   }
-  for (int r = 0; r < kWorkers; ++r) {
-    auto worker = PsProcess::LaunchService(
-        {STRATA_WORKER_BINARY, "--config", job, "--rank", std::to_string(r), "--world",
-         std::to_string(kWorkers), "--shard-file", dir / absl::StrCat("shard-", r, ".idx"),
-         "--run-dir", dir.path()},
-        dir.path(), absl::StrCat("worker-", r), std::chrono::seconds(120));
-    ASSERT_TRUE(worker.ok()) << worker.status();
-    start.add_workers((*worker)->address());
-    worker_stubs.push_back(v1::Worker::NewStub(MakeChannel((*worker)->address())));
-    workers.push_back(std::move(*worker));
-  }
-  for (auto& stub : worker_stubs) {
-    grpc::ClientContext context;
-    context.set_deadline(TestDeadline());
-    v1::StartReply reply;
-    grpc::Status s = stub->Start(&context, start, &reply);
-    ASSERT_TRUE(s.ok()) << s.error_message();
-  }
-  auto status_of = [](v1::Worker::Stub& stub) {
+
+  v1::WorkerStatus StatusOf(v1::Worker::Stub& stub) {
     grpc::ClientContext context;
     context.set_deadline(TestDeadline());
     v1::WorkerStatus status;
     EXPECT_TRUE(stub.GetStatus(&context, v1::WorkerStatusRequest(), &status).ok());
     return status;
-  };
-  ASSERT_TRUE(PollUntil([&] {
-    for (auto& stub : worker_stubs) {
-      const v1::WorkerStatus s = status_of(*stub);
-      if (!s.error().empty() || !s.finished()) return !s.error().empty();
+  }
+
+  // Waits until every worker finished; the worker statuses then.
+  std::vector<v1::WorkerStatus> WaitForWorkers() {
+    EXPECT_TRUE(PollUntil([&] {
+      for (auto& stub : worker_stubs_) {
+        const v1::WorkerStatus s = StatusOf(*stub);
+        if (!s.error().empty() || !s.finished()) return !s.error().empty();
+      }
+      return true;
+    })) << "workers did not finish";
+    std::vector<v1::WorkerStatus> statuses;
+    for (auto& stub : worker_stubs_) {
+      statuses.push_back(StatusOf(*stub));
+      EXPECT_EQ(statuses.back().error(), "");
+      EXPECT_TRUE(statuses.back().finished());
     }
-    return true;
-  })) << "workers did not finish";
+    return statuses;
+  }
+
+  void StopAll() {
+    for (auto& stub : worker_stubs_) {
+      grpc::ClientContext context;
+      context.set_deadline(TestDeadline());
+      v1::StopReply reply;
+      EXPECT_TRUE(stub->Stop(&context, v1::StopRequest(), &reply).ok());
+    }
+    for (auto& stub : server_stubs_) {
+      grpc::ClientContext context;
+      context.set_deadline(TestDeadline());
+      v1::StopReply reply;
+      EXPECT_TRUE(stub->Stop(&context, v1::StopRequest(), &reply).ok());
+    }
+    for (auto& p : servers_) {
+      auto code = p->WaitForExit(std::chrono::seconds(60));
+      ASSERT_TRUE(code.ok()) << code.status();
+      EXPECT_EQ(*code, 0);
+    }
+    for (auto& p : workers_) {
+      auto code = p->WaitForExit(std::chrono::seconds(60));
+      ASSERT_TRUE(code.ok()) << code.status();
+      EXPECT_EQ(*code, 0) << ReadFile(p->log_path()).value_or("");
+    }
+  }
+
+  ScratchDir dir_;
+  std::string job_, init_;
+  std::vector<std::unique_ptr<PsProcess>> servers_, workers_;
+  std::vector<std::unique_ptr<Stub>> server_stubs_;
+  std::vector<std::unique_ptr<v1::Worker::Stub>> worker_stubs_;
+};
+
+TEST_F(PsWorkerProcessTest, TwoWorkersTrainAsynchronouslyAgainstTwoServers) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
   int64_t total_steps = 0;
-  for (auto& stub : worker_stubs) {
-    const v1::WorkerStatus s = status_of(*stub);
-    EXPECT_EQ(s.error(), "");
-    EXPECT_TRUE(s.finished());
+  for (const v1::WorkerStatus& s : WaitForWorkers()) {
     EXPECT_EQ(s.epoch(), kEpochs);
     total_steps += s.step();
   }
   // Each worker: 1024 examples in batches of 64, two epochs.
-  EXPECT_EQ(total_steps, kWorkers * kEpochs * (kExamples / kWorkers) / (kBatch / kWorkers));
-  for (auto& stub : server_stubs) {
+  EXPECT_EQ(total_steps, kWorkers * kEpochs * (kExamples / kWorkers) / kWorkerBatch);
+  for (auto& stub : server_stubs_) {
     const v1::ServerStatus s = GetStatus(*stub);
     EXPECT_EQ(s.pushes(), total_steps) << "partition " << s.partition();
     EXPECT_EQ(s.version(), total_steps) << "partition " << s.partition();
     EXPECT_EQ(s.rejected_pushes(), 0);
     EXPECT_EQ(s.completed_epochs(), kEpochs);
+    EXPECT_EQ(s.sample_budget(), 0);
     EXPECT_FLOAT_EQ(s.lr(), 0.025f) << "ASP: lr / n per worker";
   }
   // The servers' model moved away from the initial one.
-  auto initial = ReadCheckpoint(init);
+  auto initial = ReadCheckpoint(init_);
   ASSERT_TRUE(initial.ok());
-  for (auto& stub : server_stubs) {
+  for (auto& stub : server_stubs_) {
     const Pulled model = RawPull(*stub);
     ASSERT_TRUE(model.status.ok());
     ASSERT_FALSE(model.tensors.empty());
@@ -128,28 +178,32 @@ TEST(PsWorkerProcessTest, TwoWorkersTrainAsynchronouslyAgainstTwoServers) {
     ASSERT_NE(before, nullptr);
     EXPECT_NE(before->tensor.data, model.tensors[0].data);
   }
-  for (auto& stub : worker_stubs) {
-    grpc::ClientContext context;
-    context.set_deadline(TestDeadline());
-    v1::StopReply reply;
-    EXPECT_TRUE(stub->Stop(&context, v1::StopRequest(), &reply).ok());
+  StopAll();
+}
+
+// A budget of three epochs' samples for a job of two: the workers must go on past their own two
+// passes until the servers report the budget spent, then stop together.
+TEST_F(PsWorkerProcessTest, WorkersTrainUntilTheServersHaveAppliedTheSampleBudget) {
+  constexpr int64_t kBudget = 3 * kExamples;
+  ASSERT_NO_FATAL_FAILURE(StartCluster({"--sample-budget", std::to_string(kBudget)}));
+  int64_t total_steps = 0, total_epochs = 0;
+  for (const v1::WorkerStatus& s : WaitForWorkers()) {
+    total_steps += s.step();
+    total_epochs += s.epoch();
   }
-  for (auto& stub : server_stubs) {
-    grpc::ClientContext context;
-    context.set_deadline(TestDeadline());
-    v1::StopReply reply;
-    EXPECT_TRUE(stub->Stop(&context, v1::StopRequest(), &reply).ok());
+  EXPECT_GT(total_epochs, kWorkers * kEpochs) << "nobody trained past its own epochs";
+  for (auto& stub : server_stubs_) {
+    const v1::ServerStatus s = GetStatus(*stub);
+    EXPECT_EQ(s.sample_budget(), kBudget);
+    // Pushes stop being applied at the one that reaches the budget; later ones are dropped.
+    EXPECT_GE(s.samples(), kBudget) << "partition " << s.partition();
+    EXPECT_LT(s.samples(), kBudget + kWorkerBatch) << "partition " << s.partition();
+    EXPECT_EQ(s.samples(), s.pushes() * kWorkerBatch);
+    EXPECT_EQ(s.pushes() + s.discarded_pushes(), total_steps) << "partition " << s.partition();
+    EXPECT_LE(s.discarded_pushes(), kWorkers - 1) << "a worker went on after it was told to stop";
+    EXPECT_EQ(s.completed_epochs(), 3);
   }
-  for (auto& p : servers) {
-    auto code = p->WaitForExit(std::chrono::seconds(60));
-    ASSERT_TRUE(code.ok()) << code.status();
-    EXPECT_EQ(*code, 0);
-  }
-  for (auto& p : workers) {
-    auto code = p->WaitForExit(std::chrono::seconds(60));
-    ASSERT_TRUE(code.ok()) << code.status();
-    EXPECT_EQ(*code, 0) << ReadFile(p->log_path()).value_or("");
-  }
+  StopAll();
 }
 
 }  // namespace

@@ -278,11 +278,14 @@ TEST_F(SharderProcessTest, StatsOfAMissingPlanFailsClearly) {
 // The Sharder service in a real process on loopback.
 class SharderServiceTest : public SharderProcessTest {
  protected:
-  void StartServer() {
+  // Requests may name paths inside `run_dir` only (default: the test's directory).
+  void StartServer(fs::path run_dir = {}) {
+    if (run_dir.empty()) run_dir = dir_;
     port_file_ = dir_ / "port";
     server_ = std::make_unique<Subprocess>(
         std::vector<std::string>{kSharder, "serve", "--listen", "127.0.0.1:0", "--port-file",
-                                 port_file_.string(), "--log-file", (dir_ / "sharder.log").string()},
+                                 port_file_.string(), "--log-file", (dir_ / "sharder.log").string(),
+                                 "--run-dir", run_dir.string()},
         dir_);
     const auto deadline = std::chrono::steady_clock::now() + kRunTimeout;
     std::string port;
@@ -381,6 +384,52 @@ TEST_F(SharderServiceTest, PlansOnRequestRefusesBadRequestsAndStops) {
   auto code = server_->Wait(std::chrono::seconds(60));
   ASSERT_TRUE(code.has_value()) << "strata-sharder serve did not exit after Stop";
   EXPECT_EQ(*code, 0) << server_->Stderr();
+}
+
+// Paths of a request stay inside the service's --run-dir. Before: out_dir created directories
+// anywhere, and a config pointing at any readable file came back in the job-spec errors line by
+// line (an /etc/shadow hash, say).
+TEST_F(SharderServiceTest, RequestPathsOutsideTheRunDirectoryAreRefused) {
+  const fs::path runs = dir_ / "runs";
+  fs::create_directories(runs);
+  std::ofstream(dir_ / "secret.yaml") << "root: $6$hunter2-hash-line\n";
+  fs::create_symlink(dir_ / "secret.yaml", runs / "linked.yaml");
+  ASSERT_NO_FATAL_FAILURE(StartServer(runs));
+
+  v1::ShardRequest base;
+  base.set_dataset("synthetic");
+  base.set_max_train(200);
+  base.set_workers(2);
+  base.set_method("random");
+  v1::ShardReply reply;
+  for (const std::string& config :
+       {(dir_ / "secret.yaml").string(), std::string("linked.yaml"), std::string("/etc/shadow")}) {
+    v1::ShardRequest r;
+    r.set_config(config);
+    r.set_out_dir((runs / "a").string());
+    grpc::Status status = Shard(r, &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(config));
+    EXPECT_THAT(status.error_message(), ::testing::Not(HasSubstr("hunter2")));
+  }
+  for (const std::string& out : {(dir_ / "elsewhere").string(), std::string("../elsewhere2")}) {
+    v1::ShardRequest r = base;
+    r.set_out_dir(out);
+    grpc::Status status = Shard(r, &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+  }
+  EXPECT_FALSE(fs::exists(dir_ / "elsewhere"));
+  EXPECT_FALSE(fs::exists(dir_ / "elsewhere2"));
+  v1::ShardRequest by_run_dir;
+  by_run_dir.set_run_dir(dir_.string());
+  EXPECT_EQ(Shard(by_run_dir, &reply).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // Inside, relative to the run directory, it plans as before.
+  v1::ShardRequest inside = base;
+  inside.set_out_dir("r1/shards");
+  grpc::Status status = Shard(inside, &reply);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(ReadShards(runs / "r1" / "shards", 2)[0].size(), 100u);
 }
 
 }  // namespace

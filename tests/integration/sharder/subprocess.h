@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "services/common/child_process.h"
+
 namespace strata::testing {
 
 class Subprocess {
@@ -29,13 +31,18 @@ class Subprocess {
     std::vector<char*> args;
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
+    // The test's run token (strata-sharder serve refuses to start without one).
+    const std::vector<std::string> env_strings = ChildEnvironment();
+    std::vector<char*> env;
+    for (const std::string& e : env_strings) env.push_back(const_cast<char*>(e.c_str()));
+    env.push_back(nullptr);
     pid_ = ::fork();
     if (pid_ == 0) {
       ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the test binary dying takes its children along
       if (!std::freopen(stdout_path_.c_str(), "w", stdout) || !std::freopen(stderr_path_.c_str(), "w", stderr)) {
         ::_exit(126);
       }
-      ::execv(args[0], args.data());
+      ::execve(args[0], args.data(), env.data());
       ::_exit(127);
     }
   }

@@ -423,7 +423,7 @@ TEST_F(SwitchTest, SwitchToAllReduceOrBeforeStartIsRefused) {
   grpc::Status status = stub->Switch(&context, request, &reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
   // A learning rate that is not a number >= 0 is refused, naming it.
-  for (double lr : {std::nan(""), -0.5}) {
+  for (double lr : {std::nan(""), -0.5, 1e300}) {
     grpc::ClientContext bad_lr_context;
     bad_lr_context.set_deadline(DeadlineAfter(seconds(30)));
     v1::SwitchRequest bad_lr;
@@ -443,6 +443,70 @@ TEST_F(SwitchTest, SwitchToAllReduceOrBeforeStartIsRefused) {
   request.set_at_step(5);
   status = stub->Switch(&context2, request, &reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status.error_message();
+}
+
+// What an adversarial client sends a worker: a Start naming more workers than --world (before:
+// accepted, then training failed), and checkpoint paths outside the run directory (before: the
+// file was written wherever the caller said).
+TEST_F(SwitchTest, StartBeyondTheWorldAndCheckpointsOutsideTheRunAreRefused) {
+  const std::string run = dir_ + "/run";
+  fs::create_directories(run);
+  workers_.push_back(
+      Launch("strata-worker", "worker-0",
+             {"--config", dir_ + "/job.yaml", "--rank", "0", "--world", "1", "--run-dir", run}));
+  ASSERT_FALSE(workers_.back().address.empty());
+  auto stub = v1::Worker::NewStub(MakeChannel(workers_[0].address));
+
+  for (const std::string& outside :
+       {dir_ + "/outside.ckpt", std::string("../escape.ckpt"), std::string("/proc/self/mem")}) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(60)));
+    v1::CheckpointRequest request;
+    request.set_path(outside);
+    v1::CheckpointReply reply;
+    grpc::Status status = stub->SaveCheckpoint(&context, request, &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED) << status.error_message();
+    EXPECT_NE(status.error_message().find(outside), std::string::npos) << status.error_message();
+  }
+  EXPECT_FALSE(fs::exists(dir_ + "/outside.ckpt"));
+  EXPECT_FALSE(fs::exists(dir_ + "/escape.ckpt"));
+  {  // Inside the run directory it works, relative to it.
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(60)));
+    v1::CheckpointRequest request;
+    request.set_path("mine.ckpt");
+    v1::CheckpointReply reply;
+    grpc::Status status = stub->SaveCheckpoint(&context, request, &reply);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_TRUE(ReadCheckpoint(run + "/mine.ckpt").ok());
+  }
+
+  v1::StartRequest start;
+  start.set_mode(v1::SYNC_MODE_ALLREDUCE);
+  start.set_steps_per_epoch(kStepsPerEpoch);
+  start.add_workers(workers_[0].address);
+  start.add_workers("127.0.0.1:1");
+  for (auto mode : {v1::SYNC_MODE_ALLREDUCE, v1::SYNC_MODE_PS}) {
+    start.set_mode(mode);
+    if (mode == v1::SYNC_MODE_PS) start.add_parameter_servers("127.0.0.1:1");
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(seconds(30)));
+    v1::StartReply reply;
+    grpc::Status status = stub->Start(&context, start, &reply);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+    EXPECT_NE(status.error_message().find("--world 1"), std::string::npos)
+        << status.error_message();
+  }
+  // The refusal left the worker unstarted: a correct Start is still accepted.
+  start.set_mode(v1::SYNC_MODE_ALLREDUCE);
+  start.clear_parameter_servers();
+  start.clear_workers();
+  start.add_workers(workers_[0].address);
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(seconds(30)));
+  v1::StartReply reply;
+  grpc::Status status = stub->Start(&context, start, &reply);
+  EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
 }  // namespace

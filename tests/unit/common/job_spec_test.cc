@@ -86,5 +86,187 @@ TEST(JobSpec, ResolvedYamlParsesBackToTheSameSpec) {
   EXPECT_EQ(again->cluster.stragglers.size(), 1u);
 }
 
+// Hostile input: each case is refused with exactly one message whose place and key are exact.
+struct RefusedSpec {
+  const char* label;
+  const char* yaml;
+  std::vector<std::string> overrides;
+  const char* prefix;  // the whole message starts with this ("job.yaml:LINE: key: what...")
+};
+
+class JobSpecRefusals : public ::testing::TestWithParam<RefusedSpec> {};
+
+TEST_P(JobSpecRefusals, ExactPlaceAndKey) {
+  const RefusedSpec& c = GetParam();
+  auto spec = ParseJobSpec(c.yaml, "job.yaml", c.overrides);
+  ASSERT_FALSE(spec.ok()) << c.label;
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  const std::string m(spec.status().message());
+  EXPECT_EQ(m.rfind(c.prefix, 0), 0u) << c.label << "\nmessage: " << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << c.label << ": one problem, one line\n" << m;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Hostile, JobSpecRefusals,
+    ::testing::Values(
+        RefusedSpec{"empty file", "", {}, "job.yaml:1: (top level): empty job spec"},
+        RefusedSpec{"speeds for the wrong number of workers",
+                    "name: a\ncluster:\n  workers: 3\n  cpu: { worker: 0.5 }\n"
+                    "  worker_speeds: [1, 0.5]\n",
+                    {}, "job.yaml:5: cluster.worker_speeds: 2 speeds for 3 workers"},
+        RefusedSpec{"speeds without a worker share",
+                    "name: a\ncluster:\n  workers: 2\n  worker_speeds: [1, 0.5]\n", {},
+                    "job.yaml:4: cluster.worker_speeds: needs cluster.cpu.worker"},
+        RefusedSpec{"a speed of zero",
+                    "name: a\ncluster:\n  cpu: { worker: 0.5 }\n  worker_speeds: [1, 0]\n", {},
+                    "job.yaml:4: cluster.worker_speeds[1]: must be in (0, 64], got 0"},
+        RefusedSpec{"a negative server share", "name: a\ncluster: { cpu: { parameter_server: -1 } }\n",
+                    {}, "job.yaml:2: cluster.cpu.parameter_server: must be in [0, 64] cores"},
+        RefusedSpec{"an unknown cpu role", "name: a\ncluster: { cpu: { sharder: 1 } }\n", {},
+                    "job.yaml:2: cluster.cpu.sharder: unknown key"},
+        RefusedSpec{"only comments", "# name: a\n\n# training: {}\n", {},
+                    "job.yaml:1: (top level): empty job spec"},
+        RefusedSpec{"empty mapping", "{}\n", {}, "job.yaml:1: (top level): empty job spec"},
+        RefusedSpec{"null document", "~\n", {}, "job.yaml:1: (top level): empty job spec"},
+        RefusedSpec{"empty file with --set", "", {"name=a"},
+                    "job.yaml:1: (top level): empty job spec"},
+        RefusedSpec{"duplicate top-level key", "name: a\nname: b\n", {},
+                    "job.yaml:2: name: duplicate key: first on line 1, again on line 2"},
+        RefusedSpec{"duplicate nested key", "training:\n  lr: 0.1\n  epochs: 2\n  lr: 0.2\n", {},
+                    "job.yaml:4: training.lr: duplicate key: first on line 2, again on line 4"},
+        RefusedSpec{"duplicate key in a flow map", "name: a\ntraining: { lr: 0.1, lr: 0.2 }\n", {},
+                    "job.yaml:2: training.lr: duplicate key: first on line 2, again on line 2"},
+        RefusedSpec{"duplicate section", "training: { lr: 0.1 }\nname: a\ntraining: { epochs: 2 }\n",
+                    {}, "job.yaml:3: training: duplicate key: first on line 1, again on line 3"},
+        RefusedSpec{"key without a value", "name: a\ntraining:\n  lr:\n  epochs: 2\n", {},
+                    "job.yaml:3: training.lr: has no value"},
+        RefusedSpec{"explicit null", "name: a\ntraining: { lr: null }\n", {},
+                    "job.yaml:2: training.lr: has no value"},
+        RefusedSpec{"string without a value", "name:\n", {}, "job.yaml:1: name: has no value"},
+        RefusedSpec{"list without a value", "name: a\ntraining: { lr_schedule: { milestones: } }\n",
+                    {}, "job.yaml:2: training.lr_schedule.milestones: has no value"},
+        RefusedSpec{"stragglers without a value", "name: a\ncluster:\n  stragglers:\n", {},
+                    "job.yaml:3: cluster.stragglers: has no value"},
+        RefusedSpec{"infinite lr", "name: a\ntraining: { lr: .inf }\n", {},
+                    "job.yaml:2: training.lr: must be a finite number, got '.inf'"},
+        RefusedSpec{"negative infinite decay", "name: a\ntraining: { weight_decay: -.inf }\n", {},
+                    "job.yaml:2: training.weight_decay: must be a finite number, got '-.inf'"},
+        RefusedSpec{"nan momentum", "name: a\ntraining: { momentum: .nan }\n", {},
+                    "job.yaml:2: training.momentum: must be a finite number, got '.nan'"},
+        RefusedSpec{"infinite threshold", "name: a\nstrategy: { threshold_percent: .Inf }\n", {},
+                    "job.yaml:2: strategy.threshold_percent: must be a finite number, got '.Inf'"},
+        RefusedSpec{"infinite ps_lr_scale", "name: a\nstrategy: { ps_lr_scale: .inf }\n", {},
+                    "job.yaml:2: strategy.ps_lr_scale: must be a finite number"},
+        RefusedSpec{"plain nan", "name: a\ntraining: { lr: nan }\n", {},
+                    "job.yaml:2: training.lr: expected a number, got 'nan'"},
+        RefusedSpec{"top level a list", "- a\n- b\n", {},
+                    "job.yaml:1: (top level): expected a mapping of keys"},
+        RefusedSpec{"invalid YAML", "name: a\ntraining: { epochs: 2\n", {},
+                    "job.yaml:3: (syntax): invalid YAML"},
+        RefusedSpec{"--set with an empty value", "name: a\ntraining:\n  lr: 0.1\n",
+                    {"training.lr="}, "(from --set training.lr=): training.lr: has no value"},
+        RefusedSpec{"--set infinite", "name: a\ntraining:\n  lr: 0.1\n", {"training.lr=.inf"},
+                    "(from --set training.lr=.inf): training.lr: must be a finite number"},
+        RefusedSpec{"--set of a key the file has", "name: a\ncluster:\n  workers: 2\n",
+                    {"cluster.workers=0"},
+                    "(from --set cluster.workers=0): cluster.workers: must be >= 1, got 0"},
+        RefusedSpec{"--set of a key the file lacks", "name: a\n", {"training.epochs=zero"},
+                    "(from --set training.epochs=zero): training.epochs: expected an integer"},
+        RefusedSpec{"--set of an unknown section", "name: a\n", {"trainig.lr=1"},
+                    "(from --set trainig.lr=1): trainig: unknown key"},
+        RefusedSpec{"--set of an unknown key", "name: a\ntraining: { lr: 0.1 }\n",
+                    {"training.lrr=1"}, "(from --set training.lrr=1): training.lrr: unknown key"},
+        RefusedSpec{"--set without '='", "name: a\n", {"no-equals-sign"},
+                    "(from --set no-equals-sign): --set: expected KEY=VALUE"},
+        RefusedSpec{"--set into a scalar", "name: a\n", {"name.x=1"},
+                    "(from --set name.x=1): name.x: cannot set: 'name' is not a section"},
+        RefusedSpec{"--set of invalid YAML", "name: a\n", {"training.lr=[1"},
+                    "(from --set training.lr=[1): training.lr: the value is not valid YAML"},
+        RefusedSpec{"--set list element", "name: a\n", {"training.lr_schedule.milestones=[5, x]"},
+                    "(from --set training.lr_schedule.milestones=[5, x]): "
+                    "training.lr_schedule.milestones[1]: expected an integer"},
+        RefusedSpec{"--set list order", "name: a\n", {"training.lr_schedule.milestones=[5, 3]"},
+                    "(from --set training.lr_schedule.milestones=[5, 3]): "
+                    "training.lr_schedule.milestones: must be strictly increasing"},
+        RefusedSpec{"the later --set of a key counts", "name: a\n",
+                    {"training.epochs=0", "training.epochs=-1"},
+                    "(from --set training.epochs=-1): training.epochs: must be >= 1, got -1"},
+        RefusedSpec{"cross-field check against a --set", "name: a\ntraining: { batch_size: 4 }\n",
+                    {"cluster.workers=8"},
+                    "job.yaml:2: training.batch_size: global batch 4 is smaller than the 8 workers"},
+        RefusedSpec{"cross-field check with a default batch", "name: a\n", {"cluster.workers=200"},
+                    "(from --set cluster.workers=200): cluster.workers: global batch 128 is "
+                    "smaller than the 200 workers"}),
+    [](const ::testing::TestParamInfo<RefusedSpec>& info) {
+      std::string name = info.param.label;
+      for (char& c : name) {
+        if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+      }
+      return name;
+    });
+
+TEST(JobSpec, ReportsEveryProblemWithItsPlace) {
+  auto reading = ReadJobSpec("name: a\ntraining: { epochs: 0, lr: .nan }\ntraining: {}\n",
+                             "j.yaml", {"cluster.workers=0"});
+  EXPECT_EQ(reading.errors,
+            (std::vector<std::string>{
+                "j.yaml:3: training: duplicate key: first on line 2, again on line 3 (only one "
+                "could count; keep one)",
+                "j.yaml:2: training.epochs: must be >= 1, got 0",
+                "j.yaml:2: training.lr: must be a finite number, got '.nan'",
+                "(from --set cluster.workers=0): cluster.workers: must be >= 1, got 0"}));
+  EXPECT_TRUE(reading.mapping_read);
+  EXPECT_TRUE(reading.Refused("training.lr"));
+  EXPECT_TRUE(reading.Refused("training"));  // a section around a refused key
+  EXPECT_FALSE(reading.Refused("dataset.path"));
+  EXPECT_EQ(reading.Where("training.epochs"), "j.yaml:2");
+  EXPECT_EQ(reading.Where("cluster.workers"), "(from --set cluster.workers=0)");
+  EXPECT_EQ(reading.Where("training.momentum"), "j.yaml:2");  // absent: its section
+  EXPECT_EQ(reading.Where("dataset.path"), "j.yaml");          // absent, and so is its section
+}
+
+TEST(JobSpec, AcceptsWhatIsMerelyUnusual) {
+  // Sections with every key commented out, integers for numbers, and a --set that fills an
+  // otherwise absent section are all fine.
+  auto spec = ParseJobSpec("name: a\ntraining:\n  # lr: 0.1\ncluster: {}\nstrategy: { at_fraction: 1e-1 }\n",
+                           "j.yaml", {"training.lr=1", "sharding.method=mod"});
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(spec->training.lr, 1.0);
+  EXPECT_DOUBLE_EQ(spec->strategy.at_fraction, 0.1);
+  EXPECT_EQ(spec->sharding.method, "mod");
+}
+
+// Each process's CPU quota: a worker's straggler entry wins, else cpu.worker times its speed.
+TEST(JobSpec, EveryProcessGetsTheCpuShareTheClusterSpecGivesIt) {
+  auto spec = ParseJobSpec(
+      "name: h\ncluster:\n  workers: 4\n  cpu: { worker: 0.4, parameter_server: 0.3, "
+      "evaluator: 0.2 }\n  worker_speeds: [1, 1, 0.5, 0.25]\n"
+      "  stragglers: [ { worker: 1, cpu_fraction: 0.1 } ]\n",
+      "j.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster, 0), 0.4);
+  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster, 1), 0.1);
+  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster, 2), 0.2);
+  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster, 3), 0.1);
+  EXPECT_DOUBLE_EQ(spec->cluster.cpu.parameter_server, 0.3);
+  EXPECT_DOUBLE_EQ(spec->cluster.cpu.evaluator, 0.2);
+  auto again = ParseJobSpec(JobSpecToYaml(*spec), "resolved.yaml");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(*spec);
+  EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(*spec));
+
+  auto plain = ParseJobSpec("name: p\n", "j.yaml");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(WorkerCpuShare(plain->cluster, 0), 0.0);  // no quota unless the spec asks
+}
+
+TEST(JobSpec, ResolvedDefaultsParseBack) {
+  // The run directory's job.yaml is read again by every service: empty lists must stay lists.
+  auto spec = ParseJobSpec("name: d\n", "j.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto again = ParseJobSpec(JobSpecToYaml(*spec), "resolved.yaml");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(*spec);
+  EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(*spec));
+}
+
 }  // namespace
 }  // namespace strata

@@ -162,6 +162,21 @@ TEST_F(RunSupervisorTest, AWorkersErrorNamesItOnceThePeerExitGraceHasPassed) {
   EXPECT_EQ(host_.stops, 0);  // no switch was under way
 }
 
+// Seen on a run whose ring never formed: both workers stopped with an error (finished, as far as
+// their training thread goes) in the same poll, and the run was reported as succeeded with an
+// untrained model, because "all finished" came before the grace for a peer's exit had passed.
+TEST_F(RunSupervisorTest, WorkersThatAllStoppedOnAnErrorFailTheRunInsteadOfFinishingIt) {
+  options_.peer_exit_grace = milliseconds(20);
+  for (auto& s : client_.statuses) {
+    s.set_finished(true);
+    s.set_error("all-reduce start: no data from the peer");
+  }
+  absl::Status s = Run();
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(s.message(), "worker 0 stopped: all-reduce start: no data from the peer");
+  for (const std::string& name : EventNames()) EXPECT_NE(name, "training_finished");
+}
+
 TEST_F(RunSupervisorTest, AWorkerSilentPastTheTimeoutIsDeclaredDead) {
   options_.unresponsive_timeout = milliseconds(0);
   client_.unreachable = {true, false};

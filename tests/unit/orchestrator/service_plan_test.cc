@@ -15,6 +15,7 @@ JobSpec SwitchJob() {
   spec.strategy.kind = "switch";
   spec.strategy.consistency = "asp";
   spec.strategy.staleness = 3;
+  spec.training.epochs = 10;  // the servers' sample budget: 10 x the training set
   spec.launcher.ring_transport = "tcp";
   spec.cluster.stragglers.push_back({1, 0.5});
   return spec;
@@ -30,7 +31,7 @@ TEST(ServicePlan, ServersThenWorkersThenTheEvaluatorWithTheirFlags) {
   EXPECT_EQ(services[0].role, ServiceRole::kParameterServer);
   EXPECT_EQ(absl::StrJoin(services[0].args, " "),
             "--partition 0 --partitions 1 --workers 2 --config /runs/r/job.yaml --consistency asp "
-            "--staleness 3 --train-examples 6000 --run-dir /runs/r");
+            "--staleness 3 --train-examples 6000 --sample-budget 60000 --run-dir /runs/r");
   EXPECT_EQ(services[1].name, "worker-0");
   EXPECT_EQ(absl::StrJoin(services[1].args, " "),
             "--config /runs/r/job.yaml --rank 0 --world 2 --shard-file /runs/r/shards/shard-0.idx "
@@ -39,6 +40,21 @@ TEST(ServicePlan, ServersThenWorkersThenTheEvaluatorWithTheirFlags) {
   EXPECT_EQ(services[2].cpu_fractions, std::vector<double>{0.5});  // worker 1 is the straggler
   EXPECT_EQ(services[3].name, "evaluator");
   EXPECT_EQ(services[3].binary, "strata-evaluator");
+  EXPECT_TRUE(services[0].cpu_fractions.empty());
+  EXPECT_TRUE(services[3].cpu_fractions.empty());
+}
+
+TEST(ServicePlan, EveryProcessGetsItsOwnCpuQuotaFromTheClusterSpec) {
+  JobSpec spec = SwitchJob();
+  spec.cluster.cpu = {0.5, 0.3, 0.2};
+  spec.cluster.worker_speeds = {1, 0.5};
+  spec.cluster.stragglers.clear();
+  const std::vector<ServiceSpec> services = PlanServices(spec, RunPaths("/runs/r"), {});
+  ASSERT_EQ(services.size(), 4u);
+  EXPECT_EQ(services[0].cpu_fractions, std::vector<double>{0.3});   // ps-0
+  EXPECT_EQ(services[1].cpu_fractions, std::vector<double>{0.5});   // worker-0, speed 1
+  EXPECT_EQ(services[2].cpu_fractions, std::vector<double>{0.25});  // worker-1, speed 1/2
+  EXPECT_EQ(services[3].cpu_fractions, std::vector<double>{0.2});   // evaluator
 }
 
 TEST(ServicePlan, AllReduceRunsNoServersAndAUnixRingListensOnItsOwnSocket) {

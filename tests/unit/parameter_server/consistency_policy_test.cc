@@ -417,5 +417,78 @@ TEST(SspPartitionTest, APullBeyondTheBoundWaitsUntilTheSlowestWorkerPushes) {
   EXPECT_EQ(released->version, 4);  // worker 1's three pushes and worker 0's one
 }
 
+// ---------------------------------------------------------------------------------------------
+// The job's sample budget: once the servers have applied it, the model is final.
+
+TEST(SampleBudgetTest, PushesAfterTheBudgetAreDiscardedAndTheModelStaysFinal) {
+  PartitionConfig config = Config(ConsistencyMode::kAsp, 2);
+  config.sample_budget = 12;  // three pushes of 4 samples
+  ParameterPartition partition(config);
+  ASSERT_TRUE(partition.Load(CheckpointOf(InitialModel(), 0), "test").ok());
+  const std::vector<float> g(kTotalFloats, 0.01f);
+  for (int i = 0; i < 3; ++i) {
+    auto pulled = partition.Pull(i % 2, 0, Patient());
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
+    EXPECT_LT(pulled->samples, pulled->sample_budget);
+    ASSERT_TRUE(PushFlat(partition, i % 2, pulled->version, g, Patient()).ok());
+  }
+  auto final_model = partition.Pull(0, 3, Patient());
+  ASSERT_TRUE(final_model.ok()) << final_model.status();
+  EXPECT_EQ(final_model->samples, 12);
+  EXPECT_EQ(final_model->sample_budget, 12);
+
+  // A push computed meanwhile is accepted and dropped: same version, same weights.
+  auto late = PushFlat(partition, 1, 2, g, Patient());
+  ASSERT_TRUE(late.ok()) << late.status();
+  EXPECT_EQ(*late, 3);
+  auto after = partition.Pull(1, *late, Patient());
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->version, 3);
+  EXPECT_EQ(Flat(*after), Flat(*final_model));
+  const PartitionStatus status = partition.Status();
+  EXPECT_EQ(status.pushes, 3);
+  EXPECT_EQ(status.discarded_pushes, 1);
+  EXPECT_EQ(status.samples, 12);
+  EXPECT_EQ(status.sample_budget, 12);
+}
+
+TEST(SampleBudgetTest, APullTheStalenessBoundWouldHoldReturnsOnceTheBudgetIsSpent) {
+  // Worker 1 spends the budget alone while worker 0 never pushes: without a budget its pull at
+  // clock 3 waits for worker 0 (see the SSP test above); with it, the job is over and nothing
+  // should wait for a worker that has no more work to do.
+  PartitionConfig config = Config(ConsistencyMode::kSsp, 2);
+  config.staleness = 2;
+  config.sample_budget = 12;
+  ParameterPartition partition(config);
+  ASSERT_TRUE(partition.Load(CheckpointOf(InitialModel(), 0), "test").ok());
+  const std::vector<float> g(kTotalFloats, 0.01f);
+  int64_t version = 0;
+  for (int step = 0; step < 3; ++step) {
+    auto pushed = PushFlat(partition, 1, version, g, Patient());
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    version = *pushed;
+  }
+  WaitOptions short_wait;  // would end in DEADLINE_EXCEEDED if the pull were held
+  short_wait.deadline = std::chrono::system_clock::now() + std::chrono::seconds(60);
+  auto pulled = partition.Pull(1, version, short_wait);
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  EXPECT_EQ(pulled->version, 3);
+  EXPECT_GE(pulled->samples, pulled->sample_budget);
+}
+
+TEST(SampleBudgetTest, NoBudgetMeansNoLimit) {
+  ParameterPartition partition(Config(ConsistencyMode::kAsp, 1));
+  ASSERT_TRUE(partition.Load(CheckpointOf(InitialModel(), 0), "test").ok());
+  const std::vector<float> g(kTotalFloats, 0.01f);
+  int64_t version = 0;
+  for (int step = 0; step < 10; ++step) {
+    auto pushed = PushFlat(partition, 0, version, g, Patient());
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+    version = *pushed;
+  }
+  EXPECT_EQ(version, 10);
+  EXPECT_EQ(partition.Status().discarded_pushes, 0);
+}
+
 }  // namespace
 }  // namespace strata

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "bench/allreduce/rank_launcher.h"
+#include "services/common/child_process.h"
 #include "services/common/rpc.h"
 #include "services/worker/in_memory_ring_link.h"
 #include "services/worker/ring_allreduce.h"
@@ -167,7 +168,12 @@ TEST(RingFaults, AKilledPeerProcessIsNamed) {
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  ASSERT_EQ(posix_spawn(&cleanup.child, argv[0], nullptr, nullptr, argv.data(), environ), 0);
+  // The peer shares this process's run token, or the ring's calls are refused.
+  std::vector<std::string> env_strings = ChildEnvironment();
+  std::vector<char*> env;
+  for (auto& e : env_strings) env.push_back(e.data());
+  env.push_back(nullptr);
+  ASSERT_EQ(posix_spawn(&cleanup.child, argv[0], nullptr, nullptr, argv.data(), env.data()), 0);
   auto peers = bench::ExchangePorts(dir, 0, 2, port, std::chrono::seconds(60));
   ASSERT_TRUE(peers.ok()) << peers.status();
   ASSERT_TRUE(ring.Connect(*peers).ok());

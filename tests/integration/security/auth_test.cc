@@ -1,0 +1,405 @@
+// The run token against the real service binaries (docs/security.md, "Authentication"): every
+// method of every service in proto/strata/v1, enumerated from the generated descriptors, answers a
+// call without the token, or with a wrong one, with UNAUTHENTICATED, and no handler runs (the
+// services are still up after Stop was called on each of them); a service started without a token
+// refuses to start unless told --insecure-no-auth; `strata run` gives its services a fresh token
+// in their environment only, and nothing it writes holds it.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_split.h>
+#include <google/protobuf/descriptor.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "services/common/child_process.h"
+#include "services/common/files.h"
+#include "services/common/rpc.h"
+#include "services/common/rpc_auth.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+
+constexpr char kJob[] = R"(name: auth-test
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 256, max_test: 100 }
+model: { arch: mlp }
+training: { epochs: 1, batch_size: 64 }
+cluster: { workers: 1, parameter_servers: 1, threads_per_worker: 1 }
+)";
+
+std::string Bin(const std::string& name) { return std::string(STRATA_BIN_DIR) + "/" + name; }
+
+// Which binary serves each service. A service declared in the protos and missing here fails the
+// test: say which binary serves it (and start that binary below) so that its methods are checked.
+const std::map<std::string, std::string>& ServingBinary() {
+  static const auto* m = new std::map<std::string, std::string>{
+      {"strata.v1.ParameterServer", "strata-ps"},  {"strata.v1.Worker", "strata-worker"},
+      {"strata.v1.Collective", "strata-worker"},  // the ring, served on the worker's port
+      {"strata.v1.Evaluator", "strata-evaluator"}, {"strata.v1.Sharder", "strata-sharder"},
+  };
+  return *m;
+}
+
+// Every service of every proto file, from the generated descriptor pool.
+std::vector<const google::protobuf::ServiceDescriptor*> AllServices() {
+  std::vector<const google::protobuf::ServiceDescriptor*> services;
+  for (absl::string_view file : absl::StrSplit(STRATA_PROTO_FILES, ',')) {
+    const google::protobuf::FileDescriptor* fd =
+        google::protobuf::DescriptorPool::generated_pool()->FindFileByName(std::string(file));
+    EXPECT_NE(fd, nullptr) << file << " is not in the generated descriptor pool";
+    if (fd == nullptr) continue;
+    for (int s = 0; s < fd->service_count(); ++s) services.push_back(fd->service(s));
+  }
+  return services;
+}
+
+// A call of `method` ("/pkg.Service/Method") with one empty message (the serialized default of
+// every request type) through the generic stub, whatever the method's kind: unary and streaming
+// calls alike end in Finish's status. `authorization` (if not empty) is sent as that header.
+grpc::Status CallWithDefaultRequest(const std::shared_ptr<grpc::Channel>& channel,
+                                    const std::string& method, const std::string& authorization) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(seconds(30)));
+  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stub.PrepareCall(&context, method, &cq);
+  void* tag = nullptr;
+  bool ok = false;
+  auto step = [&](intptr_t expected) {
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(reinterpret_cast<intptr_t>(tag), expected);
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  step(1);
+  grpc::Slice empty{std::string()};
+  grpc::ByteBuffer request(&empty, 1);
+  call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
+  step(2);
+  grpc::ByteBuffer reply;
+  call->Read(&reply, reinterpret_cast<void*>(3));
+  step(3);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(4));
+  step(4);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  return status;
+}
+
+std::shared_ptr<grpc::Channel> ChannelWithoutToken(const std::string& address) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
+
+class AuthTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/strata-auth-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    ASSERT_TRUE(WriteFileAtomic(dir_ + "/job.yaml", kJob).ok());
+  }
+  void TearDown() override {
+    std::vector<ChildProcess*> all;
+    for (auto& [name, s] : services_) all.push_back(s.process.get());
+    TerminateAll(all, seconds(5));
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  struct Service {
+    std::unique_ptr<ChildProcess> process;
+    std::string address;
+  };
+
+  // Starts `binary` on 127.0.0.1:0 through ChildProcess (which hands it this process's token).
+  void Launch(const std::string& binary, std::vector<std::string> args) {
+    SpawnOptions o;
+    o.name = binary;
+    o.log_path = dir_ + "/" + binary + ".log";
+    const std::string port_file = dir_ + "/" + binary + ".port";
+    o.argv = {Bin(binary)};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.argv.insert(o.argv.end(), {"--listen", "127.0.0.1:0", "--port-file", port_file});
+    auto child = ChildProcess::Spawn(o);
+    ASSERT_TRUE(child.ok()) << child.status();
+    Service& s = services_[binary];
+    s.process = std::move(*child);
+    auto port = WaitForPortFile(*s.process, port_file, seconds(120));
+    ASSERT_TRUE(port.ok()) << port.status();
+    s.address = absl::StrCat("127.0.0.1:", *port);
+  }
+
+  void LaunchAll() {
+    const std::string job = dir_ + "/job.yaml";
+    ASSERT_NO_FATAL_FAILURE(
+        Launch("strata-ps", {"--config", job, "--partition", "0", "--partitions", "1", "--workers",
+                             "1", "--train-examples", "256"}));
+    ASSERT_NO_FATAL_FAILURE(Launch(
+        "strata-worker", {"--config", job, "--rank", "0", "--world", "1", "--run-dir", dir_}));
+    ASSERT_NO_FATAL_FAILURE(Launch("strata-evaluator", {"--config", job}));
+    // The subcommand comes first; Launch appends --listen and --port-file after it.
+    ASSERT_NO_FATAL_FAILURE(Launch("strata-sharder", {"serve", "--run-dir", dir_}));
+  }
+
+  std::string dir_;
+  std::map<std::string, Service> services_;  // by binary
+};
+
+TEST_F(AuthTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheRightToken) {
+  ASSERT_NO_FATAL_FAILURE(LaunchAll());
+  const std::string token = CurrentRpcAuth().token;
+  ASSERT_GE(token.size(), kMinRunTokenChars);
+  auto other = GenerateRunToken();
+  ASSERT_TRUE(other.ok());
+  // "" sends no authorization header at all.
+  const std::vector<std::string> wrong = {
+      "",
+      "Bearer " + *other,
+      "Bearer " + token.substr(0, token.size() - 1),
+      "Bearer " + token + "0",
+      token,  // without the scheme
+      "Bearer ",
+  };
+  int methods = 0;
+  for (const google::protobuf::ServiceDescriptor* service : AllServices()) {
+    auto binary = ServingBinary().find(service->full_name());
+    ASSERT_NE(binary, ServingBinary().end())
+        << service->full_name() << " is served by no binary this test starts";
+    const std::string address = services_.at(binary->second).address;
+    for (int m = 0; m < service->method_count(); ++m) {
+      const google::protobuf::MethodDescriptor* method = service->method(m);
+      const std::string path = absl::StrCat("/", service->full_name(), "/", method->name());
+      ++methods;
+      for (const std::string& authorization : wrong) {
+        const grpc::Status status =
+            CallWithDefaultRequest(ChannelWithoutToken(address), path, authorization);
+        EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+            << path << " with authorization '" << authorization << "': " << status.error_code()
+            << " " << status.error_message();
+      }
+    }
+  }
+  EXPECT_GE(methods, 20) << "fewer methods than the protos declared when this test was written";
+
+  // No handler ran: Stop was called on every service and each is still up and answering a caller
+  // who has the token (MakeChannel carries it).
+  for (auto& [binary, s] : services_) {
+    EXPECT_FALSE(s.process->Poll()) << binary << " " << s.process->ExitDescription()
+                                    << "; its log ends: " << LogTail(s.process->log_path());
+  }
+  for (const char* path : {"/strata.v1.ParameterServer/GetStatus", "/strata.v1.Worker/GetStatus",
+                           "/strata.v1.Evaluator/GetStatus"}) {
+    const std::string service = std::string(path).substr(1, std::string(path).rfind('/') - 1);
+    const std::string address = services_.at(ServingBinary().at(service)).address;
+    const grpc::Status status = CallWithDefaultRequest(MakeChannel(address), path, "");
+    EXPECT_TRUE(status.ok()) << path << ": " << status.error_code() << " "
+                             << status.error_message();
+  }
+  // The token is in no service's log.
+  for (auto& [binary, s] : services_) {
+    auto log = ReadFile(s.process->log_path());
+    ASSERT_TRUE(log.ok());
+    EXPECT_FALSE(absl::StrContains(*log, token)) << binary << " logged the run token";
+  }
+}
+
+struct Exit {
+  int code = -1;
+  std::string output;
+};
+
+// Runs `argv` with this process's environment minus STRATA_RUN_TOKEN, plus `extra_env`, until it
+// exits or `limit` passes (then it is killed).
+Exit RunWithoutToken(const std::vector<std::string>& argv, const std::string& log,
+                     const std::vector<std::string>& extra_env = {}, seconds limit = seconds(120)) {
+  std::vector<std::string> env_strings;
+  for (std::string& e : ChildEnvironment()) {
+    if (!absl::StartsWith(e, absl::StrCat(kRunTokenEnv, "="))) env_strings.push_back(std::move(e));
+  }
+  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> env, args;
+  for (auto& e : env_strings) env.push_back(e.data());
+  env.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& a : argv_copy) args.push_back(a.data());
+  args.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  Exit result;
+  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return result;
+  const auto until = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > until) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a pid
+  }
+  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.output = ReadFile(log).value_or("");
+  return result;
+}
+
+TEST_F(AuthTest, ServicesRefuseToStartWithoutAToken) {
+  const std::string job = dir_ + "/job.yaml";
+  const std::vector<std::vector<std::string>> commands = {
+      {Bin("strata-ps"), "--config", job, "--partition", "0", "--partitions", "1", "--workers", "1",
+       "--train-examples", "256", "--listen", "127.0.0.1:0"},
+      {Bin("strata-worker"), "--config", job, "--rank", "0", "--world", "1", "--listen",
+       "127.0.0.1:0"},
+      {Bin("strata-evaluator"), "--config", job, "--listen", "127.0.0.1:0"},
+      {Bin("strata-sharder"), "serve", "--listen", "127.0.0.1:0"},
+  };
+  for (const auto& command : commands) {
+    const std::string name = fs::path(command[0]).filename();
+    const Exit none = RunWithoutToken(command, dir_ + "/" + name + ".none.log");
+    EXPECT_EQ(none.code, 2) << name << ": " << none.output;
+    EXPECT_TRUE(absl::StrContains(none.output, kRunTokenEnv)) << name << ": " << none.output;
+    EXPECT_TRUE(absl::StrContains(none.output, kInsecureNoAuthFlag)) << name << ": " << none.output;
+  }
+  // A token too short to be a secret is refused too.
+  const Exit short_token =
+      RunWithoutToken(commands[0], dir_ + "/short.log", {absl::StrCat(kRunTokenEnv, "=abc")});
+  EXPECT_EQ(short_token.code, 2) << short_token.output;
+  EXPECT_TRUE(absl::StrContains(short_token.output, "at least")) << short_token.output;
+}
+
+TEST_F(AuthTest, InsecureNoAuthServesAnyCallerAndSaysSo) {
+  const std::string port_file = dir_ + "/ps.port", log = dir_ + "/ps.log";
+  std::unique_ptr<Exit> exit;
+  std::thread runner([&] {
+    exit = std::make_unique<Exit>(
+        RunWithoutToken({Bin("strata-ps"), "--config", dir_ + "/job.yaml", "--partition", "0",
+                         "--partitions", "1", "--workers", "1", "--train-examples", "256",
+                         "--listen", "127.0.0.1:0", "--port-file", port_file, kInsecureNoAuthFlag},
+                        log));
+  });
+  std::optional<int> port;
+  const auto until = std::chrono::steady_clock::now() + seconds(60);
+  while (!(port = ReadPortFile(port_file)) && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the file appears when it does
+  }
+  ASSERT_TRUE(port.has_value()) << ReadFile(log).value_or("(no log)");
+  const std::string address = absl::StrCat("127.0.0.1:", *port);
+  const grpc::Status status = CallWithDefaultRequest(ChannelWithoutToken(address),
+                                                     "/strata.v1.ParameterServer/GetStatus", "");
+  EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+  const grpc::Status stop =
+      CallWithDefaultRequest(ChannelWithoutToken(address), "/strata.v1.ParameterServer/Stop", "");
+  EXPECT_TRUE(stop.ok()) << stop.error_code() << " " << stop.error_message();
+  runner.join();
+  ASSERT_NE(exit, nullptr);
+  EXPECT_EQ(exit->code, 0) << exit->output;
+  EXPECT_TRUE(absl::StrContains(exit->output, "warning")) << exit->output;
+  EXPECT_TRUE(absl::StrContains(exit->output, kInsecureNoAuthFlag)) << exit->output;
+}
+
+// The environment of process `pid` as NAME=value strings ("" if unreadable).
+std::vector<std::string> EnvironmentOf(int pid) {
+  auto text = ReadFile(absl::StrCat("/proc/", pid, "/environ"));
+  if (!text.ok()) return {};
+  return absl::StrSplit(*text, '\0', absl::SkipEmpty());
+}
+
+TEST_F(AuthTest, StrataRunHandsEveryServiceAFreshTokenThroughItsEnvironmentOnly) {
+  std::ofstream(dir_ + "/run.yaml") << R"(name: auth-run
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 200 }
+model: { arch: mlp }
+training: { epochs: 400, batch_size: 32, lr: 0.05, momentum: 0.9, seed: 1 }
+cluster: { workers: 2, parameter_servers: 1 }
+strategy: { kind: ps, consistency: asp }
+)";
+  const std::string run_dir = dir_ + "/run";
+  // `strata` inherits this test's token (ChildProcess) and must not pass it on.
+  SpawnOptions o;
+  o.name = "strata";
+  o.argv = {Bin("strata"), "run", dir_ + "/run.yaml", "--out", run_dir, "--quiet"};
+  o.log_path = dir_ + "/strata.log";
+  auto strata = ChildProcess::Spawn(o);
+  ASSERT_TRUE(strata.ok()) << strata.status();
+  std::unique_ptr<ChildProcess> run = std::move(*strata);
+
+  // Wait until the services train (so every call between them authenticated), then look at them.
+  std::vector<int> pids;
+  const auto until = std::chrono::steady_clock::now() + seconds(180);
+  while (std::chrono::steady_clock::now() < until && !run->Poll()) {
+    pids.clear();
+    auto text = ReadFile(run_dir + "/status.json");
+    nlohmann::json status =
+        text.ok() ? nlohmann::json::parse(*text, nullptr, false) : nlohmann::json();
+    bool trained =
+        status.is_object() && status.contains("workers") && status["workers"].size() == 2;
+    if (trained) {
+      for (const auto& w : status["workers"]) trained = trained && w.value("step", 0) > 5;
+      for (const auto& p : status["processes"]) {
+        if (p.value("running", false)) pids.push_back(p.value("pid", 0));
+      }
+    }
+    if (trained && pids.size() == 4) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // status.json is rewritten
+  }
+  ASSERT_EQ(pids.size(), 4u) << LogTail(o.log_path);
+  std::string token;
+  for (int pid : pids) {
+    std::string found;
+    for (const std::string& e : EnvironmentOf(pid)) {
+      if (absl::StartsWith(e, absl::StrCat(kRunTokenEnv, "="))) {
+        found = e.substr(strlen(kRunTokenEnv) + 1);
+      }
+    }
+    EXPECT_EQ(found.size(), 64u) << "pid " << pid;
+    if (token.empty()) token = found;
+    EXPECT_EQ(found, token) << "pid " << pid << " has another run's token";
+    auto cmdline = ReadFile(absl::StrCat("/proc/", pid, "/cmdline"));
+    EXPECT_TRUE(cmdline.ok() && !token.empty() && !absl::StrContains(*cmdline, token))
+        << "pid " << pid;
+  }
+  ASSERT_FALSE(token.empty());
+  EXPECT_NE(token, CurrentRpcAuth().token) << "strata run reused its caller's token";
+  for (const std::string& e : EnvironmentOf(run->pid())) {
+    EXPECT_NE(e, absl::StrCat(kRunTokenEnv, "=", token)) << "in strata's own environment";
+  }
+
+  run->Signal(SIGINT);
+  EXPECT_TRUE(run->WaitFor(seconds(60))) << LogTail(o.log_path);
+  // Nothing the run wrote (events with the command lines, logs, status, reports) holds it.
+  for (const auto& entry : fs::recursive_directory_iterator(run_dir)) {
+    if (!entry.is_regular_file()) continue;
+    auto text = ReadFile(entry.path().string());
+    ASSERT_TRUE(text.ok()) << entry.path();
+    EXPECT_FALSE(absl::StrContains(*text, token)) << entry.path() << " holds the run token";
+  }
+  EXPECT_FALSE(absl::StrContains(ReadFile(o.log_path).value_or(""), token));
+}
+
+}  // namespace
+}  // namespace strata
