@@ -17,28 +17,6 @@
 namespace strata {
 namespace {
 
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 struct Series {
   std::string label, color;
@@ -65,7 +43,7 @@ std::string Chart(const std::string& title, const std::string& x_label,
   std::string svg = absl::StrFormat(
       "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' class='chart'>"
       "<text x='%.0f' y='18' font-size='14' font-weight='bold'>%s</text>",
-      W, H, L, Escape(title));
+      W, H, L, HtmlEscape(title));
   if (!std::isfinite(x0)) return svg + "<text x='60' y='140'>no data yet</text></svg>";
   if (std::isfinite(marker_x)) x0 = std::min(x0, marker_x), x1 = std::max(x1, marker_x);
   if (x1 - x0 < 1e-12) x0 -= 0.5, x1 += 0.5;
@@ -85,14 +63,14 @@ std::string Chart(const std::string& title, const std::string& x_label,
   }
   absl::StrAppendFormat(&svg,
                         "<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%s</text>",
-                        (L + W - R) / 2, H - 8, Escape(x_label));
+                        (L + W - R) / 2, H - 8, HtmlEscape(x_label));
   if (std::isfinite(marker_x)) {
     absl::StrAppendFormat(&svg,
                           "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#d62728' "
                           "stroke-dasharray='5,4' class='switch-marker'/>"
                           "<text x='%.1f' y='%.1f' font-size='10' fill='#d62728'>%s</text>",
                           px(marker_x), T, px(marker_x), H - B, px(marker_x) + 3, T + 12,
-                          Escape(marker_label));
+                          HtmlEscape(marker_label));
   }
   int legend = 0;
   for (const Series& s : series) {
@@ -114,7 +92,7 @@ std::string Chart(const std::string& title, const std::string& x_label,
                           "<rect x='%.1f' y='%.1f' width='10' height='3' fill='%s'/>"
                           "<text x='%.1f' y='%.1f' font-size='10'>%s</text>",
                           W - R - 110, T + 10 + legend * 14, s.color, W - R - 96,
-                          T + 14 + legend * 14, Escape(s.label));
+                          T + 14 + legend * 14, HtmlEscape(s.label));
     ++legend;
   }
   return svg + "</svg>";
@@ -145,17 +123,17 @@ std::string RenderReportHtml(const ReportInput& in) {
   }
   const std::string label = "switch to PS";
   std::string html = absl::StrCat(
-      "<!DOCTYPE html><html><head><meta charset='utf-8'><title>", Escape(in.title),
+      "<!DOCTYPE html><html><head><meta charset='utf-8'><title>", HtmlEscape(in.title),
       "</title><style>body{font-family:sans-serif;margin:24px;color:#222}"
       "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
       "font-size:13px}.charts{display:flex;flex-wrap:wrap;gap:12px}pre{background:#f6f6f6;padding:"
       "8px;"
       "font-size:12px}</style></head><body><h1>",
-      Escape(in.title), "</h1>");
+      HtmlEscape(in.title), "</h1>");
   if (!in.summary.is_null()) {
     html += "<h2>Summary</h2><table>";
     for (auto it = in.summary.begin(); it != in.summary.end(); ++it) {
-      absl::StrAppend(&html, "<tr><th>", Escape(it.key()), "</th><td>", Escape(it.value().dump()),
+      absl::StrAppend(&html, "<tr><th>", HtmlEscape(it.key()), "</th><td>", HtmlEscape(it.value().dump()),
                       "</td></tr>");
     }
     html += "</table>";
@@ -176,12 +154,12 @@ std::string RenderReportHtml(const ReportInput& in) {
     absl::StrAppendFormat(
         &html,
         "<tr><td>%.0f</td><td>%s</td><td>%.4f</td><td>%.4f</td><td>%.4f</td><td>%.1f</td></tr>",
-        Number(m, "epoch"), Escape(m.value("phase", "")), Number(m, "val_loss"),
+        Number(m, "epoch"), HtmlEscape(m.value("phase", "")), Number(m, "val_loss"),
         Number(m, "val_acc"), Number(m, "train_loss"), Number(m, "wall_s"));
   }
   html += "</table><h2>Events</h2><pre>";
-  for (const auto& e : in.events) absl::StrAppend(&html, Escape(e.dump()), "\n");
-  absl::StrAppend(&html, "</pre><h2>Job</h2><pre>", Escape(in.job_yaml), "</pre></body></html>\n");
+  for (const auto& e : in.events) absl::StrAppend(&html, HtmlEscape(e.dump()), "\n");
+  absl::StrAppend(&html, "</pre><h2>Job</h2><pre>", HtmlEscape(in.job_yaml), "</pre></body></html>\n");
   return html;
 }
 
@@ -209,6 +187,32 @@ absl::Status WriteRunReport(const std::string& run_dir) {
     if (in.summary.is_discarded()) in.summary = nullptr;
   }
   return WriteFileAtomic(paths.report, RenderReportHtml(in));
+}
+
+std::string HtmlEscape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
 }
 
 }  // namespace strata

@@ -19,6 +19,9 @@ struct ReportInput {
 
 std::string RenderReportHtml(const ReportInput& input);
 
+// Text made safe inside HTML and SVG elements and attribute values (both quote kinds).
+std::string HtmlEscape(const std::string& s);
+
 // Reads the run directory's files and writes report.html (also for a run still going).
 absl::Status WriteRunReport(const std::string& run_dir);
 

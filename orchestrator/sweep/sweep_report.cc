@@ -8,36 +8,13 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
+#include "orchestrator/lib/report.h"
+
 namespace strata::sweep {
 namespace {
 
 constexpr double kW = 520, kH = 300, kL = 60, kR = 16, kT = 28, kB = 64;
 
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
-}
 
 // One colour per cell (the tab10 palette of the run report), repeating after ten.
 std::string CellColor(size_t i) {
@@ -78,7 +55,7 @@ std::string Open(const std::string& title, const std::string& css_class) {
   return absl::StrFormat(
       "<svg xmlns='http://www.w3.org/2000/svg' width='%.0f' height='%.0f' class='chart %s'>"
       "<text x='%.0f' y='18' font-size='14' font-weight='bold'>%s</text>",
-      kW, kH, css_class, kL, Escape(title));
+      kW, kH, css_class, kL, HtmlEscape(title));
 }
 
 std::string Axes(const Frame& f, const std::string& x_label, const std::string& y_label,
@@ -102,8 +79,8 @@ std::string Axes(const Frame& f, const std::string& x_label, const std::string& 
                         "<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%s</text>"
                         "<text x='12' y='%.1f' font-size='11' text-anchor='middle' "
                         "transform='rotate(-90 12 %.1f)'>%s</text>",
-                        (kL + kW - kR) / 2, kH - 6, Escape(x_label), (kT + kH - kB) / 2,
-                        (kT + kH - kB) / 2, Escape(y_label));
+                        (kL + kW - kR) / 2, kH - 6, HtmlEscape(x_label), (kT + kH - kB) / 2,
+                        (kT + kH - kB) / 2, HtmlEscape(y_label));
   return svg;
 }
 
@@ -120,7 +97,7 @@ std::string CategoryLabels(const SweepSpec& spec, double slot) {
                           "<text x='%.1f' y='%.1f' font-size='10' text-anchor='end' fill='%s' "
                           "transform='rotate(-30 %.1f %.1f)'>%s</text>",
                           cx, kH - kB + 14, CellColor(i), cx, kH - kB + 14,
-                          Escape(spec.cells[i].name));
+                          HtmlEscape(spec.cells[i].name));
   }
   return svg;
 }
@@ -145,7 +122,7 @@ std::string AccuracyCurves(const SweepSpec& spec, const std::vector<RunResult>& 
           &svg,
           "<path d='%s' fill='none' stroke='%s' stroke-width='1' "
           "stroke-opacity='0.8' class='run-curve'><title>%s seed %d</title></path>",
-          path, CellColor(c), Escape(r.cell), r.seed);
+          path, CellColor(c), HtmlEscape(r.cell), r.seed);
     }
     absl::StrAppendFormat(&svg,
                           "<rect x='%.1f' y='%.1f' width='10' height='3' fill='%s'/>"
@@ -153,7 +130,7 @@ std::string AccuracyCurves(const SweepSpec& spec, const std::vector<RunResult>& 
                           kW - kR - 150, kH - kB - 10 - 14.0 * (spec.cells.size() - 1 - c),
                           CellColor(c), kW - kR - 136,
                           kH - kB - 6 - 14.0 * (spec.cells.size() - 1 - c),
-                          Escape(spec.cells[c].name));
+                          HtmlEscape(spec.cells[c].name));
   }
   return svg + "</svg>";
 }
@@ -190,7 +167,7 @@ std::string MeanBars(const SweepSpec& spec, const SweepSummary& summary, const s
                           "<rect x='%.1f' y='%.1f' width='%.1f' height='%.1f' fill='%s' "
                           "fill-opacity='0.7' class='bar'><title>%s: mean %s, n %d</title></rect>",
                           cx - bw / 2, std::min(top, zero), bw, std::fabs(zero - top), CellColor(i),
-                          Escape(row->cell), Short(row->stats.mean), row->stats.n);
+                          HtmlEscape(row->cell), Short(row->stats.mean), row->stats.n);
     double label_y = std::min(top, zero) - 4;
     if (std::isfinite(row->ci95_half_width)) {
       const double y0 = f.PY(row->stats.mean - row->ci95_half_width);
@@ -244,7 +221,7 @@ std::string SwitchDots(const SweepSpec& spec, const std::vector<RunResult>& resu
                             "<circle cx='%.1f' cy='%.1f' r='4' fill='%s' class='switch-dot'>"
                             "<title>%s seed %d: epoch %s</title></circle>",
                             cx + dx, f.PY(*runs[k]->switch_epoch), CellColor(i),
-                            Escape(runs[k]->cell), runs[k]->seed, Short(*runs[k]->switch_epoch));
+                            HtmlEscape(runs[k]->cell), runs[k]->seed, Short(*runs[k]->switch_epoch));
     }
   }
   svg += CategoryLabels(spec, slot);
@@ -258,18 +235,18 @@ std::string RenderSweepReportHtml(const SweepSpec& spec, const std::vector<RunRe
   int succeeded = 0;
   for (const RunResult& r : results) succeeded += r.state == "succeeded";
   std::string html = absl::StrCat(
-      "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Strata sweep ", Escape(spec.name),
+      "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Strata sweep ", HtmlEscape(spec.name),
       "</title><style>body{font-family:sans-serif;margin:24px;color:#222}"
       "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
       "font-size:13px}td.n{text-align:right}.charts{display:flex;flex-wrap:wrap;gap:12px}"
       ".note{color:#555;font-size:13px;max-width:60em}</style></head><body><h1>Strata sweep ",
-      Escape(spec.name), "</h1>");
+      HtmlEscape(spec.name), "</h1>");
   absl::StrAppendFormat(
       &html,
       "<p>Base job <code>%s</code>; %d cell(s) x %d seed(s); %d of %d run(s) "
       "succeeded. Baseline cell: <b>%s</b>.%s</p>",
-      Escape(spec.base_path), spec.cells.size(), spec.seeds.size(), succeeded, results.size(),
-      Escape(spec.baseline),
+      HtmlEscape(spec.base_path), spec.cells.size(), spec.seeds.size(), succeeded, results.size(),
+      HtmlEscape(spec.baseline),
       spec.target_accuracy ? absl::StrFormat(" Target accuracy %.4g.", *spec.target_accuracy) : "");
   html += "<h2>Charts</h2><div class='charts'>";
   html += AccuracyCurves(spec, results);
@@ -291,7 +268,7 @@ std::string RenderSweepReportHtml(const SweepSpec& spec, const std::vector<RunRe
                             "<tr><td>%s</td><td>%s</td><td class='n'>%d</td><td class='n'>%s</td>"
                             "<td class='n'>%s</td><td class='n'>%s</td><td class='n'>%s</td>"
                             "<td class='n'>%s</td></tr>",
-                            metric, Escape(row.cell), row.stats.n, Short(row.stats.mean),
+                            metric, HtmlEscape(row.cell), row.stats.n, Short(row.stats.mean),
                             Short(row.stats.sd), Short(row.stats.min), Short(row.stats.max),
                             row.ratio_to_baseline ? Short(*row.ratio_to_baseline) : "--");
     }
@@ -308,9 +285,9 @@ std::string RenderSweepReportHtml(const SweepSpec& spec, const std::vector<RunRe
           &html,
           "<tr><td>%s</td><td>%s</td><td class='n'>%d / %d</td><td class='n'>%s</td>"
           "<td class='n'>%s</td><td class='n'>%s</td><td class='n'>%s</td><td>%s</td></tr>",
-          Escape(v.cell), v.metric, v.n, v.n_baseline, v.ratio ? Short(v.ratio->ratio) : "--",
+          HtmlEscape(v.cell), v.metric, v.n, v.n_baseline, v.ratio ? Short(v.ratio->ratio) : "--",
           v.ratio ? absl::StrCat(Short(v.ratio->ci_low), " to ", Short(v.ratio->ci_high)) : "--",
-          v.test ? Short(v.test->f) : "--", v.test ? Short(v.test->p) : "--", Escape(v.verdict));
+          v.test ? Short(v.test->f) : "--", v.test ? Short(v.test->p) : "--", HtmlEscape(v.verdict));
     }
     html += "</table>";
   }
@@ -328,7 +305,7 @@ std::string RenderSweepReportHtml(const SweepSpec& spec, const std::vector<RunRe
     absl::StrAppendFormat(&html,
                           "<tr><td>%s</td><td class='n'>%d</td><td>%s</td><td class='n'>%s</td>"
                           "<td class='n'>%s</td><td class='n'>%s</td><td class='n'>%s</td></tr>",
-                          Escape(r.cell), r.seed, Escape(r.state), cell(r.wall_s),
+                          HtmlEscape(r.cell), r.seed, HtmlEscape(r.state), cell(r.wall_s),
                           cell(r.final_val_acc), cell(r.time_to_target_s), cell(r.switch_epoch));
   }
   html += "</table></body></html>\n";
