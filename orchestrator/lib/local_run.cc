@@ -491,9 +491,7 @@ void LocalRun::WriteSummary(const std::string& state) {
       const v1::WorkerStatus& w = view_.workers[rank];
       nlohmann::json rates = nlohmann::json::object();
       if (switched()) {
-        const SwitchOutcome& o = *switcher_->outcome();
-        rates["allreduce"] = o.switch_step * samples_per_step /
-                             std::max(1e-9, SecondsBetween(train_start_, o.paused));
+        rates["allreduce"] = s.samples_per_s["allreduce"].get<double>() / spec_.cluster.workers;
         rates["ps"] = w.samples_per_s();
       } else {
         rates[phase_.name] = w.samples_per_s();
