@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 # the same from the first command to the second, so nothing is rebuilt for nothing.
 CMAKE_ARGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CURDIR)/scripts/compiler-launcher.sh
 
-.PHONY: all deps configure build test test-sanitize quickstart bench clean format
+.PHONY: all deps configure build test test-sanitize quickstart bench clean format image image-prebuilt
 
 all: build
 
@@ -32,6 +32,17 @@ test-sanitize: deps
 
 quickstart: build
 	@bash scripts/quickstart.sh $(BUILD_DIR)
+
+# The container image (docker/Dockerfile, docs/deploy.md "The image") in your Docker daemon
+# (DOCKER_HOST). `image` compiles inside the image build: needs only a daemon, takes long on two
+# cores. `image-prebuilt` copies this machine's build/bin into it: no compiling, a minute or two.
+IMAGE ?= strata:latest
+
+image: deps
+	@bash scripts/make-image.sh --from-source --tag $(IMAGE)
+
+image-prebuilt: build
+	@bash scripts/make-image.sh --prebuilt $(BUILD_DIR)/bin --tag $(IMAGE)
 
 bench: build
 	@STRATA_WITH_PEERS=1 bash scripts/install-deps.sh

@@ -14,5 +14,9 @@ void AddStatusCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);
 void AddSweepCommand(CLI::App& app, int* exit_code);
 void AddRenderCommand(CLI::App& app, int* exit_code);
+void AddSubmitCommand(CLI::App& app, int* exit_code);
+void AddLogsCommand(CLI::App& app, int* exit_code);
+void AddDeleteCommand(CLI::App& app, int* exit_code);
+void AddSuperviseCommand(CLI::App& app, int* exit_code);
 
 }  // namespace strata::cli

@@ -20,23 +20,6 @@ struct RenderArgs {
   RenderOptions options;
 };
 
-// The schema, and the one check beyond it that concerns any machine: no more servers than
-// tensors. The data files are not looked for: they live in the image, not here.
-absl::StatusOr<JobSpec> LoadRenderJob(const RenderArgs& a) {
-  auto spec = LoadJobSpec(a.job, a.overrides);
-  if (!spec.ok()) return spec.status();
-  if (spec->strategy.kind != "allreduce") {
-    const auto tensors = ModelTensorCount(spec->model.arch);
-    if (tensors && spec->cluster.parameter_servers > *tensors) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(a.job, ": cluster.parameter_servers: ", spec->cluster.parameter_servers,
-                       " servers for the ", *tensors, " tensors of model ", spec->model.arch,
-                       "; use at most ", *tensors));
-    }
-  }
-  return spec;
-}
-
 int Render(const RenderArgs& a) {
   auto fail = [](const std::string& message) {
     std::fprintf(stderr, "strata render: %s\n", message.c_str());
@@ -47,7 +30,7 @@ int Render(const RenderArgs& a) {
                              "': use --launcher compose or --launcher kubernetes"));
   }
   if (a.options.image.empty()) return fail("--image: the image name is empty");
-  auto spec = LoadRenderJob(a);
+  auto spec = LoadContainerJob(a.job, a.overrides);
   if (!spec.ok()) return fail(std::string(spec.status().message()));
   RenderedFiles files;
   if (a.launcher == "compose") {

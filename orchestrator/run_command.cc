@@ -1,5 +1,9 @@
-// `strata run JOB.yaml [--out DIR] [--set key=value ...] [--quiet]`: one training run, end to end.
+// `strata run JOB.yaml [--out DIR] [--set key=value ...] [--quiet] [--image IMAGE]`: one training
+// run, end to end, with the launcher the job names: child processes on this machine (`local`) or
+// a docker-compose project on this machine's Docker daemon (`compose`).
 #include "orchestrator/commands.h"
+#include "orchestrator/lib/compose_run.h"
+#include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
 
 namespace strata::cli {
@@ -15,8 +19,26 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   auto bin_dir = std::make_shared<std::string>();
   cmd->add_option("--bin-dir", *bin_dir,
                   "where the strata-* service binaries are (default: beside strata)");
-  cmd->callback([options, bin_dir, exit_code] {
+  auto image = std::make_shared<std::string>("strata:latest");
+  cmd->add_option("--image", *image,
+                  "launcher.kind compose: the image the containers run (built if missing)");
+  cmd->callback([options, bin_dir, image, exit_code] {
     options->bin_dir = bin_dir->empty() ? ExecutableDir() : *bin_dir;
+    // The launcher decides the path; a job that does not load is reported by RunLocalJob.
+    JobCheckOptions check;
+    check.overrides = options->overrides;
+    auto job = LoadAndCheckJob(options->job_path, check);
+    if (job.ok() && job->spec.launcher.kind == "compose") {
+      ComposeRunOptions compose;
+      compose.job_path = options->job_path;
+      compose.overrides = options->overrides;
+      compose.out_dir = options->out_dir;
+      compose.quiet = options->quiet;
+      compose.bin_dir = options->bin_dir;
+      compose.image = *image;
+      *exit_code = RunComposeJob(compose);
+      return;
+    }
     *exit_code = RunLocalJob(*options);
   });
 }

@@ -1,4 +1,5 @@
-// `strata status RUN_DIR`: where a running or finished run stands, from its run directory alone.
+// `strata status RUN_DIR`: where a running or finished run stands, from its run directory alone;
+// for a Kubernetes submission directory (`strata submit`), from the cluster through kubectl.
 #include <signal.h>
 
 #include <cerrno>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "orchestrator/commands.h"
+#include "orchestrator/lib/kubernetes_submission.h"
 #include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_record.h"
 #include "services/common/files.h"
@@ -102,8 +104,23 @@ int ShowStatus(const std::string& dir) {
 void AddStatusCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand("status", "show where a running or finished run stands");
   auto dir = std::make_shared<std::string>();
-  cmd->add_option("run_dir", *dir, "run directory")->required();
-  cmd->callback([=] { *exit_code = ShowStatus(*dir); });
+  auto kubernetes = std::make_shared<SubmissionCommandOptions>();
+  auto kubectl_timeout = std::make_shared<double>(60);
+  cmd->add_option("run_dir", *dir, "run directory, or a Kubernetes submission directory")
+      ->required();
+  cmd->add_option("--kubectl", kubernetes->kubectl,
+                  "submissions: the kubectl to run (default: the one the submission used)");
+  cmd->add_option("--kubectl-timeout", *kubectl_timeout,
+                  "submissions: seconds one kubectl call may take (default 60)");
+  cmd->callback([=] {
+    if (FindSubmissionDir(*dir)) {
+      kubernetes->kubectl_timeout =
+          std::chrono::milliseconds(static_cast<long long>(*kubectl_timeout * 1000));
+      *exit_code = ShowSubmissionStatus(*dir, *kubernetes);
+    } else {
+      *exit_code = ShowStatus(*dir);
+    }
+  });
 }
 
 }  // namespace strata::cli

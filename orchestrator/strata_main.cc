@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   strata::cli::AddReportCommand(app, &exit_code);
   strata::cli::AddSweepCommand(app, &exit_code);
   strata::cli::AddRenderCommand(app, &exit_code);
+  strata::cli::AddSubmitCommand(app, &exit_code);
+  strata::cli::AddLogsCommand(app, &exit_code);
+  strata::cli::AddDeleteCommand(app, &exit_code);
+  strata::cli::AddSuperviseCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

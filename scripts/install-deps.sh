@@ -11,7 +11,15 @@ packages=(
   dataset-fashion-mnist
   # `strata render --launcher compose` is checked with `docker-compose config` (docs/deploy.md).
   docker-compose
+  # The image's base is made without a registry (scripts/make-base-image.sh).
+  debootstrap
 )
+# The test suite starts a Docker daemon of its own (scripts/docker-daemon.sh) and `make image`
+# needs one. Only where no dockerd exists: docker.io conflicts with Docker's own docker-ce
+# packages, and apt would remove them to install it.
+if ! command -v dockerd >/dev/null && [[ ! -x /usr/sbin/dockerd && ! -x /usr/bin/dockerd ]]; then
+  packages+=(docker.io)
+fi
 # Peers for side-by-side benchmarks and the tests that compare against them.
 if [[ "${STRATA_WITH_PEERS:-0}" == 1 ]]; then
   packages+=(python3-torch python3-sklearn)

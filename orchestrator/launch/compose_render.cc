@@ -87,8 +87,11 @@ RenderedFiles RenderCompose(const JobSpec& spec, const RenderOptions& options) {
   doc.Comment(absl::StrCat(
       "Job '", spec.name, "' for docker-compose (v1 1.29+, file format 3.9), written by\n",
       "`strata render --launcher compose`: render again after changing the job spec rather than\n",
-      "editing this file. Before `docker-compose up --exit-code-from orchestrator`:\n",
+      "editing this file. Run it with (naming the service attaches to it alone, so the one-shot\n",
+      "sharder's exit does not end the project):\n",
       "  openssl rand -hex 32 > ", kTokenFile, "   # the run token, read by every service\n",
+      "  docker-compose up --exit-code-from orchestrator orchestrator\n",
+      "  docker-compose down --volumes\n",
       "The image (", options.image, ") holds the strata binaries, the `", kHealthProbe,
       "` probe and the\n", "data set at dataset.path. See docs/deploy.md."));
   doc.Add("version", Node::Str("3.9"));

@@ -45,9 +45,9 @@ JobSpec ContainerSpecOf(const JobSpec& spec, const std::string& launcher) {
 
 std::string ListenAddress() { return absl::StrCat("0.0.0.0:", kContainerPort); }
 
-// "exec BINARY", then one line per flag with its value, joined by backslash-newlines.
-std::string ExecLine(const std::string& binary, const std::vector<std::string>& args) {
-  std::string out = absl::StrCat("exec ", binary);
+// "BINARY", then one line per flag with its value, joined by backslash-newlines.
+std::string CommandLine(const std::string& binary, const std::vector<std::string>& args) {
+  std::string out = binary;
   for (size_t i = 0; i < args.size(); ++i) {
     absl::StrAppend(&out, " \\\n  ", ShellWord(args[i]));
     const bool is_flag = args[i].size() > 2 && args[i].compare(0, 2, "--") == 0;
@@ -56,6 +56,10 @@ std::string ExecLine(const std::string& binary, const std::vector<std::string>& 
     }
   }
   return out + "\n";
+}
+
+std::string ExecLine(const std::string& binary, const std::vector<std::string>& args) {
+  return absl::StrCat("exec ", CommandLine(binary, args));
 }
 
 std::vector<std::string> ReplaceTrainExamples(std::vector<std::string> args) {
@@ -149,7 +153,12 @@ ContainerRole RoleOf(ServiceRole role) {
   return ContainerRole::kWorker;
 }
 
-ContainerSpec Sharder(bool kubernetes) {
+// Where a `ps` job's servers find the initial model (the one-shot step writes it).
+std::string InitCheckpointPath() { return absl::StrCat(kContainerRunDir, "/checkpoints/init.ckpt"); }
+
+// The one-shot step before the services: the sharder, and for a job on parameter servers from
+// the start the initial model the servers load (a worker would build the same from the seed).
+ContainerSpec Sharder(const JobSpec& spec, bool kubernetes) {
   TaskSpec task = ShardTask(ContainerPaths());
   std::vector<std::string> args = task.args;
   if (kubernetes) args.insert(args.end(), {"--workers", "${STRATA_WORKERS}"});
@@ -157,8 +166,22 @@ ContainerSpec Sharder(bool kubernetes) {
   c.name = task.name;
   c.role = ContainerRole::kSharder;
   c.uses_run_dir = true;
-  c.script = absl::StrCat("set -eu\n", ExecLine(task.binary, args));
+  if (spec.strategy.kind == "ps") {
+    // The model first: services that wait for the shard manifest then find it too.
+    const TaskSpec init = InitCheckpointTask(ContainerPaths(), InitCheckpointPath());
+    c.script = absl::StrCat("set -eu\nmkdir -p ", kContainerRunDir, "/checkpoints\n",
+                            CommandLine(init.binary, init.args), ExecLine(task.binary, args));
+  } else {
+    c.script = absl::StrCat("set -eu\n", ExecLine(task.binary, args));
+  }
   return c;
+}
+
+ServicePlanInputs ContainerPlanInputs(const JobSpec& spec) {
+  ServicePlanInputs inputs;
+  inputs.train_examples = kTrainExamplesStandIn;
+  if (spec.strategy.kind == "ps") inputs.init_checkpoint = InitCheckpointPath();
+  return inputs;
 }
 
 // The body of a service's script after the token lines.
@@ -188,9 +211,9 @@ std::string SuperviseExec(const std::string& servers, const std::string& workers
 }
 
 const char kSuperviseNote[] =
-    "`strata supervise` is the orchestrator's supervising mode that these files are written for:\n"
-    "it starts training on the services below, evaluates, switches and stops them, and writes\n"
-    "the run record to the run directory. It does not exist yet (docs/deploy.md).";
+    "`strata supervise`: the run's orchestrator. Once every service answers its health check it\n"
+    "starts training, evaluates, switches, stops the services and writes the run record to the\n"
+    "run directory (docs/deploy.md).";
 
 }  // namespace
 
@@ -250,9 +273,8 @@ ContainerPlan PlanComposeContainers(const JobSpec& job) {
   ContainerPlan plan;
   plan.spec = ContainerSpecOf(job, "compose");
   plan.job_yaml = JobSpecToYaml(plan.spec);
-  plan.containers.push_back(Sharder(false));
-  ServicePlanInputs inputs;
-  inputs.train_examples = kTrainExamplesStandIn;
+  plan.containers.push_back(Sharder(plan.spec, false));
+  const ServicePlanInputs inputs = ContainerPlanInputs(plan.spec);
   std::vector<std::string> servers, workers;
   const std::string port = absl::StrCat(":", kContainerPort);
   for (const ServiceSpec& s : PlanServices(plan.spec, ContainerPaths(), inputs)) {
@@ -288,9 +310,8 @@ ContainerPlan PlanKubernetesContainers(const JobSpec& job, const KubernetesNames
   ContainerPlan plan;
   plan.spec = ContainerSpecOf(job, "kubernetes");
   plan.job_yaml = JobSpecToYaml(plan.spec);
-  plan.containers.push_back(Sharder(true));
-  ServicePlanInputs inputs;
-  inputs.train_examples = kTrainExamplesStandIn;
+  plan.containers.push_back(Sharder(plan.spec, true));
+  const ServicePlanInputs inputs = ContainerPlanInputs(plan.spec);
   bool has_servers = false, has_worker = false, has_evaluator = false;
   for (const ServiceSpec& s : PlanServices(plan.spec, ContainerPaths(), inputs)) {
     const ContainerRole role = RoleOf(s.role);

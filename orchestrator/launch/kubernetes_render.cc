@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include <absl/strings/escaping.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_replace.h>
@@ -82,28 +83,69 @@ class Builder {
   RenderedFiles Render() {
     RenderedFiles files;
     files["base/kustomization.yaml"] = yaml::Emit(BaseKustomization());
-    files["base/job.yaml"] =
-        absl::StrCat("# The resolved job spec of '", spec_.name,
-                     "' as the containers read it (written by `strata render`).\n", plan_.job_yaml,
-                     plan_.job_yaml.back() == '\n' ? "" : "\n");
+    files["base/job.yaml"] = JobYaml();
     files["base/.gitignore"] =
         absl::StrCat("# The run token: a secret, never committed.\n", kTokenFile, "\n");
     files["base/network-policy.yaml"] = yaml::Emit(NetworkPolicy());
     files["base/run-volume.yaml"] = yaml::Emit(RunVolume());
     if (servers_) {
       files["base/parameter-servers.yaml"] =
-          yaml::EmitAll({HeadlessService(names_.ps(), "ps"), ParameterServers()});
+          yaml::EmitAll({HeadlessService(names_.ps(), "ps"), ParameterServers(Base())});
     }
     files["base/workers.yaml"] =
-        yaml::EmitAll({HeadlessService(names_.ring(), "worker"), Workers()});
+        yaml::EmitAll({HeadlessService(names_.ring(), "worker"), Workers(Base())});
     files["base/evaluator.yaml"] = yaml::EmitAll({EvaluatorService(), Evaluator()});
-    files["base/orchestrator.yaml"] = yaml::Emit(Orchestrator());
+    files["base/orchestrator.yaml"] = yaml::Emit(Orchestrator(false));
     AddOverlay("small", SmallProfile(spec_), &files);
     AddOverlay("large", LargeProfile(spec_), &files);
     return files;
   }
 
+  // The objects `kubectl kustomize` builds from base/ (overlay "") or an overlay, with the
+  // generators' output under plain names and the orchestrator Job suspended.
+  absl::StatusOr<KubernetesSubmission> Submission(const std::string& overlay,
+                                                  const std::string& run_token) const {
+    Profile p;
+    if (overlay.empty()) {
+      p = Base();
+    } else if (overlay == "small") {
+      p = SmallProfile(spec_);
+    } else if (overlay == "large") {
+      p = LargeProfile(spec_);
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown overlay '", overlay, "': use small or large (none: the base)"));
+    }
+    KubernetesSubmission s;
+    s.job_name = names_.orchestrator();
+    s.instance = names_.prefix;
+    s.job = Orchestrator(true);
+    s.run_volume = RunVolume();
+    s.owned.push_back(
+        GeneratedConfigMap(names_.job_spec(), Node::Map().Add("job.yaml", Node::Str(JobYaml()))));
+    Node topology = Node::Map();
+    for (const auto& [key, value] : TopologyValues(p)) topology.Add(key, Node::Str(value));
+    s.owned.push_back(GeneratedConfigMap(names_.topology(), std::move(topology)));
+    s.owned.push_back(RunTokenSecret(run_token));
+    s.owned.push_back(NetworkPolicy());
+    if (servers_) {
+      s.owned.push_back(HeadlessService(names_.ps(), "ps"));
+      s.owned.push_back(ParameterServers(p));
+    }
+    s.owned.push_back(HeadlessService(names_.ring(), "worker"));
+    s.owned.push_back(Workers(p));
+    s.owned.push_back(EvaluatorService());
+    s.owned.push_back(Evaluator());
+    return s;
+  }
+
  private:
+  std::string JobYaml() const {
+    return absl::StrCat("# The resolved job spec of '", spec_.name,
+                        "' as the containers read it (written by `strata render`).\n",
+                        plan_.job_yaml, plan_.job_yaml.back() == '\n' ? "" : "\n");
+  }
+
   // The base profile with the job's own CPU quotas (cluster.cpu) where it sets them.
   Profile Base() const {
     Profile p = BaseProfile(spec_);
@@ -146,7 +188,7 @@ class Builder {
     m.Add("name", Node::Str(name));
     m.Add("labels", Labels(component));
     if (owned) {
-      m.Add("annotations", Node::Map().Add(kOwnerAnnotation, Node::Str(names_.orchestrator())),
+      m.Add("annotations", OwnerAnnotations(),
             "`strata submit` turns this into an owner reference once the Job has a UID.");
     }
     return m;
@@ -278,8 +320,7 @@ class Builder {
     return o;
   }
 
-  Node ParameterServers() const {
-    const Profile p = Base();
+  Node ParameterServers(const Profile& p) const {
     Node o = Object("apps/v1", "StatefulSet", Metadata(names_.ps(), "ps", true));
     Node spec = Node::Map();
     spec.Add("serviceName", Node::Str(names_.ps()));
@@ -295,8 +336,7 @@ class Builder {
     return o;
   }
 
-  Node Workers() const {
-    const Profile p = Base();
+  Node Workers(const Profile& p) const {
     Node meta = Metadata(names_.workers(), "worker", true);
     Node o = Object("batch/v1", "Job", std::move(meta));
     Node spec = Node::Map();
@@ -337,10 +377,14 @@ class Builder {
     return o;
   }
 
-  Node Orchestrator() const {
+  Node Orchestrator(bool suspended) const {
     Node o = Object("batch/v1", "Job", Metadata(names_.orchestrator(), "orchestrator", false));
     o.Comment(Container(ContainerRole::kOrchestrator).note);
     Node spec = Node::Map();
+    if (suspended) {
+      spec.Add("suspend", Node::Bool(true),
+               "`strata submit` resumes the Job once every object it owns exists.");
+    }
     spec.Add("backoffLimit", Node::Int(0));
     spec.Add("ttlSecondsAfterFinished", Node::Int(86400),
              "A day after the run ends the Job goes, and with it every object it owns.");
@@ -398,11 +442,45 @@ class Builder {
     return o;
   }
 
+  std::vector<std::pair<std::string, std::string>> TopologyValues(const Profile& p) const {
+    std::vector<std::pair<std::string, std::string>> values = {
+        {"STRATA_WORKERS", absl::StrCat(p.workers)}};
+    if (servers_) values.push_back({"STRATA_PARAMETER_SERVERS", absl::StrCat(p.parameter_servers)});
+    return values;
+  }
+
   Node TopologyLiterals(const Profile& p) const {
-    std::vector<std::string> literals = {absl::StrCat("STRATA_WORKERS=", p.workers)};
-    if (servers_)
-      literals.push_back(absl::StrCat("STRATA_PARAMETER_SERVERS=", p.parameter_servers));
+    std::vector<std::string> literals;
+    for (const auto& [key, value] : TopologyValues(p)) literals.push_back(key + "=" + value);
     return Node::Strs(literals);
+  }
+
+  // What the base's generators make (labels and annotations from generatorOptions), under the
+  // plain name: a submission is applied once, so the content hash kustomize appends for
+  // rollouts would change nothing.
+  Node GeneratedMetadata(const std::string& name) const {
+    Node m = Node::Map();
+    m.Add("name", Node::Str(name));
+    m.Add("labels", Labels(""));
+    m.Add("annotations", OwnerAnnotations());
+    return m;
+  }
+
+  Node GeneratedConfigMap(const std::string& name, Node data) const {
+    Node o = Object("v1", "ConfigMap", GeneratedMetadata(name));
+    o.Add("data", std::move(data));
+    return o;
+  }
+
+  Node RunTokenSecret(const std::string& token) const {
+    Node o = Object("v1", "Secret", GeneratedMetadata(names_.token()));
+    o.Add("type", Node::Str("Opaque"));
+    o.Add("data", Node::Map().Add(kTokenKey, Node::Str(absl::Base64Escape(token))));
+    return o;
+  }
+
+  Node OwnerAnnotations() const {
+    return Node::Map().Add(kOwnerAnnotation, Node::Str(names_.orchestrator()));
   }
 
   Node BaseKustomization() const {
@@ -419,7 +497,8 @@ class Builder {
     if (servers_) resources.push_back("parameter-servers.yaml");
     resources.insert(resources.end(), {"workers.yaml", "evaluator.yaml", "orchestrator.yaml"});
     k.Add("resources", Node::Strs(resources));
-    k.Add("generatorOptions", Node::Map().Add("labels", Labels("")));
+    k.Add("generatorOptions",
+          Node::Map().Add("labels", Labels("")).Add("annotations", OwnerAnnotations()));
     Node maps = Node::Seq();
     maps.Push(Node::Map()
                   .Add("name", Node::Str(names_.job_spec()))
@@ -498,6 +577,40 @@ class Builder {
 absl::StatusOr<RenderedFiles> RenderKubernetes(const JobSpec& spec, const RenderOptions& options) {
   STRATA_ASSIGN_OR_RETURN(KubernetesNames names, MakeKubernetesNames(spec.name));
   return Builder(spec, names, options).Render();
+}
+
+absl::StatusOr<KubernetesSubmission> RenderKubernetesSubmission(const JobSpec& spec,
+                                                                const RenderOptions& options,
+                                                                const std::string& overlay,
+                                                                const std::string& run_token) {
+  STRATA_ASSIGN_OR_RETURN(KubernetesNames names, MakeKubernetesNames(spec.name));
+  return Builder(spec, names, options).Submission(overlay, run_token);
+}
+
+int AddOwnerReferences(const OwnerJob& owner, std::vector<yaml::Node>* objects) {
+  int added = 0;
+  for (Node& object : *objects) {
+    Node* metadata = object.Find("metadata");
+    if (metadata == nullptr) continue;
+    const Node* annotations = metadata->Find("annotations");
+    const Node* named = annotations ? annotations->Find(kOwnerAnnotation) : nullptr;
+    if (named == nullptr || named->scalar() != yaml::QuoteScalar(owner.name)) continue;
+    Node reference = Node::Map();
+    reference.Add("apiVersion", Node::Str("batch/v1"))
+        .Add("kind", Node::Str("Job"))
+        .Add("name", Node::Str(owner.name))
+        .Add("uid", Node::Str(owner.uid))
+        .Add("controller", Node::Bool(false))
+        .Add("blockOwnerDeletion", Node::Bool(true));
+    // Deleting the Job deletes this object; foreground deletion waits for it.
+    if (Node* references = metadata->Find("ownerReferences")) {
+      references->Push(std::move(reference));
+    } else {
+      metadata->Add("ownerReferences", Node::Seq().Push(std::move(reference)));
+    }
+    ++added;
+  }
+  return added;
 }
 
 }  // namespace strata

@@ -195,6 +195,16 @@ Node& Node::Push(Node item, std::string comment) {
   return *this;
 }
 
+Node* Node::Find(const std::string& key) {
+  if (kind_ != Kind::kMap) return nullptr;
+  for (Entry& e : entries_) {
+    if (e.key == key) return &e.value;
+  }
+  return nullptr;
+}
+
+const Node* Node::Find(const std::string& key) const { return const_cast<Node*>(this)->Find(key); }
+
 Node& Node::Comment(std::string text) {
   comment_ = std::move(text);
   return *this;

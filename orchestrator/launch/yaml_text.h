@@ -34,6 +34,11 @@ class Node {
   // A short sequence or map of scalars on one line: [a, b] / {k: v}.
   Node& Flow();
 
+  // Map: the value under `key`, or nullptr (also for a scalar or a sequence). For code that
+  // amends built objects (`strata submit` adds owner references).
+  Node* Find(const std::string& key);
+  const Node* Find(const std::string& key) const;
+
   struct Entry;
   Kind kind() const { return kind_; }
   const std::string& scalar() const { return scalar_; }

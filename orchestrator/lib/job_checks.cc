@@ -134,13 +134,28 @@ absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path,
       spec.cluster.parameter_servers < 1) {
     error("cluster.parameter_servers", "strategy needs at least one parameter server");
   }
-  if (usable({"launcher.kind"}) && options.for_run && spec.launcher.kind != "local") {
-    error("launcher.kind", absl::StrCat("'", spec.launcher.kind,
-                                        "' is not driven by `strata run` on this machine; "
-                                        "only 'local' is"));
+  if (usable({"launcher.kind"}) && options.for_run && spec.launcher.kind == "kubernetes") {
+    error("launcher.kind", "'kubernetes' jobs go to a cluster with `strata submit` (or `strata "
+                           "render` for the files); `strata run` drives 'local' and 'compose'");
   }
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
   return job;
+}
+
+absl::StatusOr<JobSpec> LoadContainerJob(const std::string& path,
+                                         const std::vector<std::string>& overrides) {
+  auto spec = LoadJobSpec(path, overrides);
+  if (!spec.ok()) return spec.status();
+  if (spec->strategy.kind != "allreduce") {
+    const auto tensors = ModelTensorCount(spec->model.arch);
+    if (tensors && spec->cluster.parameter_servers > *tensors) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": cluster.parameter_servers: ", spec->cluster.parameter_servers,
+                       " servers for the ", *tensors, " tensors of model ", spec->model.arch,
+                       "; use at most ", *tensors));
+    }
+  }
+  return spec;
 }
 
 }  // namespace strata

@@ -29,6 +29,12 @@ struct JobCheckOptions {
 // schema's first, then these checks (each skipped when the schema refused one of its inputs).
 absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path, const JobCheckOptions& options);
 
+// What `strata render` and `strata submit` check: the schema, and the one check beyond it that
+// concerns any machine (no more servers than tensors). The data files are not looked for: they
+// live in the image, not on the machine that renders.
+absl::StatusOr<JobSpec> LoadContainerJob(const std::string& path,
+                                         const std::vector<std::string>& overrides);
+
 // The number of tensors the parameter servers partition (trainable parameters, then float
 // buffers) for each model of services/common/models.cc. The orchestrator does not link LibTorch,
 // so this is a table; tests/integration/orchestrator checks it against `strata-evaluator

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -15,7 +16,9 @@
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
 
+#include "orchestrator/launch/attached_launcher.h"
 #include "orchestrator/launch/local_launcher.h"
 #include "orchestrator/launch/service_plan.h"
 #include "orchestrator/lib/job_checks.h"
@@ -93,9 +96,10 @@ void InstallSignalHandlers() {
   ::signal(SIGPIPE, SIG_IGN);
 }
 
-// A local run: prepares the run directory, shards the data, launches the services as children,
-// starts training, and hands the rest to the RunSupervisor, whose host it is (processes, signals,
-// the screen). It writes the record's end (summary, report) and ends every child.
+// A run: prepares the run directory, shards the data and launches the services as children (or,
+// attached, finds the sharder's output and the services' addresses), starts training, and hands
+// the rest to the RunSupervisor, whose host it is (processes, signals, the screen). It writes the
+// record's end (summary, report) and ends every service.
 class LocalRun final : public SupervisorHost, public SwitchEvents {
  public:
   LocalRun(const LocalRunOptions& options, CheckedJob job, std::string run_dir)
@@ -140,6 +144,8 @@ class LocalRun final : public SupervisorHost, public SwitchEvents {
   void WriteStatus();
   void WriteSummary(const std::string& state);
   bool UsesServers() const { return spec_.strategy.kind != "allreduce"; }
+  bool attached() const { return options_.attached.has_value(); }
+  const char* command() const { return attached() ? "strata supervise" : "strata run"; }
   bool switched() const { return switcher_ && switcher_->outcome().has_value(); }
 
   const LocalRunOptions& options_;
@@ -184,7 +190,7 @@ int LocalRun::Run() {
   Shutdown(!failure_.failed());
   Finish(state);
   if (failure_.failed()) {
-    std::fprintf(stderr, "strata run: %s: %s\n  run directory: %s (summary.json, logs/)\n",
+    std::fprintf(stderr, "%s: %s: %s\n  run directory: %s (summary.json, logs/)\n", command(),
                  state.c_str(), std::string(failure_.status().message()).c_str(),
                  paths_.root.c_str());
     return interrupted ? 130 : 1;
@@ -210,7 +216,7 @@ void LocalRun::Finish(const std::string& state) {
   WriteStatus();
   WriteSummary(state);
   if (absl::Status r = WriteRunReport(paths_.root); !r.ok()) {
-    std::fprintf(stderr, "strata run: cannot write the report: %s\n",
+    std::fprintf(stderr, "%s: cannot write the report: %s\n", command(),
                  std::string(r.message()).c_str());
   }
   record_->Event(RunEvent::kRunFinished,
@@ -220,9 +226,9 @@ void LocalRun::Finish(const std::string& state) {
 absl::Status LocalRun::Execute() {
   STRATA_RETURN_IF_ERROR(Prepare());
   console_.Say(absl::StrFormat(
-      "strata run: %s: %s on %s, strategy %s, %d worker(s), %d parameter server(s); run "
+      "%s: %s: %s on %s, strategy %s, %d worker(s), %d parameter server(s); run "
       "directory %s",
-      spec_.name, spec_.model.arch, spec_.dataset.name, StrategyText(spec_.strategy),
+      command(), spec_.name, spec_.model.arch, spec_.dataset.name, StrategyText(spec_.strategy),
       spec_.cluster.workers, UsesServers() ? spec_.cluster.parameter_servers : 0, paths_.root));
   STRATA_RETURN_IF_ERROR(ShardData());
   STRATA_RETURN_IF_ERROR(LaunchServices());
@@ -242,13 +248,22 @@ absl::Status LocalRun::Prepare() {
   // file in the run directory: the directory outlives the run and is shared with readers of
   // logs and reports; /proc/PID/environ is readable only by the user who runs the job, the same
   // boundary a 0600 file would give, with nothing left behind.
-  STRATA_ASSIGN_OR_RETURN(std::string token, GenerateRunToken());
   RpcAuth auth;
-  auth.token = std::move(token);
+  if (attached()) {
+    // The token the platform gave every service (a compose secret, a Kubernetes Secret); present,
+    // SuperviseJob checked.
+    auth.token = std::getenv(kRunTokenEnv);
+  } else {
+    STRATA_ASSIGN_OR_RETURN(auth.token, GenerateRunToken());
+  }
   SetRpcAuth(std::move(auth));
   STRATA_ASSIGN_OR_RETURN(record_, RunRecord::Open(paths_.root, start_));
-  launcher_ =
-      std::make_unique<LocalLauncher>(options_.bin_dir, paths_.root, *record_, console_, failure_);
+  if (attached()) {
+    launcher_ = std::make_unique<AttachedLauncher>(*options_.attached, *record_);
+  } else {
+    launcher_ =
+        std::make_unique<LocalLauncher>(options_.bin_dir, paths_.root, *record_, console_, failure_);
+  }
   record_->Event(RunEvent::kRunStarted, {{"name", spec_.name},
                                          {"job", options_.job_path},
                                          {"overrides", options_.overrides},
@@ -282,10 +297,17 @@ absl::Status LocalRun::ShardData() {
                                             {"train_examples", train_examples_},
                                             {"steps_per_epoch", view_.planned_steps_per_epoch},
                                             {"method", spec_.sharding.method}});
-  console_.Say(absl::StrFormat(
-      "sharded %d training examples (%s) into %d shard(s) in %.1f s; %d steps per epoch",
-      train_examples_, spec_.sharding.method, spec_.cluster.workers, secs,
-      view_.planned_steps_per_epoch));
+  if (attached()) {  // the sharder ran before this process; its time is not ours to report
+    console_.Say(absl::StrFormat(
+        "the sharder's plan: %d training examples (%s) in %d shard(s); %d steps per epoch",
+        train_examples_, spec_.sharding.method, spec_.cluster.workers,
+        view_.planned_steps_per_epoch));
+  } else {
+    console_.Say(absl::StrFormat(
+        "sharded %d training examples (%s) into %d shard(s) in %.1f s; %d steps per epoch",
+        train_examples_, spec_.sharding.method, spec_.cluster.workers, secs,
+        view_.planned_steps_per_epoch));
+  }
   return absl::OkStatus();
 }
 
@@ -319,7 +341,8 @@ absl::Status LocalRun::WaitForPorts() {
   addresses.servers = Addresses(ServiceRole::kParameterServer);
   addresses.evaluator = Addresses(ServiceRole::kEvaluator).front();
   client_ = MakeGrpcClusterClient(addresses);
-  console_.Say(absl::StrFormat("%d process(es) listening after %.1f s", endpoints_.size(),
+  console_.Say(absl::StrFormat("%d %s after %.1f s", endpoints_.size(),
+                               attached() ? "service(s) serving" : "process(es) listening",
                                SecondsBetween(start_, Clock::now())));
   return absl::OkStatus();
 }
@@ -568,6 +591,54 @@ int RunLocalJob(const LocalRunOptions& options) {
     return 2;
   }
   LocalRun run(options, std::move(*job), dir);
+  return run.Run();
+}
+
+int SuperviseJob(const LocalRunOptions& options) {
+  JobCheckOptions check;
+  check.overrides = options.overrides;
+  auto job = LoadAndCheckJob(options.job_path, check);
+  if (!job.ok()) {
+    std::fprintf(stderr, "strata supervise: %s is not a valid job spec; nothing was started:\n%s\n",
+                 options.job_path.c_str(), std::string(job.status().message()).c_str());
+    return 2;
+  }
+  const JobSpec& spec = job->spec;
+  const AttachedServices& given = *options.attached;
+  std::vector<std::string> errors;
+  auto count = [&](const char* flag, size_t got, int want, const char* key) {
+    if (static_cast<int>(got) != want) {
+      errors.push_back(absl::StrFormat("%s gives %d address(es) but the job has %s = %d", flag,
+                                       got, key, want));
+    }
+  };
+  count("--workers", given.workers.size(), spec.cluster.workers, "cluster.workers");
+  count("--parameter-servers", given.parameter_servers.size(),
+        spec.strategy.kind == "allreduce" ? 0 : spec.cluster.parameter_servers,
+        spec.strategy.kind == "allreduce" ? "(strategy.kind allreduce) servers"
+                                          : "cluster.parameter_servers");
+  if (given.evaluator.empty()) errors.push_back("--evaluator is required");
+  if (!errors.empty()) {
+    std::fprintf(stderr, "strata supervise: nothing was started:\n%s\n",
+                 absl::StrJoin(errors, "\n").c_str());
+    return 2;
+  }
+  const char* token = std::getenv(kRunTokenEnv);
+  if (token == nullptr || *token == '\0') {
+    std::fprintf(stderr,
+                 "strata supervise: no run token: %s must hold the token the services were "
+                 "started with (docs/security.md); nothing was started\n",
+                 kRunTokenEnv);
+    return 2;
+  }
+  if (FileExists(options.out_dir + "/job.yaml")) {
+    std::fprintf(stderr,
+                 "strata supervise: %s already holds a run's record (job.yaml); a run directory "
+                 "serves one run\n",
+                 options.out_dir.c_str());
+    return 2;
+  }
+  LocalRun run(options, std::move(*job), options.out_dir);
   return run.Run();
 }
 

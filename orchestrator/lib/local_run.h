@@ -1,14 +1,19 @@
-// `strata run` with the local launcher: every service is a child process on 127.0.0.1, the run
-// directory is a local directory. RunLocalJob checks the job, shards the data, launches the
-// services (launch/local_launcher.h) and starts training; the run supervisor
-// (run/run_supervisor.h) then watches it to the end in one loop, stepping the evaluation
-// scheduler and the switch controller (run/switch_controller.h); every child ends on success,
-// failure and Ctrl-C.
+// One orchestrated run, in two forms. `strata run` with the local launcher: every service is a
+// child process on 127.0.0.1, the run directory is a local directory; RunLocalJob checks the job,
+// shards the data, launches the services (launch/local_launcher.h) and starts training.
+// `strata supervise` (SuperviseJob): the services were started by docker-compose or Kubernetes
+// and listen at given addresses (launch/attached_launcher.h); the sharder ran before. From there
+// both are the same: the run supervisor (run/run_supervisor.h) watches the run to the end in one
+// loop, stepping the evaluation scheduler and the switch controller (run/switch_controller.h),
+// and every service is stopped on success, failure and Ctrl-C (SIGTERM in a container).
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "orchestrator/launch/attached_launcher.h"
 
 namespace strata {
 
@@ -24,11 +29,18 @@ struct LocalRunOptions {
   // A worker that answers no GetStatus for this long is declared dead.
   std::chrono::milliseconds unresponsive_timeout{60000};
   std::chrono::milliseconds switch_timeout{300000};
+  // Set by SuperviseJob: the services already run at these addresses; nothing is launched, and
+  // the run token is the one in this process's environment (the services were given the same).
+  std::optional<AttachedServices> attached;
 };
 
 // Returns the process exit code: 0 success, 1 the run failed, 2 the job spec or the command line
 // is wrong (nothing was launched), 130 interrupted.
 int RunLocalJob(const LocalRunOptions& options);
+
+// `strata supervise`: the same exit codes. `options.attached` must be set; `options.out_dir` is the
+// run directory the services share (it holds the sharder's output already).
+int SuperviseJob(const LocalRunOptions& options);
 
 // The directory holding the running executable (where the service binaries are installed).
 std::string ExecutableDir();

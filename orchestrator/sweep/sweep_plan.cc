@@ -10,10 +10,12 @@
 namespace strata::sweep {
 
 std::vector<PlannedRun> PlanRuns(const SweepSpec& spec, const std::string& out_dir) {
+  // Seed by seed, every cell once per seed: the cells alternate, so that a change in the
+  // machine's load during a long sweep falls on every cell alike instead of on the cells run last.
   std::vector<PlannedRun> runs;
-  for (size_t c = 0; c < spec.cells.size(); ++c) {
-    const Cell& cell = spec.cells[c];
-    for (uint64_t seed : spec.seeds) {
+  for (uint64_t seed : spec.seeds) {
+    for (size_t c = 0; c < spec.cells.size(); ++c) {
+      const Cell& cell = spec.cells[c];
       PlannedRun run;
       run.cell = c;
       run.seed = seed;

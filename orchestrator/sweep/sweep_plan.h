@@ -26,7 +26,7 @@ struct PlannedRun {
   std::vector<std::string> assignments;
 };
 
-// Cells in order, each with every seed.
+// Every run of the sweep, seed by seed and within a seed cell by cell (cells alternate).
 std::vector<PlannedRun> PlanRuns(const SweepSpec& spec, const std::string& out_dir);
 
 // FNV-1a, 64 bits: a fingerprint of the base job's text, so that a run made from an older version

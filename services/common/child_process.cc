@@ -46,6 +46,16 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
     return absl::InternalError(absl::StrCat(options.name, ": cannot open log ", options.log_path,
                                             ": ", std::strerror(errno)));
   }
+  int out_fd = log_fd;
+  if (!options.stdout_path.empty()) {
+    out_fd = ::open(options.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (out_fd < 0) {
+      const int err = errno;
+      ::close(log_fd);
+      return absl::InternalError(absl::StrCat(options.name, ": cannot open ", options.stdout_path,
+                                              ": ", std::strerror(err)));
+    }
+  }
   // Everything the child needs is prepared before fork: after it only async-signal-safe calls.
   std::vector<char*> argv;
   for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
@@ -62,6 +72,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
   if (pid < 0) {
     const int err = errno;
     ::close(log_fd);
+    if (out_fd != log_fd) ::close(out_fd);
     return absl::InternalError(absl::StrCat(options.name, ": fork failed: ", std::strerror(err)));
   }
   if (pid == 0) {
@@ -76,12 +87,13 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
     ::signal(SIGPIPE, SIG_DFL);
     const int null_fd = ::open("/dev/null", O_RDONLY);
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
-    ::dup2(log_fd, STDOUT_FILENO);
+    ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(log_fd, STDERR_FILENO);
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   ::close(log_fd);
+  if (out_fd != log_fd) ::close(out_fd);
   // Also from the parent, so that a signal sent right after Spawn already finds the group.
   ::setpgid(pid, pid);
   return std::unique_ptr<ChildProcess>(new ChildProcess(options.name, options.log_path, pid));

@@ -22,6 +22,9 @@ struct SpawnOptions {
   std::string name;               // "worker-1", for messages
   std::vector<std::string> argv;  // argv[0] is the executable path
   std::string log_path;           // stdout and stderr go here (appended)
+  // When set, stdout goes to this file instead (truncated) and only stderr to `log_path`: for a
+  // tool whose output is read back (kubectl's JSON) apart from its warnings.
+  std::string stdout_path;
 };
 
 class ChildProcess {

@@ -37,7 +37,8 @@ inline std::chrono::system_clock::time_point DeadlineAfter(std::chrono::millisec
 // Binds `address` ("host:0" picks a free port) and returns the bound port in *port. The services
 // are also served on every address of `also_listen` (such as "unix-abstract:NAME" for peers on
 // the same machine). On every address, every method of every service refuses a call without this
-// process's run token (rpc_auth.h) with UNAUTHENTICATED before its handler runs.
+// process's run token (rpc_auth.h) with UNAUTHENTICATED before its handler runs, except the
+// standard health check (grpc.health.v1.Health/Check), which every server also serves.
 std::unique_ptr<grpc::Server> StartServer(const std::string& address,
                                           const std::vector<grpc::Service*>& services, int* port,
                                           const std::vector<std::string>& also_listen = {});

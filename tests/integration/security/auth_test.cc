@@ -230,10 +230,13 @@ struct Exit {
   std::string output;
 };
 
+Exit RunWithoutToken(const std::vector<std::string>& argv, const std::string& log,
+                     const std::vector<std::string>& extra_env = {}, seconds limit = seconds(120));
+
 // Runs `argv` with this process's environment minus STRATA_RUN_TOKEN, plus `extra_env`, until it
 // exits or `limit` passes (then it is killed).
 Exit RunWithoutToken(const std::vector<std::string>& argv, const std::string& log,
-                     const std::vector<std::string>& extra_env = {}, seconds limit = seconds(120)) {
+                     const std::vector<std::string>& extra_env, seconds limit) {
   std::vector<std::string> env_strings;
   for (std::string& e : ChildEnvironment()) {
     if (!absl::StartsWith(e, absl::StrCat(kRunTokenEnv, "="))) env_strings.push_back(std::move(e));
@@ -399,6 +402,29 @@ strategy: { kind: ps, consistency: asp }
     EXPECT_FALSE(absl::StrContains(*text, token)) << entry.path() << " holds the run token";
   }
   EXPECT_FALSE(absl::StrContains(ReadFile(o.log_path).value_or(""), token));
+}
+
+// The one exception to the token: the standard health check, which probes call without
+// credentials. `strata-health` (run without a token) gets SERVING from every service; the health
+// service's other method and near-miss paths are still refused.
+TEST_F(AuthTest, TheHealthCheckAloneAnswersWithoutAToken) {
+  ASSERT_NO_FATAL_FAILURE(LaunchAll());
+  for (auto& [binary, s] : services_) {
+    const Exit probe = RunWithoutToken({Bin("strata-health"), s.address}, dir_ + "/health.out");
+    EXPECT_EQ(probe.code, 0) << binary << ": " << probe.output;
+    EXPECT_TRUE(absl::StrContains(probe.output, "SERVING")) << binary << ": " << probe.output;
+    for (const char* path : {"/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/Check/",
+                             "/grpc.health.v1.Health/check", "/grpc.health.v1.Health/Checks"}) {
+      const grpc::Status status = CallWithDefaultRequest(ChannelWithoutToken(s.address), path, "");
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+          << binary << " " << path << ": " << status.error_code() << " " << status.error_message();
+    }
+  }
+  // A probe of nothing fails, naming the address.
+  const Exit nothing = RunWithoutToken(
+      {Bin("strata-health"), "127.0.0.1:1", "--deadline-s", "2"}, dir_ + "/health-none.out");
+  EXPECT_EQ(nothing.code, 1) << nothing.output;
+  EXPECT_TRUE(absl::StrContains(nothing.output, "127.0.0.1:1")) << nothing.output;
 }
 
 }  // namespace

@@ -15,11 +15,13 @@ SweepSpec TwoByTwo() {
   return *spec;
 }
 
-TEST(SweepPlan, EveryCellWithEverySeed) {
+TEST(SweepPlan, EveryCellWithEverySeedAlternatingCells) {
   const std::vector<PlannedRun> runs = PlanRuns(TwoByTwo(), "out");
   ASSERT_EQ(runs.size(), 4u);
   EXPECT_EQ(runs[0].name, "kind=allreduce/seed-1");
   EXPECT_EQ(runs[0].dir, "out/runs/kind=allreduce/seed-1");
+  EXPECT_EQ(runs[1].name, "kind=ps/seed-1");
+  EXPECT_EQ(runs[2].name, "kind=allreduce/seed-2");
   EXPECT_EQ(runs[3].dir, "out/runs/kind=ps/seed-2");
   EXPECT_EQ(runs[3].cell, 1u);
   EXPECT_EQ(runs[3].seed, 2u);

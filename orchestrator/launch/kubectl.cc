@@ -1,0 +1,134 @@
+#include "orchestrator/launch/kubectl.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/str_split.h>
+#include <absl/strings/strip.h>
+
+#include "services/common/child_process.h"
+#include "services/common/files.h"
+
+namespace strata {
+namespace {
+
+constexpr char kInstallHint[] =
+    "install kubectl (https://kubernetes.io/docs/tasks/tools/; on Debian the package "
+    "kubernetes-client) and configure it for your cluster, or name it with --kubectl PATH";
+
+bool Executable(const std::string& path) {
+  return ::access(path.c_str(), X_OK) == 0 && !std::filesystem::is_directory(path);
+}
+
+// A word of a command line as a shell would need it; only for messages.
+std::string Quoted(const std::string& word) {
+  const bool plain = !word.empty() && word.find_first_not_of(
+                                          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                          "0123456789-_./=:,@%+") == std::string::npos;
+  if (plain) return word;
+  std::string out = "'";
+  for (char c : word) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+// The end of a stream, trimmed: what a message quotes.
+std::string Tail(const std::string& text, size_t max_bytes = 1500) {
+  std::string t(absl::StripAsciiWhitespace(text));
+  if (t.size() > max_bytes) t = "..." + t.substr(t.size() - max_bytes);
+  return t;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> FindKubectl(const std::string& flag) {
+  if (!flag.empty()) {
+    if (Executable(flag)) return flag;
+    return absl::NotFoundError(
+        absl::StrCat("--kubectl ", flag, ": not an executable file; ", kInstallHint));
+  }
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "", ':', absl::SkipEmpty())) {
+    const std::string candidate = absl::StrCat(dir, "/kubectl");
+    if (Executable(candidate)) return candidate;
+  }
+  return absl::NotFoundError(absl::StrCat("kubectl is not on PATH: ", kInstallHint));
+}
+
+absl::StatusOr<std::unique_ptr<Kubectl>> Kubectl::Create(KubectlOptions options) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string pattern = absl::StrCat(tmp && *tmp ? tmp : "/tmp", "/strata-kubectl-XXXXXX");
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("cannot create a scratch directory ", pattern, ": ", std::strerror(errno)));
+  }
+  return std::unique_ptr<Kubectl>(new Kubectl(std::move(options), pattern));
+}
+
+Kubectl::~Kubectl() {
+  std::error_code ignored;
+  std::filesystem::remove_all(scratch_, ignored);
+}
+
+std::vector<std::string> Kubectl::WithNamespace(const std::vector<std::string>& args) const {
+  std::vector<std::string> all = args;
+  if (!options_.namespace_name.empty()) all.insert(all.end(), {"-n", options_.namespace_name});
+  return all;
+}
+
+std::string Kubectl::CommandLine(const std::vector<std::string>& args) const {
+  std::vector<std::string> words = {"kubectl"};
+  for (const std::string& a : WithNamespace(args)) words.push_back(Quoted(a));
+  return absl::StrJoin(words, " ");
+}
+
+absl::StatusOr<std::string> Kubectl::Run(const std::vector<std::string>& args) {
+  return Run(args, options_.call_timeout);
+}
+
+absl::StatusOr<std::string> Kubectl::Run(const std::vector<std::string>& args,
+                                         std::chrono::milliseconds timeout) {
+  SpawnOptions spawn;
+  spawn.name = "kubectl";
+  spawn.argv = {options_.path};
+  for (const std::string& a : WithNamespace(args)) spawn.argv.push_back(a);
+  spawn.stdout_path = scratch_ + "/stdout";
+  spawn.log_path = scratch_ + "/stderr";
+  std::error_code ignored;
+  std::filesystem::remove(spawn.log_path, ignored);  // the log is appended to
+  auto child = ChildProcess::Spawn(spawn);
+  if (!child.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot run ", options_.path, ": ", child.status().message()));
+  }
+  if (!(*child)->WaitFor(timeout)) {
+    (*child)->Signal(SIGKILL);
+    (*child)->WaitFor(std::chrono::seconds(5));
+    return absl::DeadlineExceededError(
+        absl::StrCat("`", CommandLine(args), "` did not finish within ",
+                     std::chrono::duration<double>(timeout).count(), " s and was killed"));
+  }
+  auto out = ReadFile(spawn.stdout_path);
+  const std::string err = ReadFile(spawn.log_path).value_or("");
+  if (!(*child)->succeeded()) {
+    const std::string tail = Tail(err);
+    return absl::UnavailableError(absl::StrCat(
+        "`", CommandLine(args), "` ", (*child)->ExitDescription(), tail.empty() ? "" : ": ", tail));
+  }
+  if (!out.ok()) return out.status();
+  return *std::move(out);
+}
+
+}  // namespace strata

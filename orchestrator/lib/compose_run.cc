@@ -1,0 +1,349 @@
+#include "orchestrator/lib/compose_run.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <thread>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/str_split.h>
+#include <absl/strings/strip.h>
+
+#include "orchestrator/launch/compose_render.h"
+#include "orchestrator/launch/container_plan.h"
+#include "orchestrator/lib/job_checks.h"
+#include "services/common/child_process.h"
+#include "services/common/files.h"
+#include "services/common/rpc_auth.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal = sig; }
+
+// Between reads of docker-compose's output while it runs: the lines reach the screen within this.
+constexpr std::chrono::milliseconds kFollowInterval{100};
+// The orchestrator container's service name in the rendered file, and where its run directory is.
+constexpr char kOrchestratorService[] = "orchestrator";
+
+std::string DockerHostText() {
+  const char* host = std::getenv("DOCKER_HOST");
+  return host != nullptr && *host != '\0' ? absl::StrCat("DOCKER_HOST=", host)
+                                          : "the default socket (DOCKER_HOST unset)";
+}
+
+std::optional<std::string> FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "", ':', absl::SkipEmpty())) {
+    const std::string candidate = absl::StrCat(dir, "/", name);
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return std::nullopt;
+}
+
+struct ToolResult {
+  int exit_code = -1;  // -1: killed at its deadline
+  std::string output;  // stdout and stderr
+  bool ok() const { return exit_code == 0; }
+};
+
+// Runs a tool to its end, its output captured in `log` (appended, so a run directory keeps every
+// call); killed at `timeout`.
+absl::StatusOr<ToolResult> RunTool(const std::vector<std::string>& argv, const std::string& log,
+                                   std::chrono::milliseconds timeout) {
+  SpawnOptions o;
+  o.name = argv.front();
+  o.argv = argv;
+  o.log_path = log + ".tmp";
+  std::remove(o.log_path.c_str());
+  auto child = ChildProcess::Spawn(o);
+  if (!child.ok()) return child.status();
+  ToolResult r;
+  if ((*child)->WaitFor(timeout)) r.exit_code = (*child)->exit_code();
+  r.output = ReadFile(o.log_path).value_or("");
+  std::remove(o.log_path.c_str());
+  std::ofstream(log, std::ios::app) << "$ " << absl::StrJoin(argv, " ") << "\n"
+                                    << r.output << "(exit " << r.exit_code << ")\n";
+  return r;  // the child is killed and reaped with `child` if it still runs
+}
+
+std::string Tail(const std::string& text, size_t max_bytes = 1500) {
+  std::string t(absl::StripTrailingAsciiWhitespace(text));
+  return t.size() <= max_bytes ? t : absl::StrCat("...", t.substr(t.size() - max_bytes));
+}
+
+std::string Timestamp() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return buf;
+}
+
+// docker-compose v1 project names: lower-case letters, digits, '-' and '_'.
+std::string ProjectName(const std::string& run_dir) {
+  std::string out = "strata-";
+  for (char c : std::filesystem::path(run_dir).filename().string()) {
+    const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    out += std::isalnum(static_cast<unsigned char>(l)) || l == '_' ? l : '-';
+  }
+  return out;
+}
+
+// The repository's image script beside a build directory (BIN_DIR = <repo>/build/bin), if there.
+std::optional<std::string> MakeImageScript(const std::string& bin_dir) {
+  const std::filesystem::path repo = std::filesystem::path(bin_dir).parent_path().parent_path();
+  const std::filesystem::path script = repo / "scripts" / "make-image.sh";
+  if (::access(script.c_str(), X_OK) == 0 && std::filesystem::exists(repo / "docker" / "Dockerfile"))
+    return script.string();
+  return std::nullopt;
+}
+
+class ComposeRun {
+ public:
+  ComposeRun(const ComposeRunOptions& options, CheckedJob job, std::string run_dir)
+      : options_(options), job_(std::move(job)), dir_(std::move(run_dir)) {}
+
+  int Run();
+
+ private:
+  // Exit 2 with the message: the machine or the input is wrong and nothing ran.
+  int Refuse(const std::string& message) {
+    std::fprintf(stderr, "strata run: %s\n", message.c_str());
+    return 2;
+  }
+  void Say(const std::string& line) {
+    if (!options_.quiet) std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+  absl::Status Render();
+  int EnsureImage();
+  int Up();
+  void CollectRecord();
+  void TearDown();
+  std::vector<std::string> Compose(std::vector<std::string> args) const {
+    std::vector<std::string> argv = {compose_, "-p", project_, "-f",
+                                     dir_ + "/compose/docker-compose.yml"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  const ComposeRunOptions& options_;
+  CheckedJob job_;
+  std::string dir_;
+  std::string project_;
+  std::string docker_, compose_;
+  std::string tools_log_;  // every docker call and its output
+  std::vector<std::string> services_;
+};
+
+int ComposeRun::Run() {
+  auto docker = FindOnPath("docker");
+  auto compose = FindOnPath("docker-compose");
+  if (!docker || !compose) {
+    return Refuse(absl::StrCat(
+        "launcher.kind compose needs `", !docker ? "docker" : "docker-compose",
+        "` on the PATH (Debian: apt-get install docker.io docker-compose); nothing was run"));
+  }
+  docker_ = *docker;
+  compose_ = *compose;
+  project_ = ProjectName(dir_);
+  tools_log_ = dir_ + "/compose/docker-calls.log";
+  for (const ContainerSpec& c : PlanComposeContainers(job_.spec).containers) {
+    services_.push_back(c.name);
+  }
+  if (absl::Status s = Render(); !s.ok()) return Refuse(std::string(s.message()));
+
+  auto info = RunTool({docker_, "info", "--format", "{{.ServerVersion}}"}, tools_log_,
+                      options_.tool_timeout);
+  if (!info.ok() || !info->ok()) {
+    return Refuse(absl::StrCat("cannot reach the Docker daemon at ", DockerHostText(), ": ",
+                               info.ok() ? Tail(info->output, 400) : info.status().ToString(),
+                               "\n  start it (or set DOCKER_HOST); nothing was run"));
+  }
+  if (int rc = EnsureImage(); rc != 0) return rc;
+
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
+
+  Say(absl::StrFormat("strata run: %s on docker-compose (project %s, image %s); run directory %s",
+                      job_.spec.name, project_, options_.image, dir_));
+  const int up = Up();
+  CollectRecord();
+  TearDown();
+  if (g_signal != 0) {
+    std::fprintf(stderr, "strata run: interrupted; the project is removed; run directory %s\n",
+                 dir_.c_str());
+    return 130;
+  }
+  if (up != 0) {
+    std::fprintf(stderr,
+                 "strata run: the compose run failed (exit %d); services' output in %s/logs/, "
+                 "docker-compose's in %s/compose/up.log\n",
+                 up, dir_.c_str(), dir_.c_str());
+    return up == 2 || up == 130 ? up : 1;
+  }
+  Say(absl::StrCat("results in ", dir_, " (the project's containers, network and volume are "
+                                        "removed)"));
+  return 0;
+}
+
+absl::Status ComposeRun::Render() {
+  const std::string compose_dir = dir_ + "/compose";
+  if (absl::Status s = MakeDirs(compose_dir); !s.ok()) return s;
+  // The token file is readable by the containers' user through the bind mount compose makes of
+  // it; the directory keeps everyone else on this machine out.
+  ::chmod(compose_dir.c_str(), 0700);
+  RenderOptions render;
+  render.image = options_.image;
+  if (absl::Status s = WriteRenderedFiles(compose_dir, RenderCompose(job_.spec, render)); !s.ok())
+    return s;
+  absl::StatusOr<std::string> token = GenerateRunToken();
+  if (!token.ok()) return token.status();
+  const std::string token_file = compose_dir + "/run-token";
+  if (absl::Status s = WriteFileAtomic(token_file, *token); !s.ok()) return s;
+  ::chmod(token_file.c_str(), 0644);
+  return absl::OkStatus();
+}
+
+int ComposeRun::EnsureImage() {
+  auto inspect = RunTool({docker_, "image", "inspect", "--format", "{{.Id}}", options_.image},
+                         tools_log_, options_.tool_timeout);
+  if (inspect.ok() && inspect->ok()) return 0;
+  std::optional<std::string> script = MakeImageScript(options_.bin_dir);
+  if (!script) {
+    return Refuse(absl::StrCat("the image ", options_.image, " is not in the Docker daemon (",
+                               DockerHostText(), "): build it with `make image` or name another "
+                               "with --image; nothing was run"));
+  }
+  Say(absl::StrCat("the image ", options_.image, " is missing: building it from ",
+                   options_.bin_dir, " (", *script, " --prebuilt; a minute or two)"));
+  auto build = RunTool({*script, "--prebuilt", options_.bin_dir, "--tag", options_.image},
+                       dir_ + "/compose/image-build.log", options_.image_build_timeout);
+  if (!build.ok() || !build->ok()) {
+    return Refuse(absl::StrCat("building the image ", options_.image, " failed: ",
+                               build.ok() ? Tail(build->output) : build.status().ToString(),
+                               "\n  (whole output in ", dir_, "/compose/image-build.log)"));
+  }
+  return 0;
+}
+
+// `up` attached to the orchestrator only: the one-shot sharder's exit does not end the project,
+// the orchestrator's does, and docker-compose exits with its code. Its output (the orchestrator's
+// progress) is followed to the screen as it comes.
+int ComposeRun::Up() {
+  SpawnOptions o;
+  o.name = "docker-compose";
+  o.argv = Compose({"up", "--no-color", "--no-log-prefix", "--exit-code-from",
+                    kOrchestratorService, kOrchestratorService});
+  o.log_path = dir_ + "/compose/up.log";
+  auto child = ChildProcess::Spawn(o);
+  if (!child.ok()) {
+    std::fprintf(stderr, "strata run: %s\n", child.status().ToString().c_str());
+    return 1;
+  }
+  int fd = ::open(o.log_path.c_str(), O_RDONLY | O_CLOEXEC);
+  auto follow = [&] {
+    char buf[8192];
+    ssize_t n;
+    while (fd >= 0 && (n = ::read(fd, buf, sizeof buf)) > 0) {
+      if (!options_.quiet) std::fwrite(buf, 1, static_cast<size_t>(n), stdout);
+    }
+    std::fflush(stdout);
+  };
+  std::optional<Clock::time_point> stopping;
+  while (!(*child)->Poll()) {
+    follow();
+    if (g_signal != 0 && !stopping) {
+      // docker-compose stops the containers it started (SIGTERM to each: the orchestrator stops
+      // the services through their Stop RPC and writes its record), then exits.
+      (*child)->Signal(SIGINT);
+      stopping = Clock::now();
+    }
+    if (stopping && Clock::now() - *stopping > options_.teardown_timeout) (*child)->Signal(SIGKILL);
+    std::this_thread::sleep_for(kFollowInterval);
+  }
+  follow();
+  if (fd >= 0) ::close(fd);
+  return (*child)->exit_code();
+}
+
+// The run record from the project's volume into the run directory, and each service's output
+// as logs/<service>.log, as a local run leaves them.
+void ComposeRun::CollectRecord() {
+  auto id = RunTool(Compose({"ps", "-q", kOrchestratorService}), tools_log_, options_.tool_timeout);
+  const std::string container =
+      id.ok() && id->ok() ? std::string(absl::StripAsciiWhitespace(id->output)) : "";
+  if (!container.empty() && container.find('\n') == std::string::npos) {
+    auto cp = RunTool({docker_, "cp", container + ":/run/strata/.", dir_ + "/"}, tools_log_,
+                      options_.tool_timeout);
+    if (!cp.ok() || !cp->ok()) {
+      std::fprintf(stderr, "strata run: could not copy the run record out of the project: %s\n",
+                   cp.ok() ? Tail(cp->output, 400).c_str() : cp.status().ToString().c_str());
+    }
+  }
+  MakeDirs(dir_ + "/logs").IgnoreError();
+  for (const std::string& service : services_) {
+    auto logs = RunTool(Compose({"logs", "--no-color", "--no-log-prefix", service}),
+                        tools_log_ + ".logs", options_.tool_timeout);
+    if (logs.ok()) WriteFileAtomic(absl::StrCat(dir_, "/logs/", service, ".log"), logs->output)
+                       .IgnoreError();
+  }
+  std::remove((tools_log_ + ".logs").c_str());  // the output is in logs/ already
+}
+
+// Containers, the network and the volume: nothing of the project outlives the run, and neither
+// does its token.
+void ComposeRun::TearDown() {
+  auto down = RunTool(Compose({"down", "--volumes", "--remove-orphans", "--timeout", "10"}),
+                      tools_log_, options_.teardown_timeout);
+  if (!down.ok() || !down->ok()) {
+    std::fprintf(stderr,
+                 "strata run: docker-compose down failed; remove the project by hand: "
+                 "docker-compose -p %s -f %s/compose/docker-compose.yml down --volumes\n%s\n",
+                 project_.c_str(), dir_.c_str(),
+                 down.ok() ? Tail(down->output, 400).c_str() : down.status().ToString().c_str());
+  }
+  std::remove((dir_ + "/compose/run-token").c_str());  // after `down`, which reads the file
+}
+
+}  // namespace
+
+int RunComposeJob(const ComposeRunOptions& options) {
+  JobCheckOptions check;
+  check.overrides = options.overrides;
+  auto job = LoadAndCheckJob(options.job_path, check);
+  if (!job.ok()) {
+    std::fprintf(stderr, "strata run: %s is not a valid job spec; nothing was launched:\n%s\n",
+                 options.job_path.c_str(), std::string(job.status().message()).c_str());
+    return 2;
+  }
+  const std::string dir = options.out_dir.empty()
+                              ? absl::StrCat("runs/", job->spec.name, "-", Timestamp())
+                              : options.out_dir;
+  if (std::filesystem::exists(dir + "/job.yaml") || std::filesystem::exists(dir + "/compose")) {
+    std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());
+    return 2;
+  }
+  ComposeRun run(options, std::move(*job), dir);
+  return run.Run();
+}
+
+}  // namespace strata

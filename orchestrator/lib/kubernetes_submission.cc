@@ -1,0 +1,741 @@
+#include "orchestrator/lib/kubernetes_submission.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <thread>
+
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/str_split.h>
+#include <absl/strings/strip.h>
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/launch/kubectl.h"
+#include "orchestrator/launch/kubernetes_render.h"
+#include "orchestrator/launch/kubernetes_state.h"
+#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/lib/run_paths.h"
+#include "services/common/files.h"
+#include "services/common/rpc_auth.h"
+#include "services/common/status.h"
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+// Where a submission keeps its files (docs/deploy.md, "strata submit").
+struct SubmissionPaths {
+  explicit SubmissionPaths(std::string dir)
+      : root(std::move(dir)),
+        record(root + "/submission.json"),
+        token(root + "/base/run-token"),
+        applied(root + "/submitted"),
+        job(applied + "/orchestrator-job.yaml"),
+        run_volume(applied + "/run-volume.yaml"),
+        owned(applied + "/owned.yaml"),
+        logs(root + "/logs") {}
+  std::string root;
+  std::string record;      // SubmissionRecord
+  std::string token;       // the run token, where the kustomize base expects it
+  std::string applied;     // the objects exactly as created
+  std::string job;         // the orchestrator Job (suspended)
+  std::string run_volume;  // the claim
+  std::string owned;       // everything the Job owns; holds the Secret, so private
+  std::string logs;        // <service>.log of every pod, saved when the run ends
+};
+
+// What the next command needs to find the run again.
+struct SubmissionRecord {
+  std::string name;      // the job spec's name
+  std::string instance;  // label app.kubernetes.io/instance of every object
+  std::string job;       // the orchestrator Job
+  std::string uid;       // its UID: a Job of that name with another UID is another submission
+  std::string namespace_name;
+  std::string kubectl;  // the kubectl that created it
+  std::string claim;    // the run volume's claim, kept after the run
+  std::string overlay;
+  std::string image;
+  std::string submitted_at;  // UTC, ISO 8601
+
+  nlohmann::json ToJson() const {
+    return {{"name", name},
+            {"instance", instance},
+            {"job", job},
+            {"uid", uid},
+            {"namespace", namespace_name},
+            {"kubectl", kubectl},
+            {"claim", claim},
+            {"overlay", overlay.empty() ? "base" : overlay},
+            {"image", image},
+            {"submitted_at", submitted_at}};
+  }
+
+  static absl::StatusOr<SubmissionRecord> Read(const std::string& path) {
+    auto text = ReadFile(path, 1 << 20);
+    if (!text.ok()) return text.status();
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+    if (j.is_discarded() || !j.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ": not a submission record (JSON)"));
+    }
+    SubmissionRecord r;
+    r.name = j.value("name", "");
+    r.instance = j.value("instance", "");
+    r.job = j.value("job", "");
+    r.uid = j.value("uid", "");
+    r.namespace_name = j.value("namespace", "");
+    r.kubectl = j.value("kubectl", "");
+    r.claim = j.value("claim", "");
+    r.overlay = j.value("overlay", "");
+    r.image = j.value("image", "");
+    r.submitted_at = j.value("submitted_at", "");
+    if (r.job.empty() || r.uid.empty() || r.namespace_name.empty() || r.instance.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": the record lacks the job, its UID, namespace or instance"));
+    }
+    return r;
+  }
+};
+
+std::atomic<int> g_signal{0};
+
+void OnSignal(int sig) { g_signal.store(sig); }
+
+// Ctrl-C (or SIGTERM, SIGHUP) asks for an orderly end: the run is deleted. The handler is reset
+// by the first signal, so a second Ctrl-C ends `strata` at once (kubectl calls die with it).
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESETHAND;
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+bool Interrupted() { return g_signal.load() != 0; }
+
+// Sleeps `d` unless a signal comes first.
+void SleepUnlessInterrupted(milliseconds d) {
+  const auto until = Clock::now() + d;
+  while (!Interrupted() && Clock::now() < until) {
+    // Nothing to wait on but the clock and the signal flag.
+    std::this_thread::sleep_for(std::min<Clock::duration>(until - Clock::now(), milliseconds(50)));
+  }
+}
+
+std::string Timestamp(const char* format, bool utc) {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm;
+  if (utc) {
+    ::gmtime_r(&now, &tm);
+  } else {
+    ::localtime_r(&now, &tm);
+  }
+  char buf[32];
+  std::strftime(buf, sizeof buf, format, &tm);
+  return buf;
+}
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+// A file only its owner may read (the run token, the Secret): created with mode 0600, never
+// wider, even for a moment.
+absl::Status WritePrivateFile(const std::string& path, const std::string& contents) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot write ", path, ": ", std::strerror(errno)));
+  ::fchmod(fd, 0600);
+  size_t written = 0;
+  while (written < contents.size()) {
+    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = errno;
+      ::close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot write ", path, ": ", std::strerror(err)));
+    }
+    written += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return absl::OkStatus();
+}
+
+std::string Seconds(milliseconds d) {
+  return absl::StrCat(std::chrono::duration<double>(d).count());
+}
+
+// kubectl's answers about one run, and deleting it: what submit, status, logs and delete share.
+class ClusterRun {
+ public:
+  ClusterRun(Kubectl& kubectl, SubmissionRecord record, SubmissionPaths paths)
+      : kubectl_(kubectl), record_(std::move(record)), paths_(std::move(paths)) {}
+
+  const SubmissionRecord& record() const { return record_; }
+
+  // The Job, or nullopt when no Job of that name exists. A Job of that name with another UID is
+  // another submission: FailedPrecondition, so that nothing of it is touched.
+  absl::StatusOr<std::optional<JobState>> GetJob() {
+    auto out = kubectl_.Run({"get", "job", record_.job, "-o", "json", "--ignore-not-found"});
+    if (!out.ok()) return out.status();
+    if (absl::StripAsciiWhitespace(*out).empty()) return std::optional<JobState>();
+    auto job = ParseJob(*out);
+    if (!job.ok()) return job.status();
+    if (job->uid != record_.uid) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job ", record_.job, " in namespace ", record_.namespace_name,
+          " is another submission (uid ", job->uid, ", this one's was ", record_.uid, ")"));
+    }
+    return std::optional<JobState>(*std::move(job));
+  }
+
+  absl::StatusOr<std::vector<PodState>> GetPods() {
+    auto out = kubectl_.Run(
+        {"get", "pods", "-l", "app.kubernetes.io/instance=" + record_.instance, "-o", "json"});
+    if (!out.ok()) return out.status();
+    return ParsePods(*out);
+  }
+
+  // The log of one pod, every container of it.
+  absl::StatusOr<std::string> PodLog(const PodState& pod, int tail_lines) {
+    std::vector<std::string> args = {"logs", pod.name, "--all-containers=true"};
+    if (pod.containers.size() > 1) args.push_back("--prefix=true");
+    if (tail_lines >= 0) args.push_back(absl::StrCat("--tail=", tail_lines));
+    return kubectl_.Run(args);
+  }
+
+  // Saves every pod's log into logs/<service>.log before the pods go; best effort. Returns how
+  // many it saved.
+  int SaveLogs(const std::vector<PodState>& pods) {
+    int saved = 0;
+    if (pods.empty() || !MakeDirs(paths_.logs).ok()) return 0;
+    for (const PodState& pod : pods) {
+      if (pod.deleting) continue;
+      auto log = PodLog(pod, -1);
+      if (!log.ok()) continue;  // a pod that never started has no log
+      if (WriteFileAtomic(paths_.logs + "/" + pod.service + ".log", *log).ok()) ++saved;
+    }
+    return saved;
+  }
+
+  // Deletes the Job in the foreground: its owned objects go first, and kubectl returns once they
+  // are gone (or at the deadline, when the cluster carries on).
+  absl::Status DeleteJob(milliseconds timeout) {
+    // kubectl gives up on its own first; the kill is the backstop.
+    return kubectl_
+        .Run({"delete", "job", record_.job, "--cascade=foreground", "--ignore-not-found",
+              "--wait=true", absl::StrCat("--timeout=", timeout.count() / 1000, "s")},
+             timeout + std::chrono::seconds(15))
+        .status();
+  }
+
+ private:
+  Kubectl& kubectl_;
+  SubmissionRecord record_;
+  SubmissionPaths paths_;
+};
+
+// One `strata submit`: creates the objects, then follows the Job (see the header).
+class Submission {
+ public:
+  Submission(const SubmitOptions& options, Kubectl& kubectl, KubernetesSubmission objects,
+             SubmissionRecord record, SubmissionPaths paths)
+      : options_(options),
+        kubectl_(kubectl),
+        objects_(std::move(objects)),
+        record_(std::move(record)),
+        paths_(std::move(paths)) {}
+
+  int Run() {
+    if (const int code = Create(); code >= 0) return code;
+    if (options_.detach) {
+      std::printf(
+          "detached: job %s runs on; follow it with `strata status %s` and `strata logs %s`, "
+          "end it with `strata delete %s` (nothing else removes its servers before the Job's "
+          "TTL, a day after it ends)\n",
+          record_.job.c_str(), paths_.root.c_str(), paths_.root.c_str(), paths_.root.c_str());
+      return 0;
+    }
+    return Follow();
+  }
+
+ private:
+  static int Error(const std::string& message) {
+    std::fflush(stdout);  // in order with the progress lines when both go to one file
+    std::fprintf(stderr, "strata submit: %s\n", message.c_str());
+    return 1;
+  }
+
+  // Creates the Job, then the rest; -1 when everything exists, else the exit code (after
+  // deleting what was created).
+  int Create() {
+    // 1. The orchestrator Job, suspended: its UID owns the rest.
+    const std::string kFormat = "jsonpath={.metadata.uid} {.metadata.namespace}";
+    auto created = kubectl_.Run({"create", "-f", paths_.job, "-o", kFormat});
+    if (!created.ok()) {
+      // A call killed at its deadline may have created the Job; any other failure did not (and
+      // an existing Job of that name, AlreadyExists, is not ours to delete).
+      if (absl::IsDeadlineExceeded(created.status())) DeleteJobByName();
+      return Error(absl::StrCat("could not create job ", record_.job, ": ",
+                                created.status().message(), "\nnothing of the run is left"));
+    }
+    const std::vector<std::string> words =
+        absl::StrSplit(absl::StripAsciiWhitespace(*created), ' ', absl::SkipEmpty());
+    if (words.empty()) {
+      DeleteJobByName();
+      return Error(absl::StrCat("kubectl created job ", record_.job,
+                                " but did not print its UID (it printed '", *created, "')"));
+    }
+    record_.uid = words[0];
+    if (words.size() > 1) record_.namespace_name = words[1];
+    if (record_.namespace_name.empty()) record_.namespace_name = "default";
+    kubectl_.set_namespace(record_.namespace_name);
+    cluster_.emplace(kubectl_, record_, paths_);
+    // The record first: whatever happens next, `strata delete DIR` can find the Job.
+    if (absl::Status s = WriteFileAtomic(paths_.record, record_.ToJson().dump(2) + "\n"); !s.ok()) {
+      return Rollback(absl::StrCat("cannot write the submission record: ", s.message()));
+    }
+    std::printf("created job %s in namespace %s (uid %s), suspended until what it owns exists\n",
+                record_.job.c_str(), record_.namespace_name.c_str(), record_.uid.c_str());
+    if (Interrupted()) return Interrupt();
+
+    // 2. The run volume's claim: kept after the run, so applied (an earlier run's is reused).
+    auto claim = kubectl_.Run({"apply", "-f", paths_.run_volume});
+    if (!claim.ok()) return Rollback(std::string(claim.status().message()));
+    claim_created_ = absl::EndsWith(absl::StripAsciiWhitespace(*claim), " created");
+    if (Interrupted()) return Interrupt();
+
+    // 3. Everything else, owned by the Job.
+    const int owned = AddOwnerReferences({record_.job, record_.uid}, &objects_.owned);
+    if (absl::Status s = WritePrivateFile(paths_.owned, yaml::EmitAll(objects_.owned)); !s.ok()) {
+      return Rollback(std::string(s.message()));
+    }
+    auto rest = kubectl_.Run({"create", "-f", paths_.owned});
+    if (!rest.ok()) {
+      return Rollback(absl::StrCat(
+          rest.status().message(),
+          absl::StrContains(rest.status().message(), "AlreadyExists")
+              ? absl::StrCat("\nobjects of job ", record_.name,
+                             " from an earlier run are in the "
+                             "way: `kubectl delete all,networkpolicy,configmap,secret -l "
+                             "app.kubernetes.io/instance=",
+                             record_.instance, " -n ", record_.namespace_name, "` removes them")
+              : ""));
+    }
+    std::printf("created %d object(s) owned by it; claim %s %s\n", owned, record_.claim.c_str(),
+                claim_created_ ? "created" : "already there, reused");
+    if (Interrupted()) return Interrupt();
+
+    // 4. Go.
+    auto resumed = kubectl_.Run(
+        {"patch", "job", record_.job, "--type=merge", "-p", R"({"spec":{"suspend":false}})"});
+    if (!resumed.ok()) return Rollback(std::string(resumed.status().message()));
+    std::printf("resumed job %s\n", record_.job.c_str());
+    std::fflush(stdout);
+    return -1;
+  }
+
+  // The run ended while being created: delete the Job (and with it whatever it already owns),
+  // and the claim if this submission made it (it holds nothing yet).
+  int Rollback(const std::string& why) {
+    Error(why);
+    Error(absl::StrCat("deleting job ", record_.job, " and what it owns"));
+    int code = 1;
+    if (absl::Status s = cluster_->DeleteJob(options_.delete_timeout); !s.ok()) {
+      code = Error(absl::StrCat("could not delete it: ", s.message(), "; try `strata delete ",
+                                paths_.root, "`"));
+    }
+    if (claim_created_) {
+      auto s = kubectl_.Run({"delete", "pvc", record_.claim, "--ignore-not-found", "--wait=false"});
+      if (!s.ok()) {
+        code = Error(
+            absl::StrCat("could not delete claim ", record_.claim, ": ", s.status().message()));
+      }
+    }
+    return code;
+  }
+
+  int Interrupt() {
+    Rollback("interrupted while creating the run's objects");
+    return 130;
+  }
+
+  // When `kubectl create` of the Job was killed at its deadline or printed no UID, the Job may
+  // exist all the same; no record holds its UID yet.
+  void DeleteJobByName() {
+    auto s = kubectl_.Run({"delete", "job", record_.job, "--ignore-not-found", "--wait=false"});
+    if (!s.ok()) Error(std::string(s.status().message()));
+  }
+
+  int Follow() {
+    const Clock::time_point start = Clock::now();
+    StartWatch watch(options_.start_timeout);
+    std::string last_line;
+    int failed_looks = 0;
+    std::vector<PodState> pods;
+    for (;;) {
+      if (Interrupted()) {
+        Error(absl::StrCat("interrupted (", ::strsignal(g_signal.load()), ")"));
+        Finish(pods);
+        return 130;
+      }
+      absl::StatusOr<std::optional<JobState>> job = cluster_->GetJob();
+      if (job.ok() && !job->has_value()) {
+        return Error(absl::StrCat("job ", record_.job, " no longer exists in namespace ",
+                                  record_.namespace_name, ": it was deleted by someone else"));
+      }
+      // Another submission took the name: none of it is ours to delete.
+      if (absl::IsFailedPrecondition(job.status())) {
+        return Error(std::string(job.status().message()));
+      }
+      absl::Status looked = job.status();
+      if (looked.ok()) {
+        auto now_pods = cluster_->GetPods();
+        if (now_pods.ok()) {
+          pods = *std::move(now_pods);
+        } else {
+          looked = now_pods.status();
+        }
+      }
+      if (!looked.ok()) {
+        // One failed look is not the run's end (an API server restarting); three in a row are.
+        const absl::Status& s = looked;
+        if (++failed_looks < kLooksBeforeGivingUp) {
+          std::fprintf(stderr, "strata submit: warning: %s\n", std::string(s.message()).c_str());
+          SleepUnlessInterrupted(options_.poll_interval);
+          continue;
+        }
+        Error(absl::StrCat("cannot follow the job: ", s.message()));
+        Finish(pods, /*save_logs=*/false);  // kubectl is not answering: no time for N more calls
+        return 1;
+      }
+      failed_looks = 0;
+      const JobState& state = **job;
+      const Clock::time_point now = Clock::now();
+      const std::string line = Progress(state, pods);
+      if (line != last_line) {
+        std::printf("[%6.0f s] %s\n", std::chrono::duration<double>(now - start).count(),
+                    line.c_str());
+        std::fflush(stdout);
+        last_line = line;
+      }
+      if (state.phase == JobPhase::kSucceeded) {
+        std::printf("done: job %s succeeded in %.0f s\n", record_.job.c_str(),
+                    std::chrono::duration<double>(now - start).count());
+        return Finish(pods);
+      }
+      if (state.phase == JobPhase::kFailed) {
+        std::string message = absl::StrCat("job ", record_.job, " ", DescribeJob(state));
+        for (const std::string& f : PodFailures(pods)) absl::StrAppend(&message, "\n  ", f);
+        Error(message);
+        Finish(pods);
+        PrintOrchestratorLogTail();
+        return 1;
+      }
+      if (std::optional<std::string> stuck = watch.Update(pods, now)) {
+        Error(absl::StrCat(*stuck, " (--start-timeout ", Seconds(options_.start_timeout), " s)"));
+        Finish(pods);
+        return 1;
+      }
+      if (now - start >= options_.timeout) {
+        Error(absl::StrCat("job ", record_.job, " still runs after ", Seconds(options_.timeout),
+                           " s (--timeout)"));
+        Finish(pods);
+        return 1;
+      }
+      SleepUnlessInterrupted(options_.poll_interval);
+    }
+  }
+
+  // The end of every followed run: the pods' logs saved, the Job deleted with everything it
+  // owns. 0 when both went well, else 1.
+  int Finish(const std::vector<PodState>& pods, bool save_logs = true) {
+    const int saved = save_logs ? cluster_->SaveLogs(pods) : 0;
+    if (saved > 0) std::printf("saved the logs of %d pod(s) in %s\n", saved, paths_.logs.c_str());
+    std::printf("deleting job %s and everything it owns\n", record_.job.c_str());
+    std::fflush(stdout);
+    if (absl::Status s = cluster_->DeleteJob(options_.delete_timeout); !s.ok()) {
+      return Error(absl::StrCat("could not delete job ", record_.job, ": ", s.message(),
+                                "; try `strata delete ", paths_.root, "`"));
+    }
+    std::printf("deleted; claim %s keeps the run record (kubectl delete pvc %s -n %s removes it)\n",
+                record_.claim.c_str(), record_.claim.c_str(), record_.namespace_name.c_str());
+    return 0;
+  }
+
+  void PrintOrchestratorLogTail() {
+    auto log = ReadFile(paths_.logs + "/orchestrator.log");
+    if (!log.ok() || log->empty()) return;
+    std::fprintf(stderr, "the orchestrator's log ends:\n%s", LastLines(*log, 20).c_str());
+    if (log->back() != '\n') std::fprintf(stderr, "\n");
+  }
+
+  static constexpr int kLooksBeforeGivingUp = 3;
+
+  const SubmitOptions& options_;
+  Kubectl& kubectl_;
+  KubernetesSubmission objects_;
+  SubmissionRecord record_;
+  SubmissionPaths paths_;
+  std::optional<ClusterRun> cluster_;
+  bool claim_created_ = false;
+};
+
+// What status, logs and delete start from: the record and a kubectl for its namespace. On
+// failure the exit code (2) after the message.
+struct Opened {
+  std::unique_ptr<Kubectl> kubectl;
+  std::optional<ClusterRun> run;
+  SubmissionPaths paths{""};
+};
+
+absl::StatusOr<Opened> Open(const std::string& dir, const SubmissionCommandOptions& options) {
+  const std::optional<std::string> found = FindSubmissionDir(dir);
+  if (!found) {
+    return absl::NotFoundError(absl::StrCat(dir, " is not a Kubernetes submission (no ",
+                                            "submission.json in it or in ", dir, "/kubernetes)"));
+  }
+  SubmissionPaths paths(*found);
+  auto record = SubmissionRecord::Read(paths.record);
+  if (!record.ok()) return record.status();
+  // --kubectl, else the one that created the run if it is still there, else PATH.
+  std::string flag = options.kubectl;
+  if (flag.empty() && ::access(record->kubectl.c_str(), X_OK) == 0) flag = record->kubectl;
+  auto path = FindKubectl(flag);
+  if (!path.ok()) return path.status();
+  auto kubectl = Kubectl::Create({*path, record->namespace_name, options.kubectl_timeout});
+  if (!kubectl.ok()) return kubectl.status();
+  Opened o;
+  o.kubectl = *std::move(kubectl);
+  o.run.emplace(*o.kubectl, *std::move(record), paths);
+  o.paths = paths;
+  return o;
+}
+
+int Fail(const char* command, const absl::Status& status, int code) {
+  std::fprintf(stderr, "strata %s: %s\n", command, std::string(status.message()).c_str());
+  return code;
+}
+
+}  // namespace
+
+std::string LastLines(const std::string& text, int n) {
+  if (n < 0) return text;
+  size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') --pos;
+  for (int i = 0; i < n; ++i) {
+    if (pos == 0) return text;
+    pos = text.rfind('\n', pos - 1);
+    if (pos == std::string::npos) return text;
+  }
+  return text.substr(pos + 1);
+}
+
+std::optional<std::string> FindSubmissionDir(const std::string& dir) {
+  for (const std::string& candidate : {dir, dir + "/kubernetes"}) {
+    if (FileExists(SubmissionPaths(candidate).record)) return candidate;
+  }
+  return std::nullopt;
+}
+
+int SubmitKubernetesJob(const SubmitOptions& options) {
+  auto usage = [](const std::string& message) {
+    std::fprintf(stderr, "strata submit: %s\n", message.c_str());
+    return 2;
+  };
+  if (options.render.image.empty()) return usage("--image: the image name is empty");
+  if (options.poll_interval <= milliseconds(0) || options.kubectl_timeout <= milliseconds(0) ||
+      options.timeout <= milliseconds(0) || options.start_timeout < milliseconds(0) ||
+      options.delete_timeout <= milliseconds(0)) {
+    return usage(
+        "--timeout, --poll-interval, --kubectl-timeout and --delete-timeout must be "
+        "positive, --start-timeout at least 0");
+  }
+  auto spec = LoadContainerJob(options.job_path, options.overrides);
+  if (!spec.ok()) return usage(std::string(spec.status().message()));
+  auto kubectl_path = FindKubectl(options.kubectl);
+  if (!kubectl_path.ok()) {
+    return usage(absl::StrCat(kubectl_path.status().message(), "; nothing was submitted"));
+  }
+  auto token = GenerateRunToken();
+  if (!token.ok()) return usage(std::string(token.status().message()));
+  auto objects = RenderKubernetesSubmission(*spec, options.render, options.overlay, *token);
+  if (!objects.ok()) return usage(std::string(objects.status().message()));
+  auto files = RenderKubernetes(*spec, options.render);
+  if (!files.ok()) return usage(std::string(files.status().message()));
+
+  const SubmissionPaths paths(
+      options.out_dir.empty()
+          ? absl::StrCat("runs/", spec->name, "-", Timestamp("%Y%m%d-%H%M%S", false), "/kubernetes")
+          : options.out_dir);
+  if (FileExists(paths.record)) {
+    return usage(absl::StrCat(paths.root, " already holds a submission; choose another --out"));
+  }
+  // Everything on disk before anything is created: the files `strata render` writes (to read,
+  // or to apply again by hand), the token where the kustomize base expects it, and the objects.
+  files->emplace("submitted/.gitignore",
+                 "# The Secret with the run token: never committed.\nowned.yaml\n");
+  files->emplace("submitted/orchestrator-job.yaml", yaml::Emit(objects->job));
+  files->emplace("submitted/run-volume.yaml", yaml::Emit(objects->run_volume));
+  if (absl::Status s = WriteRenderedFiles(paths.root, *files); !s.ok()) {
+    return usage(std::string(s.message()));
+  }
+  if (absl::Status s = WritePrivateFile(paths.token, *token); !s.ok()) {
+    return usage(std::string(s.message()));
+  }
+
+  SubmissionRecord record;
+  record.name = spec->name;
+  record.instance = objects->instance;
+  record.job = objects->job_name;
+  record.namespace_name = options.namespace_name;
+  record.kubectl = *kubectl_path;
+  record.claim = objects->instance + "-run";
+  record.overlay = options.overlay;
+  record.image = options.render.image;
+  record.submitted_at = Timestamp("%Y-%m-%dT%H:%M:%SZ", true);
+  auto kubectl = Kubectl::Create({*kubectl_path, options.namespace_name, options.kubectl_timeout});
+  if (!kubectl.ok()) return usage(std::string(kubectl.status().message()));
+
+  std::printf("strata submit: %s (overlay %s, image %s) with %s; submission directory %s\n",
+              spec->name.c_str(), options.overlay.empty() ? "base" : options.overlay.c_str(),
+              options.render.image.c_str(), kubectl_path->c_str(), paths.root.c_str());
+  std::fflush(stdout);
+  InstallSignalHandlers();
+  Submission submission(options, **kubectl, *std::move(objects), std::move(record), paths);
+  return submission.Run();
+}
+
+int ShowSubmissionStatus(const std::string& dir, const SubmissionCommandOptions& options) {
+  auto opened = Open(dir, options);
+  if (!opened.ok()) return Fail("status", opened.status(), 2);
+  ClusterRun& run = *opened->run;
+  const SubmissionRecord& r = run.record();
+  std::printf("submission: %s\n", opened->paths.root.c_str());
+  std::printf("job:        %s (overlay %s, image %s), submitted %s\n", r.name.c_str(),
+              r.overlay.c_str(), r.image.c_str(), r.submitted_at.c_str());
+  std::printf("kubernetes: job/%s in namespace %s, uid %s\n", r.job.c_str(),
+              r.namespace_name.c_str(), r.uid.c_str());
+  auto job = run.GetJob();
+  if (absl::IsFailedPrecondition(job.status())) {
+    std::printf("state:      gone (%s)\n", std::string(job.status().message()).c_str());
+    return 0;
+  }
+  if (!job.ok()) return Fail("status", job.status(), 1);
+  if (!job->has_value()) {
+    std::printf(
+        "state:      gone (no job %s in namespace %s: deleted, or removed by its TTL a "
+        "day after it ended)\n",
+        r.job.c_str(), r.namespace_name.c_str());
+    if (FileExists(opened->paths.logs)) {
+      std::printf("logs:       %s (saved when the run ended)\n", opened->paths.logs.c_str());
+    }
+    return 0;
+  }
+  auto pods = run.GetPods();
+  if (!pods.ok()) return Fail("status", pods.status(), 1);
+  std::printf("state:      %s\n", Progress(**job, *pods).c_str());
+  for (const std::string& f : PodFailures(*pods)) std::printf("failed:     %s\n", f.c_str());
+  for (const PodState& p : *pods) {
+    std::string state = p.phase.empty() ? "Unknown" : p.phase;
+    if (p.ready) absl::StrAppend(&state, ", ready");
+    if (auto blocker = StartBlocker(p)) absl::StrAppend(&state, " (", *blocker, ")");
+    if (p.deleting) absl::StrAppend(&state, ", being deleted");
+    std::printf("  %-14s %-44s %s\n", p.service.c_str(), p.name.c_str(), state.c_str());
+  }
+  return 0;
+}
+
+int ShowSubmissionLogs(const std::string& dir, const std::string& service, int tail_lines,
+                       const SubmissionCommandOptions& options) {
+  auto opened = Open(dir, options);
+  if (!opened.ok()) return Fail("logs", opened.status(), 2);
+  ClusterRun& run = *opened->run;
+  const std::string saved = opened->paths.logs + "/" + service + ".log";
+  auto job = run.GetJob();
+  if (!job.ok() && !absl::IsFailedPrecondition(job.status())) return Fail("logs", job.status(), 1);
+  std::vector<std::string> services;
+  if (job.ok() && job->has_value()) {
+    auto pods = run.GetPods();
+    if (!pods.ok()) return Fail("logs", pods.status(), 1);
+    for (const PodState& p : *pods) {
+      if (p.service != service && p.name != service) {
+        services.push_back(p.service);
+        continue;
+      }
+      auto log = run.PodLog(p, tail_lines);
+      if (!log.ok()) return Fail("logs", log.status(), 1);
+      std::fwrite(log->data(), 1, log->size(), stdout);
+      return 0;
+    }
+  }
+  // The run is over: the logs saved when it ended.
+  if (auto log = ReadFile(saved); log.ok()) {
+    const std::string text = LastLines(*log, tail_lines);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    return 0;
+  }
+  return Fail(
+      "logs",
+      absl::NotFoundError(absl::StrCat(
+          "no pod of the run is service '", service, "'",
+          services.empty() ? std::string(" (the run has no pods now)")
+                           : absl::StrCat(" (the run's: ", absl::StrJoin(services, ", "), ")"),
+          " and no log of it was saved in ", opened->paths.logs)),
+      1);
+}
+
+int DeleteSubmission(const std::string& dir, const SubmissionCommandOptions& options) {
+  auto opened = Open(dir, options);
+  if (!opened.ok()) return Fail("delete", opened.status(), 2);
+  ClusterRun& run = *opened->run;
+  const SubmissionRecord& r = run.record();
+  auto job = run.GetJob();
+  // Another submission of the same job now holds the name: none of it is this run's to delete.
+  if (absl::IsFailedPrecondition(job.status())) {
+    return Fail("delete", Annotate(job.status(), "nothing deleted"), 1);
+  }
+  if (!job.ok()) return Fail("delete", job.status(), 1);
+  if (job->has_value()) {
+    std::printf("deleting job %s in namespace %s and everything it owns\n", r.job.c_str(),
+                r.namespace_name.c_str());
+    std::fflush(stdout);
+    if (absl::Status s = run.DeleteJob(options.delete_timeout); !s.ok()) {
+      return Fail("delete", s, 1);
+    }
+  } else {
+    std::printf("job %s is already gone from namespace %s\n", r.job.c_str(),
+                r.namespace_name.c_str());
+  }
+  // The belt: anything of the job's still labelled, owned or not (the claim excepted).
+  auto rest = opened->kubectl->Run(
+      {"delete", "statefulset,job,pod,service,networkpolicy,configmap,secret", "-l",
+       "app.kubernetes.io/instance=" + r.instance, "--ignore-not-found", "--wait=true",
+       absl::StrCat("--timeout=", options.delete_timeout.count() / 1000, "s")},
+      options.delete_timeout + std::chrono::seconds(15));
+  if (!rest.ok()) return Fail("delete", rest.status(), 1);
+  const std::string leftovers(absl::StripAsciiWhitespace(*rest));
+  if (!leftovers.empty()) std::printf("%s\n", leftovers.c_str());
+  std::printf("deleted; claim %s keeps the run record (kubectl delete pvc %s -n %s removes it)\n",
+              r.claim.c_str(), r.claim.c_str(), r.namespace_name.c_str());
+  return 0;
+}
+
+}  // namespace strata

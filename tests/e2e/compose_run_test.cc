@@ -1,0 +1,112 @@
+// End to end on the suite's own Docker daemon (the `docker` CTest fixture): the quickstart job as
+// a docker-compose project, `strata run --set launcher.kind=compose`. Every service is a container
+// with its own network namespace, so the ring, the push/pull and the handover cross a real
+// (virtual) network, and the orchestrator is `strata supervise` in a container of its own. After
+// success and after Ctrl-C nothing of the project may be left: no container, network or volume.
+// The machine's faults come first: no daemon, no image, each refused with exit 2.
+#include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "tests/docker/docker_test_env.h"
+#include "tests/integration/orchestrator/cli_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+std::string Quickstart() { return std::string(STRATA_TEST_SOURCE_DIR) + "/configs/quickstart.yaml"; }
+
+class ComposeRun : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    docker_ = GetDockerTestEnv();
+    if (!docker_.unavailable.empty()) GTEST_SKIP() << docker_.unavailable;
+    ::setenv("DOCKER_HOST", docker_.host.c_str(), 1);
+  }
+  // The project `strata run` names after the run directory, and what of it the daemon still has.
+  std::string Leftovers(const std::string& run_dir) const {
+    const std::string project =
+        "strata-" + std::filesystem::path(run_dir).filename().string();
+    const std::string filter = " --filter label=com.docker.compose.project=" + project;
+    std::string out;
+    for (const std::string& what : {"ps -aq", "network ls -q", "volume ls -q"}) {
+      CommandResult r = RunCommand("docker " + what + filter);
+      EXPECT_EQ(r.exit_code, 0) << r.output;
+      out += r.output;
+    }
+    return out;
+  }
+  DockerTestEnv docker_;
+};
+
+TEST_F(ComposeRun, QuickstartRunsAsAComposeProjectSwitchesLiveAndLeavesNothing) {
+  const std::string dir = MakeTempDir("compose-quickstart") + "/run";
+  CommandResult r = RunCommand(Strata() + " run " + Quickstart() +
+                               " --set launcher.kind=compose --image " + docker_.image +
+                               " --out " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // The orchestrator's own progress, as a local run prints it.
+  EXPECT_NE(r.output.find("strata supervise: quickstart"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("switched to parameter servers at step"), std::string::npos) << r.output;
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object()) << r.output;
+  EXPECT_EQ(summary.value("state", ""), "succeeded");
+  EXPECT_GE(summary.value("final_val_acc", 0.0), 0.85) << summary.dump(2);
+  bool switched = false;
+  for (const nlohmann::json& e : ReadLines(dir + "/events.jsonl")) {
+    if (e.value("event", "") == "switch_done") switched = true;
+  }
+  EXPECT_TRUE(switched) << Slurp(dir + "/events.jsonl");
+  for (const char* service : {"sharder", "ps-0", "worker-0", "worker-1", "evaluator",
+                              "orchestrator"}) {
+    EXPECT_TRUE(Exists(dir + "/logs/" + service + ".log")) << service;
+  }
+  EXPECT_EQ(Leftovers(dir), "");
+  EXPECT_FALSE(Exists(dir + "/compose/run-token")) << "the token outlived the run";
+}
+
+TEST_F(ComposeRun, CtrlCStopsTheProjectAndRemovesIt) {
+  const std::string dir = MakeTempDir("compose-interrupt") + "/run";
+  BackgroundRun run({"run", Quickstart(), "--set", "launcher.kind=compose", "--image",
+                     docker_.image, "--out", dir},
+                    dir + ".out");
+  ASSERT_TRUE(Eventually([&] { return run.Output().find("epoch   1/") != std::string::npos; },
+                         std::chrono::seconds(600)))
+      << run.Output();
+  ::kill(run.pid(), SIGINT);
+  EXPECT_EQ(run.Wait(std::chrono::seconds(300)), 130) << run.Output();
+  EXPECT_EQ(Leftovers(dir), "") << run.Output();
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(summary.value("state", ""), "interrupted") << run.Output();
+}
+
+TEST_F(ComposeRun, ANonexistentDaemonOrImageIsRefusedAndNothingRuns) {
+  const std::string base = MakeTempDir("compose-refused");
+  CommandResult r = RunCommand("DOCKER_HOST=unix://" + base + "/no-daemon.sock " + Strata() +
+                               " run " + Quickstart() + " --set launcher.kind=compose --out " +
+                               base + "/a");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("cannot reach the Docker daemon at DOCKER_HOST=unix://" + base),
+            std::string::npos)
+      << r.output;
+  // No build directory beside the binaries to build the image from: refused, naming the image.
+  r = RunCommand(Strata() + " run " + Quickstart() +
+                 " --set launcher.kind=compose --image strata:no-such-tag --bin-dir " + base +
+                 " --out " + base + "/b");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("the image strata:no-such-tag is not in the Docker daemon"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(Leftovers(base + "/b"), "");
+  // A Kubernetes job is not for `strata run`.
+  r = RunCommand(Strata() + " run " + Quickstart() + " --set launcher.kind=kubernetes --out " +
+                 base + "/c");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("strata submit"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace strata::testing
