@@ -44,13 +44,6 @@ std::string Quoted(const std::string& word) {
   return out + "'";
 }
 
-// The end of a stream, trimmed: what a message quotes.
-std::string Tail(const std::string& text, size_t max_bytes = 1500) {
-  std::string t(absl::StripAsciiWhitespace(text));
-  if (t.size() > max_bytes) t = "..." + t.substr(t.size() - max_bytes);
-  return t;
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> FindKubectl(const std::string& flag) {
@@ -59,11 +52,7 @@ absl::StatusOr<std::string> FindKubectl(const std::string& flag) {
     return absl::NotFoundError(
         absl::StrCat("--kubectl ", flag, ": not an executable file; ", kInstallHint));
   }
-  const char* path = std::getenv("PATH");
-  for (absl::string_view dir : absl::StrSplit(path ? path : "", ':', absl::SkipEmpty())) {
-    const std::string candidate = absl::StrCat(dir, "/kubectl");
-    if (Executable(candidate)) return candidate;
-  }
+  if (std::optional<std::string> found = FindOnPath("kubectl")) return *found;
   return absl::NotFoundError(absl::StrCat("kubectl is not on PATH: ", kInstallHint));
 }
 
@@ -123,7 +112,7 @@ absl::StatusOr<std::string> Kubectl::Run(const std::vector<std::string>& args,
   auto out = ReadFile(spawn.stdout_path);
   const std::string err = ReadFile(spawn.log_path).value_or("");
   if (!(*child)->succeeded()) {
-    const std::string tail = Tail(err);
+    const std::string tail = OutputTail(err);
     return absl::UnavailableError(absl::StrCat(
         "`", CommandLine(args), "` ", (*child)->ExitDescription(), tail.empty() ? "" : ": ", tail));
   }

@@ -47,15 +47,6 @@ std::string DockerHostText() {
                                           : "the default socket (DOCKER_HOST unset)";
 }
 
-std::optional<std::string> FindOnPath(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  for (absl::string_view dir : absl::StrSplit(path != nullptr ? path : "", ':', absl::SkipEmpty())) {
-    const std::string candidate = absl::StrCat(dir, "/", name);
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return std::nullopt;
-}
-
 struct ToolResult {
   int exit_code = -1;  // -1: killed at its deadline
   std::string output;  // stdout and stderr
@@ -80,11 +71,6 @@ absl::StatusOr<ToolResult> RunTool(const std::vector<std::string>& argv, const s
   std::ofstream(log, std::ios::app) << "$ " << absl::StrJoin(argv, " ") << "\n"
                                     << r.output << "(exit " << r.exit_code << ")\n";
   return r;  // the child is killed and reaped with `child` if it still runs
-}
-
-std::string Tail(const std::string& text, size_t max_bytes = 1500) {
-  std::string t(absl::StripTrailingAsciiWhitespace(text));
-  return t.size() <= max_bytes ? t : absl::StrCat("...", t.substr(t.size() - max_bytes));
 }
 
 std::string Timestamp() {
@@ -172,7 +158,7 @@ int ComposeRun::Run() {
                       options_.tool_timeout);
   if (!info.ok() || !info->ok()) {
     return Refuse(absl::StrCat("cannot reach the Docker daemon at ", DockerHostText(), ": ",
-                               info.ok() ? Tail(info->output, 400) : info.status().ToString(),
+                               info.ok() ? OutputTail(info->output, 400) : info.status().ToString(),
                                "\n  start it (or set DOCKER_HOST); nothing was run"));
   }
   if (int rc = EnsureImage(); rc != 0) return rc;
@@ -239,7 +225,7 @@ int ComposeRun::EnsureImage() {
                        dir_ + "/compose/image-build.log", options_.image_build_timeout);
   if (!build.ok() || !build->ok()) {
     return Refuse(absl::StrCat("building the image ", options_.image, " failed: ",
-                               build.ok() ? Tail(build->output) : build.status().ToString(),
+                               build.ok() ? OutputTail(build->output) : build.status().ToString(),
                                "\n  (whole output in ", dir_, "/compose/image-build.log)"));
   }
   return 0;
@@ -296,7 +282,7 @@ void ComposeRun::CollectRecord() {
                       options_.tool_timeout);
     if (!cp.ok() || !cp->ok()) {
       std::fprintf(stderr, "strata run: could not copy the run record out of the project: %s\n",
-                   cp.ok() ? Tail(cp->output, 400).c_str() : cp.status().ToString().c_str());
+                   cp.ok() ? OutputTail(cp->output, 400).c_str() : cp.status().ToString().c_str());
     }
   }
   MakeDirs(dir_ + "/logs").IgnoreError();
@@ -319,7 +305,7 @@ void ComposeRun::TearDown() {
                  "strata run: docker-compose down failed; remove the project by hand: "
                  "docker-compose -p %s -f %s/compose/docker-compose.yml down --volumes\n%s\n",
                  project_.c_str(), dir_.c_str(),
-                 down.ok() ? Tail(down->output, 400).c_str() : down.status().ToString().c_str());
+                 down.ok() ? OutputTail(down->output, 400).c_str() : down.status().ToString().c_str());
   }
   std::remove((dir_ + "/compose/run-token").c_str());  // after `down`, which reads the file
 }

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -15,6 +17,8 @@
 #include <absl/strings/match.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_split.h>
+#include <absl/strings/string_view.h>
 #include <absl/strings/strip.h>
 
 #include "services/common/rpc_auth.h"
@@ -165,6 +169,23 @@ std::string LogTail(const std::string& log_path, size_t max_bytes) {
   std::string text = buffer.str();
   if (text.size() > max_bytes) text = "..." + text.substr(text.size() - max_bytes);
   return text;
+}
+
+std::string OutputTail(const std::string& text, size_t max_bytes) {
+  std::string t(absl::StripAsciiWhitespace(text));
+  if (t.size() > max_bytes) t = "..." + t.substr(t.size() - max_bytes);
+  return t;
+}
+
+std::optional<std::string> FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "", ':', absl::SkipEmpty())) {
+    const std::string candidate = absl::StrCat(dir, "/", name);
+    if (::access(candidate.c_str(), X_OK) == 0 && !std::filesystem::is_directory(candidate)) {
+      return candidate;
+    }
+  }
+  return std::nullopt;
 }
 
 std::optional<int> ReadPortFile(const std::string& port_file) {

@@ -71,6 +71,11 @@ std::vector<std::string> ChildEnvironment();
 
 // The last `max_bytes` of a log file, for error messages ("(no log)" if unreadable).
 std::string LogTail(const std::string& log_path, size_t max_bytes = 2000);
+// The end of a tool's captured output, whitespace trimmed, "..." where it was cut: what an error
+// message quotes.
+std::string OutputTail(const std::string& text, size_t max_bytes = 1500);
+// The first executable file called `name` in a directory of PATH, as a shell would find it.
+std::optional<std::string> FindOnPath(const std::string& name);
 
 // The port a service wrote into `port_file` (a decimal number and a newline, written atomically),
 // or nullopt if it has not written it yet.
