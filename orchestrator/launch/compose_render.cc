@@ -61,14 +61,17 @@ Node Service(const ContainerSpec& c, const RenderOptions& options, const Contain
   }
   if (!depends.empty()) s.Add("depends_on", std::move(depends));
   if (c.serves) {
+    // Generous: the probe runs inside the container, under its CPU limit (a straggler may have
+    // a tenth of a core), on a machine that may be busy; one unhealthy verdict before the
+    // orchestrator starts fails the whole project.
     Node health = Node::Map();
-    health.Add(
-        "test",
-        Node::Strs({"CMD", kHealthProbe, absl::StrCat("127.0.0.1:", kContainerPort)}).Flow());
+    health.Add("test", Node::Strs({"CMD", kHealthProbe, absl::StrCat("127.0.0.1:", kContainerPort),
+                                   "--deadline-s", "8"})
+                           .Flow());
     health.Add("interval", Node::Str("5s"));
-    health.Add("timeout", Node::Str("3s"));
-    health.Add("retries", Node::Int(3));
-    health.Add("start_period", Node::Str("60s"));
+    health.Add("timeout", Node::Str("10s"));
+    health.Add("retries", Node::Int(6));
+    health.Add("start_period", Node::Str("120s"));
     s.Add("healthcheck", std::move(health),
           "The standard gRPC health check (grpc.health.v1.Health) on the service's port.");
   }

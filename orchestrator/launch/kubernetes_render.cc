@@ -216,6 +216,9 @@ class Builder {
     Node p = Node::Map();
     p.Add("grpc", Node::Map().Add("port", Node::Int(kContainerPort)));
     p.Add("periodSeconds", Node::Int(period));
+    // Not the default 1 s: a server busy training (or throttled to a small CPU limit) may take
+    // longer to answer, and a liveness failure restarts the container.
+    p.Add("timeoutSeconds", Node::Int(5));
     p.Add("failureThreshold", Node::Int(failures));
     return p;
   }

@@ -80,14 +80,22 @@ std::string Timestamp() {
   return buf;
 }
 
-// docker-compose v1 project names: lower-case letters, digits, '-' and '_'.
+// docker-compose v1 project names: lower-case letters, digits, '-' and '_'. The run directory's
+// name for the reader, and a hash of its absolute path so that two runs whose directories share
+// a name (runs/a/run, runs/b/run) never share a project: a project's `down` would remove the
+// other's containers.
 std::string ProjectName(const std::string& run_dir) {
+  std::filesystem::path path = std::filesystem::absolute(run_dir).lexically_normal();
+  if (path.filename().empty()) path = path.parent_path();  // "runs/x/" names "x"
+  const std::string absolute = path.string();
+  uint32_t hash = 2166136261u;  // FNV-1a
+  for (unsigned char c : absolute) hash = (hash ^ c) * 16777619u;
   std::string out = "strata-";
-  for (char c : std::filesystem::path(run_dir).filename().string()) {
+  for (char c : std::filesystem::path(absolute).filename().string()) {
     const char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
     out += std::isalnum(static_cast<unsigned char>(l)) || l == '_' ? l : '-';
   }
-  return out;
+  return absl::StrFormat("%s-%08x", out, hash);
 }
 
 // The repository's image script beside a build directory (BIN_DIR = <repo>/build/bin), if there.
@@ -153,6 +161,8 @@ int ComposeRun::Run() {
     services_.push_back(c.name);
   }
   if (absl::Status s = Render(); !s.ok()) return Refuse(std::string(s.message()));
+  // For the reader (and tests): `docker-compose -p "$(cat compose/project)" ...`.
+  WriteFileAtomic(dir_ + "/compose/project", project_ + "\n").IgnoreError();
 
   auto info = RunTool({docker_, "info", "--format", "{{.ServerVersion}}"}, tools_log_,
                       options_.tool_timeout);

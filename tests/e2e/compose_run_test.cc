@@ -26,14 +26,16 @@ class ComposeRun : public ::testing::Test {
     if (!docker_.unavailable.empty()) GTEST_SKIP() << docker_.unavailable;
     ::setenv("DOCKER_HOST", docker_.host.c_str(), 1);
   }
-  // The project `strata run` names after the run directory, and what of it the daemon still has.
+  // What the daemon still has of the project `strata run` made for `run_dir` (it writes the
+  // project's name into compose/project).
   std::string Leftovers(const std::string& run_dir) const {
-    const std::string project =
-        "strata-" + std::filesystem::path(run_dir).filename().string();
+    std::string project = Slurp(run_dir + "/compose/project");
+    while (!project.empty() && project.back() == '\n') project.pop_back();
+    EXPECT_FALSE(project.empty()) << run_dir << "/compose/project";
     const std::string filter = " --filter label=com.docker.compose.project=" + project;
     std::string out;
-    for (const std::string& what : {"ps -aq", "network ls -q", "volume ls -q"}) {
-      CommandResult r = RunCommand("docker " + what + filter);
+    for (const char* what : {"ps -aq", "network ls -q", "volume ls -q"}) {
+      CommandResult r = RunCommand(std::string("docker ") + what + filter);
       EXPECT_EQ(r.exit_code, 0) << r.output;
       out += r.output;
     }
@@ -73,9 +75,12 @@ TEST_F(ComposeRun, CtrlCStopsTheProjectAndRemovesIt) {
   BackgroundRun run({"run", Quickstart(), "--set", "launcher.kind=compose", "--image",
                      docker_.image, "--out", dir},
                     dir + ".out");
-  ASSERT_TRUE(Eventually([&] { return run.Output().find("epoch   1/") != std::string::npos; },
-                         std::chrono::seconds(600)))
-      << run.Output();
+  // Training has begun (or the run ended early, which fails the test at once).
+  auto training = [&] { return run.Output().find("epoch   1/") != std::string::npos; };
+  ASSERT_TRUE(
+      Eventually([&] { return training() || run.Wait(std::chrono::seconds(1)) >= 0; },
+                 std::chrono::seconds(600)));
+  ASSERT_TRUE(training()) << run.Output();
   ::kill(run.pid(), SIGINT);
   EXPECT_EQ(run.Wait(std::chrono::seconds(300)), 130) << run.Output();
   EXPECT_EQ(Leftovers(dir), "") << run.Output();
