@@ -121,7 +121,7 @@ struct FlagValue {
 
 const std::vector<FlagValue>& TemplateValues() {
   static const auto* values = new std::vector<FlagValue>{
-      {ContainerRole::kParameterServer, "--partition", "${STRATA_PARTITION}"},
+      {ContainerRole::kParameterServer, "--partition", "${JOB_COMPLETION_INDEX}"},
       {ContainerRole::kParameterServer, "--partitions", "${STRATA_PARAMETER_SERVERS}"},
       {ContainerRole::kParameterServer, "--workers", "${STRATA_WORKERS}"},
       {ContainerRole::kWorker, "--rank", "${JOB_COMPLETION_INDEX}"},
@@ -194,10 +194,6 @@ std::string ServiceBody(ContainerRole role, const std::vector<std::string>& args
   if (needs_examples || wait_for_shards) out += ManifestLine();
   if (wait_for_shards) out += WaitForShards();
   if (needs_examples) out += kReadTrainExamples;
-  if (role == ContainerRole::kParameterServer && Uses(args, "${STRATA_PARTITION}")) {
-    out +=
-        "# The StatefulSet ordinal: pod <name>-ps-<ordinal>.\nSTRATA_PARTITION=${HOSTNAME##*-}\n";
-  }
   return out + ExecLine(binary, args);
 }
 
@@ -343,7 +339,7 @@ ContainerPlan PlanKubernetesContainers(const JobSpec& job, const KubernetesNames
   const std::string port = absl::StrCat(":", kContainerPort);
   std::string loops;
   std::string servers_arg;
-  // Peer lists from the replica counts: pod <set>-<i> of a StatefulSet or an Indexed Job with
+  // Peer lists from the replica counts: pod <job>-<i> of an Indexed Job with
   // a headless Service is reachable as <set>-<i>.<service>.
   auto loop = [&](const std::string& var, const std::string& count, const std::string& pod,
                   const std::string& service) {

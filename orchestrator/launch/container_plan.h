@@ -44,7 +44,7 @@ struct ContainerSpec {
 // The object names of a job on Kubernetes, from the job's name (DNS-1123 labels).
 struct KubernetesNames {
   std::string prefix;                                // the job's name, lower-case, [a-z0-9-]
-  std::string ps() const { return prefix + "-ps"; }  // StatefulSet + headless Service
+  std::string ps() const { return prefix + "-ps"; }  // Indexed Job + headless Service
   std::string workers() const { return prefix + "-worker"; }             // Indexed Job
   std::string ring() const { return prefix + "-workers"; }               // headless Service
   std::string evaluator() const { return prefix + "-evaluator"; }        // Pod + Service
@@ -70,8 +70,8 @@ ContainerPlan PlanComposeContainers(const JobSpec& spec);
 
 // Kubernetes: one template per role. Replica counts come from $STRATA_WORKERS and
 // $STRATA_PARAMETER_SERVERS (the topology ConfigMap, so that an overlay can change them in one
-// place), the rank from $JOB_COMPLETION_INDEX (Indexed Job), the partition from the StatefulSet
-// ordinal, the token from the Secret through the environment.
+// place), the rank and the partition from $JOB_COMPLETION_INDEX (workers and servers are Indexed
+// Jobs), the token from the Secret through the environment.
 ContainerPlan PlanKubernetesContainers(const JobSpec& spec, const KubernetesNames& names);
 
 // The flags whose values differ between instances of one role, and what the Kubernetes templates

@@ -323,18 +323,22 @@ class Builder {
     return o;
   }
 
+  // An Indexed Job, as the workers: a server the orchestrator stops at the run's end exits 0 and
+  // stays done, so no server pod outlives the run (a StatefulSet would restart it and keep it
+  // idling until someone deleted the set).
   Node ParameterServers(const Profile& p) const {
-    Node o = Object("apps/v1", "StatefulSet", Metadata(names_.ps(), "ps", true));
+    Node o = Object("batch/v1", "Job", Metadata(names_.ps(), "ps", true));
     Node spec = Node::Map();
-    spec.Add("serviceName", Node::Str(names_.ps()));
-    spec.Add("replicas", Node::Int(p.parameter_servers),
-             "Keep equal to STRATA_PARAMETER_SERVERS in the topology ConfigMap.");
-    spec.Add("podManagementPolicy", Node::Str("Parallel"));
-    spec.Add("selector", Selector("ps"));
-    // A StatefulSet's pods always restart; the orchestrator's end of the run removes the set
-    // (through its owner reference once submitted; by hand, `kubectl delete -k`).
-    spec.Add("template", PodTemplate("ps", PodSpec(Container(ContainerRole::kParameterServer), p.ps,
-                                                   "Always")));
+    spec.Add("completionMode", Node::Str("Indexed"), "Partition = JOB_COMPLETION_INDEX.");
+    spec.Add("completions", Node::Int(p.parameter_servers),
+             "Keep both equal to STRATA_PARAMETER_SERVERS in the topology ConfigMap.");
+    spec.Add("parallelism", Node::Int(p.parameter_servers));
+    spec.Add("backoffLimit", Node::Int(0),
+             "A lost server fails the run; the orchestrator reports it.");
+    Node pod = PodSpec(Container(ContainerRole::kParameterServer), p.ps, "Never");
+    pod.Add("subdomain", Node::Str(names_.ps()),
+            "Pod <job>-ps-<partition> is <job>-ps-<partition>." + names_.ps() + ".");
+    spec.Add("template", PodTemplate("ps", std::move(pod)));
     o.Add("spec", std::move(spec));
     return o;
   }
@@ -553,10 +557,11 @@ class Builder {
     (*files)[dir + "workers.yaml"] = yaml::Emit(workers);
     if (servers_) {
       patch_files.push_back("parameter-servers.yaml");
-      Node ps = Object("apps/v1", "StatefulSet", Node::Map().Add("name", Node::Str(names_.ps())));
+      Node ps = Object("batch/v1", "Job", Node::Map().Add("name", Node::Str(names_.ps())));
       ps.Add("spec",
              Node::Map()
-                 .Add("replicas", Node::Int(p.parameter_servers))
+                 .Add("completions", Node::Int(p.parameter_servers))
+                 .Add("parallelism", Node::Int(p.parameter_servers))
                  .Add("template",
                       Node::Map().Add("spec",
                                       Node::Map().Add("containers", ContainerPatch("ps", p.ps)))));

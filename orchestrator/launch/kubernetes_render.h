@@ -1,7 +1,7 @@
 // `strata render --launcher kubernetes`: a kustomize base and two overlays for one job
 // (docs/deploy.md). base/: the job spec as a ConfigMap, the replica counts as a second ConfigMap
-// (`<job>-topology`, which the overlays change), the parameter servers as a StatefulSet behind a
-// headless Service, the workers as an Indexed Job (rank = JOB_COMPLETION_INDEX) with a headless
+// (`<job>-topology`, which the overlays change), the parameter servers as an Indexed Job
+// (partition = JOB_COMPLETION_INDEX) behind a headless Service, the workers as an Indexed Job (rank = JOB_COMPLETION_INDEX) with a headless
 // Service for the ring, the evaluator as a Pod behind a Service, the orchestrator as a Job whose
 // init container is the sharder, the run directory as a ReadWriteMany claim, a NetworkPolicy
 // that admits only the job's own pods, and the run token as a Secret generated from a file the

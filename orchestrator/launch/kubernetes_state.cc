@@ -46,17 +46,14 @@ std::string ServiceOf(const json& metadata) {
   const json& annotations = Child(metadata, "annotations");
   const std::string component = Text(labels, "app.kubernetes.io/component");
   if (component == "orchestrator" || component == "evaluator") return component;
-  if (component == "ps") {
-    // A StatefulSet's pod is <set>-<ordinal>; the label exists from Kubernetes 1.28 on.
-    std::string ordinal = Text(labels, "apps.kubernetes.io/pod-index");
-    if (ordinal.empty()) ordinal = name.substr(name.rfind('-') + 1);
-    if (AllDigits(ordinal)) return "ps-" + ordinal;
-  }
-  if (component == "worker") {
-    // An Indexed Job's pod: the rank is the completion index (an annotation since 1.21).
+  if (component == "ps" || component == "worker") {
+    // An Indexed Job's pod: the partition or rank is the completion index (an annotation since
+    // 1.21); a server of an earlier renderer's StatefulSet is <set>-<ordinal>.
     std::string index = Text(annotations, "batch.kubernetes.io/job-completion-index");
     if (index.empty()) index = Text(labels, "batch.kubernetes.io/job-completion-index");
-    if (AllDigits(index)) return "worker-" + index;
+    if (index.empty() && component == "ps") index = Text(labels, "apps.kubernetes.io/pod-index");
+    if (index.empty() && component == "ps") index = name.substr(name.rfind('-') + 1);
+    if (AllDigits(index)) return (component == "ps" ? "ps-" : "worker-") + index;
   }
   return name;
 }

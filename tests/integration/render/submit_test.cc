@@ -264,7 +264,7 @@ TEST(Submit, CreatesTheJobFirstThenItsOwnedObjectsFollowsItAndCleansUpOnSuccess)
     EXPECT_TRUE(refs[0]["blockOwnerDeletion"].as<bool>());
   }
   EXPECT_EQ(absl::StrJoin(kinds, " "),
-            "ConfigMap ConfigMap Secret NetworkPolicy Service StatefulSet Service Job Service Pod");
+            "ConfigMap ConfigMap Secret NetworkPolicy Service Job Service Job Service Pod");
 
   // The record, the token (private) and the logs saved before the pods went.
   const json record = ReadJson(sub + "/submission.json");

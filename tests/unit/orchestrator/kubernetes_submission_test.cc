@@ -71,7 +71,7 @@ TEST(KubernetesSubmission, TheJobIsSuspendedAndEverythingElseButTheClaimIsMarked
             (std::vector<std::string>{
                 "ConfigMap/" + p + "-job-spec", "ConfigMap/" + p + "-topology",
                 "Secret/" + p + "-run-token", "NetworkPolicy/" + p + "-intra-job",
-                "Service/" + p + "-ps", "StatefulSet/" + p + "-ps", "Service/" + p + "-workers",
+                "Service/" + p + "-ps", "Job/" + p + "-ps", "Service/" + p + "-workers",
                 "Job/" + p + "-worker", "Service/" + p + "-evaluator", "Pod/" + p + "-evaluator"}));
   // The Secret holds the token itself, as kustomize's secretGenerator would.
   EXPECT_EQ(Scalar(s->owned[2], {"data", "token"}), absl::Base64Escape("f00d"));
@@ -84,7 +84,9 @@ TEST(KubernetesSubmission, AnOverlaySetsTheReplicaCountsEverywhere) {
   ASSERT_TRUE(small.ok() && large.ok());
   EXPECT_EQ(Scalar(small->owned[1], {"data", "STRATA_WORKERS"}), "\"1\"");
   EXPECT_EQ(Scalar(small->owned[1], {"data", "STRATA_PARAMETER_SERVERS"}), "\"1\"");
-  EXPECT_EQ(Scalar(small->owned[5], {"spec", "replicas"}), "1");
+  EXPECT_EQ(Scalar(small->owned[5], {"spec", "completions"}), "1");
+  EXPECT_EQ(Scalar(small->owned[5], {"spec", "parallelism"}), "1");
+  EXPECT_EQ(Scalar(large->owned[5], {"spec", "completions"}), "4");
   EXPECT_EQ(Scalar(small->owned[7], {"spec", "completions"}), "1");
   EXPECT_EQ(Scalar(large->owned[1], {"data", "STRATA_WORKERS"}), "\"6\"");
   EXPECT_EQ(Scalar(large->owned[7], {"spec", "parallelism"}), "6");
@@ -207,20 +209,24 @@ TEST(KubernetesState, PodsAreNamedAsTheServicesOfALocalRun) {
           {{"metadata", {{"labels", {{"apps.kubernetes.io/pod-index", "0"}}}}}});
   json ps_by_name =
       Pod("q-ps-1", "ps", "Running", json::array({Container("ps", kRunning, true)}), true);
+  // The servers are an Indexed Job now: pod <job>-ps-<index>-<random>, the index annotated.
+  json ps_indexed = Pod(
+      "q-ps-2-h7x2k", "ps", "Running", json::array({Container("ps", kRunning, true)}), true,
+      {{"metadata", {{"annotations", {{"batch.kubernetes.io/job-completion-index", "2"}}}}}});
   json orchestrator =
       Pod("q-orchestrator-abcde", "orchestrator", "Pending",
           json::array({Container("orchestrator", {{"waiting", {{"reason", "PodInitializing"}}}})}));
   orchestrator["status"]["initContainerStatuses"] = json::array(
       {Container("sharder", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}})});
   json foreign = Pod("other", "", "Running", json::array(), true);
-  auto pods = ParsePods(Pods({worker, ps_by_label, ps_by_name, orchestrator, foreign,
+  auto pods = ParsePods(Pods({worker, ps_by_label, ps_by_name, ps_indexed, orchestrator, foreign,
                               Pod("q-evaluator", "evaluator", "Running", json::array(), true)})
                             .dump());
   ASSERT_TRUE(pods.ok()) << pods.status();
   std::vector<std::string> services;
   for (const PodState& p : *pods) services.push_back(p.service);
   EXPECT_EQ(services, (std::vector<std::string>{"evaluator", "orchestrator", "other", "ps-0",
-                                                "ps-1", "worker-1"}));
+                                                "ps-1", "ps-2", "worker-1"}));
   const PodState& o = (*pods)[1];
   ASSERT_EQ(o.containers.size(), 2u);
   EXPECT_TRUE(o.containers[0].init);
