@@ -323,39 +323,48 @@ class Builder {
     return o;
   }
 
-  // An Indexed Job, as the workers: a server the orchestrator stops at the run's end exits 0 and
-  // stays done, so no server pod outlives the run (a StatefulSet would restart it and keep it
-  // idling until someone deleted the set).
-  Node ParameterServers(const Profile& p) const {
-    Node o = Object("batch/v1", "Job", Metadata(names_.ps(), "ps", true));
+  // What one instance of a role is and how many there are, for IndexedJob.
+  struct IndexedRole {
+    std::string name;       // the Job's name, also each pod's <name>-<index>
+    std::string component;  // "ps" / "worker"
+    ContainerRole role;
+    int count = 0;
+    std::string count_variable;  // the topology key that must agree with `count`
+    std::string index_meaning;   // "Partition" / "Rank"
+    std::string lost;            // "server" / "worker"
+    std::string subdomain;       // the headless Service that gives each pod a DNS name
+    Resources resources;
+  };
+
+  // An Indexed Job: instance i is JOB_COMPLETION_INDEX i, pod <name>-<i> is reachable as
+  // <name>-<i>.<subdomain>. restartPolicy Never and backoffLimit 0: an instance that the
+  // orchestrator stops at the run's end exits 0 and stays done (a StatefulSet would restart a
+  // server and keep it idling until someone deleted the set), and one that dies fails the run.
+  Node IndexedJob(const IndexedRole& r) const {
     Node spec = Node::Map();
-    spec.Add("completionMode", Node::Str("Indexed"), "Partition = JOB_COMPLETION_INDEX.");
-    spec.Add("completions", Node::Int(p.parameter_servers),
-             "Keep both equal to STRATA_PARAMETER_SERVERS in the topology ConfigMap.");
-    spec.Add("parallelism", Node::Int(p.parameter_servers));
+    spec.Add("completionMode", Node::Str("Indexed"), r.index_meaning + " = JOB_COMPLETION_INDEX.");
+    spec.Add("completions", Node::Int(r.count),
+             "Keep both equal to " + r.count_variable + " in the topology ConfigMap.");
+    spec.Add("parallelism", Node::Int(r.count));
     spec.Add("backoffLimit", Node::Int(0),
-             "A lost server fails the run; the orchestrator reports it.");
-    Node pod = PodSpec(Container(ContainerRole::kParameterServer), p.ps, "Never");
-    pod.Add("subdomain", Node::Str(names_.ps()),
-            "Pod <job>-ps-<partition> is <job>-ps-<partition>." + names_.ps() + ".");
-    spec.Add("template", PodTemplate("ps", std::move(pod)));
+             "A lost " + r.lost + " fails the run; the orchestrator reports it.");
+    Node pod = PodSpec(Container(r.role), r.resources, "Never");
+    pod.Add("subdomain", Node::Str(r.subdomain),
+            absl::StrCat("Pod ", r.name, "-<i> is ", r.name, "-<i>.", r.subdomain, "."));
+    spec.Add("template", PodTemplate(r.component, std::move(pod)));
+    Node o = Object("batch/v1", "Job", Metadata(r.name, r.component, true));
     o.Add("spec", std::move(spec));
     return o;
   }
 
+  Node ParameterServers(const Profile& p) const {
+    return IndexedJob({names_.ps(), "ps", ContainerRole::kParameterServer, p.parameter_servers,
+                       "STRATA_PARAMETER_SERVERS", "Partition", "server", names_.ps(), p.ps});
+  }
+
   Node Workers(const Profile& p) const {
-    Node meta = Metadata(names_.workers(), "worker", true);
-    Node o = Object("batch/v1", "Job", std::move(meta));
-    Node spec = Node::Map();
-    spec.Add("completionMode", Node::Str("Indexed"), "Rank = JOB_COMPLETION_INDEX.");
-    spec.Add("completions", Node::Int(p.workers), "Keep both equal to STRATA_WORKERS.");
-    spec.Add("parallelism", Node::Int(p.workers));
-    spec.Add("backoffLimit", Node::Int(0),
-             "A lost worker fails the run; the orchestrator reports it.");
-    Node pod = PodSpec(Container(ContainerRole::kWorker), p.worker, "Never");
-    pod.Add("subdomain", Node::Str(names_.ring()),
-            "Pod <job>-worker-<rank> is <job>-worker-<rank>." + names_.ring() + ".");
-    spec.Add("template", PodTemplate("worker", std::move(pod)));
+    Node o = IndexedJob({names_.workers(), "worker", ContainerRole::kWorker, p.workers,
+                         "STRATA_WORKERS", "Rank", "worker", names_.ring(), p.worker});
     std::vector<std::string> per_rank;
     for (const StragglerSpec& s : spec_.cluster.stragglers) {
       per_rank.push_back(absl::StrCat("worker ", s.worker, " at ", CpuQuantity(s.cpu_fraction)));
@@ -366,7 +375,6 @@ class Builder {
           "Per-rank CPU quotas (", absl::StrJoin(per_rank, ", "), ") are not applied here: one\n",
           "pod template serves every rank, so a rank's own limit needs a Job of its own."));
     }
-    o.Add("spec", std::move(spec));
     return o;
   }
 
