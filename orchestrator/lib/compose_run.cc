@@ -24,6 +24,7 @@
 #include "orchestrator/launch/compose_render.h"
 #include "orchestrator/launch/container_plan.h"
 #include "orchestrator/lib/job_checks.h"
+#include "orchestrator/lib/local_run.h"
 #include "services/common/child_process.h"
 #include "services/common/files.h"
 #include "services/common/rpc_auth.h"
@@ -71,13 +72,6 @@ absl::StatusOr<ToolResult> RunTool(const std::vector<std::string>& argv, const s
   std::ofstream(log, std::ios::app) << "$ " << absl::StrJoin(argv, " ") << "\n"
                                     << r.output << "(exit " << r.exit_code << ")\n";
   return r;  // the child is killed and reaped with `child` if it still runs
-}
-
-std::string Timestamp() {
-  std::time_t t = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y%m%d-%H%M%S", std::localtime(&t));
-  return buf;
 }
 
 // docker-compose v1 project names: lower-case letters, digits, '-' and '_'. The run directory's
@@ -331,9 +325,7 @@ int RunComposeJob(const ComposeRunOptions& options) {
                  options.job_path.c_str(), std::string(job.status().message()).c_str());
     return 2;
   }
-  const std::string dir = options.out_dir.empty()
-                              ? absl::StrCat("runs/", job->spec.name, "-", Timestamp())
-                              : options.out_dir;
+  const std::string dir = options.out_dir.empty() ? DefaultRunDir(job->spec.name) : options.out_dir;
   if (std::filesystem::exists(dir + "/job.yaml") || std::filesystem::exists(dir + "/compose")) {
     std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());
     return 2;

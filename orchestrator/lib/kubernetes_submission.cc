@@ -24,6 +24,7 @@
 #include "orchestrator/launch/kubernetes_render.h"
 #include "orchestrator/launch/kubernetes_state.h"
 #include "orchestrator/lib/job_checks.h"
+#include "orchestrator/lib/local_run.h"
 #include "orchestrator/lib/run_paths.h"
 #include "services/common/files.h"
 #include "services/common/rpc_auth.h"
@@ -136,16 +137,13 @@ void SleepUnlessInterrupted(milliseconds d) {
   }
 }
 
-std::string Timestamp(const char* format, bool utc) {
+// Now, in UTC, as ISO 8601: when the submission was made.
+std::string UtcNow() {
   const std::time_t now = std::time(nullptr);
   std::tm tm;
-  if (utc) {
-    ::gmtime_r(&now, &tm);
-  } else {
-    ::localtime_r(&now, &tm);
-  }
+  ::gmtime_r(&now, &tm);
   char buf[32];
-  std::strftime(buf, sizeof buf, format, &tm);
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
 }
 
@@ -583,7 +581,7 @@ int SubmitKubernetesJob(const SubmitOptions& options) {
 
   const SubmissionPaths paths(
       options.out_dir.empty()
-          ? absl::StrCat("runs/", spec->name, "-", Timestamp("%Y%m%d-%H%M%S", false), "/kubernetes")
+          ? absl::StrCat(DefaultRunDir(spec->name), "/kubernetes")
           : options.out_dir);
   if (FileExists(paths.record)) {
     return usage(absl::StrCat(paths.root, " already holds a submission; choose another --out"));
@@ -610,7 +608,7 @@ int SubmitKubernetesJob(const SubmitOptions& options) {
   record.claim = objects->instance + "-run";
   record.overlay = options.overlay;
   record.image = options.render.image;
-  record.submitted_at = Timestamp("%Y-%m-%dT%H:%M:%SZ", true);
+  record.submitted_at = UtcNow();
   auto kubectl = Kubectl::Create({*kubectl_path, options.namespace_name, options.kubectl_timeout});
   if (!kubectl.ok()) return usage(std::string(kubectl.status().message()));
 

@@ -552,6 +552,10 @@ void LocalRun::WriteSummary(const std::string& state) {
 
 }  // namespace
 
+std::string DefaultRunDir(const std::string& job_name) {
+  return absl::StrCat("runs/", job_name, "-", Timestamp());
+}
+
 std::string ExecutableDir() {
   char buf[4096];
   const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -584,8 +588,7 @@ int RunLocalJob(const LocalRunOptions& options) {
       return 2;
     }
   }
-  std::string dir = options.out_dir.empty() ? absl::StrCat("runs/", spec.name, "-", Timestamp())
-                                            : options.out_dir;
+  std::string dir = options.out_dir.empty() ? DefaultRunDir(spec.name) : options.out_dir;
   if (FileExists(dir + "/job.yaml")) {
     std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());
     return 2;

@@ -42,6 +42,10 @@ int RunLocalJob(const LocalRunOptions& options);
 // run directory the services share (it holds the sharder's output already).
 int SuperviseJob(const LocalRunOptions& options);
 
+// runs/<job name>-<local time, YYYYmmdd-HHMMSS>: where a run goes when no --out is given (the
+// local and compose runs, and Kubernetes submissions under it).
+std::string DefaultRunDir(const std::string& job_name);
+
 // The directory holding the running executable (where the service binaries are installed).
 std::string ExecutableDir();
 
