@@ -7,7 +7,7 @@ CMAKE_ARGS ?=
 # the same from the first command to the second, so nothing is rebuilt for nothing.
 CMAKE_ARGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CURDIR)/scripts/compiler-launcher.sh
 
-.PHONY: all deps configure build test test-sanitize quickstart bench clean format image image-prebuilt
+.PHONY: all deps configure build test test-sanitize test-fuzz quickstart bench clean format image image-prebuilt
 
 all: build
 
@@ -29,6 +29,13 @@ test: build
 # (their own build trees, only the targets they need); CI runs it after the suite.
 test-sanitize: deps
 	@bash scripts/sanitize-tests.sh
+
+# The parsers of what crosses a process boundary (tensor codec, checkpoints, job spec, ring
+# segments) under libFuzzer with ASan and UBSan, FUZZ_SECONDS (45) each, from the corpus in
+# tests/fuzz/corpus; a tree of its own (build-fuzz/, clang). The script installs what is missing.
+# CI runs it after test-sanitize.
+test-fuzz:
+	@bash scripts/fuzz.sh
 
 quickstart: build
 	@bash scripts/quickstart.sh $(BUILD_DIR)
@@ -52,4 +59,4 @@ format:
 	@git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	@rm -rf $(BUILD_DIR) build-tsan build-asan
+	@rm -rf $(BUILD_DIR) build-tsan build-asan build-fuzz

@@ -13,6 +13,8 @@ packages=(
   docker-compose
   # The image's base is made without a registry (scripts/make-base-image.sh).
   debootstrap
+  # The fuzz targets (scripts/fuzz.sh): clang 14 and its runtimes (libFuzzer, ASan, UBSan).
+  clang libclang-rt-14-dev
 )
 # The test suite starts a Docker daemon of its own (scripts/docker-daemon.sh) and `make image`
 # needs one. Only where no dockerd exists: docker.io conflicts with Docker's own docker-ce

@@ -23,6 +23,7 @@
 #include "services/common/logging.h"
 #include "services/common/rpc.h"
 #include "services/common/rpc_auth.h"
+#include "services/common/tls_flags.h"
 #include "sharder/shard_job.h"
 #include "sharder/sharder_service.h"
 
@@ -139,12 +140,18 @@ int main(int argc, char** argv) {
   serve->add_option("--log-file", log_file, "also log to this file");
   bool insecure_no_auth = false;
   serve->add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
+  strata::TlsFlagValues tls;
+  strata::AddTlsFlags(serve, &tls);
   app.require_subcommand(0, 1);
   CLI11_PARSE(app, argc, argv);
   if (serve->parsed()) {
     if (absl::Status s = strata::InitServiceAuth("strata-sharder", insecure_no_auth); !s.ok()) {
       Fail(std::string(s.message()));
       return 2;  // like every service: a start-up refusal, not a failed plan
+    }
+    if (absl::Status s = strata::InitServiceTls(tls); !s.ok()) {
+      Fail(std::string(s.message()));
+      return 2;
     }
     return Serve(listen, port_file, log_file, run_dir);
   }

@@ -49,6 +49,15 @@ struct Endpoint {
   std::string ring_address;  // workers: where ring peers reach it (the address if empty)
 };
 
+// A service that exited while the run needed it. `failure` is the message that ends the run when
+// nothing recovers it: the service named, how it ended, where its log is.
+struct ServiceExit {
+  std::string service;
+  ServiceRole role = ServiceRole::kWorker;
+  std::string how;  // "killed by signal 9 (Killed)", "exited with code 1"
+  absl::Status failure;
+};
+
 class Launcher {
  public:
   virtual ~Launcher() = default;
@@ -64,6 +73,15 @@ class Launcher {
       std::chrono::milliseconds timeout, const std::function<absl::Status()>& keep_going) = 0;
   // A service that exited while the run needs it fails the run, named. Does not block.
   virtual absl::Status CheckExits() = 0;
+  // The services that exited since the last call, each reported once (and recorded); the caller
+  // decides whether the run survives them. Does not block.
+  virtual std::vector<ServiceExit> TakeExits() = 0;
+  // Starts an exited service again with its own flags, where it listened before, so that every
+  // peer and the orchestrator reach it at the address they know. Does not wait for it to listen.
+  // UNIMPLEMENTED where the platform restarts services itself (containers).
+  virtual absl::Status Restart(const std::string& service) = 0;
+  // The service (re)started listens again at its address.
+  virtual bool Listening(const std::string& service) = 0;
   virtual bool Running(const std::string& service) = 0;
   // Ends every service: up to `wait` to exit on their own (a Stop RPC is the caller's), then
   // signals; records how each ended.

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <thread>
 
 #include <absl/strings/numbers.h>
@@ -68,9 +69,16 @@ absl::Status LocalLauncher::Start(const ServiceSpec& service) {
   Child c;
   c.spec = service;
   c.port_file = absl::StrCat(paths_.ports, "/", service.name, ".port");
-  // It listens on a free loopback port and writes the port into its port file.
-  std::vector<std::string> argv = {absl::StrCat(bin_dir_, "/", service.binary), "--listen",
-                                   "127.0.0.1:0", "--port-file", c.port_file};
+  absl::Status launched = Launch(c, "127.0.0.1:0");  // a free loopback port, reported in port_file
+  // Kept even when the quota failed, so that stopping the run ends this process too.
+  if (c.process != nullptr) children_.push_back(std::move(c));
+  return launched;
+}
+
+absl::Status LocalLauncher::Launch(Child& c, const std::string& listen) {
+  const ServiceSpec& service = c.spec;
+  std::vector<std::string> argv = {absl::StrCat(bin_dir_, "/", service.binary), "--listen", listen,
+                                   "--port-file", c.port_file};
   argv.insert(argv.end(), service.args.begin(), service.args.end());
   const std::string command = absl::StrJoin(argv, " ");
   STRATA_ASSIGN_OR_RETURN(c.process, Spawn(service.name, std::move(argv)));
@@ -80,9 +88,45 @@ absl::Status LocalLauncher::Start(const ServiceSpec& service) {
   for (double fraction : service.cpu_fractions) {
     if (limited.ok()) limited = SlowDown(c, fraction);
   }
-  // Kept even when the quota failed, so that stopping the run ends this process too.
-  children_.push_back(std::move(c));
   return limited;
+}
+
+absl::Status LocalLauncher::Restart(const std::string& service) {
+  for (Child& c : children_) {
+    if (c.spec.name != service) continue;
+    if (!c.process->Poll()) {
+      return absl::FailedPreconditionError(absl::StrCat(service, " still runs; not restarted"));
+    }
+    if (c.address.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(service, " never listened; there is no address to restart it at"));
+    }
+    // The same port: the workers, the servers and this process know the service by its address.
+    // The old process is gone, so the port is free unless another program took it meanwhile;
+    // then the new process fails to bind and its exit says so.
+    std::remove(c.port_file.c_str());
+    ++c.restarts;
+    c.exit_reported = false;
+    c.listening_again = false;
+    return Launch(c, c.address);
+  }
+  return absl::NotFoundError(absl::StrCat("no service named ", service, " was started"));
+}
+
+bool LocalLauncher::Listening(const std::string& service) {
+  for (Child& c : children_) {
+    if (c.spec.name != service) continue;
+    if (c.address.empty() || c.process->Poll()) return false;
+    if (c.restarts == 0 || c.listening_again) return true;
+    auto text = ReadFile(c.port_file);
+    c.listening_again = text.ok() && !absl::StripAsciiWhitespace(*text).empty();
+    if (c.listening_again) {
+      record_.Event(RunEvent::kListening,
+                    {{"process", c.spec.name}, {"address", c.address}, {"restarts", c.restarts}});
+    }
+    return c.listening_again;
+  }
+  return false;
 }
 
 // A real slow-down where cgroups allow it; otherwise the run is refused, saying why.
@@ -152,20 +196,28 @@ absl::StatusOr<std::vector<Endpoint>> LocalLauncher::WaitReady(
 }
 
 absl::Status LocalLauncher::CheckExits() {
+  std::vector<ServiceExit> exits = TakeExits();
+  if (exits.empty()) return absl::OkStatus();
+  return failure_.Fail(exits.front().service, exits.front().failure);
+}
+
+std::vector<ServiceExit> LocalLauncher::TakeExits() {
+  std::vector<ServiceExit> exits;
   for (Child& c : children_) {
-    if (!c.process->Poll()) continue;
+    if (c.exit_reported || !c.process->Poll()) continue;
+    c.exit_reported = true;
     const std::string& name = c.spec.name;
-    record_.Event(
-        RunEvent::kProcessExited,
-        {{"process", name}, {"pid", c.process->pid()}, {"how", c.process->ExitDescription()}});
+    const std::string how = c.process->ExitDescription();
+    record_.Event(RunEvent::kProcessExited,
+                  {{"process", name}, {"pid", c.process->pid()}, {"how", how}});
     const std::string last = LastLogLine(*c.process);
-    return failure_.Fail(
-        name, absl::AbortedError(
-                  absl::StrCat(name, " (pid ", c.process->pid(), ") ", c.process->ExitDescription(),
-                               " during the run; see logs/", name, ".log",
-                               last.empty() ? "" : absl::StrCat(" (last line: ", last, ")"))));
+    exits.push_back(
+        {name, c.spec.role, how,
+         absl::AbortedError(absl::StrCat(
+             name, " (pid ", c.process->pid(), ") ", how, " during the run; see logs/", name,
+             ".log", last.empty() ? "" : absl::StrCat(" (last line: ", last, ")")))});
   }
-  return absl::OkStatus();
+  return exits;
 }
 
 bool LocalLauncher::Running(const std::string& service) {

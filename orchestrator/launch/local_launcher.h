@@ -35,6 +35,9 @@ class LocalLauncher final : public Launcher {
   absl::StatusOr<std::vector<Endpoint>> WaitReady(
       std::chrono::milliseconds timeout, const std::function<absl::Status()>& keep_going) override;
   absl::Status CheckExits() override;
+  std::vector<ServiceExit> TakeExits() override;
+  absl::Status Restart(const std::string& service) override;
+  bool Listening(const std::string& service) override;
   bool Running(const std::string& service) override;
   void StopAll(std::chrono::milliseconds wait) override;
   std::vector<ProcessSnapshot> Snapshot() override;
@@ -45,6 +48,9 @@ class LocalLauncher final : public Launcher {
     std::string port_file;
     std::string address;  // 127.0.0.1:port once known
     std::unique_ptr<ChildProcess> process;
+    bool exit_reported = false;
+    int restarts = 0;
+    bool listening_again = false;  // since the last restart
   };
 
   absl::StatusOr<std::unique_ptr<ChildProcess>> Spawn(const std::string& name,
@@ -52,6 +58,8 @@ class LocalLauncher final : public Launcher {
   // FAILED_PRECONDITION where the quota cannot be applied: an experiment whose speeds were asked
   // for must not run at other speeds unnoticed.
   absl::Status SlowDown(const Child& c, double fraction);
+  // Spawns `c`'s service listening on `listen`, recording the launch, under its CPU quota.
+  absl::Status Launch(Child& c, const std::string& listen);
   // Reads the port files that have appeared; true once every service has its address.
   bool ReadPorts();
   static std::string LastLogLine(const ChildProcess& process);

@@ -28,6 +28,11 @@ ServiceSpec ParameterServer(const JobSpec& spec, const RunPaths& paths, int p,
   if (!in.init_checkpoint.empty()) {
     s.args.insert(s.args.end(), {"--init-checkpoint", in.init_checkpoint});
   }
+  if (spec.recovery.restarts > 0) {
+    // Saves that a restarted server resumes from (docs/user-guide.md, "When a process dies").
+    s.args.insert(s.args.end(), {"--checkpoint-every-s",
+                                 absl::StrCat(spec.recovery.server_checkpoint_s), "--resume"});
+  }
   if (spec.cluster.cpu.parameter_server > 0) {
     s.cpu_fractions.push_back(spec.cluster.cpu.parameter_server);
   }
@@ -94,6 +99,13 @@ std::vector<ServiceSpec> PlanServices(const JobSpec& spec, const RunPaths& paths
   evaluator.args = {"--config", paths.job_yaml, "--threads", "1"};
   if (spec.cluster.cpu.evaluator > 0) evaluator.cpu_fractions.push_back(spec.cluster.cpu.evaluator);
   services.push_back(evaluator);
+  if (spec.security.tls != "off") {
+    // Every service serves and calls with the run's certificates (docs/security.md).
+    for (ServiceSpec& s : services) {
+      s.args.insert(s.args.end(), {"--tls", spec.security.tls, "--tls-dir", inputs.tls_dir,
+                                   "--tls-server-name", spec.security.tls_server_name});
+    }
+  }
   return services;
 }
 

@@ -26,6 +26,10 @@ struct ServicePlanInputs {
   std::string init_checkpoint;  // ps jobs: where the servers' initial model is; else empty
   // launcher.ring_transport unix: worker r's ring listens on this prefix followed by r.
   std::string ring_socket_prefix;
+  // security.tls on or mutual: the directory of the run's certificates (security.tls_dir made
+  // absolute, or the one `strata run` made); every service gets --tls, --tls-dir and
+  // --tls-server-name.
+  std::string tls_dir;
 };
 
 std::vector<ServiceSpec> PlanServices(const JobSpec& spec, const RunPaths& paths,

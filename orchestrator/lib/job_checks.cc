@@ -11,8 +11,22 @@
 #include "orchestrator/lib/switch_rule.h"
 #include "services/common/dataset.h"
 #include "services/common/files.h"
+#include "services/common/tls.h"
 
 namespace strata {
+
+namespace {
+
+// Why a job with TLS cannot run in containers yet; `carrier` names what refuses it.
+std::string TlsInContainersRefusal(const std::string& mode, const std::string& carrier) {
+  return absl::StrCat(
+      "'", mode, "' is not carried by ", carrier,
+      " yet: each container would need the certificates as a secret and the health probes a TLS "
+      "client (Kubernetes' gRPC probes speak no TLS); use launcher.kind local, or security.tls "
+      "off on a network only the job's containers reach (docs/deploy.md)");
+}
+
+}  // namespace
 
 std::optional<int> ModelTensorCount(const std::string& arch) {
   // mlp: 3 linear layers (weight, bias). cnn: 2 convolutions and 2 linear layers (weight, bias).
@@ -134,6 +148,23 @@ absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path,
       spec.cluster.parameter_servers < 1) {
     error("cluster.parameter_servers", "strategy needs at least one parameter server");
   }
+  // The certificates of a job that names its own: every file a service will load, checked now
+  // rather than in each service at start (docs/security.md, "Transport security").
+  if (usable({"security"}) && spec.security.tls != "off" && !spec.security.tls_dir.empty()) {
+    TlsSettings settings;
+    settings.mode = *TlsModeFromName(spec.security.tls);
+    settings.dir = spec.security.tls_dir;
+    settings.server_name = spec.security.tls_server_name;
+    if (auto material = LoadTlsMaterial(settings, TlsUse::kServerAndClient); !material.ok()) {
+      error("security.tls_dir", std::string(material.status().message()));
+    }
+  }
+  if (usable({"launcher.kind", "security.tls"}) && spec.launcher.kind != "local" &&
+      spec.security.tls != "off") {
+    error("security.tls",
+          TlsInContainersRefusal(spec.security.tls,
+                                 absl::StrCat("launcher.kind ", spec.launcher.kind)));
+  }
   if (usable({"launcher.kind"}) && options.for_run && spec.launcher.kind == "kubernetes") {
     error("launcher.kind", "'kubernetes' jobs go to a cluster with `strata submit` (or `strata "
                            "render` for the files); `strata run` drives 'local' and 'compose'");
@@ -144,8 +175,18 @@ absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path,
 
 absl::StatusOr<JobSpec> LoadContainerJob(const std::string& path,
                                          const std::vector<std::string>& overrides) {
-  auto spec = LoadJobSpec(path, overrides);
-  if (!spec.ok()) return spec.status();
+  auto text = ReadFile(path);
+  if (!text.ok()) return text.status();
+  JobSpecReading reading = ReadJobSpec(*text, path, overrides);
+  if (!reading.errors.empty()) {
+    return absl::InvalidArgumentError(absl::StrJoin(reading.errors, "\n"));
+  }
+  const JobSpec* spec = &reading.spec;
+  if (spec->security.tls != "off") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        reading.Where("security.tls"), ": security.tls: ",
+        TlsInContainersRefusal(spec->security.tls, "the compose and Kubernetes renderers")));
+  }
   if (spec->strategy.kind != "allreduce") {
     const auto tensors = ModelTensorCount(spec->model.arch);
     if (tensors && spec->cluster.parameter_servers > *tensors) {
@@ -155,7 +196,7 @@ absl::StatusOr<JobSpec> LoadContainerJob(const std::string& path,
                        "; use at most ", *tensors));
     }
   }
-  return spec;
+  return *spec;
 }
 
 }  // namespace strata

@@ -34,6 +34,8 @@
 #include "services/common/rpc_auth.h"
 #include "services/common/shard_index.h"
 #include "services/common/status.h"
+#include "services/common/tls.h"
+#include "services/common/tls_certificates.h"
 
 namespace strata {
 namespace {
@@ -112,9 +114,9 @@ class LocalRun final : public SupervisorHost, public SwitchEvents {
   int Run();
 
   // SupervisorHost
-  absl::Status CheckProcesses() override {
+  absl::StatusOr<std::vector<ServiceExit>> CheckProcesses() override {
     STRATA_RETURN_IF_ERROR(CheckSignal(failure_));
-    return launcher_->CheckExits();
+    return launcher_->TakeExits();
   }
   bool TakeSwitchRequest() override {
     if (!FileExists(paths_.switch_request)) return false;
@@ -133,6 +135,7 @@ class LocalRun final : public SupervisorHost, public SwitchEvents {
  private:
   absl::Status Execute();
   absl::Status Prepare();
+  absl::StatusOr<TlsMaterial> PrepareTls();
   absl::Status ShardData();
   absl::Status LaunchServices();
   absl::Status WaitForPorts();
@@ -140,6 +143,7 @@ class LocalRun final : public SupervisorHost, public SwitchEvents {
   absl::Status StartTraining();
   absl::Status Supervise();
   void Shutdown(bool clean);
+  void RemoveRunCertificates();
   void Finish(const std::string& state);
   void WriteStatus();
   void WriteSummary(const std::string& state);
@@ -164,6 +168,8 @@ class LocalRun final : public SupervisorHost, public SwitchEvents {
   int64_t train_examples_ = 0;
   std::string state_ = "running";
   bool shut_down_ = false;
+  std::string tls_dir_;         // security.tls on or mutual: the certificates the services use
+  bool tls_generated_ = false;  // tls_dir_ is the run's own (paths_.tls), removed at the end
 
   ClusterView view_;
   RunPhase phase_;
@@ -172,6 +178,8 @@ class LocalRun final : public SupervisorHost, public SwitchEvents {
   std::unique_ptr<SwitchPolicy> policy_;
   std::unique_ptr<SwitchController> switcher_;
   std::unique_ptr<EvalScheduler> eval_;
+  std::unique_ptr<ServiceRecovery> recovery_;
+  v1::StartRequest start_request_;  // what the workers were started with
 };
 
 int LocalRun::Run() {
@@ -188,6 +196,7 @@ int LocalRun::Run() {
     record_->RunFailed({state, std::string(failure_.status().message()), failure_.process()});
   }
   Shutdown(!failure_.failed());
+  RemoveRunCertificates();
   Finish(state);
   if (failure_.failed()) {
     std::fprintf(stderr, "%s: %s: %s\n  run directory: %s (summary.json, logs/)\n", command(),
@@ -256,6 +265,9 @@ absl::Status LocalRun::Prepare() {
   } else {
     STRATA_ASSIGN_OR_RETURN(auth.token, GenerateRunToken());
   }
+  if (spec_.security.tls != "off") {
+    STRATA_ASSIGN_OR_RETURN(auth.tls, PrepareTls());
+  }
   SetRpcAuth(std::move(auth));
   STRATA_ASSIGN_OR_RETURN(record_, RunRecord::Open(paths_.root, start_));
   if (attached()) {
@@ -267,10 +279,51 @@ absl::Status LocalRun::Prepare() {
   record_->Event(RunEvent::kRunStarted, {{"name", spec_.name},
                                          {"job", options_.job_path},
                                          {"overrides", options_.overrides},
+                                         {"tls", spec_.security.tls},
                                          {"orchestrator_pid", ::getpid()}});
   InstallSignalHandlers();
   WriteStatus();
   return absl::OkStatus();
+}
+
+// The certificates of a job with security.tls on or mutual: the job's own directory, or a CA and
+// certificates made for this run alone in the run directory (docs/security.md, "Transport
+// security"). This process is a client only: it loads the CA and, under mutual, the client pair.
+absl::StatusOr<TlsMaterial> LocalRun::PrepareTls() {
+  const SecuritySpec& security = spec_.security;
+  TlsSettings settings;
+  STRATA_ASSIGN_OR_RETURN(settings.mode, TlsModeFromName(security.tls));
+  settings.server_name = security.tls_server_name;
+  if (!security.tls_dir.empty()) {
+    // Absolute, so that services started in another working directory find the same files.
+    std::error_code ec;
+    tls_dir_ = std::filesystem::absolute(security.tls_dir, ec).lexically_normal().string();
+    if (ec) tls_dir_ = security.tls_dir;
+  } else if (attached()) {
+    return absl::FailedPreconditionError(
+        "security.tls without security.tls_dir: the services were started elsewhere, so "
+        "certificates made here would not be theirs; give the directory they use");
+  } else {
+    RunCertificateOptions options;
+    options.server_name = security.tls_server_name;
+    STRATA_RETURN_IF_ERROR(WriteRunCertificates(paths_.tls, options));
+    tls_dir_ = std::filesystem::absolute(paths_.tls).lexically_normal().string();
+    tls_generated_ = true;
+  }
+  settings.dir = tls_dir_;
+  return LoadTlsMaterial(settings, TlsUse::kClient);
+}
+
+// The run's own keys are useless once its services are gone and are not left in a directory that
+// outlives the run (the CA's key was never written).
+void LocalRun::RemoveRunCertificates() {
+  if (!tls_generated_) return;
+  std::error_code ec;
+  std::filesystem::remove_all(tls_dir_, ec);
+  if (ec) {
+    std::fprintf(stderr, "%s: cannot remove the run's certificates in %s: %s\n", command(),
+                 tls_dir_.c_str(), ec.message().c_str());
+  }
 }
 
 absl::Status LocalRun::ShardData() {
@@ -323,6 +376,7 @@ absl::Status LocalRun::LaunchServices() {
   }
   // Abstract socket names vanish with the process and need no directory; the orchestrator's pid
   // and the run's name keep concurrent runs apart.
+  inputs.tls_dir = tls_dir_;
   inputs.ring_socket_prefix =
       absl::StrCat("unix-abstract:strata-", getpid(), "-",
                    std::filesystem::path(paths_.root).filename().string(), "-worker-");
@@ -368,6 +422,7 @@ absl::Status LocalRun::StartTraining() {
       spec_.strategy.ps_lr_scale > 0 ? spec_.strategy.ps_lr_scale : 1.0 / spec_.cluster.workers;
   start.set_ps_learning_rate(static_cast<float>(spec_.training.lr * scale));
   start.set_steps_per_epoch(view_.planned_steps_per_epoch);
+  start_request_ = start;
   for (int r = 0; r < client_->worker_count(); ++r) {
     absl::Status s = client_->StartWorker(r, start, options_.rpc_timeout);
     if (!s.ok()) return failure_.Fail(absl::StrCat("worker-", r), s);
@@ -403,13 +458,25 @@ absl::Status LocalRun::Supervise() {
     if (trigger) switcher_->Offer(std::move(*trigger));
   };
   eval_ = std::make_unique<EvalScheduler>(e, *client_, *record_, console_, phase_);
+  // Only where this process runs the services itself and parameter servers hold the model
+  // (containers are restarted by their platform; a ring cannot lose a member yet).
+  if (!attached() && UsesServers() && spec_.recovery.restarts > 0) {
+    RecoveryOptions r;
+    r.max_restarts = spec_.recovery.restarts;
+    r.rejoin_timeout = options_.startup_timeout;
+    r.rpc_timeout = options_.rpc_timeout;
+    r.ps_start = start_request_;
+    r.ps_start.set_mode(v1::SYNC_MODE_PS);
+    recovery_ = std::make_unique<ServiceRecovery>(r, *launcher_, *client_, *record_, failure_);
+  }
   SupervisorOptions so;
   so.switch_job = spec_.strategy.kind == "switch";
   so.worker_addresses = worker_addresses;
   so.status_timeout = std::min(options_.rpc_timeout, std::chrono::milliseconds(5000));
   so.unresponsive_timeout = options_.unresponsive_timeout;
   RunSupervisor supervisor(
-      so, {*client_, *record_, failure_, *this, view_, phase_, *eval_, *policy_, switcher_.get()});
+      so, {*client_, *record_, failure_, *this, view_, phase_, *eval_, *policy_, switcher_.get(),
+           recovery_.get()});
   absl::Status s = supervisor.Run();
   training_end_ = supervisor.training_end();
   return s;
@@ -547,6 +614,7 @@ void LocalRun::WriteSummary(const std::string& state) {
   }
   s.wall_s = SecondsBetween(start_, finish_);
   s.processes = launcher_->Snapshot();
+  if (recovery_) s.restarts = recovery_->restarts();
   record_->WriteSummary(SummaryJson(s));
 }
 

@@ -18,7 +18,8 @@ struct RunPaths {
         summary(root + "/summary.json"),
         report(root + "/report.html"),
         status(root + "/status.json"),
-        switch_request(root + "/switch.request") {}
+        switch_request(root + "/switch.request"),
+        tls(root + "/tls") {}
 
   std::string root;
   std::string job_yaml;        // resolved spec, defaults filled in
@@ -32,6 +33,9 @@ struct RunPaths {
   std::string report;          // charts
   std::string status;          // live state, rewritten about once a second while running
   std::string switch_request;  // `strata switch` drops it; the running orchestrator acts on it
+  // security.tls without tls_dir: the run's own CA certificate and the services' certificates and
+  // keys (mode 0700), removed when the run ends
+  std::string tls;
 };
 
 }  // namespace strata

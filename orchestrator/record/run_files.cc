@@ -76,6 +76,7 @@ json SummaryJson(const RunSummarySnapshot& s) {
       {"last_val_acc", OrNull(s.last_val_acc)},
       {"wall_s", s.wall_s},
       {"training_s", OrNull(s.training_s)},
+      {"restarts", s.restarts},
       {"switch_epoch", OrNull(switch_epoch)},
       {"switch_step", OrNull(switch_step)},
       {"switch_handover_s", OrNull(switch_handover)},

@@ -61,6 +61,7 @@ struct RunSummarySnapshot {
   // see that CPU quotas held (and how much of the job each worker did after the switch).
   nlohmann::json workers_measured = nlohmann::json::array();
   std::vector<ProcessSnapshot> processes;
+  int restarts = 0;  // dead workers and servers started again (events.jsonl: restart)
 };
 
 nlohmann::json SummaryJson(const RunSummarySnapshot& s);

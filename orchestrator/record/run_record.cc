@@ -11,7 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::pair<RunEvent, const char*>, 19> kEventNames = {{
+constexpr std::array<std::pair<RunEvent, const char*>, 21> kEventNames = {{
     {RunEvent::kRunStarted, "run_started"},
     {RunEvent::kLaunched, "launched"},
     {RunEvent::kShardsWritten, "shards_written"},
@@ -28,6 +28,8 @@ constexpr std::array<std::pair<RunEvent, const char*>, 19> kEventNames = {{
     {RunEvent::kSwitchDone, "switch_done"},
     {RunEvent::kTrainingFinished, "training_finished"},
     {RunEvent::kProcessExited, "process_exited"},
+    {RunEvent::kRestart, "restart"},
+    {RunEvent::kRejoined, "rejoined"},
     {RunEvent::kProcessesEnded, "processes_ended"},
     {RunEvent::kRunFailed, "run_failed"},
     {RunEvent::kRunFinished, "run_finished"},

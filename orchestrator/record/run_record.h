@@ -36,6 +36,8 @@ enum class RunEvent {
   kSwitchDone,
   kTrainingFinished,
   kProcessExited,
+  kRestart,   // a dead worker or server started again (process, reason, restart, of)
+  kRejoined,  // it trains (worker) or serves (server) again
   kProcessesEnded,
   kRunFailed,
   kRunFinished,

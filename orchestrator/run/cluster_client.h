@@ -56,6 +56,8 @@ class ClusterClient {
   // The error of a worker that does not answer is the transport's own message (no context): the
   // caller decides when silence means death and says so.
   virtual absl::StatusOr<v1::WorkerStatus> GetWorkerStatus(int rank, Timeout timeout) = 0;
+  // Like GetWorkerStatus, for parameter server `server`.
+  virtual absl::StatusOr<v1::ServerStatus> GetServerStatus(int server, Timeout timeout) = 0;
   // The worker switches at the agreed step and answers once it trains against the servers.
   virtual std::unique_ptr<PendingReply<v1::SwitchReply>> BeginSwitch(
       int rank, const v1::SwitchRequest& request, Timeout timeout) = 0;

@@ -89,6 +89,15 @@ class GrpcClusterClient final : public ClusterClient {
     return status;
   }
 
+  absl::StatusOr<v1::ServerStatus> GetServerStatus(int server, Timeout timeout) override {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(timeout));
+    v1::ServerStatus status;
+    grpc::Status s = servers_[server]->GetStatus(&context, v1::ServerStatusRequest(), &status);
+    if (!s.ok()) return Bare(s);
+    return status;
+  }
+
   std::unique_ptr<PendingReply<v1::SwitchReply>> BeginSwitch(int rank,
                                                              const v1::SwitchRequest& request,
                                                              Timeout timeout) override {

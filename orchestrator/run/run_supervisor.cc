@@ -37,12 +37,16 @@ absl::Status RunSupervisor::Run() {
 }
 
 absl::Status RunSupervisor::Pass(Clock::time_point now) {
-  STRATA_RETURN_IF_ERROR(run_.host.CheckProcesses());
+  STRATA_ASSIGN_OR_RETURN(std::vector<ServiceExit> exits, run_.host.CheckProcesses());
+  for (const ServiceExit& exit : exits) STRATA_RETURN_IF_ERROR(TakeExit(exit, now));
+  STRATA_RETURN_IF_ERROR(RestartAfterFallBack(now));
+  if (run_.recovery != nullptr) STRATA_RETURN_IF_ERROR(run_.recovery->Step(run_.view, now));
   if (!training_end_) {
     const bool held = run_.switcher != nullptr && run_.switcher->holds_cluster();
     if (!held && now >= next_tick_) {
       next_tick_ = now + options_.tick;
       STRATA_RETURN_IF_ERROR(PollWorkers(now));
+      PollServers();
       STRATA_RETURN_IF_ERROR(run_.eval.Step(run_.view, now));
       run_.host.ShowProgress(run_.view, now);
     }
@@ -65,6 +69,13 @@ absl::Status RunSupervisor::Pass(Clock::time_point now) {
 absl::Status RunSupervisor::PollWorkers(Clock::time_point now) {
   for (size_t r = 0; r < last_answer_.size(); ++r) {
     const std::string name = absl::StrCat("worker-", r);
+    const bool awaiting = std::any_of(awaiting_fallback_.begin(), awaiting_fallback_.end(),
+                                      [&](const ServiceExit& e) { return e.service == name; });
+    if (awaiting || (run_.recovery != nullptr && run_.recovery->recovering(name))) {
+      last_answer_[r] = now;  // silent while it restarts; its last status stands meanwhile
+      error_since_[r].reset();
+      continue;
+    }
     auto status = run_.client.GetWorkerStatus(static_cast<int>(r), options_.status_timeout);
     if (!status.ok()) {
       if (now - last_answer_[r] > options_.unresponsive_timeout) {
@@ -88,6 +99,54 @@ absl::Status RunSupervisor::PollWorkers(Clock::time_point now) {
             name, absl::AbortedError(absl::StrCat("worker ", r, " stopped: ", status->error())));
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+void RunSupervisor::PollServers() {
+  if (run_.recovery == nullptr || run_.phase.name != "ps") return;
+  for (int p = 0; p < run_.client.server_count(); ++p) {
+    if (run_.recovery->recovering(absl::StrCat("ps-", p))) continue;
+    auto status = run_.client.GetServerStatus(p, options_.status_timeout);
+    if (status.ok()) run_.recovery->ObserveServer(p, *status);
+  }
+}
+
+absl::Status RunSupervisor::TakeExit(const ServiceExit& exit, Clock::time_point now) {
+  if (run_.recovery == nullptr) return run_.failure.Fail(exit.service, exit.failure);
+  if (FallBack(exit)) return absl::OkStatus();
+  RecoveryWindow window;
+  window.asynchronous = run_.phase.name == "ps";
+  window.switching = run_.switcher != nullptr && run_.switcher->in_progress();
+  return run_.recovery->OnExit(exit, run_.view, window, now);
+}
+
+bool RunSupervisor::FallBack(const ServiceExit& exit) {
+  SwitchController* switcher = run_.switcher;
+  if (switcher == nullptr || exit.role != ServiceRole::kWorker || run_.phase.name == "ps" ||
+      !run_.recovery->may_restart(exit.service)) {
+    return false;
+  }
+  const int rank = ServiceIndex(exit.service);
+  if (rank < 0) return false;
+  if (!awaiting_fallback_.empty()) {
+    // A second death while the first one's fallback is under way: that switch needs its
+    // survivors, so this one ends the run (through the recovery's refusal).
+    return false;
+  }
+  if (!switcher->idle()) return false;
+  switcher->Offer(SwitchPolicy::RingBroken(run_.view, rank, exit.how));
+  awaiting_fallback_.push_back(exit);
+  return true;
+}
+
+absl::Status RunSupervisor::RestartAfterFallBack(Clock::time_point now) {
+  if (awaiting_fallback_.empty() || run_.phase.name != "ps") return absl::OkStatus();
+  std::vector<ServiceExit> exits = std::move(awaiting_fallback_);
+  awaiting_fallback_.clear();
+  for (const ServiceExit& exit : exits) {
+    STRATA_RETURN_IF_ERROR(
+        run_.recovery->OnExit(exit, run_.view, RecoveryWindow{true, false}, now));
   }
   return absl::OkStatus();
 }
@@ -123,7 +182,8 @@ absl::Status RunSupervisor::StepSwitch(Clock::time_point now) {
 void RunSupervisor::SleepUntilNextPass(Clock::time_point now) const {
   Clock::time_point next = training_end_ ? now + options_.tick : next_tick_;
   for (const Controller* c : {static_cast<const Controller*>(&run_.eval),
-                              static_cast<const Controller*>(run_.switcher)}) {
+                              static_cast<const Controller*>(run_.switcher),
+                              static_cast<const Controller*>(run_.recovery)}) {
     if (c == nullptr) continue;
     if (auto within = c->StepWithin()) next = std::min(next, now + *within);
   }

@@ -18,6 +18,7 @@
 #include "orchestrator/run/cluster_client.h"
 #include "orchestrator/run/controller.h"
 #include "orchestrator/run/eval_scheduler.h"
+#include "orchestrator/run/service_recovery.h"
 #include "orchestrator/run/switch_controller.h"
 #include "orchestrator/run/switch_policy.h"
 
@@ -27,8 +28,9 @@ namespace strata {
 class SupervisorHost {
  public:
   virtual ~SupervisorHost() = default;
-  // Signals and exited children; an error ends the run (and names the process in RunFailure).
-  virtual absl::Status CheckProcesses() = 0;
+  // Signals (an error ends the run) and the services that exited since the last call, which the
+  // supervisor hands to the recovery or fails the run with.
+  virtual absl::StatusOr<std::vector<ServiceExit>> CheckProcesses() = 0;
   // True once for each `strata switch` request; looked at only while no switch is under way.
   virtual bool TakeSwitchRequest() = 0;
   // The progress line and status.json, from the latest view; called on every tick.
@@ -49,7 +51,7 @@ struct SupervisorOptions {
 };
 
 // The controllers and state the loop steps; all borrowed. `switcher` is null unless the job is a
-// switch job.
+// switch job; `recovery` is null where dead processes are not restarted (every exit ends the run).
 struct SupervisedRun {
   ClusterClient& client;
   RunRecord& record;
@@ -60,6 +62,7 @@ struct SupervisedRun {
   EvalScheduler& eval;
   SwitchPolicy& policy;
   SwitchController* switcher;
+  ServiceRecovery* recovery = nullptr;
 };
 
 class RunSupervisor {
@@ -75,6 +78,14 @@ class RunSupervisor {
   // One pass; sets finished_ when the run's work is done.
   absl::Status Pass(Clock::time_point now);
   absl::Status PollWorkers(Clock::time_point now);
+  // The servers' versions, for what a server's crash loses; only while recovery may need them.
+  void PollServers();
+  absl::Status TakeExit(const ServiceExit& exit, Clock::time_point now);
+  // A worker died in the ring of a switch job whose recovery is on: the survivors fall back to
+  // the servers, and the dead worker is restarted once they train there. False if the run cannot.
+  bool FallBack(const ServiceExit& exit);
+  // Restarts the workers whose death caused a fallback, once the run is asynchronous.
+  absl::Status RestartAfterFallBack(Clock::time_point now);
   absl::Status StepSwitch(Clock::time_point now);
   void SleepUntilNextPass(Clock::time_point now) const;
 
@@ -82,6 +93,7 @@ class RunSupervisor {
   SupervisedRun run_;
   std::vector<Clock::time_point> last_answer_;
   std::vector<std::optional<Clock::time_point>> error_since_;
+  std::vector<ServiceExit> awaiting_fallback_;  // dead workers, until the survivors hand over
   Clock::time_point next_tick_;
   std::optional<Clock::time_point> training_end_;
   bool finished_ = false;

@@ -102,11 +102,21 @@ absl::Status SwitchController::Step(const ClusterView& view, Clock::time_point n
 }
 
 absl::Status SwitchController::Decide(const ClusterView& view, Clock::time_point now) {
+  ranks_.clear();
+  for (int r = 0; r < client_.worker_count(); ++r) {
+    if (r != trigger_.lost_rank) ranks_.push_back(r);
+  }
+  source_ = ranks_.empty() ? 0 : ranks_.front();
   int64_t at_step = view.MaxStep() + view.SwitchMargin();
   if (trigger_.target_step) at_step = std::max(at_step, *trigger_.target_step);
+  if (fallback()) at_step = 0;  // the survivors have stopped already: at once
   const int64_t last_step = view.LastStep();
   events_.SwitchDecided({trigger_, at_step, SecondsBetween(options_.run_start, now)});
-  if (at_step >= last_step) {
+  if (ranks_.empty()) {
+    return Fail(WorkerName(*trigger_.lost_rank),
+                absl::AbortedError("the ring broke and no worker is left to hand over from"));
+  }
+  if (!fallback() && at_step >= last_step) {
     state_ = SwitchState::kSkipped;
     events_.SwitchSkipped({"training ends before the switch step", at_step, last_step});
     return absl::OkStatus();
@@ -119,7 +129,8 @@ absl::Status SwitchController::Decide(const ClusterView& view, Clock::time_point
   request.set_mode(v1::SYNC_MODE_PS);
   for (const std::string& a : options_.server_addresses) request.add_parameter_servers(a);
   request.set_at_step(at_step);
-  for (int r = 0; r < client_.worker_count(); ++r) {
+  if (fallback()) request.set_lost_peer(WorkerName(*trigger_.lost_rank));
+  for (int r : ranks_) {
     switch_calls_.push_back(client_.BeginSwitch(r, request, options_.switch_timeout));
   }
   state_ = SwitchState::kAwaitingBoundary;
@@ -128,20 +139,23 @@ absl::Status SwitchController::Decide(const ClusterView& view, Clock::time_point
 
 absl::Status SwitchController::AwaitBoundary(Clock::time_point now) {
   if (auto f = FailedSwitchCall()) return Fail(f->first, f->second);
-  // The workers agree on the step themselves; worker 0's status names it the moment the pause
-  // begins, and then the step whose handover model it holds.
-  auto status = client_.GetWorkerStatus(0, options_.status_timeout);
+  // The workers agree on the step themselves; the source's status (worker 0's) names it the
+  // moment the pause begins, and then the step whose handover model it holds.
+  auto status = client_.GetWorkerStatus(source_, options_.status_timeout);
   if (status.ok() && !paused_ && status->switch_began_at_step() > 0) {
     paused_ = now;
     switch_step_ = status->switch_began_at_step();
-    checkpoint_ = absl::StrCat(options_.checkpoint_dir, "/switch-step", switch_step_, ".ckpt");
+    // Worker 0 writes it for the record in a planned switch; a fallback writes none.
+    if (!fallback()) {
+      checkpoint_ = absl::StrCat(options_.checkpoint_dir, "/switch-step", switch_step_, ".ckpt");
+    }
   }
   if (status.ok() && paused_ && status->handover_model_step() == switch_step_) {
     written_ = now;
     load_start_ = now;
     // The servers stream the model from the worker: nothing passes through a shared disk.
     v1::CheckpointRequest load;
-    load.set_from_worker(client_.WorkerAddress(0));
+    load.set_from_worker(client_.WorkerAddress(source_));
     load.set_from_worker_step(switch_step_);
     for (int p = 0; p < client_.server_count(); ++p) {
       loads_.push_back(client_.BeginLoadCheckpoint(p, load, options_.load_timeout));
@@ -150,10 +164,11 @@ absl::Status SwitchController::AwaitBoundary(Clock::time_point now) {
     return absl::OkStatus();
   }
   if (now - decided_at_ > options_.switch_timeout) {
-    return Fail(WorkerName(0), absl::DeadlineExceededError(absl::StrCat(
-                                   "worker 0 did not hold its handover model (requested at step ",
-                                   requested_at_step_, ") within ",
-                                   options_.switch_timeout.count() / 1000, " s")));
+    return Fail(WorkerName(source_),
+                absl::DeadlineExceededError(absl::StrCat(
+                    "worker ", source_, " did not hold its handover model (requested at step ",
+                    requested_at_step_, ") within ", options_.switch_timeout.count() / 1000,
+                    " s")));
   }
   return absl::OkStatus();
 }
@@ -212,7 +227,7 @@ absl::Status SwitchController::AwaitResume(const ClusterView& view, Clock::time_
 HandoverVerification SwitchController::VerifyServersHold(
     const std::vector<int64_t>& loaded_versions) {
   HandoverVerification failed;
-  auto checkpoint = client_.ReadHandoverModel(0, switch_step_, options_.read_back_timeout);
+  auto checkpoint = client_.ReadHandoverModel(source_, switch_step_, options_.read_back_timeout);
   if (!checkpoint.ok()) {
     failed.error = std::string(checkpoint.status().message());
     return failed;
@@ -230,10 +245,10 @@ HandoverVerification SwitchController::VerifyServersHold(
 }
 
 std::optional<std::pair<std::string, absl::Status>> SwitchController::FailedSwitchCall() const {
-  for (size_t r = 0; r < switch_calls_.size(); ++r) {
-    const auto& call = *switch_calls_[r];
+  for (size_t i = 0; i < switch_calls_.size(); ++i) {
+    const auto& call = *switch_calls_[i];
     if (call.done() && !call.result().ok()) {
-      return std::make_pair(WorkerName(r), Annotate(call.result().status(), "switch"));
+      return std::make_pair(WorkerName(ranks_[i]), Annotate(call.result().status(), "switch"));
     }
   }
   return std::nullopt;

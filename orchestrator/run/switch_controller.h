@@ -18,6 +18,10 @@
 //                    compared with the worker's model (the handover check).
 //  kResuming         the workers pull and go on with push/pull; their Switch calls answer.
 //
+// A fallback (a trigger with lost_rank: a worker died in the ring) takes the same path without the
+// dead worker and without a step to agree on: every survivor already waits, holding the model of
+// the last step it completed; the first survivor's model goes to the servers.
+//
 // Each Step makes at most one transition and never sleeps. The controller reaches the cluster only
 // through ClusterClient and reports through SwitchEvents. Failures name the process (worker-R,
 // ps-P) in the RunFailure and withdraw the workers' outstanding Switch calls.
@@ -113,6 +117,7 @@ class SwitchController final : public Controller {
   std::optional<std::pair<std::string, absl::Status>> FailedSwitchCall() const;
   absl::Status Fail(const std::string& process, absl::Status status);
   void WithdrawCalls();
+  bool fallback() const { return trigger_.lost_rank.has_value(); }
 
   SwitchControllerOptions options_;
   ClusterClient& client_;
@@ -122,6 +127,10 @@ class SwitchController final : public Controller {
   SwitchState state_ = SwitchState::kIdle;
   SwitchTrigger trigger_;
   int64_t requested_at_step_ = 0;
+  // The workers that take part (all, or the survivors of a broken ring) and the one whose model
+  // the servers load (worker 0, or the first survivor).
+  std::vector<int> ranks_;
+  int source_ = 0;
   int64_t switch_step_ = 0;
   std::string checkpoint_;
   std::vector<std::unique_ptr<PendingReply<v1::SwitchReply>>> switch_calls_;

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <absl/strings/str_cat.h>
+
 #include "orchestrator/lib/switch_rule.h"
 
 namespace strata {
@@ -51,6 +53,15 @@ SwitchTrigger SwitchPolicy::Manual(const ClusterView& view) {
   t.kind = TriggerKind::kManual;
   t.epoch = view.GlobalEpoch();
   t.reason = "strata switch";
+  return t;
+}
+
+SwitchTrigger SwitchPolicy::RingBroken(const ClusterView& view, int rank, const std::string& how) {
+  SwitchTrigger t;
+  t.kind = TriggerKind::kRingBroken;
+  t.epoch = view.GlobalEpoch();
+  t.reason = absl::StrCat("worker-", rank, " ", how, " in the ring all-reduce");
+  t.lost_rank = rank;
   return t;
 }
 

@@ -28,6 +28,8 @@ class SwitchPolicy {
   std::optional<SwitchTrigger> Observe(const ClusterView& view) const;
   // `strata switch` asked.
   static SwitchTrigger Manual(const ClusterView& view);
+  // Worker `rank` died in the ring (`how`): the survivors fall back to the servers.
+  static SwitchTrigger RingBroken(const ClusterView& view, int rank, const std::string& how);
 
  private:
   StrategySpec strategy_;

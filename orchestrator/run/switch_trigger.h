@@ -10,9 +10,9 @@
 
 namespace strata {
 
-enum class TriggerKind { kEmpirical, kAtFraction, kManual };
+enum class TriggerKind { kEmpirical, kAtFraction, kManual, kRingBroken };
 
-// "empirical", "at_fraction", "manual": the names events.jsonl uses.
+// "empirical", "at_fraction", "manual", "ring_broken": the names events.jsonl uses.
 const char* TriggerKindName(TriggerKind kind);
 std::optional<TriggerKind> TriggerKindFromName(const std::string& name);
 
@@ -37,6 +37,9 @@ struct SwitchTrigger {
   std::string reason;                  // one line for events.jsonl and the console
   std::optional<EmpiricalTriggerDetails> empirical;
   std::optional<AtFractionTriggerDetails> at_fraction;
+  // kRingBroken: the worker that died in the ring. The survivors hand over without it, at once,
+  // from the model each holds (docs/user-guide.md, "When a process dies").
+  std::optional<int> lost_rank;
 };
 
 }  // namespace strata

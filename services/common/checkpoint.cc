@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <utility>
 
 #include <absl/strings/str_cat.h>
 #include <zlib.h>
@@ -32,6 +33,22 @@ uint32_t Crc32(const char* data, size_t n) {
     n -= piece;
   }
   return static_cast<uint32_t>(crc);
+}
+
+// An integer of the metadata (epoch, step, version, a dimension). nlohmann's get<int64_t>()
+// converts any number: 1.7 silently became dimension 1, and 1e300 or 92233720368547758083 (beyond
+// uint64_t, so parsed as a double) was converted out of range, which is undefined behaviour
+// (tests/fuzz/checkpoint_fuzz.cc). Only an integer that fits int64_t is taken.
+bool GetInt64(const nlohmann::json& value, int64_t* out) {
+  if (value.is_number_unsigned()) {
+    const uint64_t v = value.get<uint64_t>();
+    if (v > static_cast<uint64_t>(INT64_MAX)) return false;
+    *out = static_cast<int64_t>(v);
+    return true;
+  }
+  if (!value.is_number_integer()) return false;
+  *out = value.get<int64_t>();
+  return true;
 }
 
 absl::StatusOr<TensorKind> KindFromName(const std::string& name) {
@@ -126,9 +143,14 @@ absl::StatusOr<Checkpoint> ParseCheckpoint(const std::string& bytes, const std::
   size_t payload = 0;
   Checkpoint checkpoint;
   try {
-    checkpoint.epoch = meta.at("epoch").get<int64_t>();
-    checkpoint.step = meta.at("step").get<int64_t>();
-    checkpoint.version = meta.at("version").get<int64_t>();
+    for (const auto& [key, field] :
+         {std::pair{"epoch", &checkpoint.epoch}, std::pair{"step", &checkpoint.step},
+          std::pair{"version", &checkpoint.version}}) {
+      if (!GetInt64(meta.at(key), field)) {
+        return fail(absl::StatusCode::kDataLoss,
+                    absl::StrCat("corrupt metadata: ", key, " is not an integer"));
+      }
+    }
     checkpoint.extra = meta.value("extra", nlohmann::json::object());
     const nlohmann::json& tensors = meta.at("tensors");
     if (!tensors.is_array()) return fail(absl::StatusCode::kDataLoss, "corrupt metadata");
@@ -138,7 +160,20 @@ absl::StatusOr<Checkpoint> ParseCheckpoint(const std::string& bytes, const std::
       if (!kind.ok()) return fail(absl::StatusCode::kDataLoss, kind.status().message());
       e.kind = *kind;
       e.tensor.spec.name = t.at("name").get<std::string>();
-      e.tensor.spec.shape = t.at("shape").get<std::vector<int64_t>>();
+      const nlohmann::json& shape = t.at("shape");
+      if (!shape.is_array()) {
+        return fail(absl::StatusCode::kDataLoss,
+                    absl::StrCat("tensor '", e.tensor.spec.name, "' has a shape that is no list"));
+      }
+      for (size_t i = 0; i < shape.size(); ++i) {
+        int64_t d = 0;
+        if (!GetInt64(shape[i], &d)) {
+          return fail(absl::StatusCode::kDataLoss,
+                      absl::StrCat("tensor '", e.tensor.spec.name, "': dimension ", i,
+                                   " is not an integer"));
+        }
+        e.tensor.spec.shape.push_back(d);
+      }
       auto dtype = DTypeFromName(t.at("dtype").get<std::string>());
       if (!dtype.ok()) return fail(absl::StatusCode::kDataLoss, dtype.status().message());
       e.tensor.spec.dtype = *dtype;

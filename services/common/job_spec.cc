@@ -1,10 +1,12 @@
 #include "services/common/job_spec.h"
 
+#include <cctype>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <set>
 
+#include <absl/strings/escaping.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
@@ -54,6 +56,22 @@ std::string WhereIn(const JobSpecReading& reading, const std::string& key) {
   return reading.origin;
 }
 
+// Messages quote what the file says (values, keys); a line break or an escape sequence in one
+// would split the one-line message or reach a terminal raw (found with the job-spec fuzz target).
+// Control characters are written as C escapes instead ("\n", "\x1b").
+std::string Printable(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7F) {
+      out += absl::CHexEscape(std::string(1, c));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 // Walks the YAML tree, fills the spec and collects every problem with its key and place.
 class SpecReader {
  public:
@@ -93,7 +111,7 @@ class SpecReader {
   // depend on it stay silent instead of reporting consequences of the default.
   void Error(const std::string& where, const std::string& key, const std::string& what,
              bool refuse = true) {
-    out_->errors.push_back(absl::StrCat(where, ": ", key, ": ", what));
+    out_->errors.push_back(Printable(absl::StrCat(where, ": ", key, ": ", what)));
     if (refuse) out_->refused.insert(key);
   }
   void Error(const YAML::Node& at, const std::string& key, const std::string& what) {
@@ -156,6 +174,18 @@ class SpecReader {
       if (!std::isfinite(value)) {
         Error(where, full, absl::StrCat("must be a finite number, got '", node.Scalar(), "'"));
         return;
+      }
+    }
+    if constexpr (std::is_same_v<T, std::string>) {
+      // No setting is spelled with control characters, and yaml-cpp's emitter writes some
+      // unquoted (a trailing carriage return), so the resolved job.yaml every service reads
+      // would hold another value ("data\r" read back as "data"; found with the job-spec fuzz
+      // target).
+      for (char c : value) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+          Error(where, full, "may not hold control characters (line breaks, tabs, escapes)");
+          return;
+        }
       }
     }
     if (check) {
@@ -236,6 +266,25 @@ std::function<std::string(const std::string&)> Among(std::vector<std::string> al
   };
 }
 
+// A host name as a certificate's subject alternative name holds it: dot-separated labels of
+// letters, digits and '-', none empty or starting or ending with '-'.
+std::function<std::string(const std::string&)> DnsName() {
+  return [](const std::string& v) {
+    const std::string problem = absl::StrCat(
+        "'", v, "' is not a host name (labels of letters, digits and '-', separated by dots)");
+    if (v.empty() || v.size() > 253) return problem;
+    for (absl::string_view label : absl::StrSplit(v, '.')) {
+      if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
+        return problem;
+      }
+      for (char c : label) {
+        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return problem;
+      }
+    }
+    return std::string();
+  };
+}
+
 // Returns false when `root` is not a mapping (nothing could be read).
 // cluster.cpu and cluster.worker_speeds: each process's own CPU quota, so that an emulated
 // cluster's speeds come from the spec and not from contention for the machine's cores.
@@ -262,8 +311,8 @@ void ReadCpuShares(const YAML::Node& cluster, SpecReader& r, ClusterSpec* c) {
 
 bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
   if (!r.Map(root, "",
-             {"name", "dataset", "model", "training", "cluster", "sharding", "strategy",
-              "launcher"})) {
+             {"name", "dataset", "model", "training", "cluster", "sharding", "strategy", "launcher",
+              "recovery", "security"})) {
     return false;
   }
   r.Field<std::string>(root, "", "name", &spec->name, [](const std::string& v) {
@@ -393,6 +442,40 @@ bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
                          Among({"local", "compose", "kubernetes"}));
     r.Field<std::string>(n, "launcher", "ring_transport", &spec->launcher.ring_transport,
                          Among({"unix", "tcp"}));
+  }
+  if (YAML::Node n = root["security"];
+      r.Map(n, "security", {"tls", "tls_dir", "tls_server_name"})) {
+    SecuritySpec& s = spec->security;
+    r.Field<std::string>(n, "security", "tls", &s.tls, Among({"off", "on", "mutual"}));
+    r.Field<std::string>(n, "security", "tls_dir", &s.tls_dir, [](const std::string& v) {
+      return v.empty() ? std::string(
+                             "is empty (leave it out to have strata run make the run's "
+                             "certificates)")
+                       : std::string();
+    });
+    r.Field<std::string>(n, "security", "tls_server_name", &s.tls_server_name, DnsName());
+    // A directory or name that TLS off would ignore means plaintext where TLS was meant.
+    if (!r.Refused("security.tls") && s.tls == "off") {
+      for (const char* key : {"tls_dir", "tls_server_name"}) {
+        const std::string full = absl::StrCat("security.", key);
+        if (r.Given(full) && !r.Refused(full)) {
+          r.Error(r.Where(full), full,
+                  "has no effect while security.tls is off, so the run would travel in "
+                  "plaintext: set security.tls to on or mutual, or remove the key");
+        }
+      }
+    }
+  }
+  if (YAML::Node n = root["recovery"]; r.Map(n, "recovery", {"restarts", "server_checkpoint_s"})) {
+    r.Field<int>(n, "recovery", "restarts", &spec->recovery.restarts, [](const int& v) {
+      return v >= 0 && v <= 100 ? std::string() : absl::StrCat("must be in [0, 100], got ", v);
+    });
+    r.Field<double>(n, "recovery", "server_checkpoint_s", &spec->recovery.server_checkpoint_s,
+                    [](const double& v) {
+                      return v >= 0.1 && v <= 86400
+                                 ? std::string()
+                                 : absl::StrCat("must be in [0.1, 86400] seconds, got ", v);
+                    });
   }
   // Cross-field checks, skipped when an input was refused: its default would make the message
   // about a value nobody wrote.
@@ -611,6 +694,19 @@ std::string JobSpecToYaml(const JobSpec& s) {
   out << YAML::Key << "launcher" << YAML::Value << YAML::BeginMap << YAML::Key << "kind"
       << YAML::Value << s.launcher.kind << YAML::Key << "ring_transport" << YAML::Value
       << s.launcher.ring_transport << YAML::EndMap;
+  // The TLS keys only with TLS on: the spec refuses them with TLS off.
+  out << YAML::Key << "security" << YAML::Value << YAML::BeginMap << YAML::Key << "tls"
+      << YAML::Value << s.security.tls;
+  if (s.security.tls != "off") {
+    if (!s.security.tls_dir.empty()) {
+      out << YAML::Key << "tls_dir" << YAML::Value << s.security.tls_dir;
+    }
+    out << YAML::Key << "tls_server_name" << YAML::Value << s.security.tls_server_name;
+  }
+  out << YAML::EndMap;
+  out << YAML::Key << "recovery" << YAML::Value << YAML::BeginMap << YAML::Key << "restarts"
+      << YAML::Value << s.recovery.restarts << YAML::Key << "server_checkpoint_s" << YAML::Value
+      << s.recovery.server_checkpoint_s << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

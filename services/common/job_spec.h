@@ -97,6 +97,24 @@ struct LauncherSpec {
   std::string ring_transport = "unix";  // unix | tcp
 };
 
+// What `strata run` does when a service dies mid-run (docs/user-guide.md, "When a process dies").
+struct RecoverySpec {
+  // Times each worker or parameter server may be restarted; 0: a dead process ends the run.
+  int restarts = 3;
+  // Each parameter server saves its partition this often (seconds) and a restarted one resumes
+  // from that save: the updates a crash loses are those of at most this long.
+  double server_checkpoint_s = 10;
+};
+
+// Transport security between the run's processes (docs/security.md, "Transport security").
+struct SecuritySpec {
+  std::string tls = "off";  // off | on | mutual (services/common/tls.h)
+  // ca.pem, server.pem, server.key (and, mutual, client.pem, client.key). Empty: `strata run`
+  // makes a CA and certificates of the run's own in <run>/tls.
+  std::string tls_dir;
+  std::string tls_server_name = "strata";  // the name clients verify in server.pem
+};
+
 struct JobSpec {
   std::string name = "job";
   DatasetSpec dataset;
@@ -106,6 +124,8 @@ struct JobSpec {
   ShardingSpec sharding;
   StrategySpec strategy;
   LauncherSpec launcher;
+  RecoverySpec recovery;
+  SecuritySpec security;
 };
 
 const std::vector<std::string>& KnownModelArchs();

@@ -82,6 +82,24 @@ RpcAuth CurrentRpcAuth() {
   return *s.auth;
 }
 
+void SetRpcTls(TlsMaterial tls) {
+  RpcAuth auth = CurrentRpcAuth();
+  auth.tls = std::move(tls);
+  SetRpcAuth(std::move(auth));
+}
+
+absl::Status InitServiceTls(const TlsFlagValues& flags) {
+  auto settings = TlsSettingsFromFlags(flags);
+  if (!settings.ok()) return settings.status();
+  auto material = LoadTlsMaterial(*settings, TlsUse::kServerAndClient);
+  if (!material.ok()) {
+    return absl::Status(material.status().code(),
+                        absl::StrCat("TLS: ", material.status().message()));
+  }
+  SetRpcTls(*std::move(material));
+  return absl::OkStatus();
+}
+
 absl::Status InitServiceAuth(std::string_view service, bool insecure_no_auth) {
   if (insecure_no_auth) {
     std::fprintf(stderr,

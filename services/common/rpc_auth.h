@@ -10,6 +10,8 @@
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 
+#include "services/common/tls.h"
+
 namespace strata {
 
 // The environment variable that carries the token from `strata run` (or a test) to the services
@@ -29,6 +31,9 @@ inline constexpr size_t kMinRunTokenChars = 32;
 struct RpcAuth {
   std::string token;      // sent by clients, required by servers; empty: servers refuse all calls
   bool insecure = false;  // --insecure-no-auth: clients send nothing, servers check nothing
+  // Transport security (tls.h), independent of the token: off unless set (SetRpcTls, or
+  // InitServiceTls from a service's flags).
+  TlsMaterial tls;
 };
 
 // 256 bits from the kernel's random source (getrandom), as 64 hex characters.
@@ -42,6 +47,15 @@ void SetRpcAuth(RpcAuth auth);
 // of this process's own (fail closed: its servers answer only its own channels and the children it
 // starts through ChildProcess, which pass the token on). Resolved once.
 RpcAuth CurrentRpcAuth();
+
+// Sets the transport security of this process's channels and servers made afterwards, keeping its
+// token (`strata run` with the run's certificates, tests).
+void SetRpcTls(TlsMaterial tls);
+
+// For a service's main(), after InitServiceAuth and before it serves: --tls, --tls-dir and
+// --tls-server-name checked and the certificates loaded (tls.h). An error names the flag or the
+// file; the service then exits with code 2.
+absl::Status InitServiceTls(const TlsFlagValues& flags);
 
 // For a service's main(), before it serves: the token from STRATA_RUN_TOKEN, or, with
 // `insecure_no_auth`, no check at all (a warning on stderr). Without either, an error that names

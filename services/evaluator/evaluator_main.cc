@@ -10,6 +10,7 @@
 
 #include "services/common/logging.h"
 #include "services/common/rpc_auth.h"
+#include "services/common/tls_flags.h"
 #include "services/evaluator/evaluator.h"
 
 int main(int argc, char** argv) {
@@ -36,11 +37,17 @@ int main(int argc, char** argv) {
                  "write the job's initial model as a checkpoint and exit");
   bool insecure_no_auth = false;
   app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
+  strata::TlsFlagValues tls;
+  strata::AddTlsFlags(&app, &tls);
   CLI11_PARSE(app, argc, argv);
   // Checked before the job spec is loaded (seconds with LibTorch) but only when serving: --describe
   // and --write-init-checkpoint serve nothing.
   if (!describe && init_checkpoint.empty()) {
     if (absl::Status s = strata::InitServiceAuth("strata-evaluator", insecure_no_auth); !s.ok()) {
+      std::fprintf(stderr, "strata-evaluator: %s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+    if (absl::Status s = strata::InitServiceTls(tls); !s.ok()) {
       std::fprintf(stderr, "strata-evaluator: %s\n", std::string(s.message()).c_str());
       return 2;
     }

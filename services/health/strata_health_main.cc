@@ -1,7 +1,9 @@
 // strata-health: asks a server for the standard gRPC health check (grpc.health.v1.Health/Check)
 // and exits 0 when it answers SERVING, 1 otherwise (not serving, unreachable, deadline passed).
 // The compose health checks and any generic probe run it; the call carries no run token, which
-// the servers do not ask of this one method (docs/security.md).
+// the servers do not ask of this one method (docs/security.md). Against services with TLS on it
+// takes the same --tls, --tls-dir and --tls-server-name as they do: it trusts the run's CA and,
+// under mutual, presents the client certificate, without which the handshake itself fails.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -10,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "grpc/health/v1/health.grpc.pb.h"
+#include "services/common/tls_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Strata health probe: exit 0 when the server at ADDRESS is SERVING"};
@@ -21,9 +24,30 @@ int main(int argc, char** argv) {
   app.add_option("--deadline-s", deadline_s, "how long to wait for the answer, seconds")
       ->check(CLI::PositiveNumber);
   app.add_flag("--quiet,-q", quiet, "print nothing, only the exit code");
+  strata::TlsFlagValues tls_flags;
+  strata::AddTlsFlags(&app, &tls_flags);
   CLI11_PARSE(app, argc, argv);
 
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  // A probe that cannot set up TLS as told exits 2, like the services: "unhealthy" (1) would hide
+  // a mistake in the probe's own configuration.
+  auto settings = strata::TlsSettingsFromFlags(tls_flags);
+  if (!settings.ok()) {
+    std::fprintf(stderr, "strata-health: %s\n", std::string(settings.status().message()).c_str());
+    return 2;
+  }
+  auto tls = strata::LoadTlsMaterial(*settings, strata::TlsUse::kClient);
+  if (!tls.ok()) {
+    std::fprintf(stderr, "strata-health: TLS: %s\n", std::string(tls.status().message()).c_str());
+    return 2;
+  }
+  std::shared_ptr<grpc::Channel> channel;
+  if (tls->enabled()) {
+    grpc::ChannelArguments args;
+    strata::SetTlsTargetName(*tls, &args);
+    channel = grpc::CreateCustomChannel(address, strata::TlsChannelCredentials(*tls), args);
+  } else {
+    channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  }
   auto stub = grpc::health::v1::Health::NewStub(channel);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +

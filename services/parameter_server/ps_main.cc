@@ -21,6 +21,7 @@
 #include "services/common/logging.h"
 #include "services/common/rpc.h"
 #include "services/common/rpc_auth.h"
+#include "services/common/tls_flags.h"
 #include "services/parameter_server/partition.h"
 #include "services/parameter_server/service.h"
 
@@ -123,17 +124,25 @@ int main(int argc, char** argv) {
                  "save the partition every S seconds (needs --run-dir)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-file", log_file, "also log to this file");
+  bool resume = false;
+  app.add_flag("--resume", resume,
+               "start from this partition's own last periodic checkpoint "
+               "(<run-dir>/checkpoints/ps-<partition>.ckpt) when it exists, instead of "
+               "--init-checkpoint: a restarted server continues where it last saved");
   bool insecure_no_auth = false;
   app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
+  strata::TlsFlagValues tls;
+  strata::AddTlsFlags(&app, &tls);
   CLI11_PARSE(app, argc, argv);
   if (absl::Status s = strata::InitServiceAuth("strata-ps", insecure_no_auth); !s.ok()) {
     return Fail(std::string(s.message()));
   }
+  if (absl::Status s = strata::InitServiceTls(tls); !s.ok()) return Fail(std::string(s.message()));
 
   if (partition >= partitions)
     return Fail(absl::StrCat("--partition ", partition, " must be < --partitions ", partitions));
-  if ((checkpoint_every_s > 0 || checkpoint_every_epochs > 0) && run_dir.empty()) {
-    return Fail("--checkpoint-every-s and --checkpoint-every-epochs need --run-dir");
+  if ((checkpoint_every_s > 0 || checkpoint_every_epochs > 0 || resume) && run_dir.empty()) {
+    return Fail("--checkpoint-every-s, --checkpoint-every-epochs and --resume need --run-dir");
   }
   strata::InitLogging({absl::StrCat("ps-", partition), log_file, "info"});
 
@@ -166,9 +175,17 @@ int main(int argc, char** argv) {
     stop.Set(reason.empty() ? "Stop RPC" : "Stop RPC: " + reason);
   };
   strata::ParameterServerService service(&state, service_options);
-  if (!init_checkpoint.empty()) {
-    auto loaded = service.Load(init_checkpoint);
+  // A restarted server's own save is newer than anything it was started with.
+  const std::string own_checkpoint = service.DefaultCheckpointPath();
+  const bool resuming = resume && ::access(own_checkpoint.c_str(), F_OK) == 0;
+  const std::string first_model = resuming ? own_checkpoint : init_checkpoint;
+  if (!first_model.empty()) {
+    auto loaded = service.Load(first_model);
     if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
+    if (resuming) {
+      spdlog::info("resumed from this partition's last checkpoint {}: version {}", own_checkpoint,
+                   loaded->version());
+    }
   }
 
   int port = 0;
@@ -210,7 +227,10 @@ int main(int argc, char** argv) {
             now_status.completed_epochs >= saved_epochs + checkpoint_every_epochs;
         const bool time_due =
             checkpoint_every_s > 0 && std::chrono::steady_clock::now() - last_save >= every;
-        if (!epochs_due && !time_due) continue;
+        // The first model a server holds is saved at once: a server restarted before its first
+        // timed save would otherwise come back empty (switch jobs) or at the initial model.
+        const bool first_save = saved_version < 0;
+        if (!epochs_due && !time_due && !first_save) continue;
         auto saved = service.Save("");
         last_save = std::chrono::steady_clock::now();
         if (!saved.ok()) {

@@ -524,7 +524,10 @@ absl::Status GrpcRingLink::Connect(int rank, const std::vector<std::string>& pee
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
   const std::string& target = peers[(rank + 1) % world];
   std::shared_ptr<grpc::Channel> channel;
-  if (absl::StartsWith(target, kAbstractUnixScheme)) {
+  // With TLS on, gRPC connects by itself (it can wrap a socket of ours only in plaintext), so the
+  // ring over a Unix socket is encrypted and its server authenticated too, at the default send
+  // buffer: anyone on the machine may connect to an abstract socket, or bind its name first.
+  if (absl::StartsWith(target, kAbstractUnixScheme) && !ChannelsUseTls()) {
     // Our own connection, to give it a large send buffer (gRPC's own would keep the default).
     // If the peer is not there yet, the usual channel below reports it at the first operation.
     const int fd = ConnectAbstractUnix(target.substr(strlen(kAbstractUnixScheme)));

@@ -6,6 +6,8 @@
 #include <thread>
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <spdlog/spdlog.h>
 
 #include "services/common/flat_layout.h"
 #include "services/common/rpc.h"
@@ -32,6 +34,7 @@ struct ServerLink {
   int64_t version = 0;          // the model version last pulled from this partition
   int64_t installed_version = 0;  // the version of this partition the trainer computes on
   int64_t samples = 0, sample_budget = 0;  // as of the last reply (PullHeader)
+  bool reply_ended = false;  // the last reply's stream was read to its end (or broke)
   std::string context(const char* what) const {
     return absl::StrCat(what, " parameter server ", index, " (", address, ")");
   }
@@ -82,7 +85,7 @@ class PushPullSynchroniser final : public Synchroniser {
       const ExchangeBuffers x{trainer.gradient_data(), buffers_.data(), trainer.parameter_data(),
                               buffers_.data()};
       STRATA_RETURN_IF_ERROR(
-          ForEachServer([&](ServerLink& s) { return PushPullWith(s, x, context); }));
+          ForEachServer([&](ServerLink& s) { return Exchange(s, x, context); }));
       trainer.SetBuffersFrom(buffers_.data());
       for (ServerLink& s : servers_) s.installed_version = s.version;
       ReadBudget(outcome);
@@ -100,7 +103,7 @@ class PushPullSynchroniser final : public Synchroniser {
     const ExchangeBuffers x{gradients_out_.data(), buffers_out_.data(), parameters_in_.data(),
                             buffers_in_.data()};
     in_flight_ = std::async(std::launch::async, [this, x, context] {
-      return ForEachServer([&](ServerLink& s) { return PushPullWith(s, x, context); });
+      return ForEachServer([&](ServerLink& s) { return Exchange(s, x, context); });
     });
     return outcome;
   }
@@ -154,7 +157,9 @@ class PushPullSynchroniser final : public Synchroniser {
   template <typename Stream>
   absl::Status Receive(ServerLink& s, float* parameters, float* buffers, Stream* stream) {
     v1::PullResponse response;
+    s.reply_ended = false;
     if (!stream->Read(&response)) {
+      s.reply_ended = true;
       // Finish() says why the server ended the call; this only shows if it claims success.
       return absl::UnavailableError("the reply ended before its header");
     }
@@ -187,6 +192,7 @@ class PushPullSynchroniser final : public Synchroniser {
       if (!response.has_chunk()) return absl::InternalError("a second PullHeader inside the reply");
       STRATA_RETURN_IF_ERROR(assembler.Add(response.chunk()));
     }
+    s.reply_ended = true;
     STRATA_RETURN_IF_ERROR(assembler.Finish());
     for (size_t k = 0; k < seen.size(); ++k) {
       if (!seen[k]) {
@@ -201,13 +207,47 @@ class PushPullSynchroniser final : public Synchroniser {
   }
 
   absl::Status PullFrom(ServerLink& s, Trainer& trainer) {
+    return PullInto(s, trainer.parameter_data(), buffers_.data());
+  }
+
+  absl::Status PullInto(ServerLink& s, float* parameters, float* buffers) {
     auto context = NewContext();
     v1::PullRequest request;
     request.set_worker(options_.rank);
     request.set_clock(steps_);
     auto reader = s.stub->Pull(context.get(), request);
-    return Finish(Receive(s, trainer.parameter_data(), buffers_.data(), reader.get()),
-                  context.get(), reader.get(), s.context("pull from"));
+    const absl::Status received = Receive(s, parameters, buffers, reader.get());
+    return Finish(received, s.reply_ended, context.get(), reader.get(),
+                  s.context("pull from"));
+  }
+
+  // One step's exchange with one partition. A server that is gone may be on its way back: the
+  // orchestrator restarts a dead server from its last save (docs/user-guide.md, "When a process
+  // dies"). The step's gradients for it are then lost, and once it answers again the worker takes
+  // the model it resumed with (a push would name a version the restored server never reached).
+  absl::Status Exchange(ServerLink& s, const ExchangeBuffers& x, const StepContext& step) {
+    absl::Status exchanged = PushPullWith(s, x, step);
+    if (exchanged.code() != absl::StatusCode::kUnavailable) return exchanged;
+    const auto since = std::chrono::steady_clock::now();
+    spdlog::warn("{}; waiting up to {} s for it to come back", std::string(exchanged.message()),
+                 options_.deadline.count() / 1000);
+    for (;;) {
+      // A poll interval, not a synchronisation: the restart takes what it takes.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      absl::Status pulled = PullInto(s, x.parameters_in, x.buffers_in);
+      const double waited =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+      if (pulled.ok()) {
+        spdlog::info("parameter server {} answers again after {:.1f} s, at version {}", s.index,
+                     waited, s.version);
+        return absl::OkStatus();
+      }
+      if (pulled.code() != absl::StatusCode::kUnavailable ||
+          waited * 1000 > static_cast<double>(options_.deadline.count())) {
+        return Annotate(pulled, absl::StrFormat("after waiting %.0f s for the server to return",
+                                                waited));
+      }
+    }
   }
 
   absl::Status PushPullWith(ServerLink& s, const ExchangeBuffers& x, const StepContext& step) {
@@ -237,18 +277,22 @@ class PushPullSynchroniser final : public Synchroniser {
     if (open && stream->WritesDone()) {
       received = Receive(s, x.parameters_in, x.buffers_in, stream.get());
     }
-    return Finish(received, context.get(), stream.get(), s.context("push/pull with"));
+    return Finish(received, s.reply_ended, context.get(), stream.get(),
+                  s.context("push/pull with"));
   }
 
-  // The server's status explains a stream that ended early; our own finding explains a reply
-  // we refused (then the call is cancelled and the server's view is only "cancelled").
+  // The server's status explains a stream that ended early (a server that died mid-reply leaves
+  // tensors missing); our own finding explains a reply we refused while it was still coming
+  // (then the call is cancelled and the server's view is only "cancelled").
   template <typename Stream>
-  static absl::Status Finish(const absl::Status& received, grpc::ClientContext* context,
-                             Stream* stream, const std::string& what) {
-    const bool refused_reply = !received.ok() && received.code() != absl::StatusCode::kUnavailable;
-    if (refused_reply) context->TryCancel();
+  static absl::Status Finish(const absl::Status& received, bool reply_ended,
+                             grpc::ClientContext* context, Stream* stream,
+                             const std::string& what) {
+    const bool refused_open_reply =
+        !received.ok() && !reply_ended && received.code() != absl::StatusCode::kUnavailable;
+    if (refused_open_reply) context->TryCancel();
     const grpc::Status finished = stream->Finish();
-    if (!finished.ok() && !refused_reply) return FromGrpcStatus(finished, what);
+    if (!finished.ok() && !refused_open_reply) return FromGrpcStatus(finished, what);
     return Annotate(received, what);
   }
 

@@ -1,8 +1,10 @@
 #include "services/worker/ring_allreduce.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
 
 #include <absl/strings/str_cat.h>
 
@@ -123,6 +125,10 @@ struct RingAllReduce::Impl {
   GrpcRingLink* grpc_link = nullptr;  // the same link when it is gRPC's, for service()
   uint64_t next_operation = 0;
   RingSegment segment;  // reused, so that its pieces keep their capacity
+  // Interrupt(): set once, from any thread; the reason is read only after the flag is seen.
+  std::atomic<bool> interrupted{false};
+  std::mutex interrupt_mu;
+  std::string interrupt_reason;
 
   // One operation in progress on this rank.
   struct Operation {
@@ -211,7 +217,18 @@ absl::Status RingAllReduce::Impl::Exchange(Operation& op) {
 absl::Status RingAllReduce::Impl::ReceiveSegment(Operation& op, int step, size_t offset,
                                                  size_t floats) {
   const int steps = op.plan.steps();
-  switch (op.link.Receive(op.deadline, &segment)) {
+  // Waits in slices of at most 100 ms, so that an interrupt from another thread is seen soon.
+  RingLink::Operation::Received received;
+  for (;;) {
+    if (interrupted.load()) {
+      std::lock_guard<std::mutex> lock(interrupt_mu);
+      return absl::UnavailableError(absl::StrCat(op.name, ": interrupted: ", interrupt_reason));
+    }
+    const auto slice = std::min(op.deadline, Clock::now() + std::chrono::milliseconds(100));
+    received = op.link.Receive(slice, &segment);
+    if (received != RingLink::Operation::Received::kTimedOut || slice >= op.deadline) break;
+  }
+  switch (received) {
     case RingLink::Operation::Received::kSegment:
       break;
     case RingLink::Operation::Received::kSendFailed:
@@ -248,7 +265,8 @@ absl::Status RingAllReduce::Impl::ReceiveSegment(Operation& op, int step, size_t
 absl::Status RingAllReduce::Impl::GiveUp(Operation& op, absl::Status status) {
   op.link.DropUnsent();  // data segments the next rank cannot use any more
   op.link.SendAbort(op.header, std::string(status.message()));
-  const auto until = Clock::now() + op.grace;
+  // Interrupted, the culprit is already named: no later abort could say more.
+  const auto until = interrupted.load() ? Clock::now() : Clock::now() + op.grace;
   std::string reason;
   while (op.link.ReceiveAbort(until, &reason)) {
     status = absl::UnavailableError(reason);
@@ -319,6 +337,14 @@ absl::Status RingAllReduce::AllReduceSum(float* data, size_t n, const AllReduceO
 }
 
 int RingAllReduce::rank() const { return impl_->rank; }
+void RingAllReduce::Interrupt(const std::string& reason) {
+  {
+    std::lock_guard<std::mutex> lock(impl_->interrupt_mu);
+    impl_->interrupt_reason = reason;
+  }
+  impl_->interrupted.store(true);
+}
+
 int RingAllReduce::world() const { return impl_->world; }
 
 }  // namespace strata

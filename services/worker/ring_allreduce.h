@@ -76,6 +76,11 @@ class RingAllReduce {
   int rank() const;
   int world() const;  // 0 before Connect
 
+  // From any thread: the ring cannot complete any more (the orchestrator reports a peer dead).
+  // The operation waiting for data now, and every later one, fails at once with UNAVAILABLE and
+  // `reason` instead of waiting out its deadline for a peer that will not send.
+  void Interrupt(const std::string& reason);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

@@ -29,6 +29,7 @@
 #include "services/worker/push_pull_sync.h"
 #include "services/worker/ring_allreduce.h"
 #include "services/worker/switch_participant.h"
+#include "services/worker/worker_service.h"
 #include "strata/v1/worker.grpc.pb.h"
 
 namespace strata {
@@ -36,251 +37,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Work handed to the training thread; runs at the next step boundary (or at once when idle).
-using Task = std::function<void(Trainer&)>;
-
 std::string ModeName(v1::SyncMode mode) { return mode == v1::SYNC_MODE_PS ? "ps" : "allreduce"; }
-
-class WorkerState {
- public:
-  // Everything the RPC threads may read or request, behind one lock.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::optional<v1::StartRequest> start;
-  // The switch handshake. It has its own lock, which may be taken while holding `mu`, never the
-  // other way round.
-  SwitchParticipant switch_participant;
-  std::deque<Task> tasks;
-  bool stop = false;
-  v1::WorkerStatus status;
-  // The model of the switch step in the checkpoint format, served by GetHandoverModel from the RPC
-  // threads while the training thread waits for the servers to load it (status.handover_model_step
-  // says which step it is).
-  std::shared_ptr<const std::string> handover_model;
-
-  void Post(Task task) {
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      tasks.push_back(std::move(task));
-    }
-    cv.notify_all();
-  }
-
-  // Runs the posted tasks on the calling (training) thread.
-  void RunTasks(Trainer& trainer) {
-    std::deque<Task> run;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      run.swap(tasks);
-    }
-    for (Task& t : run) t(trainer);
-  }
-
-  bool stopping() {
-    std::lock_guard<std::mutex> lock(mu);
-    return stop;
-  }
-};
-
-// Posts `fn` to the training thread and waits for its result until the RPC's deadline.
-template <typename T>
-absl::StatusOr<T> OnTrainingThread(WorkerState& state, grpc::ServerContext* context,
-                                   std::function<absl::StatusOr<T>(Trainer&)> fn) {
-  auto promise = std::make_shared<std::promise<absl::StatusOr<T>>>();
-  std::future<absl::StatusOr<T>> result = promise->get_future();
-  state.Post([promise, fn = std::move(fn)](Trainer& trainer) { promise->set_value(fn(trainer)); });
-  while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-    if (context->IsCancelled()) {
-      return absl::DeadlineExceededError("the worker did not reach a step boundary in time");
-    }
-  }
-  return result.get();
-}
-
-class WorkerService final : public v1::Worker::Service {
- public:
-  // `world` bounds Start's worker list; `run_dir` confines SaveCheckpoint's path.
-  WorkerService(WorkerState* state, int world, std::string run_dir)
-      : state_(state), world_(world), run_dir_(std::move(run_dir)) {}
-
-  grpc::Status Start(grpc::ServerContext*, const v1::StartRequest* request,
-                     v1::StartReply*) override {
-    if (request->mode() != v1::SYNC_MODE_ALLREDUCE && request->mode() != v1::SYNC_MODE_PS) {
-      return ToGrpcStatus(absl::InvalidArgumentError("Start: mode must be ALLREDUCE or PS"));
-    }
-    if (request->mode() == v1::SYNC_MODE_PS && request->parameter_servers().empty()) {
-      return ToGrpcStatus(absl::InvalidArgumentError("Start: mode PS needs parameter_servers"));
-    }
-    // Checked here, not when training begins: an accepted Start that fails later leaves the
-    // caller believing the worker runs.
-    if (request->workers_size() > world_ ||
-        (request->mode() == v1::SYNC_MODE_ALLREDUCE && request->workers_size() != world_ &&
-         request->workers_size() > 0)) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "Start names ", request->workers_size(), " workers, this worker has --world ", world_)));
-    }
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      if (state_->start) return ToGrpcStatus(absl::FailedPreconditionError("already started"));
-      if (request->mode() == v1::SYNC_MODE_ALLREDUCE && request->workers_size() < 1) {
-        return ToGrpcStatus(absl::InvalidArgumentError("Start: workers list is empty"));
-      }
-      state_->start = *request;
-    }
-    state_->cv.notify_all();
-    return grpc::Status::OK;
-  }
-
-  grpc::Status GetStatus(grpc::ServerContext*, const v1::WorkerStatusRequest*,
-                         v1::WorkerStatus* reply) override {
-    std::lock_guard<std::mutex> lock(state_->mu);
-    *reply = state_->status;
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Stop(grpc::ServerContext*, const v1::StopRequest* request, v1::StopReply*) override {
-    spdlog::info("stop requested: {}", request->reason());
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->stop = true;
-    }
-    state_->cv.notify_all();
-    return grpc::Status::OK;
-  }
-
-  grpc::Status Switch(grpc::ServerContext* context, const v1::SwitchRequest* request,
-                      v1::SwitchReply* reply) override {
-    if (request->mode() != v1::SYNC_MODE_PS) {
-      return ToGrpcStatus(absl::InvalidArgumentError("Switch: only all-reduce -> PS is supported"));
-    }
-    if (request->parameter_servers().empty()) {
-      return ToGrpcStatus(absl::InvalidArgumentError("Switch: parameter_servers is empty"));
-    }
-    if (request->at_step() < 0) {
-      return ToGrpcStatus(absl::InvalidArgumentError(
-          absl::StrCat("Switch: at_step ", request->at_step(), " is negative")));
-    }
-    if (!std::isfinite(request->lr()) || request->lr() < 0) {
-      return ToGrpcStatus(absl::InvalidArgumentError(
-          absl::StrCat("Switch: lr ", request->lr(), " is not a number >= 0")));
-    }
-    if (request->lr() > kMaxLearningRate) {  // the servers would refuse every push at this rate
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-          "Switch: lr ", request->lr(), " is above the limit of ", kMaxLearningRate)));
-    }
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      if (state_->status.mode() != v1::SYNC_MODE_ALLREDUCE) {
-        return ToGrpcStatus(
-            absl::FailedPreconditionError("Switch: the worker is not in all-reduce mode"));
-      }
-    }
-    // The ring agrees on the step: each worker votes with its step's gradients once its request
-    // is due, and all switch after the first step every one of them voted for
-    // (SwitchRequest.at_step). A request for a step already passed is due at once.
-    auto ticket = state_->switch_participant.Request(*request);
-    if (!ticket.ok()) return ToGrpcStatus(ticket.status());
-    state_->cv.notify_all();
-    const auto& result = ticket->outcome;
-    while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-      // A caller that gives up (one peer refused, the deadline passed) withdraws the request,
-      // unless the switch has already begun at its step boundary.
-      if (context->IsCancelled()) state_->switch_participant.Withdraw(ticket->id);
-    }
-    auto done = result.get();
-    if (!done.ok()) return ToGrpcStatus(done.status());
-    *reply = *done;
-    return grpc::Status::OK;
-  }
-
-  grpc::Status SaveCheckpoint(grpc::ServerContext* context, const v1::CheckpointRequest* request,
-                              v1::CheckpointReply* reply) override {
-    if (request->path().empty())
-      return ToGrpcStatus(absl::InvalidArgumentError("SaveCheckpoint: empty path"));
-    // A caller's path may only name a file of this run (services/common/run_paths.h).
-    auto confined = ResolveInRunDir(run_dir_, request->path(), "SaveCheckpoint path");
-    if (!confined.ok()) return ToGrpcStatus(confined.status());
-    const std::string path = *confined;
-    auto saved = OnTrainingThread<int64_t>(
-        *state_, context, [this, path](Trainer& trainer) -> absl::StatusOr<int64_t> {
-          int64_t epoch, step;
-          {
-            std::lock_guard<std::mutex> lock(state_->mu);
-            epoch = state_->status.epoch();
-            step = state_->status.step();
-          }
-          Checkpoint c = trainer.ToCheckpoint(epoch, step, step);
-          STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c));
-          return step;
-        });
-    if (!saved.ok()) return ToGrpcStatus(saved.status());
-    reply->set_path(path);
-    reply->set_version(*saved);
-    return grpc::Status::OK;
-  }
-
-  grpc::Status GetModel(grpc::ServerContext* context, const v1::ModelRequest*,
-                        grpc::ServerWriter<v1::TensorChunk>* writer) override {
-    auto model = OnTrainingThread<std::vector<NamedTensor>>(
-        *state_, context, [](Trainer& trainer) -> absl::StatusOr<std::vector<NamedTensor>> {
-          std::vector<NamedTensor> tensors;
-          const float* params = trainer.parameter_data();
-          for (const FlatEntry& e : trainer.parameters().entries()) {
-            NamedTensor t = NamedTensor::Zeros(e.spec);
-            std::memcpy(t.data.data(), params + e.offset, e.numel * sizeof(float));
-            tensors.push_back(std::move(t));
-          }
-          std::vector<float> buffers(trainer.buffers().total_floats());
-          trainer.CopyBuffersTo(buffers.data());
-          for (const FlatEntry& e : trainer.buffers().entries()) {
-            NamedTensor t = NamedTensor::Zeros(e.spec);
-            std::memcpy(t.data.data(), buffers.data() + e.offset, e.numel * sizeof(float));
-            tensors.push_back(std::move(t));
-          }
-          return tensors;
-        });
-    if (!model.ok()) return ToGrpcStatus(model.status());
-    for (const NamedTensor& t : *model) {
-      absl::Status s = EncodeTensor({&t.spec, t.data.data()}, {},
-                                    [&](const v1::TensorChunk& c) { return writer->Write(c); });
-      if (!s.ok()) return ToGrpcStatus(s);
-    }
-    return grpc::Status::OK;
-  }
-
-  grpc::Status GetHandoverModel(grpc::ServerContext*, const v1::HandoverModelRequest* request,
-                                grpc::ServerWriter<v1::CheckpointChunk>* writer) override {
-    std::shared_ptr<const std::string> model;
-    int64_t held = 0;
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      model = state_->handover_model;
-      held = state_->status.handover_model_step();
-    }
-    if (model == nullptr || held != request->step()) {
-      return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
-          "GetHandoverModel: this worker holds no handover model of step ", request->step(),
-          held > 0 ? absl::StrCat(" (it holds step ", held, ")") : std::string(" (yet)"))));
-    }
-    // Small chunks, so sender and receiver overlap: 64 KiB (gRPC's initial flow-control window)
-    // fetched a 2 MB ResNet-20 model in 42-67 ms against 62-89 ms with 1 MiB chunks, with the
-    // evaluator busy on the same two cores (docs/benchmarks.md, "Strategy-Switch").
-    constexpr size_t kChunkBytes = size_t{64} << 10;
-    v1::CheckpointChunk chunk;
-    chunk.set_total_bytes(model->size());
-    for (size_t offset = 0; offset == 0 || offset < model->size(); offset += kChunkBytes) {
-      chunk.set_offset(offset);
-      chunk.set_data(model->substr(offset, kChunkBytes));
-      if (!writer->Write(chunk)) return ToGrpcStatus(absl::CancelledError("the caller went away"));
-    }
-    return grpc::Status::OK;
-  }
-
- private:
-  WorkerState* state_;
-  const int world_;
-  const std::string run_dir_;
-};
 
 class WorkerRunner {
  public:
@@ -352,6 +109,83 @@ class WorkerRunner {
     }
   }
 
+  // Serializes the model of `step` and serves it through GetHandoverModel from now on.
+  absl::StatusOr<std::shared_ptr<const std::string>> KeepHandoverModel(Trainer& trainer,
+                                                                       int64_t epoch, int64_t step,
+                                                                       int64_t steps_per_epoch) {
+    Checkpoint checkpoint = trainer.ToCheckpoint(epoch, step, step);
+    // The global progress so far, so the servers' epoch (samples / training-set size) and
+    // learning-rate schedule continue mid-epoch instead of restarting at the epoch boundary.
+    const double epochs_done = static_cast<double>(step) / static_cast<double>(steps_per_epoch);
+    checkpoint.extra["samples"] =
+        static_cast<int64_t>(epochs_done * static_cast<double>(trainer.dataset().train.size()));
+    STRATA_ASSIGN_OR_RETURN(std::string serialized, SerializeCheckpoint(checkpoint));
+    auto model = std::make_shared<const std::string>(std::move(serialized));
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->handover_model = model;
+    state_->status.set_handover_model_step(step);
+    return model;
+  }
+
+  // The ring broke under this worker at `step` (a peer died; `why` is the ring's error). In a
+  // switch job the orchestrator hands one survivor's model to the parameter servers and sends
+  // every survivor Switch; each then goes on with push/pull from the servers' model, without the
+  // ring's vote or barrier (docs/user-guide.md, "When a process dies"). The step that failed is
+  // lost. Without a Switch within the deadline the ring's error stands.
+  absl::StatusOr<std::unique_ptr<Synchroniser>> FallBackToServers(Trainer& trainer,
+                                                                  const absl::Status& why,
+                                                                  int64_t epoch, int64_t step,
+                                                                  int64_t steps_per_epoch) {
+    spdlog::warn("the ring broke after step {}: {}; holding the model of step {} for the "
+                 "parameter servers",
+                 step, std::string(why.message()), step);
+    STRATA_RETURN_IF_ERROR(KeepHandoverModel(trainer, epoch, step, steps_per_epoch).status());
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->status.set_ring_broken(std::string(why.message()));
+      state_->status.set_switch_began_at_step(step);
+    }
+    const auto give_up = Clock::now() + options_.deadline;
+    std::optional<v1::SwitchRequest> request;
+    while (!request) {
+      state_->RunTasks(trainer);
+      if (state_->stopping()) return absl::CancelledError("stopped");
+      // Due at once (the orchestrator asks for step 0); no ring to vote over.
+      if (state_->switch_participant.VoteForStep(step + 1)) {
+        request = state_->switch_participant.SettleStep(true, true);
+        continue;
+      }
+      if (Clock::now() > give_up) {
+        return Annotate(why, absl::StrCat("the ring broke and no Switch came within ",
+                                          options_.deadline.count() / 1000, " s"));
+      }
+      std::unique_lock<std::mutex> lock(state_->mu);
+      state_->cv.wait_for(lock, std::chrono::milliseconds(50));
+    }
+    const auto start = Clock::now();
+    auto resumed = [&]() -> absl::StatusOr<std::unique_ptr<Synchroniser>> {
+      STRATA_ASSIGN_OR_RETURN(auto next,
+                              MakePushPull(request->parameter_servers(), trainer, request->lr()));
+      STRATA_RETURN_IF_ERROR(StartWithRetry(*next, trainer));
+      return next;
+    }();
+    v1::SwitchReply reply;
+    reply.set_switched_at_step(step);
+    reply.set_epoch(epoch);
+    reply.set_handover_s(std::chrono::duration<double>(Clock::now() - start).count());
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (resumed.ok()) {
+        state_->status.set_mode(v1::SYNC_MODE_PS);
+        state_->status.set_switched_at_step(step);
+        state_->status.clear_ring_broken();
+      }
+    }
+    state_->switch_participant.Finish(resumed.ok() ? Outcome(reply) : Outcome(resumed.status()));
+    if (resumed.ok()) spdlog::info("push/pull from step {} after the ring broke", step);
+    return resumed;
+  }
+
   absl::StatusOr<v1::SwitchReply> DoSwitch(Trainer& trainer, const v1::SwitchRequest& request,
                                            int64_t epoch, int64_t step, int64_t steps_per_epoch,
                                            std::unique_ptr<Synchroniser>* sync) {
@@ -365,19 +199,7 @@ class WorkerRunner {
     // GetHandoverModel, from which the parameter servers load it over the network; all replicas
     // are equal, so any worker can serve it. Worker 0 also writes it to the run directory for the
     // record.
-    Checkpoint checkpoint = trainer.ToCheckpoint(epoch, step, step);
-    // The global progress so far, so the servers' epoch (samples / training-set size) and
-    // learning-rate schedule continue mid-epoch instead of restarting at the epoch boundary.
-    const double epochs_done = static_cast<double>(step) / static_cast<double>(steps_per_epoch);
-    checkpoint.extra["samples"] =
-        static_cast<int64_t>(epochs_done * static_cast<double>(trainer.dataset().train.size()));
-    STRATA_ASSIGN_OR_RETURN(std::string serialized, SerializeCheckpoint(checkpoint));
-    auto model = std::make_shared<const std::string>(std::move(serialized));
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      state_->handover_model = model;
-      state_->status.set_handover_model_step(step);
-    }
+    STRATA_ASSIGN_OR_RETURN(auto model, KeepHandoverModel(trainer, epoch, step, steps_per_epoch));
     if (options_.rank == 0) {
       STRATA_RETURN_IF_ERROR(MakeDirs(options_.run_dir + "/checkpoints"));
       const std::string path =
@@ -417,13 +239,9 @@ class WorkerRunner {
     return reply;
   }
 
-  absl::Status Train(Trainer& trainer) {
-    v1::StartRequest start;
-    {
-      std::lock_guard<std::mutex> lock(state_->mu);
-      start = *state_->start;
-      state_->status.set_mode(start.mode());
-    }
+  // The synchroniser Start asks for: the ring (connected to every peer) or push/pull.
+  absl::StatusOr<std::unique_ptr<Synchroniser>> FirstSynchroniser(const v1::StartRequest& start,
+                                                                  Trainer& trainer) {
     std::unique_ptr<Synchroniser> sync;
     if (start.mode() == v1::SYNC_MODE_ALLREDUCE) {
       std::vector<std::string> peers(start.workers().begin(), start.workers().end());
@@ -439,18 +257,75 @@ class WorkerRunner {
       STRATA_ASSIGN_OR_RETURN(sync, MakePushPull(start.parameter_servers(), trainer));
     }
     STRATA_RETURN_IF_ERROR(StartWithRetry(*sync, trainer));
+    return sync;
+  }
 
+  // Every worker runs as many steps per epoch as the smallest shard allows (ring steps line up).
+  int64_t AgreedStepsPerEpoch(const v1::StartRequest& start, const Trainer& trainer) {
     int64_t steps_per_epoch = trainer.batches_per_epoch();
     if (start.steps_per_epoch() > 0)
       steps_per_epoch = std::min(steps_per_epoch, start.steps_per_epoch());
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->status.set_steps_per_epoch(steps_per_epoch);
+    return steps_per_epoch;
+  }
+
+  // The switch the ring agreed on after this step; the worker then trains against the servers.
+  absl::Status SwitchAfter(Trainer& trainer, const v1::SwitchRequest& request, int64_t epoch,
+                           int64_t step, int64_t steps_per_epoch,
+                           std::unique_ptr<Synchroniser>* sync) {
+    auto reply = DoSwitch(trainer, request, epoch, step, steps_per_epoch, sync);
     {
       std::lock_guard<std::mutex> lock(state_->mu);
-      state_->status.set_steps_per_epoch(steps_per_epoch);
+      if (reply.ok()) {
+        state_->status.set_mode(v1::SYNC_MODE_PS);
+        state_->status.set_switched_at_step(step);
+      }
     }
+    state_->switch_participant.Finish(reply);
+    return reply.ok() ? absl::OkStatus() : Annotate(reply.status(), "switch");
+  }
+
+  // A restarted worker carries on the count of the one it replaces (StartRequest.first_step),
+  // from the batch of its epoch where that one stopped; 0 for a fresh start.
+  int64_t FirstStep(const v1::StartRequest& start, int64_t steps_per_epoch) {
+    const int64_t step = start.first_step();
+    if (step > 0) {
+      spdlog::info("rejoining at step {} (epoch {}, batch {})", step, step / steps_per_epoch,
+                   step % steps_per_epoch);
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->status.set_step(step);
+      state_->status.set_epoch(step / steps_per_epoch);
+    }
+    return step;
+  }
+
+  // What GetStatus answers once a step is done.
+  void PublishStep(int64_t step, double train_loss, int64_t phase_samples,
+                   Clock::time_point phase_start, bool switch_begins) {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->status.set_step(step);
+    state_->status.set_train_loss(train_loss);
+    const double secs = std::chrono::duration<double>(Clock::now() - phase_start).count();
+    state_->status.set_samples_per_s(static_cast<double>(phase_samples) / std::max(secs, 1e-9));
+    if (switch_begins) state_->status.set_switch_began_at_step(step);
+  }
+
+  absl::Status Train(Trainer& trainer) {
+    v1::StartRequest start;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      start = *state_->start;
+      state_->status.set_mode(start.mode());
+    }
+    STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Synchroniser> sync, FirstSynchroniser(start, trainer));
+    const int64_t steps_per_epoch = AgreedStepsPerEpoch(start, trainer);
     spdlog::info("training: mode {}, {} examples, {} steps per epoch, {} epochs",
                  ModeName(start.mode()), trainer.shard_size(), steps_per_epoch,
                  options_.spec.training.epochs);
-    int64_t step = 0;
+    int64_t step = FirstStep(start, steps_per_epoch);
+    const int64_t first_epoch = step / steps_per_epoch;
+    const int64_t first_batch = step % steps_per_epoch;
     auto phase_start = Clock::now();
     int64_t phase_samples = 0;
     // Under parameter servers with a sample budget the job ends when the servers say the budget
@@ -460,13 +335,17 @@ class WorkerRunner {
     const int64_t epochs = options_.spec.training.epochs;
     const int64_t epoch_cap = 2 * epochs * std::max(options_.world, 1) + 1;
     StepOutcome outcome;
-    for (int64_t epoch = 0; !outcome.budget_spent &&
+    // Only servers with a budget let a worker run past the plan's epochs, so one that rejoins
+    // past them trains under a budget, which its first reply will confirm.
+    outcome.has_budget = first_epoch >= epochs;
+    for (int64_t epoch = first_epoch; !outcome.budget_spent &&
                             (epoch < epochs || (outcome.has_budget && epoch < epoch_cap));
          ++epoch) {
       trainer.StartEpoch(epoch);
       double loss_sum = 0;
       int64_t seen = 0;
-      for (int64_t b = 0; b < steps_per_epoch && !outcome.budget_spent; ++b) {
+      for (int64_t b = epoch == first_epoch ? first_batch : 0;
+           b < steps_per_epoch && !outcome.budget_spent; ++b) {
         state_->RunTasks(trainer);
         if (state_->stopping()) return absl::CancelledError("stopped");
         STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer.ComputeGradients(b));
@@ -474,32 +353,27 @@ class WorkerRunner {
         // Vote to switch after this step if a request is due; once voted it cannot be withdrawn
         // until the vote's outcome is known.
         context.ready_to_switch = state_->switch_participant.VoteForStep(step + 1);
-        STRATA_ASSIGN_OR_RETURN(outcome, sync->Step(trainer, context));
+        auto stepped = sync->Step(trainer, context);
+        if (!stepped.ok()) {
+          if (!MayFallBack()) return stepped.status();
+          STRATA_ASSIGN_OR_RETURN(sync,
+                                  FallBackToServers(trainer, stepped.status(), epoch, step,
+                                                    steps_per_epoch));
+          phase_start = Clock::now();
+          phase_samples = 0;
+          continue;  // this batch's gradients went down with the ring
+        }
+        outcome = *stepped;
         ++step;
         loss_sum += stats.loss * stats.examples;
         seen += stats.examples;
         phase_samples += stats.examples;
         const std::optional<v1::SwitchRequest> switch_now = state_->switch_participant.SettleStep(
             context.ready_to_switch, outcome.all_ready_to_switch);
-        {
-          std::lock_guard<std::mutex> lock(state_->mu);
-          state_->status.set_step(step);
-          state_->status.set_train_loss(loss_sum / seen);
-          const double secs = std::chrono::duration<double>(Clock::now() - phase_start).count();
-          state_->status.set_samples_per_s(phase_samples / std::max(secs, 1e-9));
-          if (switch_now) state_->status.set_switch_began_at_step(step);
-        }
+        PublishStep(step, loss_sum / seen, phase_samples, phase_start, switch_now.has_value());
         if (switch_now) {
-          auto reply = DoSwitch(trainer, *switch_now, epoch, step, steps_per_epoch, &sync);
-          {
-            std::lock_guard<std::mutex> lock(state_->mu);
-            if (reply.ok()) {
-              state_->status.set_mode(v1::SYNC_MODE_PS);
-              state_->status.set_switched_at_step(step);
-            }
-          }
-          state_->switch_participant.Finish(reply);
-          if (!reply.ok()) return Annotate(reply.status(), "switch");
+          STRATA_RETURN_IF_ERROR(
+              SwitchAfter(trainer, *switch_now, epoch, step, steps_per_epoch, &sync));
           phase_start = Clock::now();
           phase_samples = 0;
         }
@@ -516,6 +390,16 @@ class WorkerRunner {
     }
     return absl::OkStatus();
   }
+
+  // A broken ring can be survived: a switch job whose recovery is on, still in all-reduce.
+  bool MayFallBack() {
+    const JobSpec& spec = options_.spec;
+    if (spec.strategy.kind != "switch" || spec.recovery.restarts == 0) return false;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->status.mode() == v1::SYNC_MODE_ALLREDUCE;
+  }
+
+  using Outcome = SwitchParticipant::Outcome;
 
   const WorkerOptions& options_;
   WorkerState* state_;
@@ -564,7 +448,8 @@ absl::Status RunWorker(const WorkerOptions& options) {
   state.status.set_rank(options.rank);
   state.status.set_mode(v1::SYNC_MODE_UNSPECIFIED);
   RingAllReduce ring(options.rank);
-  WorkerService service(&state, options.world, options.run_dir);
+  WorkerService service(&state, options.world, options.run_dir,
+                        [&ring](const std::string& reason) { ring.Interrupt(reason); });
   int port = 0;
   std::vector<std::string> also_listen;
   if (!options.ring_listen.empty()) also_listen.push_back(options.ring_listen);

@@ -9,6 +9,7 @@
 
 #include "services/common/logging.h"
 #include "services/common/rpc_auth.h"
+#include "services/common/tls_flags.h"
 #include "services/worker/grpc_ring_link.h"
 #include "services/worker/worker.h"
 
@@ -43,8 +44,14 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   bool insecure_no_auth = false;
   app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
+  strata::TlsFlagValues tls;
+  strata::AddTlsFlags(&app, &tls);
   CLI11_PARSE(app, argc, argv);
   if (absl::Status s = strata::InitServiceAuth("strata-worker", insecure_no_auth); !s.ok()) {
+    std::fprintf(stderr, "strata-worker: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = strata::InitServiceTls(tls); !s.ok()) {
     std::fprintf(stderr, "strata-worker: %s\n", std::string(s.message()).c_str());
     return 2;
   }

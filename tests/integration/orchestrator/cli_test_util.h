@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -151,5 +152,59 @@ inline bool ProcessEnded(int pid) {
   const size_t close = content.rfind(')');
   return close != std::string::npos && close + 2 < content.size() && content[close + 2] == 'Z';
 }
+
+// `strata run` of a job text in the background, in a temporary directory it removes.
+struct RunFixture {
+  std::string dir, run_dir;
+  std::unique_ptr<BackgroundRun> run;
+
+  explicit RunFixture(const std::string& job) {
+    dir = MakeTempDir("run");
+    run_dir = dir + "/run";
+    WriteText(dir + "/job.yaml", job);
+    run = std::make_unique<BackgroundRun>(
+        std::vector<std::string>{"run", dir + "/job.yaml", "--out", run_dir}, dir + "/output.txt");
+  }
+  ~RunFixture() {
+    run.reset();
+    RunCommand("rm -rf " + dir);
+  }
+  // Waits until every worker has trained at least `steps` steps (status.json, rewritten each
+  // second).
+  bool WaitForTraining(int steps) {
+    return Eventually(
+        [&] {
+          nlohmann::json s = ReadJson(run_dir + "/status.json");
+          if (!s.is_object() || !s.contains("workers") || s["workers"].size() < 2) return false;
+          for (const auto& w : s["workers"]) {
+            if (w.value("step", 0) < steps) return false;
+          }
+          return true;
+        },
+        std::chrono::seconds(180));
+  }
+  int PidOf(const std::string& name) {
+    nlohmann::json s = ReadJson(run_dir + "/status.json");
+    for (const auto& p : s["processes"]) {
+      if (p.value("name", "") == name) return p.value("pid", 0);
+    }
+    return 0;
+  }
+  std::vector<int> AllPids() {
+    std::vector<int> pids;
+    nlohmann::json s = ReadJson(run_dir + "/status.json");
+    for (const auto& p : s["processes"]) pids.push_back(p.value("pid", 0));
+    return pids;
+  }
+  // The events of events.jsonl named `name`, in order.
+  std::vector<nlohmann::json> Events(const std::string& name) {
+    std::vector<nlohmann::json> out;
+    for (const auto& e : ReadLines(run_dir + "/events.jsonl")) {
+      if (e.value("event", "") == name) out.push_back(e);
+    }
+    return out;
+  }
+};
+
 
 }  // namespace strata::testing

@@ -80,6 +80,10 @@ std::vector<Refusal> Refusals() {
         "not usable"}},
       {"--set without '='", v, "--set training.lr",
        {"(from --set training.lr): --set: expected KEY=VALUE"}},
+      {"--set of TLS without its certificates", v,
+       "--set security.tls=mutual --set security.tls_dir=/nonexistent/tls",
+       {"(from --set security.tls_dir=/nonexistent/tls): security.tls_dir: cannot open "
+        "/nonexistent/tls/ca.pem"}},
       {"schema and semantic errors together",
        Replace(Replace(Replace(v, "epochs: 8", "epochs: eight"), "/usr/share/datasets/",
                        "/nonexistent/"),

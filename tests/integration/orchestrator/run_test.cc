@@ -19,50 +19,6 @@ strategy: )") +
          strategy + "\n";
 }
 
-struct RunFixture {
-  std::string dir, run_dir;
-  std::unique_ptr<BackgroundRun> run;
-
-  explicit RunFixture(const std::string& job) {
-    dir = MakeTempDir("run");
-    run_dir = dir + "/run";
-    WriteText(dir + "/job.yaml", job);
-    run = std::make_unique<BackgroundRun>(
-        std::vector<std::string>{"run", dir + "/job.yaml", "--out", run_dir}, dir + "/output.txt");
-  }
-  ~RunFixture() {
-    run.reset();
-    RunCommand("rm -rf " + dir);
-  }
-  // Waits until every worker has trained at least `steps` steps (status.json, rewritten each
-  // second).
-  bool WaitForTraining(int steps) {
-    return Eventually(
-        [&] {
-          nlohmann::json s = ReadJson(run_dir + "/status.json");
-          if (!s.is_object() || !s.contains("workers") || s["workers"].size() < 2) return false;
-          for (const auto& w : s["workers"]) {
-            if (w.value("step", 0) < steps) return false;
-          }
-          return true;
-        },
-        std::chrono::seconds(180));
-  }
-  int PidOf(const std::string& name) {
-    nlohmann::json s = ReadJson(run_dir + "/status.json");
-    for (const auto& p : s["processes"]) {
-      if (p.value("name", "") == name) return p.value("pid", 0);
-    }
-    return 0;
-  }
-  std::vector<int> AllPids() {
-    std::vector<int> pids;
-    nlohmann::json s = ReadJson(run_dir + "/status.json");
-    for (const auto& p : s["processes"]) pids.push_back(p.value("pid", 0));
-    return pids;
-  }
-};
-
 TEST(StrataRun, KilledWorkerStopsTheRunNamingItAndEndsEveryProcess) {
   RunFixture f(LongJob("{ kind: allreduce }"));
   ASSERT_TRUE(f.WaitForTraining(5)) << f.run->Output();

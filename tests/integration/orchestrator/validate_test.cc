@@ -87,6 +87,13 @@ std::vector<BadSpec> BadSpecs() {
       {"schedule gamma above 1",
        Replace(v, "momentum: 0.9", "momentum: 0.9\n  lr_schedule: { gamma: 2 }"),
        "training.lr_schedule.gamma", 9},
+      {"unknown TLS mode", v + "security: { tls: maybe }\n", "security.tls", 17},
+      {"TLS directory with TLS off", v + "security: { tls: off, tls_dir: /etc/strata/tls }\n",
+       "security.tls_dir", 17},
+      {"TLS certificates that are not there",
+       v + "security: { tls: mutual, tls_dir: /nonexistent/tls }\n", "security.tls_dir", 17},
+      {"TLS in containers", v + "launcher: { kind: compose }\nsecurity: { tls: on }\n",
+       "security.tls", 18},
   };
 }
 

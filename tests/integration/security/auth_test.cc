@@ -33,6 +33,8 @@
 #include "services/common/files.h"
 #include "services/common/rpc.h"
 #include "services/common/rpc_auth.h"
+#include "strata/v1/parameter_server.grpc.pb.h"
+#include "tests/integration/security/security_test_util.h"
 
 namespace strata {
 namespace {
@@ -46,8 +48,6 @@ model: { arch: mlp }
 training: { epochs: 1, batch_size: 64 }
 cluster: { workers: 1, parameter_servers: 1, threads_per_worker: 1 }
 )";
-
-std::string Bin(const std::string& name) { return std::string(STRATA_BIN_DIR) + "/" + name; }
 
 // Which binary serves each service. A service declared in the protos and missing here fails the
 // test: say which binary serves it (and start that binary below) so that its methods are checked.
@@ -71,42 +71,6 @@ std::vector<const google::protobuf::ServiceDescriptor*> AllServices() {
     for (int s = 0; s < fd->service_count(); ++s) services.push_back(fd->service(s));
   }
   return services;
-}
-
-// A call of `method` ("/pkg.Service/Method") with one empty message (the serialized default of
-// every request type) through the generic stub, whatever the method's kind: unary and streaming
-// calls alike end in Finish's status. `authorization` (if not empty) is sent as that header.
-grpc::Status CallWithDefaultRequest(const std::shared_ptr<grpc::Channel>& channel,
-                                    const std::string& method, const std::string& authorization) {
-  grpc::GenericStub stub(channel);
-  grpc::CompletionQueue cq;
-  grpc::ClientContext context;
-  context.set_deadline(DeadlineAfter(seconds(30)));
-  if (!authorization.empty()) context.AddMetadata("authorization", authorization);
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
-      stub.PrepareCall(&context, method, &cq);
-  void* tag = nullptr;
-  bool ok = false;
-  auto step = [&](intptr_t expected) {
-    EXPECT_TRUE(cq.Next(&tag, &ok));
-    EXPECT_EQ(reinterpret_cast<intptr_t>(tag), expected);
-  };
-  call->StartCall(reinterpret_cast<void*>(1));
-  step(1);
-  grpc::Slice empty{std::string()};
-  grpc::ByteBuffer request(&empty, 1);
-  call->WriteLast(request, grpc::WriteOptions(), reinterpret_cast<void*>(2));
-  step(2);
-  grpc::ByteBuffer reply;
-  call->Read(&reply, reinterpret_cast<void*>(3));
-  step(3);
-  grpc::Status status;
-  call->Finish(&status, reinterpret_cast<void*>(4));
-  step(4);
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  return status;
 }
 
 std::shared_ptr<grpc::Channel> ChannelWithoutToken(const std::string& address) {
@@ -223,53 +187,6 @@ TEST_F(AuthTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheRightToken) {
     ASSERT_TRUE(log.ok());
     EXPECT_FALSE(absl::StrContains(*log, token)) << binary << " logged the run token";
   }
-}
-
-struct Exit {
-  int code = -1;
-  std::string output;
-};
-
-Exit RunWithoutToken(const std::vector<std::string>& argv, const std::string& log,
-                     const std::vector<std::string>& extra_env = {}, seconds limit = seconds(120));
-
-// Runs `argv` with this process's environment minus STRATA_RUN_TOKEN, plus `extra_env`, until it
-// exits or `limit` passes (then it is killed).
-Exit RunWithoutToken(const std::vector<std::string>& argv, const std::string& log,
-                     const std::vector<std::string>& extra_env, seconds limit) {
-  std::vector<std::string> env_strings;
-  for (std::string& e : ChildEnvironment()) {
-    if (!absl::StartsWith(e, absl::StrCat(kRunTokenEnv, "="))) env_strings.push_back(std::move(e));
-  }
-  env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
-  std::vector<char*> env, args;
-  for (auto& e : env_strings) env.push_back(e.data());
-  env.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& a : argv_copy) args.push_back(a.data());
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
-  Exit result;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return result;
-  const auto until = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a pid
-  }
-  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  result.output = ReadFile(log).value_or("");
-  return result;
 }
 
 TEST_F(AuthTest, ServicesRefuseToStartWithoutAToken) {
@@ -421,10 +338,88 @@ TEST_F(AuthTest, TheHealthCheckAloneAnswersWithoutAToken) {
     }
   }
   // A probe of nothing fails, naming the address.
-  const Exit nothing = RunWithoutToken(
-      {Bin("strata-health"), "127.0.0.1:1", "--deadline-s", "2"}, dir_ + "/health-none.out");
+  const Exit nothing = RunWithoutToken({Bin("strata-health"), "127.0.0.1:1", "--deadline-s", "2"},
+                                       dir_ + "/health-none.out");
   EXPECT_EQ(nothing.code, 1) << nothing.output;
   EXPECT_TRUE(absl::StrContains(nothing.output, "127.0.0.1:1")) << nothing.output;
+}
+
+// A caller who opens more calls than a server has threads for: the excess is refused at once with
+// RESOURCE_EXHAUSTED, the server keeps running, and once the flood ends it answers as before.
+// WatchProgress holds a server thread until its caller goes away: a cheap way to hold many.
+TEST_F(AuthTest, AFloodOfOpenCallsIsRefusedWithResourceExhaustedAndTheServerSurvives) {
+  const std::string job = dir_ + "/job.yaml";
+  ASSERT_NO_FATAL_FAILURE(Launch("strata-ps", {"--config", job, "--partition", "0", "--partitions",
+                                               "1", "--workers", "1", "--train-examples", "256"}));
+  const std::string address = services_.at("strata-ps").address;
+  constexpr int kConnections = 8;
+  // More than the threads of a server, fewer per connection than the stream limit.
+  constexpr int kCallsPerConnection = (kMaxServerThreads + 200) / kConnections;
+  static_assert(kCallsPerConnection <= kMaxStreamsPerConnection);
+  struct Call {
+    grpc::ClientContext context;
+    v1::Progress progress;
+    grpc::Status status;
+    std::unique_ptr<grpc::ClientAsyncReader<v1::Progress>> reader;
+  };
+  grpc::CompletionQueue queue;
+  std::vector<std::unique_ptr<Call>> calls;
+  std::vector<std::unique_ptr<v1::ParameterServer::Stub>> stubs;
+  for (int c = 0; c < kConnections; ++c) {
+    grpc::ChannelArguments args = DefaultChannelArguments();
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // a connection of its own
+    stubs.push_back(v1::ParameterServer::NewStub(MakeChannel(address, args)));
+    for (int i = 0; i < kCallsPerConnection; ++i) {
+      auto call = std::make_unique<Call>();
+      call->context.set_deadline(std::chrono::system_clock::now() + std::chrono::minutes(5));
+      call->reader = stubs.back()->PrepareAsyncWatchProgress(&call->context,
+                                                             v1::WatchProgressRequest(), &queue);
+      call->reader->StartCall(nullptr);
+      call->reader->Finish(&call->status, call.get());
+      calls.push_back(std::move(call));
+    }
+  }
+  // Finish tags come back as calls end: the refused ones at once, the others when cancelled.
+  int ended = 0, exhausted = 0;
+  auto next = [&](std::chrono::seconds within) {
+    void* tag = nullptr;
+    bool ok = false;
+    const auto status = queue.AsyncNext(&tag, &ok, std::chrono::system_clock::now() + within);
+    if (status != grpc::CompletionQueue::GOT_EVENT) return false;
+    if (tag != nullptr) {
+      ++ended;
+      const grpc::Status& s = static_cast<Call*>(tag)->status;
+      if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) ++exhausted;
+    }
+    return true;
+  };
+  while (exhausted == 0 && next(seconds(120))) {
+  }
+  EXPECT_GT(exhausted, 0) << "no call was refused; " << ended << " ended";
+  EXPECT_FALSE(services_.at("strata-ps").process->Poll())
+      << "the server died: " << LogTail(services_.at("strata-ps").process->log_path());
+  for (auto& call : calls) call->context.TryCancel();
+  while (ended < static_cast<int>(calls.size()) && next(seconds(120))) {
+  }
+  EXPECT_EQ(ended, static_cast<int>(calls.size()));
+  queue.Shutdown();
+  while (next(seconds(1))) {
+  }
+  // The server frees a cancelled WatchProgress thread at its next wake-up (at most 250 ms), so
+  // right after the flood a call may still find every thread taken: it is refused with
+  // RESOURCE_EXHAUSTED, never anything else, until the threads come back.
+  const auto channel = MakeChannel(address);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  grpc::Status status;
+  for (;;) {
+    status = CallWithDefaultRequest(channel, "/strata.v1.ParameterServer/GetStatus", "");
+    if (status.ok() || status.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED ||
+        std::chrono::steady_clock::now() > give_up) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
 }
 
 }  // namespace

@@ -12,16 +12,17 @@
 #include <filesystem>
 #include <future>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
-#include <zlib.h>
 
 #include "services/common/checkpoint.h"
 #include "services/common/files.h"
 #include "services/common/run_paths.h"
 #include "services/common/sgd.h"
 #include "services/common/tensor_codec.h"
+#include "tests/support/crafted_checkpoint.h"
 
 namespace strata {
 namespace {
@@ -62,7 +63,7 @@ TEST_F(InputLimitsTest, PathsInsideTheRunDirectoryResolve) {
 }
 
 TEST_F(InputLimitsTest, PathsLeavingTheRunDirectoryAreRefusedNamingThem) {
-  for (const std::string requested :
+  for (const std::string& requested :
        {std::string("/etc/shadow"), std::string("../outside.ckpt"),
         std::string("checkpoints/../../outside.ckpt"), (dir_ / "run2/x").string()}) {
     auto r = ResolveInRunDir(run_.string(), requested, "SaveCheckpoint path");
@@ -125,35 +126,23 @@ TEST_F(InputLimitsTest, ReadFileRefusesFilesAboveTheCapBeforeReading) {
 
 // ---- ParseCheckpoint ----------------------------------------------------------------------------
 
-// A checkpoint file with the given metadata and payload and a correct checksum: only the parser's
-// own checks can refuse it.
-std::string Craft(const nlohmann::json& meta, const std::string& payload = "") {
-  const std::string text = meta.dump();
-  std::string out = "STRATACK";
-  auto put = [&](uint32_t v) { out.append(reinterpret_cast<const char*>(&v), 4); };
-  put(kCheckpointFormatVersion);
-  put(static_cast<uint32_t>(text.size()));
-  out += text;
-  out += payload;
-  put(static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(out.data()), static_cast<uInt>(out.size()))));
-  return out;
-}
-
 nlohmann::json Meta(nlohmann::json tensors) {
   return {{"epoch", 0}, {"step", 0}, {"version", 0}, {"tensors", std::move(tensors)}};
 }
 
 nlohmann::json Tensor(const std::string& name, nlohmann::json shape, nlohmann::json bytes) {
-  return {{"name", name}, {"shape", std::move(shape)}, {"dtype", "float32"},
-          {"kind", "parameter"}, {"bytes", std::move(bytes)}};
+  return {{"name", name},
+          {"shape", std::move(shape)},
+          {"dtype", "float32"},
+          {"kind", "parameter"},
+          {"bytes", std::move(bytes)}};
 }
 
 TEST_F(InputLimitsTest, CheckpointWithNegativeDimensionIsRefused) {
   // Before: shape [-1] with bytes 2^64-4 and a second tensor of 4 bytes summed to 0 mod 2^64,
   // passed every check and the copy threw (UNKNOWN from the handler, abort at start-up).
   const std::string bytes =
-      Craft(Meta({Tensor("w", {-1}, uint64_t{0} - 4), Tensor("b", {1}, 4)}));
+      testing::CraftedCheckpoint(Meta({Tensor("w", {-1}, uint64_t{0} - 4), Tensor("b", {1}, 4)}));
   Checkpoint parsed;
   absl::Status status;
   EXPECT_NO_THROW({
@@ -166,29 +155,60 @@ TEST_F(InputLimitsTest, CheckpointWithNegativeDimensionIsRefused) {
 
 TEST_F(InputLimitsTest, CheckpointWhoseSizesWrapIsRefused) {
   // 2^62 x 4 floats: the element count wraps size_t to 0 bytes.
-  const std::string bytes = Craft(Meta({Tensor("w", {int64_t{1} << 62, 4}, 0)}));
+  const std::string bytes =
+      testing::CraftedCheckpoint(Meta({Tensor("w", {int64_t{1} << 62, 4}, 0)}));
   absl::Status status;
   EXPECT_NO_THROW(status = ParseCheckpoint(bytes, "crafted").status());
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
   // A shape larger than the file, honestly declared.
-  const std::string big = Craft(Meta({Tensor("w", {1 << 20, 1 << 10}, uint64_t{1} << 32)}));
+  const std::string big =
+      testing::CraftedCheckpoint(Meta({Tensor("w", {1 << 20, 1 << 10}, uint64_t{1} << 32)}));
   EXPECT_NO_THROW(status = ParseCheckpoint(big, "crafted").status());
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
   // Negative or non-numeric byte counts, and a non-array tensor list.
-  EXPECT_NO_THROW(status = ParseCheckpoint(Craft(Meta({Tensor("w", {1}, -4)})), "c").status());
+  EXPECT_NO_THROW(
+      status =
+          ParseCheckpoint(testing::CraftedCheckpoint(Meta({Tensor("w", {1}, -4)})), "c").status());
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_NO_THROW(status = ParseCheckpoint(Craft(Meta({Tensor("w", {1}, "4")})), "c").status());
+  EXPECT_NO_THROW(
+      status =
+          ParseCheckpoint(testing::CraftedCheckpoint(Meta({Tensor("w", {1}, "4")})), "c").status());
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
-  EXPECT_NO_THROW(status = ParseCheckpoint(Craft(Meta(7)), "c").status());
+  EXPECT_NO_THROW(status = ParseCheckpoint(testing::CraftedCheckpoint(Meta(7)), "c").status());
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << status;
+}
+
+TEST_F(InputLimitsTest, CheckpointNumbersThatAreNoIntegersAreRefused) {
+  // Found by the checkpoint fuzz target: an epoch of 1e300 was converted to int64_t (undefined
+  // behaviour), and a dimension of 1.7 was read as 1.
+  std::vector<nlohmann::json> metas(5, Meta({Tensor("w", {1}, 4)}));
+  metas[0]["epoch"] = 1e300;
+  metas[1]["step"] = 0.5;
+  metas[2]["version"] = uint64_t{1} << 63;  // beyond int64_t
+  metas[3]["tensors"][0]["shape"] = {1.7};
+  metas[4]["tensors"][0]["shape"] = {4, 92233720368547758083.0};  // the fuzzer's input
+  for (const nlohmann::json& meta : metas) {
+    absl::Status status;
+    EXPECT_NO_THROW(
+        status =
+            ParseCheckpoint(testing::CraftedCheckpoint(meta, std::string(4, '\0')), "c").status());
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << meta.dump();
+    EXPECT_NE(status.message().find("not an integer"), std::string::npos) << status;
+  }
+  nlohmann::json shape_not_a_list = Meta({Tensor("w", 1, 4)});
+  EXPECT_EQ(ParseCheckpoint(testing::CraftedCheckpoint(shape_not_a_list, std::string(4, '\0')), "c")
+                .status()
+                .code(),
+            absl::StatusCode::kDataLoss);
 }
 
 TEST_F(InputLimitsTest, HonestCraftedCheckpointStillParses) {
   std::string payload(3 * 4, '\0');
   const float one = 1.0f;
   std::memcpy(payload.data() + 4, &one, 4);
-  auto r = ParseCheckpoint(Craft(Meta({Tensor("w", {3}, 12), Tensor("e", {0, 5}, 0)}), payload),
-                           "crafted");
+  auto r = ParseCheckpoint(
+      testing::CraftedCheckpoint(Meta({Tensor("w", {3}, 12), Tensor("e", {0, 5}, 0)}), payload),
+      "crafted");
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->entries.size(), 2u);
   EXPECT_EQ(r->entries[0].tensor.floats()[1], 1.0f);

@@ -56,7 +56,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"name: a\ntraining: { epochs: 2\n", "invalid YAML"},
         BadSpec{"- just\n- a list\n", "expected a mapping"},
         BadSpec{"name: 'bad name!'\n", "name: may hold letters"},
-        BadSpec{"training: { batch_size: 2 }\ncluster: { workers: 4 }\n", "training.batch_size: global batch 2 is smaller"}));
+        BadSpec{"training: { batch_size: 2 }\ncluster: { workers: 4 }\n", "training.batch_size: global batch 2 is smaller"},
+        BadSpec{"name: a\nsecurity: { tls: true }\n", "job.yaml:2: security.tls: 'true' is not one of off, on, mutual"},
+        BadSpec{"name: a\nsecurity: { tls: on, tls_dir: '' }\n", "job.yaml:2: security.tls_dir: is empty"},
+        BadSpec{"name: a\nsecurity: { tls: on, tls_server_name: 'a..b' }\n", "security.tls_server_name: 'a..b' is not a host name"},
+        BadSpec{"name: a\nsecurity: { tls: on, tls_server_name: '-x' }\n", "security.tls_server_name: '-x' is not a host name"},
+        BadSpec{"name: a\nsecurity: { tls_dir: /etc/strata/tls }\n", "job.yaml:2: security.tls_dir: has no effect while security.tls is off"},
+        BadSpec{"name: a\nsecurity:\n  tls: off\n  tls_server_name: trainer\n", "job.yaml:4: security.tls_server_name: has no effect while security.tls is off"},
+        BadSpec{"name: a\nsecurity: { mtls: on }\n", "job.yaml:2: security.mtls: unknown key (allowed: tls, tls_dir, tls_server_name)"}));
 
 TEST(JobSpec, ReportsEveryProblem) {
   auto spec = ParseJobSpec("training: { epochs: -1, lr: -2 }\ncluster: { workers: 0 }\n", "j.yaml");
@@ -147,6 +154,16 @@ INSTANTIATE_TEST_SUITE_P(
                     {}, "job.yaml:2: training.lr_schedule.milestones: has no value"},
         RefusedSpec{"stragglers without a value", "name: a\ncluster:\n  stragglers:\n", {},
                     "job.yaml:3: cluster.stragglers: has no value"},
+        // Found with the job-spec fuzz target: the resolved job.yaml read back "data".
+        RefusedSpec{"carriage return in a path", "name: a\ndataset: { path: \"data\\r\" }\n", {},
+                    "job.yaml:2: dataset.path: may not hold control characters"},
+        RefusedSpec{"--set escape in a path", "name: a\n", {"dataset.path=\"a\\eb\""},
+                    "(from --set dataset.path=\"a\\eb\"): dataset.path: may not hold control"},
+        // Found with the job-spec fuzz target: a value or key quoted raw split the message.
+        RefusedSpec{"line break in a quoted value", "name: a\ntraining: { epochs: \"1\\n2\" }\n",
+                    {}, "job.yaml:2: training.epochs: expected an integer, got '1\\n2'"},
+        RefusedSpec{"escape in an unknown key", "name: a\n\"ke\\ey\": 1\n", {},
+                    "job.yaml:2: ke\\x1by: unknown key"},
         RefusedSpec{"infinite lr", "name: a\ntraining: { lr: .inf }\n", {},
                     "job.yaml:2: training.lr: must be a finite number, got '.inf'"},
         RefusedSpec{"negative infinite decay", "name: a\ntraining: { weight_decay: -.inf }\n", {},
@@ -257,6 +274,30 @@ TEST(JobSpec, EveryProcessGetsTheCpuShareTheClusterSpecGivesIt) {
   auto plain = ParseJobSpec("name: p\n", "j.yaml");
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(WorkerCpuShare(plain->cluster, 0), 0.0);  // no quota unless the spec asks
+}
+
+TEST(JobSpec, TransportSecurityIsOffUnlessAskedForAndParsesBack) {
+  auto plain = ParseJobSpec("name: s\n", "j.yaml");
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->security.tls, "off");
+  EXPECT_EQ(plain->security.tls_server_name, "strata");
+  auto spec = ParseJobSpec(
+      "name: s\nsecurity: { tls: mutual, tls_dir: /etc/strata/tls, tls_server_name: "
+      "trainer.example }\n",
+      "j.yaml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->security.tls, "mutual");
+  EXPECT_EQ(spec->security.tls_dir, "/etc/strata/tls");
+  EXPECT_EQ(spec->security.tls_server_name, "trainer.example");
+  for (const JobSpec& s : {*plain, *spec}) {
+    auto again = ParseJobSpec(JobSpecToYaml(s), "resolved.yaml");
+    ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(s);
+    EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(s));
+  }
+  // Turned on from the command line, over a file that says off.
+  auto set = ParseJobSpec("name: s\nsecurity: { tls: off }\n", "j.yaml", {"security.tls=on"});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->security.tls, "on");
 }
 
 TEST(JobSpec, ResolvedDefaultsParseBack) {

@@ -45,8 +45,14 @@ class FakeClusterClient final : public ClusterClient {
   int worker_count() const override { return static_cast<int>(statuses.size()); }
   int server_count() const override { return static_cast<int>(server_models.size()); }
 
-  absl::Status StartWorker(int, const v1::StartRequest&, Timeout) override {
+  absl::Status StartWorker(int rank, const v1::StartRequest& request, Timeout) override {
+    start_requests.push_back({rank, request});
+    if (!refuse_starts.ok()) return refuse_starts;
     return absl::OkStatus();
+  }
+  absl::StatusOr<v1::ServerStatus> GetServerStatus(int server, Timeout) override {
+    if (server_statuses.empty()) return absl::UnavailableError("no server status scripted");
+    return server_statuses[server];
   }
   absl::StatusOr<v1::WorkerStatus> GetWorkerStatus(int rank, Timeout) override {
     ++status_calls;
@@ -73,7 +79,7 @@ class FakeClusterClient final : public ClusterClient {
   absl::StatusOr<Checkpoint> ReadHandoverModel(int rank, int64_t step, Timeout) override {
     ++handover_reads;
     auto it = handover_models.find(step);
-    if (rank != 0 || it == handover_models.end()) {
+    if (rank != handover_rank || it == handover_models.end()) {
       return absl::FailedPreconditionError("no handover model of that step");
     }
     return it->second;
@@ -99,9 +105,13 @@ class FakeClusterClient final : public ClusterClient {
   void StopEvaluator(const std::string&, Timeout) override {}
 
   std::vector<v1::WorkerStatus> statuses;
+  std::vector<v1::ServerStatus> server_statuses;  // empty: GetServerStatus fails
+  std::vector<std::pair<int, v1::StartRequest>> start_requests;
+  absl::Status refuse_starts = absl::OkStatus();  // what every StartWorker returns
   std::vector<bool> unreachable;
   std::vector<absl::StatusOr<ServerModelRead>> server_models;
-  std::map<int64_t, Checkpoint> handover_models;  // worker 0's, by step
+  std::map<int64_t, Checkpoint> handover_models;  // worker handover_rank's, by step
+  int handover_rank = 0;
   std::map<int, v1::SwitchRequest> switch_requests;
   std::map<int, std::shared_ptr<FakeCall<v1::SwitchReply>>> switch_calls;
   std::map<int, v1::CheckpointRequest> load_requests;

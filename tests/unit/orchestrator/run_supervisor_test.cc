@@ -20,12 +20,13 @@ using testing::FakeClusterClient;
 class FakeHost final : public SupervisorHost {
  public:
   explicit FakeHost(RunFailure& failure) : failure_(failure) {}
-  absl::Status CheckProcesses() override {
+  absl::StatusOr<std::vector<ServiceExit>> CheckProcesses() override {
     ++checks;
-    if (exit_at_check > 0 && checks >= exit_at_check) {
-      return failure_.Fail("worker-1", absl::AbortedError("worker-1 (pid 9) killed by signal 9"));
+    if (exit_at_check > 0 && checks == exit_at_check) {
+      return std::vector<ServiceExit>{{"worker-1", ServiceRole::kWorker, "killed by signal 9",
+                                       absl::AbortedError("worker-1 (pid 9) killed by signal 9")}};
     }
-    return absl::OkStatus();
+    return std::vector<ServiceExit>{};
   }
   bool TakeSwitchRequest() override { return std::exchange(switch_requested, false); }
   void ShowProgress(const ClusterView&, Clock::time_point) override { ++progress_shown; }

@@ -31,7 +31,8 @@ TEST(ServicePlan, ServersThenWorkersThenTheEvaluatorWithTheirFlags) {
   EXPECT_EQ(services[0].role, ServiceRole::kParameterServer);
   EXPECT_EQ(absl::StrJoin(services[0].args, " "),
             "--partition 0 --partitions 1 --workers 2 --config /runs/r/job.yaml --consistency asp "
-            "--staleness 3 --train-examples 6000 --sample-budget 60000 --run-dir /runs/r");
+            "--staleness 3 --train-examples 6000 --sample-budget 60000 --run-dir /runs/r "
+            "--checkpoint-every-s 10 --resume");
   EXPECT_EQ(services[1].name, "worker-0");
   EXPECT_EQ(absl::StrJoin(services[1].args, " "),
             "--config /runs/r/job.yaml --rank 0 --world 2 --shard-file /runs/r/shards/shard-0.idx "
@@ -85,6 +86,31 @@ TEST(ServicePlan, APsJobsServersStartFromTheInitialModel) {
   const TaskSpec init = InitCheckpointTask(paths, in.init_checkpoint);
   EXPECT_FALSE(init.record_launch);
   EXPECT_EQ(ShardTask(paths).args.back(), "/runs/r/shards");
+}
+
+TEST(ServicePlan, WithTlsEveryServiceGetsTheRunsCertificatesAndNoTaskDoes) {
+  JobSpec spec = SwitchJob();
+  spec.security.tls = "mutual";
+  spec.security.tls_server_name = "trainer.example";
+  ServicePlanInputs in;
+  in.tls_dir = "/runs/r/tls";
+  const RunPaths paths("/runs/r");
+  const std::vector<ServiceSpec> services = PlanServices(spec, paths, in);
+  ASSERT_EQ(services.size(), 4u);
+  for (const ServiceSpec& s : services) {
+    const std::string args = absl::StrJoin(s.args, " ");
+    EXPECT_NE(args.find("--tls mutual --tls-dir /runs/r/tls --tls-server-name trainer.example"),
+              std::string::npos)
+        << s.name << ": " << args;
+  }
+  // The sharder and the initial model serve nothing.
+  EXPECT_EQ(absl::StrJoin(ShardTask(paths).args, " ").find("--tls"), std::string::npos);
+  EXPECT_EQ(absl::StrJoin(InitCheckpointTask(paths, "/x").args, " ").find("--tls"),
+            std::string::npos);
+  spec.security.tls = "off";
+  for (const ServiceSpec& s : PlanServices(spec, paths, in)) {
+    EXPECT_EQ(absl::StrJoin(s.args, " ").find("--tls"), std::string::npos) << s.name;
+  }
 }
 
 }  // namespace

@@ -367,5 +367,58 @@ TEST_F(SwitchControllerTest, AsksForPassesOftenOnlyWhileSwitching) {
   EXPECT_LE(*controller_->StepWithin(), milliseconds(2));
 }
 
+// A worker died in the ring: the survivors (here worker 1 alone) already wait, holding the model of
+// the last step each completed. They are asked to switch at once, the servers load the first
+// survivor's model from it, and the dead worker is asked nothing.
+TEST_F(SwitchControllerTest, AFallbackHandsTheFirstSurvivorsModelToTheServersWithoutTheDeadWorker) {
+  SwitchTrigger t;
+  t.kind = TriggerKind::kRingBroken;
+  t.lost_rank = 0;
+  t.reason = "worker-0 was killed by signal 9 (Killed) in the ring all-reduce";
+  ASSERT_TRUE(controller_->Offer(t));
+  ASSERT_TRUE(Step().ok());
+  ASSERT_EQ(client_.switch_requests.size(), 1u);
+  EXPECT_EQ(client_.switch_requests.count(0), 0u);
+  EXPECT_EQ(client_.switch_requests.at(1).at_step(), 0);
+  EXPECT_EQ(client_.switch_requests.at(1).lost_peer(), "worker-0");
+  ASSERT_EQ(events_.decided.size(), 1u);
+  EXPECT_EQ(events_.decided[0].trigger.kind, TriggerKind::kRingBroken);
+
+  client_.handover_rank = 1;
+  client_.statuses[1].set_switch_began_at_step(180);
+  client_.statuses[1].set_handover_model_step(180);
+  Checkpoint c;
+  c.step = 180;
+  c.entries.push_back({TensorKind::kParameter, Tensor("fc.weight", {1, 2, 3, 4})});
+  client_.handover_models[180] = c;
+  ASSERT_TRUE(Step().ok());
+  ASSERT_EQ(controller_->state(), SwitchState::kLoadingServers);
+  EXPECT_EQ(client_.load_requests.at(0).from_worker(), client_.WorkerAddress(1));
+  EXPECT_EQ(client_.load_requests.at(0).from_worker_step(), 180);
+
+  ServerLoads(7, 7);
+  ASSERT_TRUE(Step().ok());
+  WorkersResume(0);
+  ASSERT_TRUE(Step().ok());
+  ASSERT_EQ(controller_->state(), SwitchState::kDone) << failure_.status();
+  ASSERT_EQ(events_.done.size(), 1u);
+  EXPECT_EQ(events_.done[0].at_step, 180);
+  EXPECT_EQ(events_.done[0].checkpoint, "");  // no switch-step file: worker 0 did not write one
+  EXPECT_TRUE(events_.done[0].verification.weights_equal);
+}
+
+TEST_F(SwitchControllerTest, AFallbackWhoseSurvivorRefusesTheSwitchNamesTheSurvivor) {
+  SwitchTrigger t;
+  t.kind = TriggerKind::kRingBroken;
+  t.lost_rank = 1;
+  ASSERT_TRUE(controller_->Offer(t));
+  ASSERT_TRUE(Step().ok());
+  client_.switch_calls.at(0)->Refuse(absl::FailedPreconditionError("not in all-reduce mode"));
+  absl::Status s = Step();
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(failure_.process(), "worker-0");
+  EXPECT_EQ(controller_->state(), SwitchState::kFailed);
+}
+
 }  // namespace
 }  // namespace strata

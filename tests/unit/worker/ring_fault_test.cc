@@ -9,6 +9,7 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <absl/strings/str_cat.h>
@@ -80,6 +81,29 @@ TEST(RingFaults, ARankWhoseMessagesAreLostIsNamedByEveryOtherRank) {
         << "rank " << r << ": " << statuses[r];
   }
   EXPECT_EQ(statuses[3].code(), absl::StatusCode::kDeadlineExceeded) << statuses[3];
+}
+
+// A rank whose messages are lost, as a dead peer looks to a rank waiting on it between its
+// operations: the ranks are interrupted (what a Switch naming a lost peer does) and give up with
+// that reason instead of waiting out their long deadline. Interrupted before or during the wait,
+// the outcome is the same; without the interrupt this test would end in DEADLINE_EXCEEDED.
+TEST(RingFaults, AnInterruptedRingGivesUpAtOnceWithTheReason) {
+  const int world = 2;
+  TestRing ring = StartRing(world, "memory");
+  ring.memory->Silence(1);
+  std::vector<float> data(5000, 1.0f);
+  AllReduceOptions options;
+  options.deadline = std::chrono::minutes(10);
+  absl::Status status;
+  std::thread waiting(
+      [&] { status = ring.ranks[0].ring->AllReduceAverage(data.data(), data.size(), options); });
+  ring.ranks[0].ring->Interrupt("worker-1 is dead (the orchestrator says so)");
+  waiting.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("worker-1 is dead")) << status;
+  // The interrupt holds for every later operation too.
+  EXPECT_EQ(ring.ranks[0].ring->AllReduceSum(data.data(), data.size(), options).code(),
+            absl::StatusCode::kUnavailable);
 }
 
 // A lagging rank within the deadline changes nothing in the result.

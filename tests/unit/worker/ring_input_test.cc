@@ -8,6 +8,7 @@
 
 #include "services/common/rpc.h"
 #include "services/worker/ring_allreduce.h"
+#include "services/worker/segment_codec.h"
 #include "strata/v1/collective.grpc.pb.h"
 
 namespace strata {
@@ -64,6 +65,37 @@ TEST_F(RingInputTest, MoreQueuedSegmentsThanAnOperationNeedsAreRefused) {
   grpc::Status status = Send(2, (1 << 14) + 10);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
   EXPECT_THAT(status.error_message(), HasSubstr("ring operation 2"));
+}
+
+TEST_F(RingInputTest, AnAbortReasonThatIsNotUtf8IsRefused) {
+  // Found by the segment codec's fuzz target: the reason was taken as it came and passed on as the
+  // ring's error, into the worker's status, which protobuf then refused to parse.
+  const SegmentHeader header{.operation = 0, .sender = 1, .world = 2};
+  for (const std::string& reason : {std::string("stopped \xff"), std::string("\xc0\xaf"),
+                                    std::string("\xed\xa0\x80"), std::string("cut \xe2\x82")}) {
+    ParsedSegment parsed;
+    absl::Status status = ParseSegment(EncodeAbort(header, reason), &parsed);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << reason;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("not UTF-8"));
+  }
+  ParsedSegment parsed;
+  const std::string reason = "worker-1 gave up: d\xc3\xa9lai \xe2\x82\xac \xf0\x9f\x98\x80";
+  ASSERT_TRUE(ParseSegment(EncodeAbort(header, reason), &parsed).ok());
+  EXPECT_EQ(parsed.abort, reason);
+  // Through the service, the stream is refused.
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(std::chrono::seconds(60)));
+  v1::RingAck ack;
+  auto writer = stub_->Ring(&context, &ack);
+  v1::RingSegment segment;
+  segment.set_sender(1);
+  segment.set_world(2);
+  segment.set_abort("bad \xff");  // protobuf logs the invalid UTF-8 and sends it anyway
+  writer->Write(segment);
+  writer->WritesDone();
+  grpc::Status status = writer->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("not UTF-8"));
 }
 
 }  // namespace

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Kills one process of the quickstart with SIGKILL at a chosen moment and reports the run's final
+# accuracy next to undisturbed runs of the same job and seed (docs/results.md, "Recovery").
+#
+#   bench/recovery/kill_and_compare.sh BUILD_DIR OUT_DIR CASE...
+#
+# CASE: none (undisturbed) | ring (worker-1 once both workers passed step 300: all-reduce, the
+# ring fallback) | worker-after (worker-0, 3 s after the switch) | ps-after (ps-0, 3 s after the
+# switch). One line per case: its exit code and `strata run`'s last line. Not a timing benchmark.
+set -uo pipefail
+build=${1:?usage: $0 BUILD_DIR OUT_DIR CASE...}
+out=${2:?usage: $0 BUILD_DIR OUT_DIR CASE...}
+shift 2
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+mkdir -p "$out"
+
+# Reads the run's status.json with a Python expression (exit status or a printed value).
+status() {
+  python3 - "$1/status.json" "$2" <<'PY'
+import json, sys
+try:
+    s = json.load(open(sys.argv[1]))
+except Exception:
+    sys.exit(1)
+exec(sys.argv[2])
+PY
+}
+pid_of() { status "$1" "print([p['pid'] for p in s['processes'] if p['name'] == '$2'][0])"; }
+
+for case in "$@"; do
+  run="$out/$case-$(date +%H%M%S)"
+  "$build/bin/strata" run "$repo/configs/quickstart.yaml" --out "$run" > "$run.out" 2>&1 &
+  strata=$!
+  case $case in
+    none) ;;
+    ring)
+      until status "$run" "w = s.get('workers', []); sys.exit(0 if len(w) == 2 and all(x.get('step', 0) >= 300 for x in w) else 1)"; do
+        sleep 0.5  # polling a file another process rewrites
+      done
+      kill -9 "$(pid_of "$run" worker-1)" ;;
+    worker-after | ps-after)
+      until grep -q switch_done "$run/events.jsonl" 2>/dev/null; do sleep 0.5; done
+      sleep 3
+      victim=worker-0
+      [[ $case == ps-after ]] && victim=ps-0
+      kill -9 "$(pid_of "$run" "$victim")" ;;
+    *) echo "unknown case $case" >&2; kill "$strata"; exit 2 ;;
+  esac
+  wait "$strata"
+  echo "$case rc=$? $(tail -1 "$run.out")"
+done

@@ -1,0 +1,155 @@
+#include "orchestrator/run/service_recovery.h"
+
+#include <algorithm>
+
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+
+namespace strata {
+namespace {
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+int ServiceIndex(const std::string& name) {
+  int index = -1;
+  const size_t dash = name.rfind('-');
+  if (dash == std::string::npos || !absl::SimpleAtoi(name.substr(dash + 1), &index)) return -1;
+  return index;
+}
+
+bool ServiceRecovery::may_restart(const std::string& service) const {
+  auto it = restarts_.find(service);
+  return options_.max_restarts > 0 &&
+         (it == restarts_.end() || it->second < options_.max_restarts);
+}
+
+ServiceRecovery::ServiceRecovery(RecoveryOptions options, Launcher& launcher,
+                                 ClusterClient& client, RunRecord& record, RunFailure& failure)
+    : options_(std::move(options)),
+      launcher_(launcher),
+      client_(client),
+      record_(record),
+      failure_(failure) {}
+
+absl::Status ServiceRecovery::OnExit(const ServiceExit& exit, const ClusterView& view,
+                                     RecoveryWindow window, Clock::time_point now) {
+  const std::string& name = exit.service;
+  const int index = ServiceIndex(name);
+  // Why this exit cannot be survived, if it cannot; empty if a restart is worth trying.
+  std::string why_not;
+  if (options_.max_restarts == 0) {
+    why_not = "recovery.restarts is 0";
+  } else if (exit.role == ServiceRole::kEvaluator || index < 0) {
+    why_not = "only workers and parameter servers are restarted";
+  } else if (window.switching) {
+    why_not = "a switch was under way, and it needs every process it began with";
+  } else if (exit.role == ServiceRole::kWorker && !window.asynchronous) {
+    why_not = "the workers were in the ring all-reduce, which needs every worker";
+  } else if (exit.role == ServiceRole::kWorker && static_cast<size_t>(index) < view.workers.size() &&
+             view.workers[index].finished()) {
+    why_not = "it had finished training";
+  } else if (restarts_[name] >= options_.max_restarts) {
+    why_not = absl::StrCat("it was restarted ", restarts_[name],
+                           " time(s) already (recovery.restarts)");
+  }
+  if (!why_not.empty()) {
+    return failure_.Fail(name, absl::Status(exit.failure.code(),
+                                            absl::StrCat(exit.failure.message(),
+                                                         "; not restarted: ", why_not)));
+  }
+  const int attempt = ++restarts_[name];
+  ++restarts_total_;
+  Pending p;
+  p.role = exit.role;
+  p.index = index;
+  p.began = now;
+  if (exit.role == ServiceRole::kWorker && static_cast<size_t>(index) < view.workers.size()) {
+    p.first_step = view.workers[index].step();
+  }
+  if (auto it = server_versions_.find(index);
+      exit.role == ServiceRole::kParameterServer && it != server_versions_.end()) {
+    p.last_version = it->second;
+  }
+  record_.Event(RunEvent::kRestart, {{"process", name},
+                                     {"reason", exit.how},
+                                     {"restart", attempt},
+                                     {"of", options_.max_restarts}});
+  if (absl::Status s = launcher_.Restart(name); !s.ok()) {
+    return failure_.Fail(name, absl::Status(exit.failure.code(),
+                                            absl::StrCat(exit.failure.message(),
+                                                         "; the restart failed: ", s.message())));
+  }
+  pending_[name] = p;
+  return absl::OkStatus();
+}
+
+absl::Status ServiceRecovery::Step(const ClusterView&, Clock::time_point now) {
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    const std::string& name = it->first;
+    const Pending& p = it->second;
+    bool done = false;
+    if (launcher_.Listening(name)) {
+      absl::Status s = p.role == ServiceRole::kWorker ? StepWorker(name, p, &done)
+                                                      : StepServer(name, p, now, &done);
+      if (!s.ok()) return failure_.Fail(name, s);
+    }
+    if (!done && now - p.began > options_.rejoin_timeout) {
+      return failure_.Fail(
+          name, absl::DeadlineExceededError(absl::StrCat(
+                    name, " was restarted but did not ",
+                    p.role == ServiceRole::kWorker ? "rejoin" : "serve again", " within ",
+                    options_.rejoin_timeout.count() / 1000, " s; see logs/", name, ".log")));
+    }
+    if (done) {
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServiceRecovery::StepWorker(const std::string& name, const Pending& p, bool* done) {
+  v1::StartRequest start = options_.ps_start;
+  start.set_first_step(p.first_step);
+  absl::Status s = client_.StartWorker(p.index, start, options_.rpc_timeout);
+  // Listening, but its server may not take calls yet: try again on the next pass.
+  if (s.code() == absl::StatusCode::kUnavailable) return absl::OkStatus();
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat(name, " restarted, but ", s.message()));
+  record_.Event(RunEvent::kRejoined,
+                {{"process", name}, {"first_step", p.first_step}});
+  *done = true;
+  return absl::OkStatus();
+}
+
+absl::Status ServiceRecovery::StepServer(const std::string& name, const Pending& p,
+                                         Clock::time_point now, bool* done) {
+  auto status = client_.GetServerStatus(p.index, options_.rpc_timeout);
+  if (!status.ok()) return absl::OkStatus();  // not answering yet
+  nlohmann::json event = {{"process", name},
+                          {"resumed_version", status->version()},
+                          {"loaded", status->loaded()},
+                          {"after_s", Seconds(now - p.began)}};
+  if (p.last_version >= 0) {
+    // A lower bound: updates applied after the last status this process read are lost as well.
+    event["last_version_seen"] = p.last_version;
+    event["updates_lost"] = std::max<int64_t>(0, p.last_version - status->version());
+  }
+  record_.Event(RunEvent::kRejoined, event);
+  server_versions_[p.index] = status->version();
+  *done = true;
+  return absl::OkStatus();
+}
+
+std::optional<Clock::duration> ServiceRecovery::StepWithin() const {
+  if (pending_.empty()) return std::nullopt;
+  return std::chrono::milliseconds(20);  // a new process listens within a second or two
+}
+
+void ServiceRecovery::ObserveServer(int partition, const v1::ServerStatus& status) {
+  server_versions_[partition] = status.version();
+}
+
+}  // namespace strata

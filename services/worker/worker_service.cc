@@ -1,0 +1,222 @@
+#include "services/worker/worker_service.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <absl/strings/str_cat.h>
+#include <spdlog/spdlog.h>
+
+#include "services/common/checkpoint.h"
+#include "services/common/rpc.h"
+#include "services/common/run_paths.h"
+#include "services/common/sgd.h"
+#include "services/common/status.h"
+#include "services/common/tensor_codec.h"
+
+namespace strata {
+namespace {
+
+// Posts `fn` to the training thread and waits for its result until the RPC's deadline.
+template <typename T>
+absl::StatusOr<T> OnTrainingThread(WorkerState& state, grpc::ServerContext* context,
+                                   std::function<absl::StatusOr<T>(Trainer&)> fn) {
+  auto promise = std::make_shared<std::promise<absl::StatusOr<T>>>();
+  std::future<absl::StatusOr<T>> result = promise->get_future();
+  state.Post([promise, fn = std::move(fn)](Trainer& trainer) { promise->set_value(fn(trainer)); });
+  while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (context->IsCancelled()) {
+      return absl::DeadlineExceededError("the worker did not reach a step boundary in time");
+    }
+  }
+  return result.get();
+}
+
+}  // namespace
+
+grpc::Status WorkerService::Start(grpc::ServerContext*, const v1::StartRequest* request,
+                                  v1::StartReply*) {
+  if (request->mode() != v1::SYNC_MODE_ALLREDUCE && request->mode() != v1::SYNC_MODE_PS) {
+    return ToGrpcStatus(absl::InvalidArgumentError("Start: mode must be ALLREDUCE or PS"));
+  }
+  if (request->mode() == v1::SYNC_MODE_PS && request->parameter_servers().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("Start: mode PS needs parameter_servers"));
+  }
+  // Checked here, not when training begins: an accepted Start that fails later leaves the
+  // caller believing the worker runs.
+  if (request->workers_size() > world_ ||
+      (request->mode() == v1::SYNC_MODE_ALLREDUCE && request->workers_size() != world_ &&
+       request->workers_size() > 0)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "Start names ", request->workers_size(), " workers, this worker has --world ", world_)));
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->start) return ToGrpcStatus(absl::FailedPreconditionError("already started"));
+    if (request->first_step() < 0 ||
+        (request->first_step() > 0 && request->mode() != v1::SYNC_MODE_PS)) {
+      return ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("Start: first_step ", request->first_step(),
+                       " must be >= 0, and 0 unless the mode is PS (a ring starts together)")));
+    }
+    if (request->mode() == v1::SYNC_MODE_ALLREDUCE && request->workers_size() < 1) {
+      return ToGrpcStatus(absl::InvalidArgumentError("Start: workers list is empty"));
+    }
+    state_->start = *request;
+  }
+  state_->cv.notify_all();
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::GetStatus(grpc::ServerContext*, const v1::WorkerStatusRequest*,
+                                      v1::WorkerStatus* reply) {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  *reply = state_->status;
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Stop(grpc::ServerContext*, const v1::StopRequest* request,
+                                 v1::StopReply*) {
+  spdlog::info("stop requested: {}", request->reason());
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->stop = true;
+  }
+  state_->cv.notify_all();
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::Switch(grpc::ServerContext* context, const v1::SwitchRequest* request,
+                                   v1::SwitchReply* reply) {
+  if (request->mode() != v1::SYNC_MODE_PS) {
+    return ToGrpcStatus(absl::InvalidArgumentError("Switch: only all-reduce -> PS is supported"));
+  }
+  if (request->parameter_servers().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("Switch: parameter_servers is empty"));
+  }
+  if (request->at_step() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("Switch: at_step ", request->at_step(), " is negative")));
+  }
+  if (!std::isfinite(request->lr()) || request->lr() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("Switch: lr ", request->lr(), " is not a number >= 0")));
+  }
+  if (request->lr() > kMaxLearningRate) {  // the servers would refuse every push at this rate
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("Switch: lr ", request->lr(), " is above the limit of ", kMaxLearningRate)));
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->status.mode() != v1::SYNC_MODE_ALLREDUCE) {
+      return ToGrpcStatus(
+          absl::FailedPreconditionError("Switch: the worker is not in all-reduce mode"));
+    }
+  }
+  // The ring agrees on the step: each worker votes with its step's gradients once its request
+  // is due, and all switch after the first step every one of them voted for
+  // (SwitchRequest.at_step). A request for a step already passed is due at once.
+  auto ticket = state_->switch_participant.Request(*request);
+  if (!ticket.ok()) return ToGrpcStatus(ticket.status());
+  if (!request->lost_peer().empty()) {
+    // A fallback: the ring has lost a member, so whatever operation waits on it never completes.
+    interrupt_ring_(absl::StrCat(request->lost_peer(), " is dead (the orchestrator says so)"));
+  }
+  state_->cv.notify_all();
+  const auto& result = ticket->outcome;
+  while (result.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    // A caller that gives up (one peer refused, the deadline passed) withdraws the request,
+    // unless the switch has already begun at its step boundary.
+    if (context->IsCancelled()) state_->switch_participant.Withdraw(ticket->id);
+  }
+  auto done = result.get();
+  if (!done.ok()) return ToGrpcStatus(done.status());
+  *reply = *done;
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::SaveCheckpoint(grpc::ServerContext* context,
+                                           const v1::CheckpointRequest* request,
+                                           v1::CheckpointReply* reply) {
+  if (request->path().empty())
+    return ToGrpcStatus(absl::InvalidArgumentError("SaveCheckpoint: empty path"));
+  // A caller's path may only name a file of this run (services/common/run_paths.h).
+  auto confined = ResolveInRunDir(run_dir_, request->path(), "SaveCheckpoint path");
+  if (!confined.ok()) return ToGrpcStatus(confined.status());
+  const std::string path = *confined;
+  auto saved = OnTrainingThread<int64_t>(*state_, context,
+                                         [this, path](Trainer& trainer) -> absl::StatusOr<int64_t> {
+                                           int64_t epoch, step;
+                                           {
+                                             std::lock_guard<std::mutex> lock(state_->mu);
+                                             epoch = state_->status.epoch();
+                                             step = state_->status.step();
+                                           }
+                                           Checkpoint c = trainer.ToCheckpoint(epoch, step, step);
+                                           STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c));
+                                           return step;
+                                         });
+  if (!saved.ok()) return ToGrpcStatus(saved.status());
+  reply->set_path(path);
+  reply->set_version(*saved);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::GetModel(grpc::ServerContext* context, const v1::ModelRequest*,
+                                     grpc::ServerWriter<v1::TensorChunk>* writer) {
+  auto model = OnTrainingThread<std::vector<NamedTensor>>(
+      *state_, context, [](Trainer& trainer) -> absl::StatusOr<std::vector<NamedTensor>> {
+        std::vector<NamedTensor> tensors;
+        const float* params = trainer.parameter_data();
+        for (const FlatEntry& e : trainer.parameters().entries()) {
+          NamedTensor t = NamedTensor::Zeros(e.spec);
+          std::memcpy(t.data.data(), params + e.offset, e.numel * sizeof(float));
+          tensors.push_back(std::move(t));
+        }
+        std::vector<float> buffers(trainer.buffers().total_floats());
+        trainer.CopyBuffersTo(buffers.data());
+        for (const FlatEntry& e : trainer.buffers().entries()) {
+          NamedTensor t = NamedTensor::Zeros(e.spec);
+          std::memcpy(t.data.data(), buffers.data() + e.offset, e.numel * sizeof(float));
+          tensors.push_back(std::move(t));
+        }
+        return tensors;
+      });
+  if (!model.ok()) return ToGrpcStatus(model.status());
+  for (const NamedTensor& t : *model) {
+    absl::Status s = EncodeTensor({&t.spec, t.data.data()}, {},
+                                  [&](const v1::TensorChunk& c) { return writer->Write(c); });
+    if (!s.ok()) return ToGrpcStatus(s);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::GetHandoverModel(grpc::ServerContext*,
+                                             const v1::HandoverModelRequest* request,
+                                             grpc::ServerWriter<v1::CheckpointChunk>* writer) {
+  std::shared_ptr<const std::string> model;
+  int64_t held = 0;
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    model = state_->handover_model;
+    held = state_->status.handover_model_step();
+  }
+  if (model == nullptr || held != request->step()) {
+    return ToGrpcStatus(absl::FailedPreconditionError(absl::StrCat(
+        "GetHandoverModel: this worker holds no handover model of step ", request->step(),
+        held > 0 ? absl::StrCat(" (it holds step ", held, ")") : std::string(" (yet)"))));
+  }
+  // Small chunks, so sender and receiver overlap: 64 KiB (gRPC's initial flow-control window)
+  // fetched a 2 MB ResNet-20 model in 42-67 ms against 62-89 ms with 1 MiB chunks, with the
+  // evaluator busy on the same two cores (docs/benchmarks.md, "Strategy-Switch").
+  constexpr size_t kChunkBytes = size_t{64} << 10;
+  v1::CheckpointChunk chunk;
+  chunk.set_total_bytes(model->size());
+  for (size_t offset = 0; offset == 0 || offset < model->size(); offset += kChunkBytes) {
+    chunk.set_offset(offset);
+    chunk.set_data(model->substr(offset, kChunkBytes));
+    if (!writer->Write(chunk)) return ToGrpcStatus(absl::CancelledError("the caller went away"));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace strata

@@ -1,0 +1,103 @@
+// The state the worker's RPC threads and its training thread share, and the Worker control
+// service that reads and changes it. The training thread owns the Trainer: RPCs that need the
+// model post a task (WorkerState::Post) and wait for the next step boundary, so they see a
+// consistent model and never race the optimizer.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "services/common/trainer.h"
+#include "services/worker/switch_participant.h"
+#include "strata/v1/worker.grpc.pb.h"
+
+namespace strata {
+
+// Work handed to the training thread; runs at the next step boundary (or at once when idle).
+using Task = std::function<void(Trainer&)>;
+
+class WorkerState {
+ public:
+  // Everything the RPC threads may read or request, behind one lock.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<v1::StartRequest> start;
+  // The switch handshake. It has its own lock, which may be taken while holding `mu`, never the
+  // other way round.
+  SwitchParticipant switch_participant;
+  std::deque<Task> tasks;
+  bool stop = false;
+  v1::WorkerStatus status;
+  // The model of the switch step in the checkpoint format, served by GetHandoverModel from the RPC
+  // threads while the training thread waits for the servers to load it (status.handover_model_step
+  // says which step it is).
+  std::shared_ptr<const std::string> handover_model;
+
+  void Post(Task task) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      tasks.push_back(std::move(task));
+    }
+    cv.notify_all();
+  }
+
+  // Runs the posted tasks on the calling (training) thread.
+  void RunTasks(Trainer& trainer) {
+    std::deque<Task> run;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      run.swap(tasks);
+    }
+    for (Task& t : run) t(trainer);
+  }
+
+  bool stopping() {
+    std::lock_guard<std::mutex> lock(mu);
+    return stop;
+  }
+};
+
+// The Worker service (docs/protocol.md): Start, GetStatus, Stop, Switch, SaveCheckpoint,
+// GetModel, GetHandoverModel.
+class WorkerService final : public v1::Worker::Service {
+ public:
+  // `world` bounds Start's worker list; `run_dir` confines SaveCheckpoint's path;
+  // `interrupt_ring` makes the ring give up at once (a Switch naming a lost peer).
+  WorkerService(WorkerState* state, int world, std::string run_dir,
+                std::function<void(const std::string&)> interrupt_ring)
+      : state_(state),
+        world_(world),
+        run_dir_(std::move(run_dir)),
+        interrupt_ring_(std::move(interrupt_ring)) {}
+
+  grpc::Status Start(grpc::ServerContext*, const v1::StartRequest* request,
+                     v1::StartReply*) override;
+  grpc::Status GetStatus(grpc::ServerContext*, const v1::WorkerStatusRequest*,
+                         v1::WorkerStatus* reply) override;
+  grpc::Status Stop(grpc::ServerContext*, const v1::StopRequest* request, v1::StopReply*) override;
+  grpc::Status Switch(grpc::ServerContext* context, const v1::SwitchRequest* request,
+                      v1::SwitchReply* reply) override;
+  grpc::Status SaveCheckpoint(grpc::ServerContext* context, const v1::CheckpointRequest* request,
+                              v1::CheckpointReply* reply) override;
+  grpc::Status GetModel(grpc::ServerContext* context, const v1::ModelRequest*,
+                        grpc::ServerWriter<v1::TensorChunk>* writer) override;
+  grpc::Status GetHandoverModel(grpc::ServerContext*, const v1::HandoverModelRequest* request,
+                                grpc::ServerWriter<v1::CheckpointChunk>* writer) override;
+
+ private:
+  WorkerState* state_;
+  const int world_;
+  const std::string run_dir_;
+  const std::function<void(const std::string&)> interrupt_ring_;
+};
+
+}  // namespace strata

@@ -1,0 +1,221 @@
+// Writes the seed corpus of the fuzz targets (tests/fuzz/corpus/<target>/seed-*) from the real
+// encoders, so the seeds follow the formats when they change: valid tensor streams, checkpoints
+// and ring segments, the job specs of configs/, and a few hostile inputs of each kind that the
+// parsers must refuse (the cases docs/security.md lists).
+//
+//   cmake --build build-fuzz --target fuzz_seeds   # after scripts/fuzz.sh configured the tree
+//   build-fuzz/bin/fuzz_seeds tests/fuzz/corpus configs
+//
+// Inputs the fuzzers found (crash-*) are kept beside the seeds and not touched here.
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include <grpcpp/support/byte_buffer.h>
+#include <nlohmann/json.hpp>
+
+#include "services/common/checkpoint.h"
+#include "services/common/tensor_codec.h"
+#include "services/worker/segment_codec.h"
+#include "strata/v1/evaluator.pb.h"
+#include "tests/support/crafted_checkpoint.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+void Write(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  fs::create_directories(dir);
+  std::ofstream out(dir / ("seed-" + name), std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  if (!out) {
+    std::cerr << "fuzz_seeds: cannot write " << (dir / name) << "\n";
+    std::exit(1);
+  }
+}
+
+NamedTensor Filled(TensorSpec spec) {
+  NamedTensor t = NamedTensor::Zeros(std::move(spec));
+  for (size_t i = 0; i < t.data.size(); ++i) t.data[i] = static_cast<uint8_t>(i * 37 + 11);
+  return t;
+}
+
+// The small model the tensor-codec target's streaming destination holds.
+std::vector<NamedTensor> Model() {
+  std::vector<NamedTensor> model = {
+      Filled({"fc.weight", {4, 3}, DType::kFloat32}), Filled({"fc.bias", {3}, DType::kFloat32}),
+      Filled({"steps", {}, DType::kInt64}), NamedTensor::Zeros({"empty", {0, 5}, DType::kFloat32})};
+  for (int i = 0; i < 12; ++i) model[0].floats()[i] = 0.25f * static_cast<float>(i - 6);
+  return model;
+}
+
+std::string Request(const std::vector<v1::TensorChunk>& chunks) {
+  v1::EvaluateRequest request;
+  for (const auto& c : chunks) *request.add_tensors() = c;
+  return request.SerializeAsString();
+}
+
+std::string Encoded(const std::vector<NamedTensor>& tensors, size_t chunk_bytes) {
+  auto chunks = EncodeAll(tensors, {chunk_bytes});
+  if (!chunks.ok()) {
+    std::cerr << "fuzz_seeds: " << chunks.status() << "\n";
+    std::exit(1);
+  }
+  return Request(*chunks);
+}
+
+void TensorCodecSeeds(const fs::path& dir) {
+  Write(dir, "model", Encoded(Model(), 1 << 20));
+  // Several chunks per tensor (EncodeTensor sends at least 64 bytes a chunk).
+  Write(dir, "chunked",
+        Encoded({Filled({"conv.weight", {8, 2, 3, 3}, DType::kFloat32}),
+                 Filled({"ids", {5}, DType::kInt64})},
+                64));
+  // Hostile: a header declaring 1 GiB over 16 bytes of data, data without a header, a negative
+  // dimension, a chunk at the wrong offset, an unknown dtype.
+  v1::TensorChunk huge;
+  huge.mutable_header()->set_name("huge");
+  huge.mutable_header()->add_shape(int64_t{1} << 28);
+  huge.mutable_header()->set_dtype(v1::DTYPE_FLOAT32);
+  huge.set_data(std::string(16, '\0'));
+  Write(dir, "declares-1gib", Request({huge}));
+  v1::TensorChunk headless;
+  headless.set_data(std::string(8, '\1'));
+  Write(dir, "no-header", Request({headless}));
+  v1::TensorChunk negative = huge;
+  negative.mutable_header()->set_shape(0, -4);
+  Write(dir, "negative-dimension", Request({negative}));
+  auto chunked = *EncodeAll({Filled({"w", {32}, DType::kFloat32})}, {64});
+  chunked[1].set_offset(chunked[1].offset() + 4);
+  Write(dir, "wrong-offset", Request(chunked));
+  v1::TensorChunk dtype = huge;
+  dtype.mutable_header()->set_shape(0, 4);
+  dtype.mutable_header()->set_dtype(static_cast<v1::DType>(7));
+  Write(dir, "unknown-dtype", Request({dtype}));
+}
+
+std::string Serialized(const Checkpoint& c) {
+  auto bytes = SerializeCheckpoint(c);
+  if (!bytes.ok()) {
+    std::cerr << "fuzz_seeds: " << bytes.status() << "\n";
+    std::exit(1);
+  }
+  return *bytes;
+}
+
+void CheckpointSeeds(const fs::path& dir) {
+  Checkpoint c;
+  c.epoch = 3;
+  c.step = 1234;
+  c.version = 77;
+  c.extra = {{"arch", "mlp"}, {"lr", 0.05}, {"partition", 0}};
+  for (NamedTensor& t : Model()) c.entries.push_back({TensorKind::kParameter, std::move(t)});
+  c.entries.push_back({TensorKind::kMomentum, Filled({"fc.weight", {4, 3}, DType::kFloat32})});
+  c.entries.push_back({TensorKind::kBuffer, Filled({"bn.running_var", {3}, DType::kFloat32})});
+  const std::string sample = Serialized(c);
+  Write(dir, "model", sample);
+  Write(dir, "empty", Serialized(Checkpoint{}));
+  // Hostile: cut short, a flipped data byte (bad CRC), a negative dimension whose byte count
+  // wraps with the next tensor's, a shape whose size wraps size_t, a byte count as a string.
+  Write(dir, "truncated", sample.substr(0, sample.size() / 2));
+  std::string flipped = sample;
+  flipped[flipped.size() - 10] ^= 0x40;
+  Write(dir, "bad-crc", flipped);
+  auto tensor = [](nlohmann::json shape, nlohmann::json bytes) {
+    return nlohmann::json{{"name", "w"},
+                          {"shape", std::move(shape)},
+                          {"dtype", "float32"},
+                          {"kind", "parameter"},
+                          {"bytes", std::move(bytes)}};
+  };
+  auto meta = [](nlohmann::json tensors) {
+    return nlohmann::json{{"epoch", 0}, {"step", 0}, {"version", 0}, {"tensors", tensors}};
+  };
+  Write(dir, "negative-dimension",
+        testing::CraftedCheckpoint(meta({tensor({-1}, uint64_t{0} - 4), tensor({1}, 4)}),
+                                   std::string(4, '\0')));
+  Write(dir, "size-wraps",
+        testing::CraftedCheckpoint(meta({tensor({int64_t{1} << 62, 4}, 0)}), ""));
+  Write(dir, "bytes-as-string",
+        testing::CraftedCheckpoint(meta({tensor({1}, "4")}), std::string(4, '\0')));
+}
+
+std::string Flat(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  (void)buffer.Dump(&slices);
+  std::string out;
+  for (const auto& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  return out;
+}
+
+void SegmentSeeds(const fs::path& dir) {
+  const SegmentHeader header{
+      .operation = 3, .sender = 1, .world = 2, .count = 8, .step = 1, .offset = 4};
+  const float floats[4] = {1.5f, -2.0f, 0.0f, 3.25f};
+  const std::string data = Flat(EncodeSegment(header, floats, 4, std::make_shared<LoanLedger>()));
+  // The target's first byte says how many cut points follow (data[0] % 8).
+  Write(dir, "data", std::string(1, '\0') + data);
+  Write(dir, "data-in-slices", std::string("\x03\x05\x14\x28", 4) + data);
+  Write(dir, "abort", std::string(1, '\0') + Flat(EncodeAbort(header, "worker-1: step timed out")));
+  // Hostile: a payload length far beyond the message, an abort reason over the 64 KiB cap, an
+  // unknown varint field, a group wire type.
+  std::string too_long = data.substr(0, data.size() - 16);
+  too_long.resize(too_long.size() - 1);
+  too_long += std::string("\x80\x80\x80\x80\x80\x20", 6);  // varint 2^40
+  Write(dir, "length-beyond-message", std::string(1, '\0') + too_long);
+  Write(dir, "abort-over-cap", std::string(1, '\0') + std::string("\x42\x81\x80\x04", 4) + "x");
+  Write(dir, "unknown-field", std::string(1, '\0') + std::string("\x78\x96\x01", 3) + data);
+  Write(dir, "group-wire-type", std::string(1, '\0') + std::string("\x0b\x0c", 2));
+}
+
+void JobSpecSeeds(const fs::path& dir, const fs::path& configs) {
+  for (const char* name : {"quickstart.yaml", "fmnist-mlp.yaml", "fmnist-resnet20.yaml",
+                           "experiments/heterogeneous-job.yaml", "experiments/sharding-job.yaml"}) {
+    std::ifstream in(configs / name, std::ios::binary);
+    if (!in) {
+      std::cerr << "fuzz_seeds: cannot read " << (configs / name) << "\n";
+      std::exit(1);
+    }
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Write(dir, fs::path(name).stem().string(), text);
+  }
+  // After each NUL, one --set assignment (see job_spec_fuzz.cc).
+  const auto with_sets = [](std::vector<std::string> parts) {
+    std::string out = parts[0];
+    for (size_t i = 1; i < parts.size(); ++i) out += std::string(1, '\0') + parts[i];
+    return out;
+  };
+  Write(dir, "overrides",
+        with_sets({"name: o\ncluster: { workers: 4 }\n", "training.lr=0.05", "strategy.kind=switch",
+                   "cluster.cpu.worker=0.5"}));
+  // Hostile: duplicate keys, an alias standing for a section, a deep nesting, invalid YAML, a
+  // file of comments only, and an override that creates a section under a scalar.
+  Write(dir, "duplicate-keys", "name: a\ntraining: { lr: 0.1 }\ntraining: { lr: 0.2 }\n");
+  Write(dir, "alias", "x: &t { epochs: 2 }\ntraining: *t\nname: *t\n");
+  Write(dir, "deep", "name: d\ndataset: " + std::string(200, '[') + std::string(200, ']') + "\n");
+  Write(dir, "invalid", "name: [unclosed\n\ttraining: {\n");
+  Write(dir, "comments-only", "# nothing here\n");
+  Write(dir, "set-under-scalar", with_sets({"name: s\n", "name.inner=3"}));
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) {
+  if (argc != 3) {
+    std::cerr << "usage: fuzz_seeds CORPUS_DIR CONFIGS_DIR (e.g. tests/fuzz/corpus configs)\n";
+    return 2;
+  }
+  const std::filesystem::path corpus = argv[1];
+  strata::TensorCodecSeeds(corpus / "tensor_codec");
+  strata::CheckpointSeeds(corpus / "checkpoint");
+  strata::SegmentSeeds(corpus / "segment_codec");
+  strata::JobSpecSeeds(corpus / "job_spec", argv[2]);
+  return 0;
+}

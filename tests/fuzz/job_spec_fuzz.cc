@@ -1,0 +1,52 @@
+// The job-spec parser (services/common/job_spec.h) on any text. A spec names the file the
+// orchestrator and every service read, and `strata-sharder serve` parses one named in a request.
+//
+// The input is the file, then, after each NUL byte, one `--set` assignment (at most four), so the
+// fuzzer reaches the overrides too; a seed without NUL is a plain file. Checked:
+//   - every error is placed, "FILE:LINE: key: what" or "(from --set K=V): key: what", on one
+//     line (ParseJobSpec joins them one per line);
+//   - a text that is no mapping leaves the spec at its defaults;
+//   - a spec accepted without errors is resolved to YAML (what `strata run` writes to job.yaml and
+//     hands to every service), and that YAML parses back, without errors, to the same spec.
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <absl/strings/match.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/str_split.h>
+
+#include "services/common/job_spec.h"
+#include "tests/fuzz/fuzz_check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace strata;
+  const std::string input(reinterpret_cast<const char*>(data), size);
+  std::vector<std::string> parts = absl::StrSplit(input, '\0');
+  if (parts.size() > 5) return 0;
+  const std::string text = parts[0];
+  const std::vector<std::string> overrides(parts.begin() + 1, parts.end());
+
+  const JobSpecReading reading = ReadJobSpec(text, "fuzz.yaml", overrides);
+  for (const std::string& error : reading.errors) {
+    FUZZ_CHECK(absl::StartsWith(error, "fuzz.yaml") || absl::StartsWith(error, "(from --set "),
+               error);
+    FUZZ_CHECK(error.find('\n') == std::string::npos, error);  // ParseJobSpec: one per line
+  }
+  const std::string defaults = JobSpecToYaml(JobSpec{});
+  if (!reading.mapping_read) {
+    FUZZ_CHECK(JobSpecToYaml(reading.spec) == defaults, "a spec from text that is no mapping");
+  }
+  if (!reading.errors.empty()) return 0;
+
+  const std::string resolved = JobSpecToYaml(reading.spec);
+  const JobSpecReading again = ReadJobSpec(resolved, "job.yaml");
+  FUZZ_CHECK(again.errors.empty(), "the resolved spec is refused:\n" +
+                                       absl::StrJoin(again.errors, "\n") + "\nresolved:\n" +
+                                       resolved);
+  const std::string twice = JobSpecToYaml(again.spec);
+  FUZZ_CHECK(twice == resolved,
+             "the resolved spec reads back differently:\n" + resolved + "\nthen:\n" + twice);
+  return 0;
+}

@@ -1,0 +1,130 @@
+// Recovery from dead processes with the real binaries: a worker or the parameter server killed
+// with SIGKILL in the asynchronous phase (from the start of a ps job, or after a live switch), or
+// a worker killed in the ring of a switch job, and the run still succeeds, having restarted the
+// process once. Each test checks
+// the record (restart and rejoined events, summary.json's count), that the restarted worker
+// trained again, and that no process outlives the run.
+#include <gtest/gtest.h>
+
+#include "tests/integration/orchestrator/cli_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+// Long enough that the restarted process has work left: 60 passes over 2000 examples.
+std::string RecoveryJob(const std::string& strategy, const std::string& recovery) {
+  return std::string(R"(name: recovery
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 200 }
+model: { arch: mlp }
+training: { epochs: 60, batch_size: 64, lr: 0.02, momentum: 0.9, seed: 1 }
+cluster: { workers: 2, parameter_servers: 1 }
+sharding: { method: stratified }
+strategy: )") +
+         strategy + "\nrecovery: " + recovery + "\n";
+}
+
+// Kills `victim` (SIGKILL), waits for the run's end and checks what every recovery must leave.
+void KillAndExpectRecovery(RunFixture& f, const std::string& victim) {
+  const std::vector<int> pids = f.AllPids();
+  const int pid = f.PidOf(victim);
+  ASSERT_GT(pid, 0) << victim << " not in status.json";
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+
+  const int code = f.run->Wait(std::chrono::seconds(600));
+  const std::string output = f.run->Output();
+  ASSERT_EQ(code, 0) << output;
+  nlohmann::json summary = ReadJson(f.run_dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object()) << "no summary.json";
+  EXPECT_EQ(summary["state"], "succeeded") << summary.dump(2);
+  EXPECT_EQ(summary["restarts"], 1) << summary.dump(2);
+  EXPECT_GT(summary["final_val_acc"].get<double>(), 0.5) << summary.dump(2);
+
+  auto restarts = f.Events("restart");
+  ASSERT_EQ(restarts.size(), 1u) << output;
+  EXPECT_EQ(restarts[0]["process"], victim);
+  EXPECT_NE(restarts[0]["reason"].get<std::string>().find("signal 9"), std::string::npos);
+  auto rejoined = f.Events("rejoined");
+  ASSERT_EQ(rejoined.size(), 1u) << output;
+  EXPECT_EQ(rejoined[0]["process"], victim);
+
+  // Both incarnations have ended, and every other process of the run.
+  for (int p : pids) EXPECT_TRUE(ProcessEnded(p)) << "pid " << p << " outlived the run";
+  for (const auto& p : summary["processes"]) {
+    EXPECT_TRUE(ProcessEnded(p.value("pid", 0))) << p.dump() << " outlived the run";
+    if (p.value("name", "") == victim) EXPECT_NE(p.value("pid", 0), pid);
+  }
+}
+
+TEST(Recovery, AWorkerKilledInAPsJobIsRestartedAndRejoinsWhereItsCountStopped) {
+  RunFixture f(RecoveryJob("{ kind: ps }", "{ restarts: 2 }"));
+  ASSERT_TRUE(f.WaitForTraining(40)) << f.run->Output();
+  KillAndExpectRecovery(f, "worker-1");
+  auto rejoined = f.Events("rejoined");
+  ASSERT_EQ(rejoined.size(), 1u);
+  const int64_t first_step = rejoined[0]["first_step"].get<int64_t>();
+  EXPECT_GE(first_step, 40);
+  // The new worker-1 carried on counting and trained: its last step lies past its first.
+  nlohmann::json summary = ReadJson(f.run_dir + "/summary.json");
+  for (const auto& w : summary["workers_measured"]) {
+    if (w["rank"] == 1) EXPECT_GT(w["steps"].get<int64_t>(), first_step) << w.dump();
+  }
+  EXPECT_NE(Slurp(f.run_dir + "/logs/worker-1.log").find("rejoining at step"), std::string::npos);
+}
+
+TEST(Recovery, AParameterServerKilledMidRunResumesFromItsLastSaveAndTheWorkersWaitForIt) {
+  RunFixture f(RecoveryJob("{ kind: ps }", "{ restarts: 1, server_checkpoint_s: 0.5 }"));
+  ASSERT_TRUE(f.WaitForTraining(100)) << f.run->Output();
+  ASSERT_TRUE(Eventually([&] { return Exists(f.run_dir + "/checkpoints/ps-0.ckpt"); },
+                         std::chrono::seconds(120)));
+  KillAndExpectRecovery(f, "ps-0");
+  auto rejoined = f.Events("rejoined");
+  ASSERT_EQ(rejoined.size(), 1u);
+  EXPECT_GT(rejoined[0]["resumed_version"].get<int64_t>(), 0) << rejoined[0].dump();
+  EXPECT_EQ(rejoined[0]["loaded"], true);
+  EXPECT_NE(Slurp(f.run_dir + "/logs/ps-0.log").find("resumed from this partition's last"),
+            std::string::npos);
+}
+
+TEST(Recovery, AWorkerKilledAfterTheLiveSwitchRejoinsThePushPullPhase) {
+  RunFixture f(RecoveryJob("{ kind: switch, rule: at_fraction, at_fraction: 0.1 }", "{}"));
+  ASSERT_TRUE(Eventually([&] { return !f.Events("switch_done").empty(); },
+                         std::chrono::seconds(300)))
+      << f.run->Output();
+  KillAndExpectRecovery(f, "worker-0");
+}
+
+// The ring breaks: the survivor holds its last model, the orchestrator hands it to the server and
+// the survivor goes on with push/pull at once; the dead worker is restarted and rejoins there.
+TEST(Recovery, AWorkerKilledInTheRingOfASwitchJobMakesTheSurvivorsFallBackToTheServers) {
+  RunFixture f(RecoveryJob("{ kind: switch, rule: at_fraction, at_fraction: 0.9 }", "{}"));
+  ASSERT_TRUE(f.WaitForTraining(40)) << f.run->Output();
+  KillAndExpectRecovery(f, "worker-1");
+  auto decided = f.Events("switch_decided");
+  ASSERT_EQ(decided.size(), 1u);
+  EXPECT_EQ(decided[0]["trigger"], "ring_broken");
+  EXPECT_NE(decided[0]["reason"].get<std::string>().find("worker-1"), std::string::npos);
+  auto done = f.Events("switch_done");
+  ASSERT_EQ(done.size(), 1u);
+  // The servers hold the survivor's model, as the handover check read it back.
+  EXPECT_EQ(done[0]["verification"]["weights_equal"], true) << done[0].dump(2);
+  EXPECT_NE(Slurp(f.run_dir + "/logs/worker-0.log").find("the ring broke"), std::string::npos);
+}
+
+TEST(Recovery, WithoutRestartsAWorkerKilledInTheRingEndsTheRunAndSaysWhy) {
+  RunFixture f(
+      RecoveryJob("{ kind: switch, rule: at_fraction, at_fraction: 0.9 }", "{ restarts: 0 }"));
+  ASSERT_TRUE(f.WaitForTraining(5)) << f.run->Output();
+  const std::vector<int> pids = f.AllPids();
+  ASSERT_EQ(::kill(f.PidOf("worker-1"), SIGKILL), 0);
+  EXPECT_EQ(f.run->Wait(std::chrono::seconds(300)), 1);
+  nlohmann::json summary = ReadJson(f.run_dir + "/summary.json");
+  ASSERT_TRUE(summary.is_object());
+  EXPECT_EQ(summary["failed_process"], "worker-1");
+  EXPECT_NE(summary["error"].get<std::string>().find("signal 9"), std::string::npos)
+      << summary.dump(2);
+  EXPECT_TRUE(f.Events("restart").empty());
+  for (int p : pids) EXPECT_TRUE(ProcessEnded(p)) << "pid " << p << " outlived the run";
+}
+
+}  // namespace
+}  // namespace strata::testing

@@ -1,0 +1,462 @@
+// Transport security against the real binaries (docs/security.md, "Transport security"): services
+// started with --tls mutual answer only TLS clients that trust the run's CA and present a client
+// certificate it signed (and still want the run token); under --tls on they need no client
+// certificate but still prove who they are; a service given a bad or missing certificate exits 2
+// naming the file; whole `strata run`s train with security.tls mutual (certificates made by the
+// run) and on (a directory of the user's); the container renderers refuse TLS.
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <absl/strings/match.h>
+#include <absl/strings/str_cat.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "services/common/child_process.h"
+#include "services/common/files.h"
+#include "services/common/rpc.h"
+#include "services/common/rpc_auth.h"
+#include "services/common/tls.h"
+#include "services/common/tls_certificates.h"
+#include "tests/integration/orchestrator/cli_test_util.h"
+#include "tests/integration/security/security_test_util.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+using testing::CommandResult;
+using testing::RunCommand;
+using testing::Strata;
+
+constexpr char kJob[] = R"(name: tls-test
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 256, max_test: 100 }
+model: { arch: mlp }
+training: { epochs: 1, batch_size: 64 }
+cluster: { workers: 1, parameter_servers: 1, threads_per_worker: 1 }
+)";
+
+// A short switch job: the ring (all-reduce), the handover to the servers, push/pull and the
+// evaluator's fetches all travel between the services.
+constexpr char kRunJob[] =
+    R"(dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 500 }
+model: { arch: mlp }
+training: { epochs: 3, batch_size: 32, lr: 0.05, momentum: 0.9, seed: 1 }
+cluster: { workers: 2, parameter_servers: 1 }
+strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
+)";
+
+std::string Bearer() { return "Bearer " + CurrentRpcAuth().token; }
+
+std::shared_ptr<grpc::Channel> TlsChannel(const std::string& address, const TlsMaterial& m) {
+  grpc::ChannelArguments args;
+  SetTlsTargetName(m, &args);
+  return grpc::CreateCustomChannel(address, TlsChannelCredentials(m), args);
+}
+
+std::shared_ptr<grpc::Channel> PlaintextChannel(const std::string& address) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
+
+// One harmless method per binary, to knock with.
+const std::map<std::string, std::string>& StatusMethod() {
+  static const auto* m = new std::map<std::string, std::string>{
+      {"strata-ps", "/strata.v1.ParameterServer/GetStatus"},
+      {"strata-worker", "/strata.v1.Worker/GetStatus"},
+      {"strata-evaluator", "/strata.v1.Evaluator/GetStatus"},
+      // Shard with an empty request is refused by the handler (INVALID_ARGUMENT), which still
+      // shows the call got through transport and token.
+      {"strata-sharder", "/strata.v1.Sharder/Shard"},
+  };
+  return *m;
+}
+
+bool ReachedTheHandler(const grpc::Status& status) {
+  return status.ok() || status.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+         status.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
+}
+
+class TlsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char pattern[] = "/tmp/strata-tls-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    ASSERT_TRUE(WriteFileAtomic(dir_ + "/job.yaml", kJob).ok());
+    tls_dir_ = dir_ + "/tls";
+    other_dir_ = dir_ + "/other-ca";
+    ASSERT_TRUE(WriteRunCertificates(tls_dir_, {}).ok());
+    ASSERT_TRUE(WriteRunCertificates(other_dir_, {}).ok());
+  }
+  void TearDown() override {
+    std::vector<ChildProcess*> all;
+    for (auto& [name, s] : services_) all.push_back(s.process.get());
+    TerminateAll(all, seconds(5));
+    if (!HasFailure()) fs::remove_all(dir_);
+  }
+
+  TlsMaterial Client(const std::string& dir, TlsMode mode) {
+    TlsSettings settings;
+    settings.mode = mode;
+    settings.dir = dir;
+    auto m = LoadTlsMaterial(settings, TlsUse::kClient);
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? *m : TlsMaterial();
+  }
+
+  struct Service {
+    std::unique_ptr<ChildProcess> process;
+    std::string address;
+  };
+
+  // Starts `binary` on 127.0.0.1:0 with --tls `mode` and this test's certificates.
+  void Launch(const std::string& binary, std::vector<std::string> args, const std::string& mode) {
+    SpawnOptions o;
+    o.name = binary;
+    o.log_path = dir_ + "/" + binary + ".log";
+    const std::string port_file = dir_ + "/" + binary + ".port";
+    o.argv = {Bin(binary)};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.argv.insert(o.argv.end(), {"--listen", "127.0.0.1:0", "--port-file", port_file, "--tls", mode,
+                                 "--tls-dir", tls_dir_});
+    auto child = ChildProcess::Spawn(o);
+    ASSERT_TRUE(child.ok()) << child.status();
+    Service& s = services_[binary];
+    s.process = std::move(*child);
+    auto port = WaitForPortFile(*s.process, port_file, seconds(120));
+    ASSERT_TRUE(port.ok()) << port.status() << "; log: " << LogTail(o.log_path);
+    s.address = absl::StrCat("127.0.0.1:", *port);
+  }
+
+  void LaunchAll(const std::string& mode) {
+    const std::string job = dir_ + "/job.yaml";
+    ASSERT_NO_FATAL_FAILURE(Launch("strata-ps",
+                                   {"--config", job, "--partition", "0", "--partitions", "1",
+                                    "--workers", "1", "--train-examples", "256"},
+                                   mode));
+    ASSERT_NO_FATAL_FAILURE(
+        Launch("strata-worker", {"--config", job, "--rank", "0", "--world", "1", "--run-dir", dir_},
+               mode));
+    ASSERT_NO_FATAL_FAILURE(Launch("strata-evaluator", {"--config", job}, mode));
+    ASSERT_NO_FATAL_FAILURE(Launch("strata-sharder", {"serve", "--run-dir", dir_}, mode));
+  }
+
+  std::string dir_, tls_dir_, other_dir_;
+  std::map<std::string, Service> services_;  // by binary
+};
+
+TEST_F(TlsTest, MutualTlsAnswersOnlyClientsWithTheRunsCertificatesAndToken) {
+  ASSERT_NO_FATAL_FAILURE(LaunchAll("mutual"));
+  const TlsMaterial right = Client(tls_dir_, TlsMode::kMutual);
+  TlsMaterial no_certificate = right;  // trusts the run's CA, presents nothing
+  no_certificate.client_cert_pem.clear();
+  no_certificate.client_key_pem.clear();
+  TlsMaterial foreign_certificate = right;  // trusts the run's CA, presents another CA's client
+  const TlsMaterial other = Client(other_dir_, TlsMode::kMutual);
+  foreign_certificate.client_cert_pem = other.client_cert_pem;
+  foreign_certificate.client_key_pem = other.client_key_pem;
+  TlsMaterial wrong_name = right;  // expects another name in the server's certificate
+  wrong_name.server_name = "not-the-run";
+
+  for (auto& [binary, s] : services_) {
+    const std::string& method = StatusMethod().at(binary);
+    SCOPED_TRACE(binary + " " + method);
+    // Plaintext, even with the right token: the server speaks TLS only.
+    EXPECT_EQ(CallWithDefaultRequest(PlaintextChannel(s.address), method, Bearer()).error_code(),
+              grpc::StatusCode::UNAVAILABLE);
+    // TLS without a client certificate, with another CA's, or trusting another CA: the handshake
+    // fails, whatever token the call would carry.
+    const std::vector<const TlsMaterial*> refused = {&no_certificate, &foreign_certificate, &other,
+                                                     &wrong_name};
+    for (const TlsMaterial* m : refused) {
+      const grpc::Status status =
+          CallWithDefaultRequest(TlsChannel(s.address, *m), method, Bearer());
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+          << status.error_code() << " " << status.error_message();
+    }
+    // The run's certificates without the token: TLS does not replace the token check.
+    const grpc::Status no_token = CallWithDefaultRequest(TlsChannel(s.address, right), method, "");
+    EXPECT_EQ(no_token.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << no_token.error_code() << " " << no_token.error_message();
+    // Both: the call reaches the handler.
+    const grpc::Status ok = CallWithDefaultRequest(TlsChannel(s.address, right), method, Bearer());
+    EXPECT_TRUE(ReachedTheHandler(ok)) << ok.error_code() << " " << ok.error_message();
+  }
+
+  // The health probe: with the run's client certificate it gets SERVING; without TLS, or without
+  // the certificate, the handshake fails and the probe says the service is not healthy.
+  const std::string ca_only = dir_ + "/ca-only";
+  ASSERT_TRUE(MakeDirs(ca_only).ok());
+  fs::copy_file(tls_dir_ + "/ca.pem", ca_only + "/ca.pem");
+  for (auto& [binary, s] : services_) {
+    const Exit probe =
+        RunWithoutToken({Bin("strata-health"), s.address, "--tls", "mutual", "--tls-dir", tls_dir_},
+                        dir_ + "/health.out");
+    EXPECT_EQ(probe.code, 0) << binary << ": " << probe.output;
+    EXPECT_TRUE(absl::StrContains(probe.output, "SERVING")) << binary << ": " << probe.output;
+    const Exit plain = RunWithoutToken({Bin("strata-health"), s.address, "--deadline-s", "2"},
+                                       dir_ + "/health-plain.out");
+    EXPECT_EQ(plain.code, 1) << binary << ": " << plain.output;
+    const Exit no_cert = RunWithoutToken(
+        {Bin("strata-health"), s.address, "--deadline-s", "2", "--tls", "on", "--tls-dir", ca_only},
+        dir_ + "/health-nocert.out");
+    EXPECT_EQ(no_cert.code, 1) << binary << ": " << no_cert.output;
+  }
+}
+
+TEST_F(TlsTest, TlsOnNeedsNoClientCertificateButTheServerMustProveItsName) {
+  const std::string job = dir_ + "/job.yaml";
+  ASSERT_NO_FATAL_FAILURE(Launch("strata-ps",
+                                 {"--config", job, "--partition", "0", "--partitions", "1",
+                                  "--workers", "1", "--train-examples", "256"},
+                                 "on"));
+  const std::string address = services_.at("strata-ps").address;
+  const std::string method = StatusMethod().at("strata-ps");
+  TlsMaterial right = Client(tls_dir_, TlsMode::kOn);
+  EXPECT_TRUE(right.client_cert_pem.empty());
+  const grpc::Status ok = CallWithDefaultRequest(TlsChannel(address, right), method, Bearer());
+  EXPECT_TRUE(ok.ok()) << ok.error_code() << " " << ok.error_message();
+  EXPECT_EQ(CallWithDefaultRequest(TlsChannel(address, right), method, "").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(CallWithDefaultRequest(PlaintextChannel(address), method, Bearer()).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  // A client that trusts another CA, or expects another name, refuses the server.
+  EXPECT_EQ(CallWithDefaultRequest(TlsChannel(address, Client(other_dir_, TlsMode::kOn)), method,
+                                   Bearer())
+                .error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  TlsMaterial wrong_name = right;
+  wrong_name.server_name = "not-the-run";
+  EXPECT_EQ(CallWithDefaultRequest(TlsChannel(address, wrong_name), method, Bearer()).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+}
+
+// A copy of the run's certificates named `name`, with `file` replaced by `text`, or by a copy of
+// the file `from` (a path), or removed when both are empty.
+std::string Variant(const std::string& tls_dir, const std::string& name, const std::string& file,
+                    const std::string& text, const std::string& from = "") {
+  const std::string dir = fs::path(tls_dir).parent_path() / name;
+  fs::create_directory(dir);
+  for (const auto& entry : fs::directory_iterator(tls_dir)) {
+    fs::copy_file(entry.path(), dir / entry.path().filename());
+  }
+  fs::remove(dir + "/" + file);
+  if (!from.empty()) {
+    fs::copy_file(from, dir + "/" + file);
+  } else if (!text.empty()) {
+    EXPECT_TRUE(WriteFileAtomic(dir + "/" + file, text).ok());
+  }
+  return dir;
+}
+
+TEST_F(TlsTest, AServiceGivenABadOrMissingCertificateExits2NamingTheFile) {
+  const std::string job = dir_ + "/job.yaml";
+  const std::string token = absl::StrCat(kRunTokenEnv, "=", CurrentRpcAuth().token);
+  const std::vector<std::string> ps = {Bin("strata-ps"),
+                                       "--config",
+                                       job,
+                                       "--partition",
+                                       "0",
+                                       "--partitions",
+                                       "1",
+                                       "--workers",
+                                       "1",
+                                       "--train-examples",
+                                       "256",
+                                       "--listen",
+                                       "127.0.0.1:0"};
+  const std::string expired = dir_ + "/expired";
+  RunCertificateOptions old;
+  old.backdate = std::chrono::hours(48);
+  old.valid_for = -std::chrono::hours(24);
+  ASSERT_TRUE(WriteRunCertificates(expired, old).ok());
+  struct Case {
+    const char* label;
+    std::vector<std::string> flags;
+    std::vector<std::string> expected;  // each must be in the output
+  };
+  const std::vector<Case> cases = {
+      {"no directory", {"--tls", "mutual"}, {"--tls mutual needs --tls-dir"}},
+      {"a directory with TLS off",
+       {"--tls-dir", tls_dir_},
+       {"--tls-dir is given but --tls is off"}},
+      {"an unknown mode",
+       {"--tls", "strict", "--tls-dir", tls_dir_},
+       {"unknown TLS mode 'strict'"}},
+      {"a directory that is not there",
+       {"--tls", "mutual", "--tls-dir", dir_ + "/nowhere"},
+       {dir_ + "/nowhere/ca.pem"}},
+      {"a server certificate that is not PEM",
+       {"--tls", "mutual", "--tls-dir", Variant(tls_dir_, "garbage", "server.pem", "hello\n")},
+       {dir_ + "/garbage/server.pem", "no PEM certificate"}},
+      {"the key of another certificate",
+       {"--tls", "mutual", "--tls-dir",
+        Variant(tls_dir_, "swapped", "server.key", "", other_dir_ + "/server.key")},
+       {dir_ + "/swapped/server.key", "does not belong to the certificate"}},
+      {"a server certificate of another CA",
+       {"--tls", "on", "--tls-dir",
+        Variant(Variant(tls_dir_, "foreign1", "server.pem", "", other_dir_ + "/server.pem"),
+                "foreign2", "server.key", "", other_dir_ + "/server.key")},
+       {dir_ + "/foreign2/server.pem", "not accepted with the CA"}},
+      {"no client certificate under mutual",
+       {"--tls", "mutual", "--tls-dir", Variant(tls_dir_, "noclient", "client.pem", "")},
+       {dir_ + "/noclient/client.pem"}},
+      {"the client certificate as the server's",
+       {"--tls", "on", "--tls-dir",
+        Variant(Variant(tls_dir_, "roles1", "server.pem", "", tls_dir_ + "/client.pem"), "roles2",
+                "server.key", "", tls_dir_ + "/client.key")},
+       {dir_ + "/roles2/server.pem",
+        "its extended key usage does not allow TLS server authentication"}},
+      {"another server name",
+       {"--tls", "on", "--tls-dir", tls_dir_, "--tls-server-name", "trainer.example"},
+       {dir_ + "/tls/server.pem", "does not name the server name 'trainer.example'"}},
+      {"an expired certificate",
+       {"--tls", "on", "--tls-dir", expired},
+       {expired + "/server.pem", "certificate has expired"}},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = ps;
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    const Exit exit = RunWithoutToken(argv, dir_ + "/bad.log", {token});
+    EXPECT_EQ(exit.code, 2) << c.label << ": " << exit.output;
+    for (const std::string& e : c.expected) {
+      EXPECT_TRUE(absl::StrContains(exit.output, e)) << c.label << ": " << exit.output;
+    }
+  }
+  // Every service binary refuses the same way (the worker and evaluator before loading LibTorch's
+  // models, the sharder's server before serving).
+  const std::vector<std::vector<std::string>> others = {
+      {Bin("strata-worker"), "--config", job, "--rank", "0", "--world", "1", "--listen",
+       "127.0.0.1:0"},
+      {Bin("strata-evaluator"), "--config", job, "--listen", "127.0.0.1:0"},
+      {Bin("strata-sharder"), "serve", "--listen", "127.0.0.1:0"},
+  };
+  for (std::vector<std::string> argv : others) {
+    argv.insert(argv.end(), {"--tls", "mutual", "--tls-dir", dir_ + "/nowhere"});
+    const Exit exit = RunWithoutToken(argv, dir_ + "/bad.log", {token});
+    EXPECT_EQ(exit.code, 2) << argv[0] << ": " << exit.output;
+    EXPECT_TRUE(absl::StrContains(exit.output, dir_ + "/nowhere/ca.pem"))
+        << argv[0] << ": " << exit.output;
+  }
+}
+
+// The launched services' command lines, from events.jsonl (not the sharder's: it serves nothing).
+std::vector<std::string> LaunchCommands(const std::string& run_dir) {
+  std::vector<std::string> commands;
+  for (const auto& e : testing::ReadLines(run_dir + "/events.jsonl")) {
+    if (e["event"] == "launched" && e.value("process", "") != "sharder") {
+      commands.push_back(e.value("command", ""));
+    }
+  }
+  return commands;
+}
+
+// Whether any file under `dir` holds a private key.
+bool HoldsAPrivateKey(const std::string& dir) {
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (!entry.is_regular_file()) continue;
+    if (absl::StrContains(ReadFile(entry.path().string()).value_or(""), "PRIVATE KEY")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+TEST_F(TlsTest, AJobTrainsEndToEndWithMutualTlsOnCertificatesTheRunMakes) {
+  const std::string run_dir = dir_ + "/run";
+  testing::WriteText(dir_ + "/run.yaml",
+                     std::string("name: tls-mutual\n") + kRunJob + "security: { tls: mutual }\n");
+  const CommandResult r =
+      RunCommand(Strata() + " run " + dir_ + "/run.yaml --quiet --out " + run_dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const nlohmann::json summary = testing::ReadJson(run_dir + "/summary.json");
+  EXPECT_EQ(summary["state"], "succeeded") << summary.dump(2);
+  EXPECT_TRUE(summary["switch_epoch"].is_number()) << summary.dump(2);  // the handover happened
+  const std::vector<std::string> commands = LaunchCommands(run_dir);
+  EXPECT_GE(commands.size(), 4u);
+  for (const std::string& c : commands) {
+    EXPECT_TRUE(absl::StrContains(c, "--tls mutual --tls-dir ")) << c;
+    EXPECT_TRUE(absl::StrContains(c, run_dir + "/tls")) << c;
+  }
+  // The ring ran over the workers' Unix sockets (the default transport), with TLS.
+  EXPECT_TRUE(absl::StrContains(commands.back(), "strata-evaluator")) << commands.back();
+  bool unix_ring = false;
+  for (const std::string& c : commands) unix_ring |= absl::StrContains(c, "--ring-listen unix");
+  EXPECT_TRUE(unix_ring);
+  // The run's keys are gone with it, and nothing else it wrote holds one.
+  EXPECT_FALSE(testing::Exists(run_dir + "/tls"));
+  EXPECT_FALSE(HoldsAPrivateKey(run_dir));
+}
+
+TEST_F(TlsTest, AJobTrainsEndToEndWithTlsOnAndTheUsersCertificates) {
+  const std::string users = dir_ + "/users-tls";
+  RunCertificateOptions options;
+  options.server_name = "trainer.example";
+  ASSERT_TRUE(WriteRunCertificates(users, options).ok());
+  const std::string run_dir = dir_ + "/run";
+  testing::WriteText(dir_ + "/run.yaml", std::string("name: tls-on\n") + kRunJob +
+                                             "launcher: { ring_transport: tcp }\n"
+                                             "security: { tls: on, tls_dir: " +
+                                             users + ", tls_server_name: trainer.example }\n");
+  const CommandResult r =
+      RunCommand(Strata() + " run " + dir_ + "/run.yaml --quiet --out " + run_dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(testing::ReadJson(run_dir + "/summary.json")["state"], "succeeded");
+  for (const std::string& c : LaunchCommands(run_dir)) {
+    EXPECT_TRUE(absl::StrContains(
+        c, absl::StrCat("--tls on --tls-dir ", users, " --tls-server-name trainer.example")))
+        << c;
+  }
+  EXPECT_TRUE(testing::Exists(users + "/server.key")) << "the user's certificates were removed";
+  EXPECT_FALSE(testing::Exists(run_dir + "/tls"));
+}
+
+TEST_F(TlsTest, ValidationRefusesCertificatesThatWouldFailAndContainersRefuseTls) {
+  const std::string garbage = Variant(tls_dir_, "garbage", "client.key", "not a key\n");
+  testing::WriteText(dir_ + "/bad.yaml", std::string("name: tls-bad\n") + kRunJob +
+                                             "security:\n  tls: mutual\n  tls_dir: " + garbage +
+                                             "\n");
+  for (const std::string& command :
+       {Strata() + " validate " + dir_ + "/bad.yaml",
+        Strata() + " run " + dir_ + "/bad.yaml --quiet --out " + dir_ + "/never"}) {
+    const CommandResult r = RunCommand(command);
+    EXPECT_EQ(r.exit_code, 2) << command << "\n" << r.output;
+    EXPECT_TRUE(absl::StrContains(r.output, dir_ + "/bad.yaml:9: security.tls_dir: " + garbage +
+                                                "/client.key: holds no PEM private key"))
+        << command << "\n"
+        << r.output;
+  }
+  EXPECT_FALSE(testing::Exists(dir_ + "/never"));
+
+  testing::WriteText(dir_ + "/compose.yaml", std::string("name: tls-compose\n") + kRunJob +
+                                                 "launcher: { kind: compose }\n"
+                                                 "security: { tls: on }\n");
+  const CommandResult v = RunCommand(Strata() + " validate " + dir_ + "/compose.yaml");
+  EXPECT_EQ(v.exit_code, 2) << v.output;
+  EXPECT_TRUE(absl::StrContains(v.output, dir_ + "/compose.yaml:8: security.tls: 'on' is not "
+                                                 "carried by launcher.kind compose"))
+      << v.output;
+  testing::WriteText(dir_ + "/run.yaml", std::string("name: tls-render\n") + kRunJob);
+  for (const char* launcher : {"compose", "kubernetes"}) {
+    const CommandResult render =
+        RunCommand(Strata() + " render " + dir_ + "/run.yaml --launcher " + launcher + " --out " +
+                   dir_ + "/rendered --set security.tls=mutual");
+    EXPECT_EQ(render.exit_code, 2) << render.output;
+    EXPECT_TRUE(absl::StrContains(render.output,
+                                  "security.tls: 'mutual' is not carried by the "
+                                  "compose and Kubernetes renderers"))
+        << render.output;
+    EXPECT_TRUE(absl::StrContains(render.output, "docs/deploy.md")) << render.output;
+    EXPECT_FALSE(testing::Exists(dir_ + "/rendered"));
+  }
+}
+
+}  // namespace
+}  // namespace strata
