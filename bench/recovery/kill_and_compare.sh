@@ -6,7 +6,9 @@
 #
 # CASE: none (undisturbed) | ring (worker-1 once both workers passed step 300: all-reduce, the
 # ring fallback) | worker-after (worker-0, 3 s after the switch) | ps-after (ps-0, 3 s after the
-# switch). One line per case: its exit code and `strata run`'s last line. Not a timing benchmark.
+# switch) | allreduce-none, allreduce-ring (the same job as a pure all-reduce job,
+# strategy.kind=allreduce: undisturbed, and worker-1 killed at step 300, where the ring re-forms).
+# One line per case: its exit code and `strata run`'s last line. Not a timing benchmark.
 set -uo pipefail
 build=${1:?usage: $0 BUILD_DIR OUT_DIR CASE...}
 out=${2:?usage: $0 BUILD_DIR OUT_DIR CASE...}
@@ -29,11 +31,13 @@ pid_of() { status "$1" "print([p['pid'] for p in s['processes'] if p['name'] == 
 
 for case in "$@"; do
   run="$out/$case-$(date +%H%M%S)"
-  "$build/bin/strata" run "$repo/configs/quickstart.yaml" --out "$run" > "$run.out" 2>&1 &
+  job=()
+  [[ $case == allreduce-* ]] && job=(--set strategy.kind=allreduce)
+  "$build/bin/strata" run "$repo/configs/quickstart.yaml" "${job[@]}" --out "$run" > "$run.out" 2>&1 &
   strata=$!
   case $case in
-    none) ;;
-    ring)
+    none | allreduce-none) ;;
+    ring | allreduce-ring)
       until status "$run" "w = s.get('workers', []); sys.exit(0 if len(w) == 2 and all(x.get('step', 0) >= 300 for x in w) else 1)"; do
         sleep 0.5  # polling a file another process rewrites
       done

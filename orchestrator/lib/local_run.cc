@@ -458,15 +458,17 @@ absl::Status LocalRun::Supervise() {
     if (trigger) switcher_->Offer(std::move(*trigger));
   };
   eval_ = std::make_unique<EvalScheduler>(e, *client_, *record_, console_, phase_);
-  // Only where this process runs the services itself and parameter servers hold the model
-  // (containers are restarted by their platform; a ring cannot lose a member yet).
-  if (!attached() && UsesServers() && spec_.recovery.restarts > 0) {
+  // Only where this process runs the services itself (containers are restarted by their
+  // platform).
+  if (!attached() && spec_.recovery.restarts > 0) {
     RecoveryOptions r;
     r.max_restarts = spec_.recovery.restarts;
     r.rejoin_timeout = options_.startup_timeout;
     r.rpc_timeout = options_.rpc_timeout;
     r.ps_start = start_request_;
     r.ps_start.set_mode(v1::SYNC_MODE_PS);
+    r.ring_start = start_request_;
+    r.ring_start.set_mode(v1::SYNC_MODE_ALLREDUCE);
     recovery_ = std::make_unique<ServiceRecovery>(r, *launcher_, *client_, *record_, failure_);
   }
   SupervisorOptions so;

@@ -58,6 +58,9 @@ class ClusterClient {
   virtual absl::StatusOr<v1::WorkerStatus> GetWorkerStatus(int rank, Timeout timeout) = 0;
   // Like GetWorkerStatus, for parameter server `server`.
   virtual absl::StatusOr<v1::ServerStatus> GetServerStatus(int server, Timeout timeout) = 0;
+  // Interrupts a worker's broken ring, or hands it the re-formed one (v1::ReformRingRequest).
+  virtual absl::Status ReformRing(int rank, const v1::ReformRingRequest& request,
+                                  Timeout timeout) = 0;
   // The worker switches at the agreed step and answers once it trains against the servers.
   virtual std::unique_ptr<PendingReply<v1::SwitchReply>> BeginSwitch(
       int rank, const v1::SwitchRequest& request, Timeout timeout) = 0;

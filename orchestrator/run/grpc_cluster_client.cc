@@ -80,6 +80,16 @@ class GrpcClusterClient final : public ClusterClient {
                           absl::StrCat("Start of worker ", rank, " at ", addresses_.workers[rank]));
   }
 
+  absl::Status ReformRing(int rank, const v1::ReformRingRequest& request,
+                          Timeout timeout) override {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(timeout));
+    v1::ReformRingReply reply;
+    return FromGrpcStatus(
+        workers_[rank]->ReformRing(&context, request, &reply),
+        absl::StrCat("ReformRing of worker ", rank, " at ", addresses_.workers[rank]));
+  }
+
   absl::StatusOr<v1::WorkerStatus> GetWorkerStatus(int rank, Timeout timeout) override {
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(timeout));

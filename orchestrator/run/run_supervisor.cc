@@ -118,6 +118,7 @@ absl::Status RunSupervisor::TakeExit(const ServiceExit& exit, Clock::time_point 
   RecoveryWindow window;
   window.asynchronous = run_.phase.name == "ps";
   window.switching = run_.switcher != nullptr && run_.switcher->in_progress();
+  window.ring_reformable = !options_.switch_job && run_.phase.name == "allreduce";
   return run_.recovery->OnExit(exit, run_.view, window, now);
 }
 

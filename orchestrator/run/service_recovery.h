@@ -3,8 +3,12 @@
 // with the step count of the one it replaces: it pulls the servers' current model and goes on
 // with its shard. A parameter server that exits is started again and resumes from its last
 // periodic save while the workers wait for it; the updates applied since that save are lost, and
-// counted. Anything else (a worker in the ring, a process during the switch, the evaluator, a
-// process out of restarts) still ends the run, named.
+// counted. A worker that dies in the ring of an all-reduce job is replaced the same way, and the
+// ring re-forms around its replacement: the survivors give up the broken operation, the replacement
+// and every survivor connect again in a new ring generation, take the model of the survivor that
+// completed the most steps and go on from its count. Anything else (a worker in the ring of a
+// switch job, which falls back to the servers instead; a process during the switch; the evaluator;
+// a process out of restarts) still ends the run, named.
 //
 // A controller of the supervisor's loop: OnExit takes an exit the launcher reported; Step moves
 // each restart on (waiting for the new process to listen, then starting the worker or reading
@@ -34,12 +38,15 @@ struct RecoveryOptions {
   std::chrono::milliseconds rpc_timeout{10000};
   // What a restarted worker is started with: mode PS, the servers, the plan's steps per epoch.
   v1::StartRequest ps_start;
+  // The same for the replacement in a re-formed ring: mode ALLREDUCE, the workers.
+  v1::StartRequest ring_start;
 };
 
 // Whether the run can do without a process for a while, as the supervisor sees it now.
 struct RecoveryWindow {
   bool asynchronous = false;  // the workers train against the servers (not in the ring)
   bool switching = false;     // a switch is under way: it needs every process it started with
+  bool ring_reformable = false;  // the workers are in the ring of an all-reduce job
 };
 
 class ServiceRecovery final : public Controller {
@@ -69,9 +76,14 @@ class ServiceRecovery final : public Controller {
     Clock::time_point began;
     int64_t first_step = 0;    // a worker: where it carries on
     int64_t last_version = -1;  // a server: the last version seen before it died
+    bool reform = false;        // a worker whose ring re-forms around its replacement
+    bool started = false;       // the replacement accepted Start (re-forming rings only)
   };
 
   absl::Status StepWorker(const std::string& name, const Pending& p, bool* done);
+  absl::Status StepRing(const std::string& name, Pending& p, const ClusterView& view, bool* done);
+  // Interrupts every worker but `lost`, so that none waits on it until its ring deadline.
+  void InterruptRing(int lost, const std::string& name);
   absl::Status StepServer(const std::string& name, const Pending& p, Clock::time_point now,
                           bool* done);
 
@@ -84,6 +96,7 @@ class ServiceRecovery final : public Controller {
   std::map<std::string, int> restarts_;  // per service
   std::map<int, int64_t> server_versions_;
   int restarts_total_ = 0;
+  uint32_t ring_generation_ = 0;  // of the last ring formed
 };
 
 }  // namespace strata

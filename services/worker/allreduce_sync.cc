@@ -13,24 +13,25 @@ namespace {
 
 class AllReduceSynchroniser final : public Synchroniser {
  public:
-  AllReduceSynchroniser(RingAllReduce* ring, const AllReduceOptions& options)
-      : ring_(ring), options_(options) {}
+  AllReduceSynchroniser(RingAllReduce* ring, const AllReduceOptions& options, int source_rank)
+      : ring_(ring), options_(options), source_rank_(source_rank) {}
 
   std::string name() const override { return "allreduce"; }
 
   absl::Status Start(Trainer& trainer) override {
-    // Broadcast as a sum with zeros everywhere but rank 0: x + 0 is exact, so every replica
-    // receives rank 0's bits. Parameters, velocity and buffers travel in one operation.
+    // Broadcast as a sum with zeros everywhere but the source: x + 0 is exact, so every replica
+    // receives the source's bits. Parameters, velocity and buffers travel in one operation.
     const size_t p = trainer.parameters().total_floats();
     const size_t b = trainer.buffers().total_floats();
     std::vector<float> model(2 * p + b, 0.0f);
-    if (ring_->rank() == 0) {
+    if (ring_->rank() == source_rank_) {
       std::memcpy(model.data(), trainer.parameter_data(), p * sizeof(float));
       std::memcpy(model.data() + p, trainer.velocity_data(), p * sizeof(float));
       trainer.CopyBuffersTo(model.data() + 2 * p);
     }
-    STRATA_RETURN_IF_ERROR(Annotate(ring_->AllReduceSum(model.data(), model.size(), options_),
-                                    "all-reduce start: broadcasting rank 0's model"));
+    STRATA_RETURN_IF_ERROR(
+        Annotate(ring_->AllReduceSum(model.data(), model.size(), options_),
+                 absl::StrCat("all-reduce start: broadcasting rank ", source_rank_, "'s model")));
     std::memcpy(trainer.parameter_data(), model.data(), p * sizeof(float));
     std::memcpy(trainer.velocity_data(), model.data() + p, p * sizeof(float));
     trainer.SetBuffersFrom(model.data() + 2 * p);
@@ -75,19 +76,25 @@ class AllReduceSynchroniser final : public Synchroniser {
  private:
   RingAllReduce* ring_;
   AllReduceOptions options_;
+  const int source_rank_;
   std::vector<float> staging_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Synchroniser>> MakeAllReduceSynchroniser(
-    RingAllReduce* ring, const AllReduceOptions& options) {
+    RingAllReduce* ring, const AllReduceOptions& options, int source_rank) {
   if (ring == nullptr) return absl::InvalidArgumentError("all-reduce synchroniser: no ring");
   if (ring->world() < 1) {
     return absl::FailedPreconditionError(
         "all-reduce synchroniser: the ring is not connected (Connect first)");
   }
-  return std::unique_ptr<Synchroniser>(new AllReduceSynchroniser(ring, options));
+  if (source_rank < 0 || source_rank >= ring->world()) {
+    return absl::InvalidArgumentError(absl::StrCat("all-reduce synchroniser: source rank ",
+                                                   source_rank, " outside a world of ",
+                                                   ring->world()));
+  }
+  return std::unique_ptr<Synchroniser>(new AllReduceSynchroniser(ring, options, source_rank));
 }
 
 }  // namespace strata

@@ -12,10 +12,11 @@
 
 namespace strata {
 
-// `ring` must be connected and outlive the synchroniser. Start() broadcasts rank 0's parameters,
-// buffers and optimizer velocity so that every replica starts from the same model (also after a
-// checkpoint was loaded on rank 0 only).
+// `ring` must be connected and outlive the synchroniser. Start() broadcasts the parameters,
+// buffers and optimizer velocity of `source_rank` (rank 0 at the start of a job; after the ring
+// was re-formed, the survivor that completed the most steps) so that every replica starts from the
+// same model (also after a checkpoint was loaded on one rank only).
 absl::StatusOr<std::unique_ptr<Synchroniser>> MakeAllReduceSynchroniser(
-    RingAllReduce* ring, const AllReduceOptions& options);
+    RingAllReduce* ring, const AllReduceOptions& options, int source_rank = 0);
 
 }  // namespace strata

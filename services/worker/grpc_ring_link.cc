@@ -115,6 +115,14 @@ class RingReceiver final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     grpc::Status refused;
     {
       std::lock_guard<std::mutex> lock(core_->mu);
+      // The first operations of a re-formed ring (RingAllReduce::Reform): what is left of the
+      // broken generation is dropped, as its segments will be on arrival from now on.
+      const uint64_t generation_start = operation_ >> kRingGenerationShift << kRingGenerationShift;
+      if (generation_start > core_->next_operation &&
+          operation_ < generation_start + kOperationWindow) {
+        core_->inboxes.erase(core_->inboxes.begin(), core_->inboxes.lower_bound(generation_start));
+        core_->next_operation = generation_start;
+      }
       if (operation_ >= core_->next_operation + kOperationWindow) {
         refused = grpc::Status(
             grpc::StatusCode::INVALID_ARGUMENT,

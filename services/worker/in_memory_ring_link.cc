@@ -270,6 +270,15 @@ void InMemoryRing::Kill(int rank) {
   state_->KillLocked(rank);
 }
 
+std::unique_ptr<RingLink> InMemoryRing::Replace(int rank) {
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    state_->ranks[rank] = RankState{};
+    state_->cv.notify_all();
+  }
+  return Link(rank);
+}
+
 void InMemoryRing::KillAfterSending(int rank, int segments) {
   std::lock_guard<std::mutex> lock(state_->mu);
   state_->ranks[rank].sends_before_death = segments;

@@ -31,6 +31,9 @@ class InMemoryRing {
   // The rank's process is gone: sending to it fails at once, its open streams end, and whatever
   // it sends is lost.
   void Kill(int rank);
+  // A new process in the place of `rank` (which died): it starts with nothing received, and its
+  // neighbours reach it again once they connect anew (RingAllReduce::Reform). Its link.
+  std::unique_ptr<RingLink> Replace(int rank);
   // The rank dies as it tries to send its (segments + 1)-th message, counted from now over every
   // operation (aborts included).
   void KillAfterSending(int rank, int segments);

@@ -336,6 +336,27 @@ absl::Status RingAllReduce::AllReduceSum(float* data, size_t n, const AllReduceO
   return impl_->Run(data, n, options, /*average=*/false);
 }
 
+absl::Status RingAllReduce::Reform(const std::vector<std::string>& peers, uint32_t generation) {
+  const uint64_t first = uint64_t{generation} << kRingGenerationShift;
+  if (generation <= this->generation()) {
+    return absl::InvalidArgumentError(absl::StrCat("ring all-reduce: generation ", generation,
+                                                   " is not above this ring's generation ",
+                                                   this->generation()));
+  }
+  STRATA_RETURN_IF_ERROR(Connect(peers));
+  impl_->next_operation = first;
+  {
+    std::lock_guard<std::mutex> lock(impl_->interrupt_mu);
+    impl_->interrupt_reason.clear();
+  }
+  impl_->interrupted.store(false);
+  return absl::OkStatus();
+}
+
+uint32_t RingAllReduce::generation() const {
+  return static_cast<uint32_t>(impl_->next_operation >> kRingGenerationShift);
+}
+
 int RingAllReduce::rank() const { return impl_->rank; }
 void RingAllReduce::Interrupt(const std::string& reason) {
   {

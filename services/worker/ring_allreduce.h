@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,8 +74,17 @@ class RingAllReduce {
   // (adding zeros is exact).
   absl::Status AllReduceSum(float* data, size_t n, const AllReduceOptions& options);
 
+  // Connects again after the ring broke (a peer died and was replaced at the same address):
+  // clears an Interrupt and numbers the operations from here on in `generation` (operation
+  // generation << 32, + 1, ...), so that every member of the new ring, a fresh replacement
+  // included, agrees on the numbers, and what is left of the broken generation's operations is
+  // dropped wherever it arrives. `generation` must be above every one this ring was in. Called
+  // between operations, on the thread that runs them.
+  absl::Status Reform(const std::vector<std::string>& peers, uint32_t generation);
+
   int rank() const;
   int world() const;  // 0 before Connect
+  uint32_t generation() const;
 
   // From any thread: the ring cannot complete any more (the orchestrator reports a peer dead).
   // The operation waiting for data now, and every later one, fails at once with UNAVAILABLE and

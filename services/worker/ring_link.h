@@ -23,8 +23,14 @@ namespace strata {
 using RingClock = std::chrono::steady_clock;
 
 // Where a segment belongs (the header fields of RingSegment in proto/strata/v1/collective.proto).
+// An operation number is (generation << kRingGenerationShift) + its index in the generation. A
+// ring starts in generation 0 and moves to a higher one each time it is re-formed after losing a
+// member (RingAllReduce::Reform): a receiver then takes the first operations of a higher
+// generation and drops whatever is left of the lower one.
+constexpr int kRingGenerationShift = 32;
+
 struct SegmentHeader {
-  uint64_t operation = 0;  // the sender's operation number, 0, 1, ... in call order
+  uint64_t operation = 0;  // the sender's operation number, in call order (generation above)
   uint32_t sender = 0;
   uint32_t world = 0;
   uint64_t count = 0;  // floats in the whole buffer
@@ -95,7 +101,8 @@ class RingLink {
 
   virtual ~RingLink() = default;
 
-  // Called once, before the first operation. `peers` names every rank by rank, this one's own
+  // Called before the first operation, and again when the ring is re-formed (the next rank may be
+  // a new process at the same address). `peers` names every rank by rank, this one's own
   // included (for gRPC, host:port or unix-abstract:NAME); it has been checked to be non-empty,
   // to contain this rank and to have no empty name.
   virtual absl::Status Connect(int rank, const std::vector<std::string>& peers) = 0;

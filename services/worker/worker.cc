@@ -249,10 +249,18 @@ class WorkerRunner {
         return absl::InvalidArgumentError(
             absl::StrCat("Start names ", peers.size(), " workers, --world is ", options_.world));
       }
-      STRATA_RETURN_IF_ERROR(ring_->Connect(peers));
+      // A replacement joins a re-formed ring: its generation, and the model of the survivor
+      // that completed the most steps (AwaitNewRing on the survivors).
+      if (start.ring_generation() > 0) {
+        STRATA_RETURN_IF_ERROR(ring_->Reform(peers, start.ring_generation()));
+        std::lock_guard<std::mutex> lock(state_->mu);
+        state_->status.set_ring_generation(start.ring_generation());
+      } else {
+        STRATA_RETURN_IF_ERROR(ring_->Connect(peers));
+      }
       AllReduceOptions ar;
       ar.deadline = options_.deadline;
-      STRATA_ASSIGN_OR_RETURN(sync, MakeAllReduceSynchroniser(ring_, ar));
+      STRATA_ASSIGN_OR_RETURN(sync, MakeAllReduceSynchroniser(ring_, ar, start.ring_source_rank()));
     } else {
       STRATA_ASSIGN_OR_RETURN(sync, MakePushPull(start.parameter_servers(), trainer));
     }
@@ -355,13 +363,16 @@ class WorkerRunner {
         context.ready_to_switch = state_->switch_participant.VoteForStep(step + 1);
         auto stepped = sync->Step(trainer, context);
         if (!stepped.ok()) {
-          if (!MayFallBack()) return stepped.status();
-          STRATA_ASSIGN_OR_RETURN(sync,
-                                  FallBackToServers(trainer, stepped.status(), epoch, step,
-                                                    steps_per_epoch));
-          phase_start = Clock::now();
-          phase_samples = 0;
-          continue;  // this batch's gradients went down with the ring
+          STRATA_ASSIGN_OR_RETURN(
+              const AfterBrokenRing after,
+              SurviveBrokenRing(trainer, stepped.status(), epoch, step, steps_per_epoch, &sync));
+          step = after.step;
+          if (after.retry_batch) --b;
+          if (after.new_phase) {
+            phase_start = Clock::now();
+            phase_samples = 0;
+          }
+          continue;
         }
         outcome = *stepped;
         ++step;
@@ -389,6 +400,97 @@ class WorkerRunner {
                    epoch_cap);
     }
     return absl::OkStatus();
+  }
+
+  // Where the training loop goes on after a failed step, if it can.
+  struct AfterBrokenRing {
+    int64_t step = 0;          // steps completed, as the loop counts on
+    bool retry_batch = false;  // run the failed batch again (else its update is in the model)
+    bool new_phase = false;    // the synchroniser changed kind: rates start again
+  };
+
+  // A failed step ends training unless the ring can be mended: re-formed in an all-reduce job,
+  // or left for the parameter servers in a switch job (in both, when recovery is on).
+  absl::StatusOr<AfterBrokenRing> SurviveBrokenRing(Trainer& trainer, const absl::Status& why,
+                                                    int64_t epoch, int64_t step,
+                                                    int64_t steps_per_epoch,
+                                                    std::unique_ptr<Synchroniser>* sync) {
+    if (MayReform()) {
+      STRATA_ASSIGN_OR_RETURN(const int64_t agreed, AwaitNewRing(trainer, why, step, sync));
+      return AfterBrokenRing{agreed, agreed == step, false};
+    }
+    if (!MayFallBack()) return why;
+    STRATA_ASSIGN_OR_RETURN(*sync, FallBackToServers(trainer, why, epoch, step, steps_per_epoch));
+    return AfterBrokenRing{step, false, true};  // this batch's gradients went down with the ring
+  }
+
+  // The ring of an all-reduce job can be re-formed when recovery is on.
+  bool MayReform() {
+    const JobSpec& spec = options_.spec;
+    if (spec.strategy.kind != "allreduce" || spec.recovery.restarts == 0) return false;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->status.mode() == v1::SYNC_MODE_ALLREDUCE;
+  }
+
+  // The ring of an all-reduce job broke under this worker after `step` completed steps (a peer
+  // died; `why` is the ring's error). The worker keeps its model and waits for the orchestrator's
+  // ReformRing, sent once the dead worker's replacement listens. Every member then connects
+  // again, takes the model of the survivor that completed the most steps over the new ring, and
+  // goes on from that survivor's count, which is `step` or `step + 1`: a peer's death can end an
+  // operation on some ranks and not on others, never more (docs/user-guide.md, "When a process
+  // dies"). Returns that count.
+  absl::StatusOr<int64_t> AwaitNewRing(Trainer& trainer, const absl::Status& why, int64_t step,
+                                       std::unique_ptr<Synchroniser>* sync) {
+    spdlog::warn("the ring broke after step {}: {}; waiting for the orchestrator to re-form it",
+                 step, std::string(why.message()));
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->reform.reset();
+      state_->status.set_ring_broken(std::string(why.message()));
+    }
+    const auto give_up = Clock::now() + options_.deadline;
+    v1::ReformRingRequest request;
+    for (bool received = false; !received;) {
+      state_->RunTasks(trainer);
+      if (state_->stopping()) return absl::CancelledError("stopped");
+      std::unique_lock<std::mutex> lock(state_->mu);
+      if (state_->reform) {
+        request = std::move(*state_->reform);
+        state_->reform.reset();
+        received = true;
+      } else if (Clock::now() > give_up) {
+        return Annotate(why, absl::StrCat("the ring broke and no ReformRing came within ",
+                                          options_.deadline.count() / 1000, " s"));
+      } else {
+        state_->cv.wait_for(lock, std::chrono::milliseconds(50));
+      }
+    }
+    const int64_t agreed = request.step();
+    const bool source = request.source_rank() == options_.rank;
+    if ((agreed != step && agreed != step + 1) || (source && agreed != step)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ReformRing: go on from step ", agreed, " with the model of rank ", request.source_rank(),
+          ", but this worker (rank ", options_.rank, ") completed ", step,
+          " steps: the source's own count, at most one step ahead of any survivor, is expected"));
+    }
+    std::vector<std::string> peers(request.workers().begin(), request.workers().end());
+    STRATA_RETURN_IF_ERROR(ring_->Reform(peers, request.generation()));
+    AllReduceOptions ar;
+    ar.deadline = options_.deadline;
+    STRATA_ASSIGN_OR_RETURN(auto next, MakeAllReduceSynchroniser(ring_, ar, request.source_rank()));
+    STRATA_RETURN_IF_ERROR(Annotate(next->Start(trainer), "re-forming the ring"));
+    *sync = std::move(next);
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      state_->status.clear_ring_broken();
+      state_->status.set_ring_generation(request.generation());
+      state_->status.set_step(agreed);
+    }
+    spdlog::info(
+        "the ring re-formed (generation {}): going on from step {} with the model of "
+        "rank {}",
+        request.generation(), agreed, request.source_rank());
+    return agreed;
   }
 
   // A broken ring can be survived: a switch job whose recovery is on, still in all-reduce.

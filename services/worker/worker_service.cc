@@ -49,14 +49,23 @@ grpc::Status WorkerService::Start(grpc::ServerContext*, const v1::StartRequest* 
     return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
         "Start names ", request->workers_size(), " workers, this worker has --world ", world_)));
   }
+  if (request->ring_source_rank() < 0 || request->ring_source_rank() >= world_ ||
+      (request->ring_generation() > 0 && request->mode() != v1::SYNC_MODE_ALLREDUCE)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("Start: ring_source_rank ", request->ring_source_rank(), " must lie in [0, ",
+                     world_, "), and ring_generation ", request->ring_generation(),
+                     " be 0 unless the mode is ALLREDUCE")));
+  }
   {
     std::lock_guard<std::mutex> lock(state_->mu);
     if (state_->start) return ToGrpcStatus(absl::FailedPreconditionError("already started"));
     if (request->first_step() < 0 ||
-        (request->first_step() > 0 && request->mode() != v1::SYNC_MODE_PS)) {
-      return ToGrpcStatus(absl::InvalidArgumentError(
-          absl::StrCat("Start: first_step ", request->first_step(),
-                       " must be >= 0, and 0 unless the mode is PS (a ring starts together)")));
+        (request->first_step() > 0 && request->mode() != v1::SYNC_MODE_PS &&
+         request->ring_generation() == 0)) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "Start: first_step ", request->first_step(),
+          " must be >= 0, and 0 unless the mode is PS or the ring is re-formed (ring_generation; "
+          "a new ring starts together)")));
     }
     if (request->mode() == v1::SYNC_MODE_ALLREDUCE && request->workers_size() < 1) {
       return ToGrpcStatus(absl::InvalidArgumentError("Start: workers list is empty"));
@@ -216,6 +225,54 @@ grpc::Status WorkerService::GetHandoverModel(grpc::ServerContext*,
     chunk.set_data(model->substr(offset, kChunkBytes));
     if (!writer->Write(chunk)) return ToGrpcStatus(absl::CancelledError("the caller went away"));
   }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerService::ReformRing(grpc::ServerContext*, const v1::ReformRingRequest* request,
+                                       v1::ReformRingReply*) {
+  const bool reform = request->workers_size() > 0;
+  if (!reform && request->lost_peer().empty()) {
+    return ToGrpcStatus(absl::InvalidArgumentError("ReformRing: neither lost_peer nor workers"));
+  }
+  if (reform &&
+      (request->workers_size() != world_ || request->source_rank() < 0 ||
+       request->source_rank() >= world_ || request->step() < 0 || request->generation() == 0)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("ReformRing: ", request->workers_size(), " workers (this worker has --world ",
+                     world_, "), source_rank ", request->source_rank(), ", step ", request->step(),
+                     ", generation ", request->generation(),
+                     ": the workers must number the world, the source lie in it, the "
+                     "step be >= 0 and the generation > 0")));
+  }
+  for (const std::string& w : request->workers()) {
+    if (w.empty()) return ToGrpcStatus(absl::InvalidArgumentError("ReformRing: empty address"));
+  }
+  {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    if (state_->status.mode() != v1::SYNC_MODE_ALLREDUCE) {
+      return ToGrpcStatus(
+          absl::FailedPreconditionError("ReformRing: the worker is not in all-reduce mode"));
+    }
+    if (reform) {
+      // The new ring goes only to a worker that has given up the old one, so it acts on it at
+      // once and a stray request cannot linger until some later failure.
+      if (state_->status.ring_broken().empty()) {
+        return ToGrpcStatus(absl::FailedPreconditionError(
+            "ReformRing: the ring is not broken on this worker (interrupt it first: lost_peer)"));
+      }
+      if (request->generation() <= state_->status.ring_generation()) {
+        return ToGrpcStatus(absl::InvalidArgumentError(
+            absl::StrCat("ReformRing: generation ", request->generation(),
+                         " is not above this worker's ", state_->status.ring_generation())));
+      }
+      state_->reform = *request;
+    }
+  }
+  // Only the first form interrupts: the second must not break the ring it is about to form.
+  if (!reform) {
+    interrupt_ring_(absl::StrCat(request->lost_peer(), " is dead (the orchestrator says so)"));
+  }
+  state_->cv.notify_all();
   return grpc::Status::OK;
 }
 

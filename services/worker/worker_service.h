@@ -41,6 +41,9 @@ class WorkerState {
   // threads while the training thread waits for the servers to load it (status.handover_model_step
   // says which step it is).
   std::shared_ptr<const std::string> handover_model;
+  // The new ring a ReformRing brought, for the training thread, which waits for it while the
+  // status says ring_broken.
+  std::optional<v1::ReformRingRequest> reform;
 
   void Post(Task task) {
     {
@@ -67,11 +70,11 @@ class WorkerState {
 };
 
 // The Worker service (docs/protocol.md): Start, GetStatus, Stop, Switch, SaveCheckpoint,
-// GetModel, GetHandoverModel.
+// GetModel, GetHandoverModel, ReformRing.
 class WorkerService final : public v1::Worker::Service {
  public:
   // `world` bounds Start's worker list; `run_dir` confines SaveCheckpoint's path;
-  // `interrupt_ring` makes the ring give up at once (a Switch naming a lost peer).
+  // `interrupt_ring` makes the ring give up at once (a Switch or ReformRing naming a lost peer).
   WorkerService(WorkerState* state, int world, std::string run_dir,
                 std::function<void(const std::string&)> interrupt_ring)
       : state_(state),
@@ -92,6 +95,8 @@ class WorkerService final : public v1::Worker::Service {
                         grpc::ServerWriter<v1::TensorChunk>* writer) override;
   grpc::Status GetHandoverModel(grpc::ServerContext*, const v1::HandoverModelRequest* request,
                                 grpc::ServerWriter<v1::CheckpointChunk>* writer) override;
+  grpc::Status ReformRing(grpc::ServerContext*, const v1::ReformRingRequest* request,
+                          v1::ReformRingReply*) override;
 
  private:
   WorkerState* state_;

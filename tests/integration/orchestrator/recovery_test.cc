@@ -1,7 +1,8 @@
 // Recovery from dead processes with the real binaries: a worker or the parameter server killed
-// with SIGKILL in the asynchronous phase (from the start of a ps job, or after a live switch), or
-// a worker killed in the ring of a switch job, and the run still succeeds, having restarted the
-// process once. Each test checks
+// with SIGKILL in the asynchronous phase (from the start of a ps job, or after a live switch), a
+// worker killed in the ring of a switch job (the survivors fall back to the servers) or of an
+// all-reduce job (the ring re-forms), and the run still succeeds, having restarted the process
+// once. Each test checks
 // the record (restart and rejoined events, summary.json's count), that the restarted worker
 // trained again, and that no process outlives the run.
 #include <gtest/gtest.h>
@@ -51,7 +52,9 @@ void KillAndExpectRecovery(RunFixture& f, const std::string& victim) {
   for (int p : pids) EXPECT_TRUE(ProcessEnded(p)) << "pid " << p << " outlived the run";
   for (const auto& p : summary["processes"]) {
     EXPECT_TRUE(ProcessEnded(p.value("pid", 0))) << p.dump() << " outlived the run";
-    if (p.value("name", "") == victim) EXPECT_NE(p.value("pid", 0), pid);
+    if (p.value("name", "") == victim) {
+      EXPECT_NE(p.value("pid", 0), pid);
+    }
   }
 }
 
@@ -65,8 +68,10 @@ TEST(Recovery, AWorkerKilledInAPsJobIsRestartedAndRejoinsWhereItsCountStopped) {
   EXPECT_GE(first_step, 40);
   // The new worker-1 carried on counting and trained: its last step lies past its first.
   nlohmann::json summary = ReadJson(f.run_dir + "/summary.json");
-  for (const auto& w : summary["workers_measured"]) {
-    if (w["rank"] == 1) EXPECT_GT(w["steps"].get<int64_t>(), first_step) << w.dump();
+  for (const auto& w : summary["per_worker"]) {
+    if (w["rank"] == 1) {
+      EXPECT_GT(w["steps"].get<int64_t>(), first_step) << w.dump();
+    }
   }
   EXPECT_NE(Slurp(f.run_dir + "/logs/worker-1.log").find("rejoining at step"), std::string::npos);
 }
@@ -108,6 +113,44 @@ TEST(Recovery, AWorkerKilledInTheRingOfASwitchJobMakesTheSurvivorsFallBackToTheS
   // The servers hold the survivor's model, as the handover check read it back.
   EXPECT_EQ(done[0]["verification"]["weights_equal"], true) << done[0].dump(2);
   EXPECT_NE(Slurp(f.run_dir + "/logs/worker-0.log").find("the ring broke"), std::string::npos);
+}
+
+// The ring of an all-reduce job re-forms around the dead worker's replacement: the survivor holds
+// its model, the replacement takes it over the new ring, and both go on in step to the end.
+void ExpectTheRingReformed(RunFixture& f, const std::string& victim, const std::string& survivor) {
+  auto rejoined = f.Events("rejoined");
+  ASSERT_EQ(rejoined.size(), 1u);
+  EXPECT_EQ(rejoined[0]["ring_generation"], 1) << rejoined[0].dump();
+  EXPECT_EQ(rejoined[0]["model_from"], survivor) << rejoined[0].dump();
+  EXPECT_TRUE(f.Events("switch_decided").empty());
+  const std::string survivor_log = Slurp(f.run_dir + "/logs/" + survivor + ".log");
+  EXPECT_NE(survivor_log.find("the ring broke after step"), std::string::npos) << survivor_log;
+  EXPECT_NE(survivor_log.find("the ring re-formed (generation 1)"), std::string::npos);
+  EXPECT_NE(Slurp(f.run_dir + "/logs/" + victim + ".log").find("rejoining at step"),
+            std::string::npos);
+  // A ring keeps its members in step: both ran the same number of steps, to the planned end.
+  nlohmann::json summary = ReadJson(f.run_dir + "/summary.json");
+  std::vector<int64_t> steps;
+  for (const auto& w : summary["per_worker"]) steps.push_back(w["steps"].get<int64_t>());
+  ASSERT_EQ(steps.size(), 2u) << summary.dump(2);
+  EXPECT_EQ(steps[0], steps[1]) << summary.dump(2);
+  EXPECT_TRUE(summary["switch_step"].is_null()) << summary.dump(2);
+}
+
+TEST(Recovery, AWorkerKilledInTheRingOfAnAllReduceJobIsReplacedAndTheRingReforms) {
+  RunFixture f(RecoveryJob("{ kind: allreduce }", "{}"));
+  ASSERT_TRUE(f.WaitForTraining(40)) << f.run->Output();
+  KillAndExpectRecovery(f, "worker-1");
+  ExpectTheRingReformed(f, "worker-1", "worker-0");
+}
+
+// Worker 0 also serves the evaluator's GetModel in all-reduce: an evaluation may fail while it is
+// away, but the run goes on.
+TEST(Recovery, RankZeroKilledInTheRingOfAnAllReduceJobIsReplacedToo) {
+  RunFixture f(RecoveryJob("{ kind: allreduce }", "{}"));
+  ASSERT_TRUE(f.WaitForTraining(40)) << f.run->Output();
+  KillAndExpectRecovery(f, "worker-0");
+  ExpectTheRingReformed(f, "worker-0", "worker-1");
 }
 
 TEST(Recovery, WithoutRestartsAWorkerKilledInTheRingEndsTheRunAndSaysWhy) {

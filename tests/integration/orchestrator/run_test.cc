@@ -19,8 +19,9 @@ strategy: )") +
          strategy + "\n";
 }
 
+// With recovery off; with it on, the ring re-forms instead (recovery_test.cc).
 TEST(StrataRun, KilledWorkerStopsTheRunNamingItAndEndsEveryProcess) {
-  RunFixture f(LongJob("{ kind: allreduce }"));
+  RunFixture f(LongJob("{ kind: allreduce }\nrecovery: { restarts: 0 }"));
   ASSERT_TRUE(f.WaitForTraining(5)) << f.run->Output();
   const std::vector<int> pids = f.AllPids();
   ASSERT_EQ(pids.size(), 3u);  // two workers and the evaluator

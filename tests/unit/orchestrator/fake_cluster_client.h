@@ -50,6 +50,10 @@ class FakeClusterClient final : public ClusterClient {
     if (!refuse_starts.ok()) return refuse_starts;
     return absl::OkStatus();
   }
+  absl::Status ReformRing(int rank, const v1::ReformRingRequest& request, Timeout) override {
+    reform_requests.push_back({rank, request});
+    return refuse_reforms;
+  }
   absl::StatusOr<v1::ServerStatus> GetServerStatus(int server, Timeout) override {
     if (server_statuses.empty()) return absl::UnavailableError("no server status scripted");
     return server_statuses[server];
@@ -108,6 +112,8 @@ class FakeClusterClient final : public ClusterClient {
   std::vector<v1::ServerStatus> server_statuses;  // empty: GetServerStatus fails
   std::vector<std::pair<int, v1::StartRequest>> start_requests;
   absl::Status refuse_starts = absl::OkStatus();  // what every StartWorker returns
+  std::vector<std::pair<int, v1::ReformRingRequest>> reform_requests;
+  absl::Status refuse_reforms = absl::OkStatus();  // what every ReformRing returns
   std::vector<bool> unreachable;
   std::vector<absl::StatusOr<ServerModelRead>> server_models;
   std::map<int64_t, Checkpoint> handover_models;  // worker handover_rank's, by step

@@ -69,20 +69,20 @@ void FakeLauncher::Kill(const std::string& service, ServiceRole role) {
   exits.push_back(Death(service, role));
 }
 
-class ServiceRecoveryTest : public ::testing::Test {
+// A recovery over the fake launcher and cluster client, with a run record in a scratch folder.
+class RecoveryTestBase : public ::testing::Test {
  protected:
-  ServiceRecoveryTest() : client_(2, 1) {
+  RecoveryTestBase(int workers, int servers) : client_(workers, servers) {
     std::string dir_template = ::testing::TempDir() + "/service-recovery-XXXXXX";
     dir_ = ::mkdtemp(dir_template.data());
     record_ = *RunRecord::Open(dir_, Clock::now());
-    view_.workers.resize(2);
-    view_.workers[0].set_step(150);
-    view_.workers[1].set_step(170);
+    view_.workers.resize(workers);
     options_.max_restarts = 2;
     options_.rejoin_timeout = milliseconds(60000);
-    options_.ps_start.set_mode(v1::SYNC_MODE_PS);
-    options_.ps_start.add_parameter_servers("127.0.0.1:9");
-    options_.ps_start.set_steps_per_epoch(100);
+  }
+
+  // Once options_ are set.
+  void MakeRecovery() {
     recovery_ = std::make_unique<ServiceRecovery>(options_, launcher_, client_, *record_, failure_);
   }
 
@@ -97,8 +97,6 @@ class ServiceRecoveryTest : public ::testing::Test {
     return out;
   }
 
-  static constexpr RecoveryWindow kAsynchronous{true, false};
-
   std::string dir_;
   FakeClusterClient client_;
   FakeLauncher launcher_;
@@ -107,6 +105,21 @@ class ServiceRecoveryTest : public ::testing::Test {
   ClusterView view_;
   RecoveryOptions options_;
   std::unique_ptr<ServiceRecovery> recovery_;
+};
+
+// Two workers and a server in the asynchronous phase.
+class ServiceRecoveryTest : public RecoveryTestBase {
+ protected:
+  ServiceRecoveryTest() : RecoveryTestBase(2, 1) {
+    view_.workers[0].set_step(150);
+    view_.workers[1].set_step(170);
+    options_.ps_start.set_mode(v1::SYNC_MODE_PS);
+    options_.ps_start.add_parameter_servers("127.0.0.1:9");
+    options_.ps_start.set_steps_per_epoch(100);
+    MakeRecovery();
+  }
+
+  static constexpr RecoveryWindow kAsynchronous{true, false};
 };
 
 TEST_F(ServiceRecoveryTest, AWorkerThatDiesInTheAsynchronousPhaseRejoinsWhereItsCountStopped) {
@@ -311,6 +324,133 @@ TEST_F(ServiceRecoveryTest, TheSupervisorKeepsARunWhoseWorkerDiedInTheAsynchrono
   EXPECT_EQ(Events("restart").size(), 1u);
   EXPECT_EQ(Events("rejoined").size(), 1u);
   EXPECT_FALSE(failure_.failed());
+}
+
+// A ring of three workers in an all-reduce job, for the re-formed ring.
+class RingRecoveryTest : public RecoveryTestBase {
+ protected:
+  RingRecoveryTest() : RecoveryTestBase(3, 0) {
+    for (int r = 0; r < 3; ++r) view_.workers[r].set_step(170);
+    options_.ring_start.set_mode(v1::SYNC_MODE_ALLREDUCE);
+    for (int r = 0; r < 3; ++r) options_.ring_start.add_workers("127.0.0.1:" + std::to_string(r));
+    options_.ring_start.set_steps_per_epoch(100);
+    MakeRecovery();
+  }
+
+  // The survivors have given up the broken ring after `steps` completed steps each.
+  void Broken(std::vector<int64_t> steps, uint32_t generation = 0) {
+    for (int r = 0; r < 3; ++r) {
+      view_.workers[r].set_step(steps[r]);
+      view_.workers[r].set_ring_broken("the stream from rank 1 ended");
+      view_.workers[r].set_ring_generation(generation);
+    }
+  }
+
+  static constexpr RecoveryWindow kRing{false, false, true};
+};
+
+TEST_F(RingRecoveryTest, TheRingReformsAroundTheReplacementWithTheFurthestSurvivorsModel) {
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(recovery_->OnExit(Death("worker-1", ServiceRole::kWorker), view_, kRing, t0).ok())
+      << failure_.status();
+  EXPECT_EQ(launcher_.restarted, std::vector<std::string>{"worker-1"});
+  // Every survivor is told at once, so that none waits on the dead peer until its deadline.
+  ASSERT_EQ(client_.reform_requests.size(), 2u);
+  for (const auto& [rank, request] : client_.reform_requests) {
+    EXPECT_NE(rank, 1);
+    EXPECT_EQ(request.lost_peer(), "worker-1");
+    EXPECT_EQ(request.workers_size(), 0);
+  }
+  client_.reform_requests.clear();
+  launcher_.listening.insert("worker-1");
+  // Listening, but the survivors have not yet reported the ring broken: nothing is sent.
+  ASSERT_TRUE(recovery_->Step(view_, t0).ok());
+  EXPECT_TRUE(client_.start_requests.empty());
+  EXPECT_TRUE(client_.reform_requests.empty());
+  // Worker 2 completed the step on which worker 0 failed: its model is the one to go on from.
+  Broken({170, 0, 171});
+  ASSERT_TRUE(recovery_->Step(view_, t0).ok()) << failure_.status();
+  ASSERT_EQ(client_.start_requests.size(), 1u);
+  EXPECT_EQ(client_.start_requests[0].first, 1);
+  const v1::StartRequest& start = client_.start_requests[0].second;
+  EXPECT_EQ(start.mode(), v1::SYNC_MODE_ALLREDUCE);
+  EXPECT_EQ(start.workers_size(), 3);
+  EXPECT_EQ(start.first_step(), 171);
+  EXPECT_EQ(start.ring_generation(), 1u);
+  EXPECT_EQ(start.ring_source_rank(), 2);
+  ASSERT_EQ(client_.reform_requests.size(), 2u);
+  for (const auto& [rank, request] : client_.reform_requests) {
+    EXPECT_TRUE(rank == 0 || rank == 2) << rank;
+    EXPECT_EQ(request.workers_size(), 3);
+    EXPECT_EQ(request.source_rank(), 2);
+    EXPECT_EQ(request.step(), 171);
+    EXPECT_EQ(request.generation(), 1u);
+  }
+  EXPECT_FALSE(recovery_->recovering("worker-1"));
+  auto rejoined = Events("rejoined");
+  ASSERT_EQ(rejoined.size(), 1u);
+  EXPECT_EQ(rejoined[0]["ring_generation"], 1);
+  EXPECT_EQ(rejoined[0]["model_from"], "worker-2");
+  EXPECT_EQ(rejoined[0]["first_step"], 171);
+
+  // A second death later re-forms the ring again, once the survivors report the new generation.
+  ASSERT_TRUE(recovery_->OnExit(Death("worker-0", ServiceRole::kWorker), view_, kRing, t0).ok());
+  launcher_.listening.insert("worker-0");
+  client_.reform_requests.clear();
+  Broken({0, 400, 400}, 0);  // stale: still generation 0
+  ASSERT_TRUE(recovery_->Step(view_, t0).ok());
+  EXPECT_EQ(client_.start_requests.size(), 1u);
+  Broken({0, 400, 400}, 1);
+  ASSERT_TRUE(recovery_->Step(view_, t0).ok()) << failure_.status();
+  ASSERT_EQ(client_.start_requests.size(), 2u);
+  EXPECT_EQ(client_.start_requests[1].second.ring_generation(), 2u);
+  EXPECT_EQ(client_.start_requests[1].second.ring_source_rank(), 1);  // the first of the furthest
+}
+
+TEST_F(RingRecoveryTest, AReplacementNotYetServingIsStartedOnceAndTheSurvivorsAfterIt) {
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(recovery_->OnExit(Death("worker-2", ServiceRole::kWorker), view_, kRing, t0).ok());
+  launcher_.listening.insert("worker-2");
+  Broken({170, 170, 0});
+  client_.reform_requests.clear();
+  client_.refuse_starts = absl::UnavailableError("connection refused");
+  ASSERT_TRUE(recovery_->Step(view_, t0).ok());
+  EXPECT_TRUE(client_.reform_requests.empty()) << "the survivors were sent the ring first";
+  client_.refuse_starts = absl::OkStatus();
+  ASSERT_TRUE(recovery_->Step(view_, t0).ok());
+  EXPECT_EQ(client_.start_requests.size(), 2u);
+  EXPECT_EQ(client_.reform_requests.size(), 2u);
+  EXPECT_FALSE(recovery_->recovering("worker-2"));
+}
+
+TEST_F(RingRecoveryTest, SurvivorsMoreThanAStepApartEndTheRunSayingSo) {
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(recovery_->OnExit(Death("worker-1", ServiceRole::kWorker), view_, kRing, t0).ok());
+  launcher_.listening.insert("worker-1");
+  Broken({170, 0, 175});
+  absl::Status s = recovery_->Step(view_, t0);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(failure_.process(), "worker-1");
+  EXPECT_NE(s.message().find("5 steps apart"), std::string::npos) << s;
+}
+
+TEST_F(RingRecoveryTest, ASecondDeathWhileTheRingReformsEndsTheRun) {
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(recovery_->OnExit(Death("worker-1", ServiceRole::kWorker), view_, kRing, t0).ok());
+  absl::Status s = recovery_->OnExit(Death("worker-2", ServiceRole::kWorker), view_, kRing, t0);
+  EXPECT_FALSE(s.ok());
+  EXPECT_EQ(failure_.process(), "worker-2");
+  EXPECT_NE(s.message().find("still re-forming"), std::string::npos) << s;
+  EXPECT_EQ(launcher_.restarted, std::vector<std::string>{"worker-1"});
+}
+
+TEST_F(RingRecoveryTest, AReplacementThatNeverRejoinsEndsTheRunAtTheDeadline) {
+  const auto t0 = Clock::now();
+  ASSERT_TRUE(recovery_->OnExit(Death("worker-1", ServiceRole::kWorker), view_, kRing, t0).ok());
+  ASSERT_TRUE(recovery_->Step(view_, t0 + milliseconds(1000)).ok());
+  absl::Status s = recovery_->Step(view_, t0 + milliseconds(61000));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("did not rejoin"), std::string::npos) << s;
 }
 
 }  // namespace

@@ -19,6 +19,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
+using ring_test::Peers;
+using ring_test::ReplaceRank;
 using ring_test::RunOnAll;
 using ring_test::StartRing;
 using ring_test::TestRing;
@@ -197,6 +199,64 @@ TEST_P(RingOverLink, ASilentPeerIsNamedByEveryRankAfterTheDeadline) {
         << "rank " << r << ": " << statuses[r];
   }
   EXPECT_EQ(statuses[3].code(), absl::StatusCode::kDeadlineExceeded) << statuses[3];
+}
+
+// A rank dies after the first operation and the others' next one fails; a new process takes its
+// place and the ring re-forms in generation 1: the survivor that got furthest broadcasts its buffer
+// bit for bit, and the averages after it are exact again on every rank, the newcomer included.
+TEST_P(RingOverLink, AfterADeathTheRingReformsAroundAReplacement) {
+  const int world = 3;
+  TestRing ring = StartRing(world, GetParam());
+  auto& ranks = ring.ranks;
+  const size_t n = 4000;
+  AllReduceOptions options;
+  options.deadline = std::chrono::seconds(3);
+  options.segment_bytes = 1024;
+  auto average_on = [&](const std::vector<int>& members, int op,
+                        std::vector<std::vector<float>>* data) {
+    data->assign(world, std::vector<float>(n));
+    for (int r = 0; r < world; ++r) {
+      for (size_t i = 0; i < n; ++i) (*data)[r][i] = Value(r, i, op);
+    }
+    return RunOnAll(static_cast<int>(members.size()), [&](int m) {
+      const int r = members[m];
+      return ranks[r].ring->AllReduceAverage((*data)[r].data(), n, options);
+    });
+  };
+  std::vector<std::vector<float>> data;
+  for (const absl::Status& s : average_on({0, 1, 2}, 0, &data)) ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(ranks[0].ring->generation(), 0u);
+
+  ring.Kill(2);
+  for (const absl::Status& s : average_on({0, 1}, 1, &data)) ASSERT_FALSE(s.ok());
+
+  ReplaceRank(ring, 2);
+  const std::vector<std::string> peers = Peers(ring);
+  for (int r = 0; r < world; ++r) ASSERT_TRUE(ranks[r].ring->Reform(peers, 1).ok()) << "rank " << r;
+  EXPECT_EQ(ranks[2].ring->generation(), 1u);
+  // A generation may not go back.
+  EXPECT_EQ(ranks[0].ring->Reform(peers, 1).code(), absl::StatusCode::kInvalidArgument);
+
+  std::vector<float> source(n);
+  for (size_t i = 0; i < n; ++i) source[i] = 0.37f * static_cast<float>(i) - 11.0f;
+  std::vector<std::vector<float>> broadcast(world, std::vector<float>(n, 0.0f));
+  broadcast[1] = source;
+  auto statuses = RunOnAll(
+      world, [&](int r) { return ranks[r].ring->AllReduceSum(broadcast[r].data(), n, options); });
+  for (int r = 0; r < world; ++r) {
+    ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+    EXPECT_EQ(broadcast[r], source) << "rank " << r;
+  }
+  for (int op = 2; op < 4; ++op) {
+    statuses = average_on({0, 1, 2}, op, &data);
+    for (int r = 0; r < world; ++r) {
+      ASSERT_TRUE(statuses[r].ok()) << "rank " << r << ": " << statuses[r];
+      for (size_t i = 0; i < n; ++i) {
+        const float expected = (Value(0, i, op) + Value(1, i, op) + Value(2, i, op)) / 3.0f;
+        ASSERT_EQ(data[r][i], expected) << "rank " << r << " element " << i;
+      }
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Links, RingOverLink, ::testing::Values("tcp", "unix", "memory"),

@@ -57,6 +57,32 @@ struct TestRing {
   }
 };
 
+// Starts rank r of `ring` (again, for a replacement): over gRPC with its own server, on the
+// abstract socket `unix_address` for "unix".
+inline void StartRank(TestRing& ring, int r, const std::string& unix_address) {
+  TestRank& rank = ring.ranks[r];
+  if (ring.memory) {
+    rank.ring = std::make_unique<RingAllReduce>(
+        r, rank.ring ? ring.memory->Replace(r) : ring.memory->Link(r));
+    rank.address = absl::StrCat("in-memory-", r);
+    return;
+  }
+  rank.ring = std::make_unique<RingAllReduce>(r);
+  int port = 0;
+  std::vector<std::string> also_listen;
+  if (ring.link == "unix") also_listen.push_back(unix_address);
+  rank.server = StartServer("127.0.0.1:0", {rank.ring->service()}, &port, also_listen);
+  EXPECT_NE(rank.server, nullptr);
+  EXPECT_GT(port, 0);
+  rank.address = ring.link == "unix" ? unix_address : absl::StrCat("127.0.0.1:", port);
+}
+
+inline std::vector<std::string> Peers(const TestRing& ring) {
+  std::vector<std::string> peers;
+  for (const TestRank& rank : ring.ranks) peers.push_back(rank.address);
+  return peers;
+}
+
 inline TestRing StartRing(int world, const std::string& link) {
   static int rings = 0;  // abstract socket names are machine-wide: keep them unique
   ++rings;
@@ -64,28 +90,23 @@ inline TestRing StartRing(int world, const std::string& link) {
   out.link = link;
   if (link == "memory") out.memory = std::make_unique<InMemoryRing>(world);
   out.ranks.resize(world);
-  std::vector<std::string> peers;
   for (int r = 0; r < world; ++r) {
-    TestRank& rank = out.ranks[r];
-    if (out.memory) {
-      rank.ring = std::make_unique<RingAllReduce>(r, out.memory->Link(r));
-      rank.address = absl::StrCat("in-memory-", r);
-    } else {
-      rank.ring = std::make_unique<RingAllReduce>(r);
-      int port = 0;
-      const std::string unix_address =
-          absl::StrCat("unix-abstract:strata-ring-test-", getpid(), "-", rings, "-", r);
-      std::vector<std::string> also_listen;
-      if (link == "unix") also_listen.push_back(unix_address);
-      rank.server = StartServer("127.0.0.1:0", {rank.ring->service()}, &port, also_listen);
-      EXPECT_NE(rank.server, nullptr);
-      EXPECT_GT(port, 0);
-      rank.address = link == "unix" ? unix_address : absl::StrCat("127.0.0.1:", port);
-    }
-    peers.push_back(rank.address);
+    StartRank(out, r,
+              absl::StrCat("unix-abstract:strata-ring-test-", getpid(), "-", rings, "-", r));
   }
+  const std::vector<std::string> peers = Peers(out);
   for (auto& rank : out.ranks) EXPECT_TRUE(rank.ring->Connect(peers).ok());
   return out;
+}
+
+// A new process in the place of rank r, killed before (TestRing::Kill): in-memory, a fresh link;
+// over gRPC, a new ring and server (on the same abstract socket for "unix", a new port for "tcp").
+// It is not connected: the ring re-forms with RingAllReduce::Reform.
+inline void ReplaceRank(TestRing& ring, int r) {
+  TestRank& rank = ring.ranks[r];
+  rank.server.reset();  // shut down by Kill, if not yet by the destructor
+  if (!ring.memory) rank.ring.reset();
+  StartRank(ring, r, rank.address);
 }
 
 // Runs fn(rank) on one thread per rank; fails the test instead of hanging if any thread does not
