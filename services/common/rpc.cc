@@ -139,7 +139,14 @@ class RunTokenServerCredentials final : public grpc::ServerCredentials {
          "missing or wrong run token (authorization: Bearer <token>); see docs/security.md");
   }
 
-  static void Destroy(void* state) { delete static_cast<ExpectedHeader*>(state); }
+  static void Destroy(void* state) {
+    auto* header = static_cast<ExpectedHeader*>(state);
+    // The core frees its credentials on whichever of its threads drops the last reference, through
+    // atomics ThreadSanitizer cannot see; acquiring what AddPortToServer published orders the
+    // header's writes before this delete, as in Check.
+    (void)header->published.load(std::memory_order_acquire);
+    delete header;
+  }
 
   RpcAuth auth_;
 };
