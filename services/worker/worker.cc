@@ -10,6 +10,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
@@ -109,6 +110,27 @@ class WorkerRunner {
     }
   }
 
+  // After the ring broke: serves the RPCs' tasks until `take` yields the orchestrator's
+  // instruction (a Switch for the fallback, a ReformRing for the new ring); after the worker's
+  // deadline, the ring's error `why`, saying that no `what` came.
+  template <typename T>
+  absl::StatusOr<T> AwaitAfterBrokenRing(Trainer& trainer, const absl::Status& why,
+                                         const char* what,
+                                         const std::function<std::optional<T>()>& take) {
+    const auto give_up = Clock::now() + options_.deadline;
+    for (;;) {
+      state_->RunTasks(trainer);
+      if (state_->stopping()) return absl::CancelledError("stopped");
+      if (std::optional<T> got = take()) return std::move(*got);
+      if (Clock::now() > give_up) {
+        return Annotate(why, absl::StrCat("the ring broke and no ", what, " came within ",
+                                          options_.deadline.count() / 1000, " s"));
+      }
+      std::unique_lock<std::mutex> lock(state_->mu);
+      state_->cv.wait_for(lock, std::chrono::milliseconds(50));
+    }
+  }
+
   // Serializes the model of `step` and serves it through GetHandoverModel from now on.
   absl::StatusOr<std::shared_ptr<const std::string>> KeepHandoverModel(Trainer& trainer,
                                                                        int64_t epoch, int64_t step,
@@ -145,23 +167,13 @@ class WorkerRunner {
       state_->status.set_ring_broken(std::string(why.message()));
       state_->status.set_switch_began_at_step(step);
     }
-    const auto give_up = Clock::now() + options_.deadline;
-    std::optional<v1::SwitchRequest> request;
-    while (!request) {
-      state_->RunTasks(trainer);
-      if (state_->stopping()) return absl::CancelledError("stopped");
-      // Due at once (the orchestrator asks for step 0); no ring to vote over.
-      if (state_->switch_participant.VoteForStep(step + 1)) {
-        request = state_->switch_participant.SettleStep(true, true);
-        continue;
-      }
-      if (Clock::now() > give_up) {
-        return Annotate(why, absl::StrCat("the ring broke and no Switch came within ",
-                                          options_.deadline.count() / 1000, " s"));
-      }
-      std::unique_lock<std::mutex> lock(state_->mu);
-      state_->cv.wait_for(lock, std::chrono::milliseconds(50));
-    }
+    auto request = AwaitAfterBrokenRing<v1::SwitchRequest>(
+        trainer, why, "Switch", [&]() -> std::optional<v1::SwitchRequest> {
+          // Due at once (the orchestrator asks for step 0); no ring to vote over.
+          if (!state_->switch_participant.VoteForStep(step + 1)) return std::nullopt;
+          return state_->switch_participant.SettleStep(true, true);
+        });
+    if (!request.ok()) return request.status();
     const auto start = Clock::now();
     auto resumed = [&]() -> absl::StatusOr<std::unique_ptr<Synchroniser>> {
       STRATA_ASSIGN_OR_RETURN(auto next,
@@ -448,23 +460,13 @@ class WorkerRunner {
       state_->reform.reset();
       state_->status.set_ring_broken(std::string(why.message()));
     }
-    const auto give_up = Clock::now() + options_.deadline;
-    v1::ReformRingRequest request;
-    for (bool received = false; !received;) {
-      state_->RunTasks(trainer);
-      if (state_->stopping()) return absl::CancelledError("stopped");
-      std::unique_lock<std::mutex> lock(state_->mu);
-      if (state_->reform) {
-        request = std::move(*state_->reform);
-        state_->reform.reset();
-        received = true;
-      } else if (Clock::now() > give_up) {
-        return Annotate(why, absl::StrCat("the ring broke and no ReformRing came within ",
-                                          options_.deadline.count() / 1000, " s"));
-      } else {
-        state_->cv.wait_for(lock, std::chrono::milliseconds(50));
-      }
-    }
+    STRATA_ASSIGN_OR_RETURN(
+        const v1::ReformRingRequest request,
+        AwaitAfterBrokenRing<v1::ReformRingRequest>(
+            trainer, why, "ReformRing", [&]() -> std::optional<v1::ReformRingRequest> {
+              std::lock_guard<std::mutex> lock(state_->mu);
+              return std::exchange(state_->reform, std::nullopt);
+            }));
     const int64_t agreed = request.step();
     const bool source = request.source_rank() == options_.rank;
     if ((agreed != step && agreed != step + 1) || (source && agreed != step)) {
