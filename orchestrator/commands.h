@@ -9,6 +9,7 @@ namespace strata::cli {
 void AddShardCommand(CLI::App& app, int* exit_code);
 void AddValidateCommand(CLI::App& app, int* exit_code);
 void AddRunCommand(CLI::App& app, int* exit_code);
+void AddResumeCommand(CLI::App& app, int* exit_code);
 void AddSwitchCommand(CLI::App& app, int* exit_code);
 void AddStatusCommand(CLI::App& app, int* exit_code);
 void AddReportCommand(CLI::App& app, int* exit_code);

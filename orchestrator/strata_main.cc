@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   strata::cli::AddValidateCommand(app, &exit_code);
   strata::cli::AddShardCommand(app, &exit_code);
   strata::cli::AddRunCommand(app, &exit_code);
+  strata::cli::AddResumeCommand(app, &exit_code);
   strata::cli::AddSwitchCommand(app, &exit_code);
   strata::cli::AddStatusCommand(app, &exit_code);
   strata::cli::AddReportCommand(app, &exit_code);

@@ -28,11 +28,11 @@ ServiceSpec ParameterServer(const JobSpec& spec, const RunPaths& paths, int p,
   if (!in.init_checkpoint.empty()) {
     s.args.insert(s.args.end(), {"--init-checkpoint", in.init_checkpoint});
   }
-  if (spec.recovery.restarts > 0) {
-    // Saves that a restarted server resumes from (docs/user-guide.md, "When a process dies").
-    s.args.insert(s.args.end(), {"--checkpoint-every-s",
-                                 absl::StrCat(spec.recovery.server_checkpoint_s), "--resume"});
-  }
+  // Saves that a restarted server, or every server of a resumed run, starts from
+  // (docs/user-guide.md, "When a process dies"); a first start finds none and takes the model
+  // it is given.
+  s.args.insert(s.args.end(), {"--checkpoint-every-s",
+                               absl::StrCat(spec.recovery.server_checkpoint_s), "--resume"});
   if (spec.cluster.cpu.parameter_server > 0) {
     s.cpu_fractions.push_back(spec.cluster.cpu.parameter_server);
   }
@@ -48,6 +48,11 @@ ServiceSpec Worker(const JobSpec& spec, const RunPaths& paths, int r, const Serv
             std::to_string(r), "--world",           std::to_string(spec.cluster.workers),
             "--shard-file",    ShardFile(paths, r), "--run-dir",
             paths.root};
+  if (r == 0 && spec.strategy.kind != "ps" && spec.recovery.ring_checkpoint_s > 0) {
+    // The ring's model, for `strata resume` (the replicas are identical, one copy is the state).
+    s.args.insert(s.args.end(),
+                  {"--checkpoint-every-s", absl::StrCat(spec.recovery.ring_checkpoint_s)});
+  }
   if (spec.launcher.ring_transport == "unix") {
     s.ring_address = absl::StrCat(in.ring_socket_prefix, r);
     s.args.insert(s.args.end(), {"--ring-listen", s.ring_address});

@@ -23,6 +23,7 @@
 #include "orchestrator/launch/service_plan.h"
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/report.h"
+#include "orchestrator/lib/resume_point.h"
 #include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_console.h"
 #include "orchestrator/record/run_files.h"
@@ -32,6 +33,7 @@
 #include "services/common/files.h"
 #include "services/common/progress.h"
 #include "services/common/rpc_auth.h"
+#include "services/common/run_paths.h"
 #include "services/common/shard_index.h"
 #include "services/common/status.h"
 #include "services/common/tls.h"
@@ -104,12 +106,14 @@ void InstallSignalHandlers() {
 // record's end (summary, report) and ends every service.
 class LocalRun final : public SupervisorHost, public SwitchEvents {
  public:
-  LocalRun(const LocalRunOptions& options, CheckedJob job, std::string run_dir)
+  LocalRun(const LocalRunOptions& options, CheckedJob job, std::string run_dir,
+           std::optional<ResumePoint> resume = std::nullopt)
       : options_(options),
         job_(std::move(job)),
         spec_(job_.spec),
         paths_(std::move(run_dir)),
-        console_(options.quiet) {}
+        console_(options.quiet),
+        resume_(std::move(resume)) {}
 
   int Run();
 
@@ -149,20 +153,29 @@ class LocalRun final : public SupervisorHost, public SwitchEvents {
   void WriteSummary(const std::string& state);
   bool UsesServers() const { return spec_.strategy.kind != "allreduce"; }
   bool attached() const { return options_.attached.has_value(); }
-  const char* command() const { return attached() ? "strata supervise" : "strata run"; }
+  const char* command() const {
+    return attached() ? "strata supervise" : resume_ ? "strata resume" : "strata run";
+  }
   bool switched() const { return switcher_ && switcher_->outcome().has_value(); }
+  bool switched_before_resume() const { return resume_ && resume_->switch_done.has_value(); }
+  // Steps every worker had completed when this process took the run up (0 on a first start).
+  int64_t StepsBeforeResume() const;
+  void PrepareResume();
 
   const LocalRunOptions& options_;
   CheckedJob job_;
   const JobSpec& spec_;
   RunPaths paths_;
   RunConsole console_;
+  std::optional<ResumePoint> resume_;  // `strata resume`: where the run goes on
   RunFailure failure_;
   std::unique_ptr<RunRecord> record_;
   std::unique_ptr<Launcher> launcher_;
   std::vector<Endpoint> endpoints_;  // every service, in start order, once all listen
 
-  Clock::time_point start_, train_start_, finish_, last_status_write_;
+  // start_ is the zero of the record's wall_s (earlier than began_ in a resumed run: its clock
+  // goes on); began_ is when this process started.
+  Clock::time_point start_, began_, train_start_, finish_, last_status_write_;
   std::optional<Clock::time_point> training_end_;
   std::vector<int64_t> shard_sizes_;
   int64_t train_examples_ = 0;
@@ -183,7 +196,7 @@ class LocalRun final : public SupervisorHost, public SwitchEvents {
 };
 
 int LocalRun::Run() {
-  start_ = Clock::now();
+  start_ = began_ = Clock::now();
   absl::Status s = Execute();
   console_.ClearProgress();
   if (!s.ok()) failure_.Fail("", s).IgnoreError();  // a failure already named stays
@@ -239,6 +252,16 @@ absl::Status LocalRun::Execute() {
       "directory %s",
       command(), spec_.name, spec_.model.arch, spec_.dataset.name, StrategyText(spec_.strategy),
       spec_.cluster.workers, UsesServers() ? spec_.cluster.parameter_servers : 0, paths_.root));
+  if (resume_) {
+    console_.Say(
+        resume_->phase == "ps"
+            ? absl::StrFormat("resuming in push/pull from the servers' last saves (%s)",
+                              switched_before_resume() ? "switched before" : "a ps job")
+        : resume_->checkpoint.empty()
+            ? std::string("resuming in all-reduce from the start: no ring checkpoint was saved")
+            : absl::StrFormat("resuming in all-reduce at step %d from %s", resume_->step,
+                              resume_->checkpoint));
+  }
   STRATA_RETURN_IF_ERROR(ShardData());
   STRATA_RETURN_IF_ERROR(LaunchServices());
   STRATA_RETURN_IF_ERROR(WaitForPorts());
@@ -251,7 +274,11 @@ absl::Status LocalRun::Prepare() {
        {paths_.root, paths_.shards, paths_.checkpoints, paths_.logs, paths_.ports}) {
     STRATA_RETURN_IF_ERROR(MakeDirs(dir));
   }
-  STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecToYaml(spec_)));
+  if (resume_) {
+    PrepareResume();
+  } else {
+    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecToYaml(spec_)));
+  }
   // A fresh secret per run, whatever this process's environment holds: the orchestrator's channels
   // carry it and ChildProcess hands it to every service in the child's environment only. Not a
   // file in the run directory: the directory outlives the run and is shared with readers of
@@ -276,11 +303,19 @@ absl::Status LocalRun::Prepare() {
     launcher_ =
         std::make_unique<LocalLauncher>(options_.bin_dir, paths_.root, *record_, console_, failure_);
   }
-  record_->Event(RunEvent::kRunStarted, {{"name", spec_.name},
-                                         {"job", options_.job_path},
-                                         {"overrides", options_.overrides},
-                                         {"tls", spec_.security.tls},
-                                         {"orchestrator_pid", ::getpid()}});
+  nlohmann::json started = {{"name", spec_.name},
+                            {"job", options_.job_path},
+                            {"overrides", options_.overrides},
+                            {"tls", spec_.security.tls},
+                            {"orchestrator_pid", ::getpid()}};
+  if (resume_) {
+    started["phase"] = resume_->phase;
+    started["steps"] = resume_->StepsByRank(spec_.cluster.workers);
+    started["checkpoint"] = resume_->checkpoint;
+    started["resume"] = resume_->earlier_resumes + 1;
+    started["removed"] = resume_->stale_server_checkpoints;
+  }
+  record_->Event(resume_ ? RunEvent::kResumed : RunEvent::kRunStarted, std::move(started));
   InstallSignalHandlers();
   WriteStatus();
   return absl::OkStatus();
@@ -328,8 +363,10 @@ void LocalRun::RemoveRunCertificates() {
 
 absl::Status LocalRun::ShardData() {
   const auto t0 = Clock::now();
-  STRATA_RETURN_IF_ERROR(launcher_->RunTask(ShardTask(paths_), options_.startup_timeout,
-                                            [this] { return CheckSignal(failure_); }));
+  if (!resume_) {  // a resumed run trains on the shards it had
+    STRATA_RETURN_IF_ERROR(launcher_->RunTask(ShardTask(paths_), options_.startup_timeout,
+                                              [this] { return CheckSignal(failure_); }));
+  }
   int64_t smallest = -1;
   for (int r = 0; r < spec_.cluster.workers; ++r) {
     auto shard = ReadShardIndexFile(ShardFile(paths_, r));
@@ -350,7 +387,7 @@ absl::Status LocalRun::ShardData() {
                                             {"train_examples", train_examples_},
                                             {"steps_per_epoch", view_.planned_steps_per_epoch},
                                             {"method", spec_.sharding.method}});
-  if (attached()) {  // the sharder ran before this process; its time is not ours to report
+  if (attached() || resume_) {  // the sharder ran before; its time is not ours to report
     console_.Say(absl::StrFormat(
         "the sharder's plan: %d training examples (%s) in %d shard(s); %d steps per epoch",
         train_examples_, spec_.sharding.method, spec_.cluster.workers,
@@ -368,11 +405,14 @@ absl::Status LocalRun::LaunchServices() {
   ServicePlanInputs inputs;
   inputs.train_examples = train_examples_;
   if (spec_.strategy.kind == "ps") {
-    // Servers of a pure ps job start from the model a worker would build from the job's seed.
+    // Servers of a pure ps job start from the model a worker would build from the job's seed
+    // (a resumed one from their own saves, if they made any: ps_main.cc's --resume).
     inputs.init_checkpoint = paths_.checkpoints + "/init.ckpt";
-    STRATA_RETURN_IF_ERROR(launcher_->RunTask(InitCheckpointTask(paths_, inputs.init_checkpoint),
-                                              options_.startup_timeout,
-                                              [this] { return CheckSignal(failure_); }));
+    if (!resume_ || !FileExists(inputs.init_checkpoint)) {
+      STRATA_RETURN_IF_ERROR(launcher_->RunTask(InitCheckpointTask(paths_, inputs.init_checkpoint),
+                                                options_.startup_timeout,
+                                                [this] { return CheckSignal(failure_); }));
+    }
   }
   // Abstract socket names vanish with the process and need no directory; the orchestrator's pid
   // and the run's name keep concurrent runs apart.
@@ -397,7 +437,7 @@ absl::Status LocalRun::WaitForPorts() {
   client_ = MakeGrpcClusterClient(addresses);
   console_.Say(absl::StrFormat("%d %s after %.1f s", endpoints_.size(),
                                attached() ? "service(s) serving" : "process(es) listening",
-                               SecondsBetween(start_, Clock::now())));
+                               SecondsBetween(began_, Clock::now())));
   return absl::OkStatus();
 }
 
@@ -417,18 +457,28 @@ absl::Status LocalRun::StartTraining() {
   }
   for (const std::string& a : Addresses(ServiceRole::kParameterServer))
     start.add_parameter_servers(a);
-  start.set_mode(spec_.strategy.kind == "ps" ? v1::SYNC_MODE_PS : v1::SYNC_MODE_ALLREDUCE);
+  const bool push_pull = resume_ ? resume_->phase == "ps" : spec_.strategy.kind == "ps";
+  start.set_mode(push_pull ? v1::SYNC_MODE_PS : v1::SYNC_MODE_ALLREDUCE);
   const double scale =
       spec_.strategy.ps_lr_scale > 0 ? spec_.strategy.ps_lr_scale : 1.0 / spec_.cluster.workers;
   start.set_ps_learning_rate(static_cast<float>(spec_.training.lr * scale));
   start.set_steps_per_epoch(view_.planned_steps_per_epoch);
   start_request_ = start;
+  const std::vector<int64_t> first_steps = resume_
+                                               ? resume_->StepsByRank(client_->worker_count())
+                                               : std::vector<int64_t>(client_->worker_count(), 0);
   for (int r = 0; r < client_->worker_count(); ++r) {
-    absl::Status s = client_->StartWorker(r, start, options_.rpc_timeout);
+    v1::StartRequest mine = start;
+    mine.set_first_step(first_steps[r]);
+    if (resume_ && !push_pull && !resume_->checkpoint.empty()) {
+      mine.set_init_checkpoint(kRingCheckpointFile);  // relative to the run directory
+    }
+    absl::Status s = client_->StartWorker(r, mine, options_.rpc_timeout);
     if (!s.ok()) return failure_.Fail(absl::StrCat("worker-", r), s);
   }
   train_start_ = Clock::now();
-  phase_.name = spec_.strategy.kind == "ps" ? "ps" : "allreduce";
+  phase_.name = push_pull ? "ps" : "allreduce";
+  if (switched_before_resume()) phase_.switched_at_step = resume_->switch_done->at_step;
   record_->Event(RunEvent::kTrainingStarted, {{"mode", phase_.name},
                                               {"steps_per_epoch", view_.planned_steps_per_epoch},
                                               {"worker_batch", view_.worker_batch}});
@@ -439,7 +489,7 @@ absl::Status LocalRun::Supervise() {
   const std::vector<std::string> server_addresses = Addresses(ServiceRole::kParameterServer);
   const std::vector<std::string> worker_addresses = Addresses(ServiceRole::kWorker);
   policy_ = std::make_unique<SwitchPolicy>(spec_.strategy, spec_.training.epochs, record_.get());
-  if (spec_.strategy.kind == "switch") {
+  if (spec_.strategy.kind == "switch" && !switched_before_resume()) {
     SwitchControllerOptions o;
     o.server_addresses = server_addresses;
     o.checkpoint_dir = paths_.checkpoints;
@@ -449,6 +499,7 @@ absl::Status LocalRun::Supervise() {
   }
   EvalSchedulerOptions e;
   e.epochs = spec_.training.epochs;
+  if (resume_) e.evaluated_epochs = resume_->evaluated_epochs;
   e.worker_address = worker_addresses.front();
   e.server_addresses = server_addresses;
   e.run_start = start_;
@@ -565,16 +616,18 @@ void LocalRun::WriteSummary(const std::string& state) {
   const auto end = training_end_.value_or(finish_);
   if (train_start_ != Clock::time_point{}) {
     const double samples_per_step = view_.worker_batch;
+    // Only this process's steps count: a resumed run's workers start at the steps done before.
+    const int64_t earlier = StepsBeforeResume();
     if (switched()) {
       const SwitchOutcome& o = *switcher_->outcome();
       const int64_t before = o.switch_step * static_cast<int64_t>(spec_.cluster.workers);
-      s.samples_per_s["allreduce"] =
-          before * samples_per_step / std::max(1e-9, SecondsBetween(train_start_, o.paused));
+      s.samples_per_s["allreduce"] = (before - earlier) * samples_per_step /
+                                     std::max(1e-9, SecondsBetween(train_start_, o.paused));
       s.samples_per_s["ps"] = (view_.TotalSteps() - before) * samples_per_step /
                               std::max(1e-9, SecondsBetween(o.resumed, end));
     } else {
-      s.samples_per_s[phase_.name] =
-          view_.TotalSteps() * samples_per_step / std::max(1e-9, SecondsBetween(train_start_, end));
+      s.samples_per_s[phase_.name] = (view_.TotalSteps() - earlier) * samples_per_step /
+                                     std::max(1e-9, SecondsBetween(train_start_, end));
     }
     s.training_s = SecondsBetween(train_start_, end);
     // The worker's own rate covers its current phase (it restarts the count at the switch);
@@ -594,6 +647,10 @@ void LocalRun::WriteSummary(const std::string& state) {
     if (switched()) {
       const SwitchOutcome& o = *switcher_->outcome();
       s.switched = RunSummarySnapshot::Switch{o.epoch, o.switch_step, o.handover_s};
+    } else if (switched_before_resume()) {
+      const SwitchDoneEvent& done = *resume_->switch_done;
+      s.switched = RunSummarySnapshot::Switch{done.epoch.value_or(0), done.at_step,
+                                              done.handover_s.value_or(0)};
     }
   }
   s.name = spec_.name;
@@ -617,7 +674,49 @@ void LocalRun::WriteSummary(const std::string& state) {
   s.wall_s = SecondsBetween(start_, finish_);
   s.processes = launcher_->Snapshot();
   if (recovery_) s.restarts = recovery_->restarts();
+  if (resume_) s.resumes = resume_->earlier_resumes + 1;
   record_->WriteSummary(SummaryJson(s));
+}
+
+int64_t LocalRun::StepsBeforeResume() const {
+  if (!resume_) return 0;
+  int64_t total = 0;
+  for (int64_t steps : resume_->StepsByRank(spec_.cluster.workers)) total += steps;
+  return total;
+}
+
+// What the run left that would mislead its resumption: the port files of services that are gone
+// (the launcher waits for new ones), a `strata switch` request the killed run never took, and
+// server saves of a handover that never completed (FindResumePoint names them). The rest
+// (record, logs, checkpoints) goes on.
+void LocalRun::PrepareResume() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(paths_.ports, ec)) {
+    std::filesystem::remove(entry.path(), ec);
+  }
+  std::remove(paths_.switch_request.c_str());
+  for (const std::string& stale : resume_->stale_server_checkpoints) std::remove(stale.c_str());
+  // The run's clock goes on from where it stopped, so that the record's wall_s never runs back;
+  // the time the run lay dead is not counted.
+  start_ -=
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(resume_->wall_s));
+}
+
+// False, having said which one, when a service binary the job needs is not in `bin_dir`.
+bool HaveServiceBinaries(const char* command, const JobSpec& spec, const std::string& bin_dir) {
+  std::vector<std::string> needed = {"strata-sharder", "strata-worker", "strata-evaluator"};
+  if (spec.strategy.kind != "allreduce") needed.push_back("strata-ps");
+  for (const std::string& bin : needed) {
+    const std::string path = absl::StrCat(bin_dir, "/", bin);
+    if (::access(path.c_str(), X_OK) != 0) {
+      std::fprintf(stderr,
+                   "%s: %s is missing (build it: cmake --build build --target %s); nothing was "
+                   "launched\n",
+                   command, path.c_str(), bin.c_str());
+      return false;
+    }
+  }
+  return true;
 }
 
 }  // namespace
@@ -646,24 +745,48 @@ int RunLocalJob(const LocalRunOptions& options) {
     return 2;
   }
   const JobSpec& spec = job->spec;
-  std::vector<std::string> needed = {"strata-sharder", "strata-worker", "strata-evaluator"};
-  if (spec.strategy.kind != "allreduce") needed.push_back("strata-ps");
-  for (const std::string& bin : needed) {
-    const std::string path = absl::StrCat(options.bin_dir, "/", bin);
-    if (::access(path.c_str(), X_OK) != 0) {
-      std::fprintf(stderr,
-                   "strata run: %s is missing (build it: cmake --build build --target %s); nothing "
-                   "was launched\n",
-                   path.c_str(), bin.c_str());
-      return 2;
-    }
-  }
+  if (!HaveServiceBinaries("strata run", spec, options.bin_dir)) return 2;
   std::string dir = options.out_dir.empty() ? DefaultRunDir(spec.name) : options.out_dir;
   if (FileExists(dir + "/job.yaml")) {
     std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());
     return 2;
   }
   LocalRun run(options, std::move(*job), dir);
+  return run.Run();
+}
+
+int ResumeLocalJob(const LocalRunOptions& options) {
+  const RunPaths paths(options.out_dir);
+  JobCheckOptions check;
+  check.for_run = true;
+  auto job = LoadAndCheckJob(paths.job_yaml, check);
+  if (!job.ok()) {
+    std::fprintf(
+        stderr, "strata resume: %s: %s; nothing was launched\n", paths.root.c_str(),
+        FileExists(paths.job_yaml)
+            ? absl::StrCat("its job.yaml is not a valid job spec:\n", job.status().message())
+                  .c_str()
+            : "not a run directory (no job.yaml)");
+    return 2;
+  }
+  if (job->spec.launcher.kind != "local") {
+    std::fprintf(stderr,
+                 "strata resume: %s ran with launcher.kind %s; only local runs are resumed here "
+                 "(containers are restarted by their platform); nothing was launched\n",
+                 paths.root.c_str(), job->spec.launcher.kind.c_str());
+    return 2;
+  }
+  if (!HaveServiceBinaries("strata resume", job->spec, options.bin_dir)) return 2;
+  auto point = FindResumePoint(paths, job->spec);
+  if (!point.ok()) {
+    std::fprintf(stderr, "strata resume: %s; nothing was launched\n",
+                 std::string(point.status().message()).c_str());
+    return 2;
+  }
+  LocalRunOptions resumed = options;
+  resumed.job_path = paths.job_yaml;
+  resumed.overrides.clear();
+  LocalRun run(resumed, std::move(*job), paths.root, std::move(*point));
   return run.Run();
 }
 

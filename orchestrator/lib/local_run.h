@@ -38,6 +38,11 @@ struct LocalRunOptions {
 // is wrong (nothing was launched), 130 interrupted.
 int RunLocalJob(const LocalRunOptions& options);
 
+// `strata resume RUN_DIR` (`options.out_dir`): takes up a local run that did not finish where its
+// checkpoints left it (lib/resume_point.h), in the same run directory, its record going on. The
+// same exit codes; 2 also when the directory holds no run, a finished one or one still running.
+int ResumeLocalJob(const LocalRunOptions& options);
+
 // `strata supervise`: the same exit codes. `options.attached` must be set; `options.out_dir` is the
 // run directory the services share (it holds the sharder's output already).
 int SuperviseJob(const LocalRunOptions& options);

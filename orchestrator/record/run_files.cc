@@ -77,6 +77,7 @@ json SummaryJson(const RunSummarySnapshot& s) {
       {"wall_s", s.wall_s},
       {"training_s", OrNull(s.training_s)},
       {"restarts", s.restarts},
+      {"resumes", s.resumes},
       {"switch_epoch", OrNull(switch_epoch)},
       {"switch_step", OrNull(switch_step)},
       {"switch_handover_s", OrNull(switch_handover)},

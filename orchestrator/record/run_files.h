@@ -62,6 +62,7 @@ struct RunSummarySnapshot {
   nlohmann::json workers_measured = nlohmann::json::array();
   std::vector<ProcessSnapshot> processes;
   int restarts = 0;  // dead workers and servers started again (events.jsonl: restart)
+  int resumes = 0;   // times `strata resume` took the run up (events.jsonl: resumed)
 };
 
 nlohmann::json SummaryJson(const RunSummarySnapshot& s);

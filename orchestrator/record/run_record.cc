@@ -11,8 +11,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::pair<RunEvent, const char*>, 21> kEventNames = {{
+constexpr std::array<std::pair<RunEvent, const char*>, 22> kEventNames = {{
     {RunEvent::kRunStarted, "run_started"},
+    {RunEvent::kResumed, "resumed"},
     {RunEvent::kLaunched, "launched"},
     {RunEvent::kShardsWritten, "shards_written"},
     {RunEvent::kListening, "listening"},

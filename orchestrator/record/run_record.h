@@ -21,6 +21,7 @@ namespace strata {
 
 enum class RunEvent {
   kRunStarted,
+  kResumed,  // `strata resume` took the run up again (phase, step, checkpoint, resume)
   kLaunched,
   kShardsWritten,
   kListening,

@@ -15,7 +15,8 @@ EvalScheduler::EvalScheduler(EvalSchedulerOptions options, ClusterClient& client
       client_(client),
       record_(record),
       console_(console),
-      phase_(phase) {}
+      phase_(phase),
+      last_evaluated_epoch_(options_.evaluated_epochs) {}
 
 absl::Status EvalScheduler::Step(const ClusterView& view, Clock::time_point now) {
   STRATA_RETURN_IF_ERROR(Collect(view));

@@ -25,6 +25,8 @@ struct RunPhase {
 
 struct EvalSchedulerOptions {
   int epochs = 0;
+  // Epochs already evaluated (a resumed run's metrics.jsonl holds them): evaluation goes on after.
+  int64_t evaluated_epochs = 0;
   std::string worker_address;                 // worker 0, whose model is the all-reduce model
   std::vector<std::string> server_addresses;  // by partition
   Clock::time_point run_start;

@@ -160,7 +160,7 @@ absl::Status RunSupervisor::StepSwitch(Clock::time_point now) {
       if (!options_.switch_job) {
         run_.record.Event(RunEvent::kSwitchRequestIgnored,
                           {{"reason", "strategy.kind is not switch: no parameter servers run"}});
-      } else if (switcher->settled()) {
+      } else if (switcher == nullptr || switcher->settled()) {  // null: switched, then resumed
         run_.record.Event(RunEvent::kSwitchRequestIgnored,
                           {{"reason", "the run has already switched"}});
       } else {

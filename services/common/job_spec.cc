@@ -466,7 +466,8 @@ bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
       }
     }
   }
-  if (YAML::Node n = root["recovery"]; r.Map(n, "recovery", {"restarts", "server_checkpoint_s"})) {
+  if (YAML::Node n = root["recovery"];
+      r.Map(n, "recovery", {"restarts", "server_checkpoint_s", "ring_checkpoint_s"})) {
     r.Field<int>(n, "recovery", "restarts", &spec->recovery.restarts, [](const int& v) {
       return v >= 0 && v <= 100 ? std::string() : absl::StrCat("must be in [0, 100], got ", v);
     });
@@ -476,6 +477,12 @@ bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
                                  ? std::string()
                                  : absl::StrCat("must be in [0.1, 86400] seconds, got ", v);
                     });
+    r.Field<double>(
+        n, "recovery", "ring_checkpoint_s", &spec->recovery.ring_checkpoint_s, [](const double& v) {
+          return v == 0 || (v >= 0.1 && v <= 86400)
+                     ? std::string()
+                     : absl::StrCat("must be 0 (never) or in [0.1, 86400] seconds, got ", v);
+        });
   }
   // Cross-field checks, skipped when an input was refused: its default would make the message
   // about a value nobody wrote.
@@ -706,7 +713,8 @@ std::string JobSpecToYaml(const JobSpec& s) {
   out << YAML::EndMap;
   out << YAML::Key << "recovery" << YAML::Value << YAML::BeginMap << YAML::Key << "restarts"
       << YAML::Value << s.recovery.restarts << YAML::Key << "server_checkpoint_s" << YAML::Value
-      << s.recovery.server_checkpoint_s << YAML::EndMap;
+      << s.recovery.server_checkpoint_s << YAML::Key << "ring_checkpoint_s" << YAML::Value
+      << s.recovery.ring_checkpoint_s << YAML::EndMap;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
 }

@@ -104,6 +104,9 @@ struct RecoverySpec {
   // Each parameter server saves its partition this often (seconds) and a restarted one resumes
   // from that save: the updates a crash loses are those of at most this long.
   double server_checkpoint_s = 10;
+  // Worker 0 saves the all-reduce model this often (seconds) while the ring trains: where
+  // `strata resume` continues an all-reduce run (or a switch job before its switch). 0: never.
+  double ring_checkpoint_s = 10;
 };
 
 // Transport security between the run's processes (docs/security.md, "Transport security").

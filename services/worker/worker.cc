@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <functional>
 #include <future>
 #include <mutex>
@@ -306,6 +307,44 @@ class WorkerRunner {
     return reply.ok() ? absl::OkStatus() : Annotate(reply.status(), "switch");
   }
 
+  // A resumed run (`strata resume`): every worker takes the model, buffers and momentum of the
+  // step it goes on from, from the checkpoint rank 0 saved (MaybeSaveRingCheckpoint) or the
+  // orchestrator chose.
+  absl::Status LoadInitCheckpoint(const v1::StartRequest& start, Trainer& trainer) {
+    STRATA_ASSIGN_OR_RETURN(
+        const std::string path,
+        ResolveInRunDir(options_.run_dir, start.init_checkpoint(), "Start init_checkpoint"));
+    STRATA_ASSIGN_OR_RETURN(const Checkpoint checkpoint, ReadCheckpoint(path));
+    if (checkpoint.step != start.first_step()) {
+      return absl::InvalidArgumentError(absl::StrCat("Start: init_checkpoint ", path,
+                                                     " holds step ", checkpoint.step,
+                                                     ", but first_step is ", start.first_step()));
+    }
+    STRATA_RETURN_IF_ERROR(Annotate(trainer.LoadCheckpoint(checkpoint), path));
+    spdlog::info("resuming from {} at step {}", path, checkpoint.step);
+    return absl::OkStatus();
+  }
+
+  // Rank 0 of a ring saves the model of the step it completed, now and then: the replicas are
+  // identical at a step boundary, so this one file is the whole ring's state. Written on the
+  // training thread (a few milliseconds every WorkerOptions::ring_checkpoint_every) and replaced
+  // atomically, so a reader never sees half of it.
+  void MaybeSaveRingCheckpoint(Trainer& trainer, int64_t step, int64_t steps_per_epoch) {
+    if (options_.rank != 0 || options_.ring_checkpoint_every.count() <= 0) return;
+    const auto now = Clock::now();
+    if (now < next_ring_checkpoint_) return;
+    {
+      std::lock_guard<std::mutex> lock(state_->mu);
+      if (state_->status.mode() != v1::SYNC_MODE_ALLREDUCE) return;
+    }
+    next_ring_checkpoint_ = now + options_.ring_checkpoint_every;
+    const std::string path = absl::StrCat(options_.run_dir, "/", kRingCheckpointFile);
+    absl::Status s = MakeDirs(std::filesystem::path(path).parent_path().string());
+    if (s.ok()) s = WriteCheckpoint(path, trainer.ToCheckpoint(step / steps_per_epoch, step, step));
+    if (!s.ok())
+      spdlog::warn("ring checkpoint at step {} failed: {}", step, std::string(s.message()));
+  }
+
   // A restarted worker carries on the count of the one it replaces (StartRequest.first_step),
   // from the batch of its epoch where that one stopped; 0 for a fresh start.
   int64_t FirstStep(const v1::StartRequest& start, int64_t steps_per_epoch) {
@@ -338,6 +377,8 @@ class WorkerRunner {
       start = *state_->start;
       state_->status.set_mode(start.mode());
     }
+    if (!start.init_checkpoint().empty())
+      STRATA_RETURN_IF_ERROR(LoadInitCheckpoint(start, trainer));
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Synchroniser> sync, FirstSynchroniser(start, trainer));
     const int64_t steps_per_epoch = AgreedStepsPerEpoch(start, trainer);
     spdlog::info("training: mode {}, {} examples, {} steps per epoch, {} epochs",
@@ -399,6 +440,8 @@ class WorkerRunner {
               SwitchAfter(trainer, *switch_now, epoch, step, steps_per_epoch, &sync));
           phase_start = Clock::now();
           phase_samples = 0;
+        } else {
+          MaybeSaveRingCheckpoint(trainer, step, steps_per_epoch);
         }
       }
       std::lock_guard<std::mutex> lock(state_->mu);
@@ -508,6 +551,7 @@ class WorkerRunner {
   const WorkerOptions& options_;
   WorkerState* state_;
   RingAllReduce* ring_;
+  Clock::time_point next_ring_checkpoint_{};  // the first completed step saves at once
 };
 
 absl::StatusOr<std::vector<int64_t>> LoadShard(const WorkerOptions& options, size_t train_size) {

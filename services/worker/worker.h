@@ -30,6 +30,9 @@ struct WorkerOptions {
   // Deadline of every blocking operation: ring steps, pushes and pulls, waiting for servers to
   // load a handed-over model.
   std::chrono::milliseconds deadline{120000};
+  // Rank 0 of a ring saves the model with its momentum to <run_dir>/checkpoints/ring.ckpt this
+  // often while it trains in all-reduce: what `strata resume` continues from. 0: never.
+  std::chrono::milliseconds ring_checkpoint_every{0};
 };
 
 // Runs the worker until Stop (or a fatal start-up error). Training errors do not end the process:

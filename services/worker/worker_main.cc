@@ -42,6 +42,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-file", log_file, "log file (in addition to stderr)");
   app.add_option("--deadline-s", deadline_s, "deadline of every blocking operation, seconds")
       ->check(CLI::PositiveNumber);
+  double checkpoint_every_s = 0;
+  app.add_option("--checkpoint-every-s", checkpoint_every_s,
+                 "rank 0: save the all-reduce model to <run-dir>/checkpoints/ring.ckpt this often "
+                 "(what strata resume continues from); 0: never")
+      ->check(CLI::NonNegativeNumber);
   bool insecure_no_auth = false;
   app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
   strata::TlsFlagValues tls;
@@ -69,6 +74,12 @@ int main(int argc, char** argv) {
   }
   options.spec = *spec;
   options.deadline = std::chrono::seconds(deadline_s);
+  if (checkpoint_every_s > 0 && options.run_dir.empty()) {
+    std::fprintf(stderr, "strata-worker: --checkpoint-every-s needs --run-dir\n");
+    return 2;
+  }
+  options.ring_checkpoint_every =
+      std::chrono::milliseconds(static_cast<int64_t>(checkpoint_every_s * 1000));
   absl::Status status = strata::RunWorker(options);
   if (!status.ok()) spdlog::error("{}", std::string(status.message()));
   strata::ExitProcess(status.ok() ? 0 : 1);

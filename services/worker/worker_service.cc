@@ -61,11 +61,17 @@ grpc::Status WorkerService::Start(grpc::ServerContext*, const v1::StartRequest* 
     if (state_->start) return ToGrpcStatus(absl::FailedPreconditionError("already started"));
     if (request->first_step() < 0 ||
         (request->first_step() > 0 && request->mode() != v1::SYNC_MODE_PS &&
-         request->ring_generation() == 0)) {
+         request->ring_generation() == 0 && request->init_checkpoint().empty())) {
       return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
           "Start: first_step ", request->first_step(),
-          " must be >= 0, and 0 unless the mode is PS or the ring is re-formed (ring_generation; "
-          "a new ring starts together)")));
+          " must be >= 0, and 0 unless the mode is PS, the ring is re-formed (ring_generation) or "
+          "the run resumes from a checkpoint (init_checkpoint): a new ring starts together")));
+    }
+    if (!request->init_checkpoint().empty()) {
+      // Refused here rather than when training begins, so that the caller learns of it.
+      auto confined =
+          ResolveInRunDir(run_dir_, request->init_checkpoint(), "Start init_checkpoint");
+      if (!confined.ok()) return ToGrpcStatus(confined.status());
     }
     if (request->mode() == v1::SYNC_MODE_ALLREDUCE && request->workers_size() < 1) {
       return ToGrpcStatus(absl::InvalidArgumentError("Start: workers list is empty"));

@@ -98,6 +98,22 @@ TEST(Recovery, AWorkerKilledAfterTheLiveSwitchRejoinsThePushPullPhase) {
   KillAndExpectRecovery(f, "worker-0");
 }
 
+// In the ring phase of a switch job the servers hold no model yet: a dead one is started again
+// (empty, as it was) and the live switch later hands the ring's model to the new process.
+TEST(Recovery, AParameterServerKilledBeforeTheSwitchIsRestartedAndTakesTheHandover) {
+  RunFixture f(RecoveryJob("{ kind: switch, rule: at_fraction, at_fraction: 0.9 }", "{}"));
+  ASSERT_TRUE(f.WaitForTraining(40)) << f.run->Output();
+  ASSERT_TRUE(f.Events("switch_decided").empty()) << "the switch came before the kill";
+  KillAndExpectRecovery(f, "ps-0");
+  auto done = f.Events("switch_done");
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0]["verification"]["weights_equal"], true) << done[0].dump(2);
+  // The restart came before the handover, so the switch was made with the new process.
+  auto rejoined = f.Events("rejoined");
+  ASSERT_EQ(rejoined.size(), 1u);
+  EXPECT_LT(rejoined[0]["wall_s"].get<double>(), done[0]["wall_s"].get<double>());
+}
+
 // The ring breaks: the survivor holds its last model, the orchestrator hands it to the server and
 // the survivor goes on with push/pull at once; the dead worker is restarted and rejoins there.
 TEST(Recovery, AWorkerKilledInTheRingOfASwitchJobMakesTheSurvivorsFallBackToTheServers) {

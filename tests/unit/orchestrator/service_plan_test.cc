@@ -36,6 +36,10 @@ TEST(ServicePlan, ServersThenWorkersThenTheEvaluatorWithTheirFlags) {
   EXPECT_EQ(services[1].name, "worker-0");
   EXPECT_EQ(absl::StrJoin(services[1].args, " "),
             "--config /runs/r/job.yaml --rank 0 --world 2 --shard-file /runs/r/shards/shard-0.idx "
+            "--run-dir /runs/r --checkpoint-every-s 10");
+  // Only rank 0 saves the ring's model: the replicas are identical.
+  EXPECT_EQ(absl::StrJoin(services[2].args, " "),
+            "--config /runs/r/job.yaml --rank 1 --world 2 --shard-file /runs/r/shards/shard-1.idx "
             "--run-dir /runs/r");
   EXPECT_TRUE(services[1].cpu_fractions.empty());
   EXPECT_EQ(services[2].cpu_fractions, std::vector<double>{0.5});  // worker 1 is the straggler
