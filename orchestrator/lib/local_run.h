@@ -6,6 +6,8 @@
 // both are the same: the run supervisor (run/run_supervisor.h) watches the run to the end in one
 // loop, stepping the evaluation scheduler and the switch controller (run/switch_controller.h),
 // and every service is stopped on success, failure and Ctrl-C (SIGTERM in a container).
+// `strata resume` (ResumeLocalJob) is the local form again, starting where a run left off. The
+// driver behind all three is lib/run_driver.h.
 #pragma once
 
 #include <chrono>

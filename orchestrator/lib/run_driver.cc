@@ -1,0 +1,453 @@
+#include "orchestrator/lib/run_driver.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+
+#include "orchestrator/launch/attached_launcher.h"
+#include "orchestrator/launch/local_launcher.h"
+#include "orchestrator/launch/service_plan.h"
+#include "orchestrator/run/grpc_cluster_client.h"
+#include "services/common/files.h"
+#include "services/common/rpc_auth.h"
+#include "services/common/run_paths.h"
+#include "services/common/shard_index.h"
+#include "services/common/status.h"
+#include "services/common/tls_certificates.h"
+
+namespace strata {
+namespace {
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal = sig; }
+
+absl::Status CheckSignal(RunFailure& failure) {
+  if (const int sig = g_signal.load(); sig != 0) {
+    return failure.Fail(
+        "", absl::CancelledError(absl::StrCat(
+                "interrupted by ", sig == SIGINT ? "SIGINT (Ctrl-C)" : ::strsignal(sig))));
+  }
+  return absl::OkStatus();
+}
+
+void InstallSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: a blocking wait returns early
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+}  // namespace
+
+std::string StrategyText(const StrategySpec& s) {
+  if (s.kind == "ps") return absl::StrCat("ps (", s.consistency, ")");
+  if (s.kind == "switch") {
+    return s.rule == "at_fraction" ? absl::StrCat("switch (at_fraction ", s.at_fraction, ")")
+                                   : absl::StrCat("switch (empirical, window ", s.window,
+                                                  ", threshold ", s.threshold_percent, "%)");
+  }
+  return s.kind;
+}
+
+absl::StatusOr<std::vector<ServiceExit>> RunDriver::CheckProcesses() {
+  STRATA_RETURN_IF_ERROR(CheckSignal(failure_));
+  return launcher_->TakeExits();
+}
+
+bool RunDriver::TakeSwitchRequest() {
+  if (!FileExists(paths_.switch_request)) return false;
+  std::remove(paths_.switch_request.c_str());
+  return true;
+}
+
+int RunDriver::Run() {
+  start_ = began_ = Clock::now();
+  absl::Status s = Execute();
+  console_.ClearProgress();
+  if (!s.ok()) failure_.Fail("", s).IgnoreError();  // a failure already named stays
+  const bool interrupted =
+      g_signal != 0 || failure_.status().code() == absl::StatusCode::kCancelled;
+  const std::string state = !failure_.failed() ? "succeeded"
+                            : interrupted      ? "interrupted"
+                                               : "failed";
+  if (failure_.failed() && record_) {
+    record_->RunFailed({state, std::string(failure_.status().message()), failure_.process()});
+  }
+  Shutdown(!failure_.failed());
+  RemoveRunCertificates();
+  Finish(state);
+  if (failure_.failed()) {
+    std::fprintf(stderr, "%s: %s: %s\n  run directory: %s (summary.json, logs/)\n", command(),
+                 state.c_str(), std::string(failure_.status().message()).c_str(),
+                 paths_.root.c_str());
+    return interrupted ? 130 : 1;
+  }
+  const v1::EvalMetrics& final_metrics = eval_->final_metrics();
+  std::printf("done: %s in %.1f s, final val_acc %.4f, val_loss %.4f%s; results in %s\n",
+              spec_.name.c_str(), SecondsBetween(start_, finish_), final_metrics.val_acc(),
+              final_metrics.val_loss(),
+              switched()
+                  ? absl::StrFormat(", switched at epoch %.2f (handover %.3f s)",
+                                    switcher_->outcome()->epoch, switcher_->outcome()->handover_s)
+                        .c_str()
+                  : "",
+              paths_.root.c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
+absl::Status RunDriver::Execute() {
+  STRATA_RETURN_IF_ERROR(Prepare());
+  console_.Say(absl::StrFormat(
+      "%s: %s: %s on %s, strategy %s, %d worker(s), %d parameter server(s); run "
+      "directory %s",
+      command(), spec_.name, spec_.model.arch, spec_.dataset.name, StrategyText(spec_.strategy),
+      spec_.cluster.workers, UsesServers() ? spec_.cluster.parameter_servers : 0, paths_.root));
+  if (resume_) {
+    console_.Say(
+        resume_->phase == "ps"
+            ? absl::StrFormat("resuming in push/pull from the servers' last saves (%s)",
+                              switched_before_resume() ? "switched before" : "a ps job")
+        : resume_->checkpoint.empty()
+            ? std::string("resuming in all-reduce from the start: no ring checkpoint was saved")
+            : absl::StrFormat("resuming in all-reduce at step %d from %s", resume_->step,
+                              resume_->checkpoint));
+  }
+  STRATA_RETURN_IF_ERROR(ShardData());
+  STRATA_RETURN_IF_ERROR(LaunchServices());
+  STRATA_RETURN_IF_ERROR(WaitForPorts());
+  STRATA_RETURN_IF_ERROR(StartTraining());
+  return Supervise();
+}
+
+absl::Status RunDriver::Prepare() {
+  for (const std::string& dir :
+       {paths_.root, paths_.shards, paths_.checkpoints, paths_.logs, paths_.ports}) {
+    STRATA_RETURN_IF_ERROR(MakeDirs(dir));
+  }
+  if (resume_) {
+    PrepareResume();
+  } else {
+    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecToYaml(spec_)));
+  }
+  // A fresh secret per run, whatever this process's environment holds: the orchestrator's channels
+  // carry it and ChildProcess hands it to every service in the child's environment only. Not a
+  // file in the run directory: the directory outlives the run and is shared with readers of
+  // logs and reports; /proc/PID/environ is readable only by the user who runs the job, the same
+  // boundary a 0600 file would give, with nothing left behind.
+  RpcAuth auth;
+  if (attached()) {
+    // The token the platform gave every service (a compose secret, a Kubernetes Secret); present,
+    // SuperviseJob checked.
+    auth.token = std::getenv(kRunTokenEnv);
+  } else {
+    STRATA_ASSIGN_OR_RETURN(auth.token, GenerateRunToken());
+  }
+  if (spec_.security.tls != "off") {
+    STRATA_ASSIGN_OR_RETURN(auth.tls, PrepareTls());
+  }
+  SetRpcAuth(std::move(auth));
+  STRATA_ASSIGN_OR_RETURN(record_, RunRecord::Open(paths_.root, start_));
+  if (attached()) {
+    launcher_ = std::make_unique<AttachedLauncher>(*options_.attached, *record_);
+  } else {
+    launcher_ = std::make_unique<LocalLauncher>(options_.bin_dir, paths_.root, *record_, console_,
+                                                failure_);
+  }
+  nlohmann::json started = {{"name", spec_.name},
+                            {"job", options_.job_path},
+                            {"overrides", options_.overrides},
+                            {"tls", spec_.security.tls},
+                            {"orchestrator_pid", ::getpid()}};
+  if (resume_) {
+    started["phase"] = resume_->phase;
+    started["steps"] = resume_->StepsByRank(spec_.cluster.workers);
+    started["checkpoint"] = resume_->checkpoint;
+    started["resume"] = resume_->earlier_resumes + 1;
+    started["removed"] = resume_->stale_server_checkpoints;
+  }
+  record_->Event(resume_ ? RunEvent::kResumed : RunEvent::kRunStarted, std::move(started));
+  InstallSignalHandlers();
+  WriteStatus();
+  return absl::OkStatus();
+}
+
+// The certificates of a job with security.tls on or mutual: the job's own directory, or a CA and
+// certificates made for this run alone in the run directory (docs/security.md, "Transport
+// security"). This process is a client only: it loads the CA and, under mutual, the client pair.
+absl::StatusOr<TlsMaterial> RunDriver::PrepareTls() {
+  const SecuritySpec& security = spec_.security;
+  TlsSettings settings;
+  STRATA_ASSIGN_OR_RETURN(settings.mode, TlsModeFromName(security.tls));
+  settings.server_name = security.tls_server_name;
+  if (!security.tls_dir.empty()) {
+    // Absolute, so that services started in another working directory find the same files.
+    std::error_code ec;
+    tls_dir_ = std::filesystem::absolute(security.tls_dir, ec).lexically_normal().string();
+    if (ec) tls_dir_ = security.tls_dir;
+  } else if (attached()) {
+    return absl::FailedPreconditionError(
+        "security.tls without security.tls_dir: the services were started elsewhere, so "
+        "certificates made here would not be theirs; give the directory they use");
+  } else {
+    RunCertificateOptions options;
+    options.server_name = security.tls_server_name;
+    STRATA_RETURN_IF_ERROR(WriteRunCertificates(paths_.tls, options));
+    tls_dir_ = std::filesystem::absolute(paths_.tls).lexically_normal().string();
+    tls_generated_ = true;
+  }
+  settings.dir = tls_dir_;
+  return LoadTlsMaterial(settings, TlsUse::kClient);
+}
+
+// The run's own keys are useless once its services are gone and are not left in a directory that
+// outlives the run (the CA's key was never written).
+void RunDriver::RemoveRunCertificates() {
+  if (!tls_generated_) return;
+  std::error_code ec;
+  std::filesystem::remove_all(tls_dir_, ec);
+  if (ec) {
+    std::fprintf(stderr, "%s: cannot remove the run's certificates in %s: %s\n", command(),
+                 tls_dir_.c_str(), ec.message().c_str());
+  }
+}
+
+absl::Status RunDriver::ShardData() {
+  const auto t0 = Clock::now();
+  if (!resume_) {  // a resumed run trains on the shards it had
+    STRATA_RETURN_IF_ERROR(launcher_->RunTask(ShardTask(paths_), options_.startup_timeout,
+                                              [this] { return CheckSignal(failure_); }));
+  }
+  int64_t smallest = -1;
+  for (int r = 0; r < spec_.cluster.workers; ++r) {
+    auto shard = ReadShardIndexFile(ShardFile(paths_, r));
+    if (!shard.ok()) return failure_.Fail("sharder", shard.status());
+    const int64_t n = static_cast<int64_t>(shard->indices.size());
+    shard_sizes_.push_back(n);
+    train_examples_ = static_cast<int64_t>(shard->examples);
+    smallest = smallest < 0 ? n : std::min(smallest, n);
+  }
+  view_.worker_batch = std::max(1, spec_.training.batch_size / spec_.cluster.workers);
+  view_.epochs = spec_.training.epochs;
+  // Ring steps must line up: every worker runs as many steps as the smallest shard allows.
+  view_.planned_steps_per_epoch =
+      std::max<int64_t>(1, (smallest + view_.worker_batch - 1) / view_.worker_batch);
+  const double secs = SecondsBetween(t0, Clock::now());
+  record_->Event(RunEvent::kShardsWritten, {{"seconds", secs},
+                                            {"shard_sizes", shard_sizes_},
+                                            {"train_examples", train_examples_},
+                                            {"steps_per_epoch", view_.planned_steps_per_epoch},
+                                            {"method", spec_.sharding.method}});
+  if (attached() || resume_) {  // the sharder ran before; its time is not ours to report
+    console_.Say(absl::StrFormat(
+        "the sharder's plan: %d training examples (%s) in %d shard(s); %d steps per epoch",
+        train_examples_, spec_.sharding.method, spec_.cluster.workers,
+        view_.planned_steps_per_epoch));
+  } else {
+    console_.Say(absl::StrFormat(
+        "sharded %d training examples (%s) into %d shard(s) in %.1f s; %d steps per epoch",
+        train_examples_, spec_.sharding.method, spec_.cluster.workers, secs,
+        view_.planned_steps_per_epoch));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunDriver::LaunchServices() {
+  ServicePlanInputs inputs;
+  inputs.train_examples = train_examples_;
+  if (spec_.strategy.kind == "ps") {
+    // Servers of a pure ps job start from the model a worker would build from the job's seed
+    // (a resumed one from their own saves, if they made any: ps_main.cc's --resume).
+    inputs.init_checkpoint = paths_.checkpoints + "/init.ckpt";
+    if (!resume_ || !FileExists(inputs.init_checkpoint)) {
+      STRATA_RETURN_IF_ERROR(launcher_->RunTask(InitCheckpointTask(paths_, inputs.init_checkpoint),
+                                                options_.startup_timeout,
+                                                [this] { return CheckSignal(failure_); }));
+    }
+  }
+  // Abstract socket names vanish with the process and need no directory; the orchestrator's pid
+  // and the run's name keep concurrent runs apart.
+  inputs.tls_dir = tls_dir_;
+  inputs.ring_socket_prefix =
+      absl::StrCat("unix-abstract:strata-", getpid(), "-",
+                   std::filesystem::path(paths_.root).filename().string(), "-worker-");
+  for (const ServiceSpec& service : PlanServices(spec_, paths_, inputs)) {
+    STRATA_RETURN_IF_ERROR(launcher_->Start(service));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunDriver::WaitForPorts() {
+  STRATA_ASSIGN_OR_RETURN(endpoints_, launcher_->WaitReady(options_.startup_timeout, [this] {
+    return CheckSignal(failure_);
+  }));
+  ClusterAddresses addresses;
+  addresses.workers = Addresses(ServiceRole::kWorker);
+  addresses.servers = Addresses(ServiceRole::kParameterServer);
+  addresses.evaluator = Addresses(ServiceRole::kEvaluator).front();
+  client_ = MakeGrpcClusterClient(addresses);
+  console_.Say(absl::StrFormat("%d %s after %.1f s", endpoints_.size(),
+                               attached() ? "service(s) serving" : "process(es) listening",
+                               SecondsBetween(began_, Clock::now())));
+  return absl::OkStatus();
+}
+
+std::vector<std::string> RunDriver::Addresses(ServiceRole role) const {
+  std::vector<std::string> out;
+  for (const Endpoint& e : endpoints_) {
+    if (e.role == role) out.push_back(e.address);
+  }
+  return out;
+}
+
+absl::Status RunDriver::StartTraining() {
+  v1::StartRequest start;
+  for (const Endpoint& e : endpoints_) {
+    if (e.role == ServiceRole::kWorker)
+      start.add_workers(e.ring_address.empty() ? e.address : e.ring_address);
+  }
+  for (const std::string& a : Addresses(ServiceRole::kParameterServer))
+    start.add_parameter_servers(a);
+  const bool push_pull = resume_ ? resume_->phase == "ps" : spec_.strategy.kind == "ps";
+  start.set_mode(push_pull ? v1::SYNC_MODE_PS : v1::SYNC_MODE_ALLREDUCE);
+  const double scale =
+      spec_.strategy.ps_lr_scale > 0 ? spec_.strategy.ps_lr_scale : 1.0 / spec_.cluster.workers;
+  start.set_ps_learning_rate(static_cast<float>(spec_.training.lr * scale));
+  start.set_steps_per_epoch(view_.planned_steps_per_epoch);
+  start_request_ = start;
+  const std::vector<int64_t> first_steps = resume_
+                                               ? resume_->StepsByRank(client_->worker_count())
+                                               : std::vector<int64_t>(client_->worker_count(), 0);
+  for (int r = 0; r < client_->worker_count(); ++r) {
+    v1::StartRequest mine = start;
+    mine.set_first_step(first_steps[r]);
+    if (resume_ && !push_pull && !resume_->checkpoint.empty()) {
+      mine.set_init_checkpoint(kRingCheckpointFile);  // relative to the run directory
+    }
+    absl::Status s = client_->StartWorker(r, mine, options_.rpc_timeout);
+    if (!s.ok()) return failure_.Fail(absl::StrCat("worker-", r), s);
+  }
+  train_start_ = Clock::now();
+  phase_.name = push_pull ? "ps" : "allreduce";
+  if (switched_before_resume()) phase_.switched_at_step = resume_->switch_done->at_step;
+  record_->Event(RunEvent::kTrainingStarted, {{"mode", phase_.name},
+                                              {"steps_per_epoch", view_.planned_steps_per_epoch},
+                                              {"worker_batch", view_.worker_batch}});
+  return absl::OkStatus();
+}
+
+absl::Status RunDriver::Supervise() {
+  const std::vector<std::string> server_addresses = Addresses(ServiceRole::kParameterServer);
+  const std::vector<std::string> worker_addresses = Addresses(ServiceRole::kWorker);
+  policy_ = std::make_unique<SwitchPolicy>(spec_.strategy, spec_.training.epochs, record_.get());
+  if (spec_.strategy.kind == "switch" && !switched_before_resume()) {
+    SwitchControllerOptions o;
+    o.server_addresses = server_addresses;
+    o.checkpoint_dir = paths_.checkpoints;
+    o.switch_timeout = options_.switch_timeout;
+    o.run_start = start_;
+    switcher_ = std::make_unique<SwitchController>(o, *client_, *this, failure_);
+  }
+  EvalSchedulerOptions e;
+  e.epochs = spec_.training.epochs;
+  if (resume_) e.evaluated_epochs = resume_->evaluated_epochs;
+  e.worker_address = worker_addresses.front();
+  e.server_addresses = server_addresses;
+  e.run_start = start_;
+  e.on_result = [this](const v1::EvalMetrics& m) {
+    const bool rule_open = switcher_ && !switcher_->settled();
+    auto trigger = policy_->OnEvaluation(m.epoch(), m.phase(), m.val_loss(), rule_open);
+    if (trigger) switcher_->Offer(std::move(*trigger));
+  };
+  eval_ = std::make_unique<EvalScheduler>(e, *client_, *record_, console_, phase_);
+  // Only where this process runs the services itself (containers are restarted by their
+  // platform).
+  if (!attached() && spec_.recovery.restarts > 0) {
+    RecoveryOptions r;
+    r.max_restarts = spec_.recovery.restarts;
+    r.rejoin_timeout = options_.startup_timeout;
+    r.rpc_timeout = options_.rpc_timeout;
+    r.ps_start = start_request_;
+    r.ps_start.set_mode(v1::SYNC_MODE_PS);
+    r.ring_start = start_request_;
+    r.ring_start.set_mode(v1::SYNC_MODE_ALLREDUCE);
+    recovery_ = std::make_unique<ServiceRecovery>(r, *launcher_, *client_, *record_, failure_);
+  }
+  SupervisorOptions so;
+  so.switch_job = spec_.strategy.kind == "switch";
+  so.worker_addresses = worker_addresses;
+  so.status_timeout = std::min(options_.rpc_timeout, std::chrono::milliseconds(5000));
+  so.unresponsive_timeout = options_.unresponsive_timeout;
+  RunSupervisor supervisor(so, {*client_, *record_, failure_, *this, view_, phase_, *eval_,
+                                *policy_, switcher_.get(), recovery_.get()});
+  absl::Status s = supervisor.Run();
+  training_end_ = supervisor.training_end();
+  return s;
+}
+
+// Stop through the RPC first (a clean exit), then signals for whatever is left.
+void RunDriver::Shutdown(bool clean) {
+  if (shut_down_ || !launcher_) return;
+  shut_down_ = true;
+  const std::chrono::milliseconds stop_deadline(clean ? 3000 : 1000);
+  const std::string reason = clean ? "the run is done" : "the run is ending";
+  if (client_) {
+    for (int r = 0; r < client_->worker_count(); ++r) {
+      if (launcher_->Running(absl::StrCat("worker-", r)))
+        client_->StopWorker(r, reason, stop_deadline);
+    }
+    for (int p = 0; p < client_->server_count(); ++p) {
+      if (launcher_->Running(absl::StrCat("ps-", p))) client_->StopServer(p, reason, stop_deadline);
+    }
+    if (launcher_->Running("evaluator")) client_->StopEvaluator(reason, stop_deadline);
+  }
+  launcher_->StopAll(clean ? std::chrono::seconds(10) : std::chrono::seconds(2));
+  if (eval_) eval_->Cancel();  // its call ended with the evaluator
+}
+
+void RunDriver::SwitchDecided(const SwitchDecidedEvent& e) {
+  record_->SwitchDecided(e);
+  console_.Say(absl::StrFormat("switch decided (%s): %s; handing over at step %d",
+                               TriggerKindName(e.trigger.kind), e.trigger.reason, e.at_step));
+}
+
+void RunDriver::SwitchDone(const SwitchDoneEvent& e) {
+  record_->SwitchDone(e);
+  console_.Say(absl::StrFormat(
+      "switched to parameter servers at step %d (epoch %.2f): handover %.3f s%s", e.at_step,
+      e.epoch.value_or(0), e.handover_s.value_or(0),
+      e.verification.weights_equal ? ", server weights equal the last all-reduce model" : ""));
+}
+
+// What the run left that would mislead its resumption: the port files of services that are gone
+// (the launcher waits for new ones), a `strata switch` request the killed run never took, and
+// server saves of a handover that never completed (FindResumePoint names them). The rest
+// (record, logs, checkpoints) goes on.
+void RunDriver::PrepareResume() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(paths_.ports, ec)) {
+    std::filesystem::remove(entry.path(), ec);
+  }
+  std::remove(paths_.switch_request.c_str());
+  for (const std::string& stale : resume_->stale_server_checkpoints) std::remove(stale.c_str());
+  // The run's clock goes on from where it stopped, so that the record's wall_s never runs back;
+  // the time the run lay dead is not counted.
+  start_ -=
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(resume_->wall_s));
+}
+
+}  // namespace strata
