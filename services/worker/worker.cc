@@ -252,9 +252,13 @@ class WorkerRunner {
     return reply;
   }
 
-  // The synchroniser Start asks for: the ring (connected to every peer) or push/pull.
+  // The synchroniser Start asks for: the ring (connected to every peer) or push/pull, and the
+  // model a resumed run starts from.
   absl::StatusOr<std::unique_ptr<Synchroniser>> FirstSynchroniser(const v1::StartRequest& start,
                                                                   Trainer& trainer) {
+    if (!start.init_checkpoint().empty()) {
+      STRATA_RETURN_IF_ERROR(LoadInitCheckpoint(start, trainer));
+    }
     std::unique_ptr<Synchroniser> sync;
     if (start.mode() == v1::SYNC_MODE_ALLREDUCE) {
       std::vector<std::string> peers(start.workers().begin(), start.workers().end());
@@ -377,8 +381,6 @@ class WorkerRunner {
       start = *state_->start;
       state_->status.set_mode(start.mode());
     }
-    if (!start.init_checkpoint().empty())
-      STRATA_RETURN_IF_ERROR(LoadInitCheckpoint(start, trainer));
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Synchroniser> sync, FirstSynchroniser(start, trainer));
     const int64_t steps_per_epoch = AgreedStepsPerEpoch(start, trainer);
     spdlog::info("training: mode {}, {} examples, {} steps per epoch, {} epochs",
@@ -435,13 +437,12 @@ class WorkerRunner {
         const std::optional<v1::SwitchRequest> switch_now = state_->switch_participant.SettleStep(
             context.ready_to_switch, outcome.all_ready_to_switch);
         PublishStep(step, loss_sum / seen, phase_samples, phase_start, switch_now.has_value());
+        MaybeSaveRingCheckpoint(trainer, step, steps_per_epoch);
         if (switch_now) {
           STRATA_RETURN_IF_ERROR(
               SwitchAfter(trainer, *switch_now, epoch, step, steps_per_epoch, &sync));
           phase_start = Clock::now();
           phase_samples = 0;
-        } else {
-          MaybeSaveRingCheckpoint(trainer, step, steps_per_epoch);
         }
       }
       std::lock_guard<std::mutex> lock(state_->mu);
