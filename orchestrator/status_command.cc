@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <nlohmann/json.hpp>
 
@@ -83,6 +84,13 @@ int ShowStatus(const std::string& dir) {
                   Num(done.handover_s, "%.3f").c_str());
     } else if (event == RunEvent::kRunFailed) {
       std::printf("error:     %s\n", RunFailedEvent::FromJson(e).error.c_str());
+    } else if (event == RunEvent::kResumed) {
+      const nlohmann::json steps = e.value("steps", nlohmann::json::array());
+      std::printf("resumed:   by strata resume, in %s at step %s%s\n",
+                  e.value("phase", "?").c_str(), steps.empty() ? "0" : steps[0].dump().c_str(),
+                  e.value("checkpoint", "").empty()
+                      ? ""
+                      : absl::StrCat(" from ", e.value("checkpoint", "")).c_str());
     }
   }
   if (summary.is_object()) {

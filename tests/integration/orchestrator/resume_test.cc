@@ -88,6 +88,12 @@ TEST(Resume, AnAllReduceRunWhoseOrchestratorWasKilledEndsWithTheUndisturbedModel
   const int64_t step = resumed[0]["steps"][0].get<int64_t>();
   EXPECT_GE(step, 1) << resumed[0].dump();
   EXPECT_NE(Slurp(f.run_dir + "/logs/worker-1.log").find("resuming from"), std::string::npos);
+  CommandResult status = RunCommand(Strata() + " status " + f.run_dir);
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("resumed:   by strata resume, in allreduce at step " +
+                               std::to_string(step) + " from "),
+            std::string::npos)
+      << status.output;
   // Evaluation goes on after the last epoch the killed run evaluated: no epoch twice.
   int64_t last_epoch = 0;
   for (const auto& m : ReadLines(f.run_dir + "/metrics.jsonl")) {
