@@ -434,9 +434,9 @@ void RunDriver::SwitchDone(const SwitchDoneEvent& e) {
 }
 
 // What the run left that would mislead its resumption: the port files of services that are gone
-// (the launcher waits for new ones), a `strata switch` request the killed run never took, and
-// server saves of a handover that never completed (FindResumePoint names them). The rest
-// (record, logs, checkpoints) goes on.
+// (the launcher waits for new ones), a `strata switch` request the killed run never took, server
+// saves of a handover that never completed (FindResumePoint names them) and the run's own
+// certificates. The rest (record, logs, checkpoints) goes on.
 void RunDriver::PrepareResume() {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(paths_.ports, ec)) {
@@ -444,6 +444,11 @@ void RunDriver::PrepareResume() {
   }
   std::remove(paths_.switch_request.c_str());
   for (const std::string& stale : resume_->stale_server_checkpoints) std::remove(stale.c_str());
+  // A killed run could not remove its own certificates; their services are gone, and the resumed
+  // run makes a new CA (PrepareTls), which refuses a directory that still holds the old one.
+  if (spec_.security.tls != "off" && spec_.security.tls_dir.empty()) {
+    std::filesystem::remove_all(paths_.tls, ec);
+  }
   // The run's clock goes on from where it stopped, so that the record's wall_s never runs back;
   // the time the run lay dead is not counted.
   start_ -=

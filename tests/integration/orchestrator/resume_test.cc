@@ -12,7 +12,7 @@ namespace strata::testing {
 namespace {
 
 // 60 passes over 2000 examples: long enough to be killed mid-run, with checkpoints every 0.5 s.
-std::string ResumeJob(const std::string& strategy) {
+std::string ResumeJob(const std::string& strategy, const std::string& more = "") {
   return std::string(R"(name: resume
 dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 200 }
 model: { arch: mlp }
@@ -21,7 +21,7 @@ cluster: { workers: 2, parameter_servers: 1 }
 sharding: { method: stratified }
 recovery: { ring_checkpoint_s: 0.5, server_checkpoint_s: 0.5 }
 strategy: )") +
-         strategy + "\n";
+         strategy + "\n" + more;
 }
 
 // Kills the orchestrator and waits until every service it started has died with it.
@@ -61,7 +61,7 @@ nlohmann::json ResumeAndExpectSuccess(RunFixture& f) {
   return summary;
 }
 
-TEST(Resume, AnAllReduceRunWhoseOrchestratorWasKilledEndsWithTheUndisturbedModel) {
+TEST(StrataResume, AnAllReduceRunWhoseOrchestratorWasKilledEndsWithTheUndisturbedModel) {
   const std::string job = ResumeJob("{ kind: allreduce }");
   double undisturbed_loss = 0;
   {
@@ -112,8 +112,11 @@ TEST(Resume, AnAllReduceRunWhoseOrchestratorWasKilledEndsWithTheUndisturbedModel
   EXPECT_EQ(Slurp(f.run_dir + "/summary.json"), before);
 }
 
-TEST(Resume, ASwitchJobKilledAfterItsSwitchGoesOnAgainstTheServersSaves) {
-  RunFixture f(ResumeJob("{ kind: switch, rule: at_fraction, at_fraction: 0.1 }"));
+// With TLS on: the killed run's own certificates are still in its directory, and the resumed run
+// makes new ones.
+TEST(StrataResume, ASwitchJobKilledAfterItsSwitchGoesOnAgainstTheServersSaves) {
+  RunFixture f(ResumeJob("{ kind: switch, rule: at_fraction, at_fraction: 0.1 }",
+                         "security: { tls: on }\n"));
   ASSERT_TRUE(
       Eventually([&] { return !f.Events("switch_done").empty(); }, std::chrono::seconds(300)))
       << f.run->Output();
@@ -132,9 +135,10 @@ TEST(Resume, ASwitchJobKilledAfterItsSwitchGoesOnAgainstTheServersSaves) {
   EXPECT_GT(summary["final_val_acc"].get<double>(), 0.5) << summary.dump(2);
   EXPECT_NE(Slurp(f.run_dir + "/logs/ps-0.log").find("resumed from this partition's last"),
             std::string::npos);
+  EXPECT_FALSE(Exists(f.run_dir + "/tls")) << "the run's certificates outlived it";
 }
 
-TEST(Resume, ADirectoryThatHoldsNoRunIsRefusedWithExitCode2) {
+TEST(StrataResume, ADirectoryThatHoldsNoRunIsRefusedWithExitCode2) {
   const std::string dir = MakeTempDir("resume-none");
   CommandResult r = RunCommand(Strata() + " resume " + dir);
   EXPECT_EQ(r.exit_code, 2) << r.output;
