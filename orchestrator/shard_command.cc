@@ -1,20 +1,18 @@
 // `strata shard`: builds a shard plan by running strata-sharder (which links LibTorch; `strata`
 // does not) with the same flags, or prints a plan's class balance (--stats, in-process).
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "orchestrator/commands.h"
-#include "sharder/shard_flags.h"
 #include "orchestrator/lib/shard_stats.h"
+#include "services/common/child_process.h"
+#include "sharder/shard_flags.h"
 
 namespace strata::cli {
 namespace {
@@ -28,46 +26,38 @@ std::string SharderPath() {
   return path.substr(0, path.rfind('/') + 1) + "strata-sharder";
 }
 
+// In the foreground: the sharder's progress and errors reach the terminal as they come. It runs
+// under ChildProcess like every process Strata starts (its own process group, gone with
+// `strata`); OMP_WAIT_POLICY, set by `strata`'s main, reaches it through the environment.
 int RunSharder(const std::vector<std::string>& args) {
-  const std::string program = SharderPath();
-  std::vector<char*> argv;
-  argv.push_back(const_cast<char*>(program.c_str()));
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
+  SpawnOptions o;
+  o.name = "strata-sharder";
+  o.argv = {SharderPath()};
+  o.argv.insert(o.argv.end(), args.begin(), args.end());
+  o.inherit_output = true;
   std::fflush(stdout);
   std::fflush(stderr);
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    std::fprintf(stderr, "strata shard: cannot start %s: %s\n", program.c_str(), std::strerror(errno));
+  auto child = ChildProcess::Spawn(o);
+  if (!child.ok()) {
+    std::fprintf(stderr, "strata shard: cannot start %s\n",
+                 std::string(child.status().message()).c_str());
     return 1;
   }
-  if (pid == 0) {
-    // See EnsurePassiveOpenMpWaiting in sharder/sharder_main.cc: set here, it saves a re-exec.
-    ::setenv("OMP_WAIT_POLICY", "PASSIVE", 0);
-    ::execv(program.c_str(), argv.data());
-    std::fprintf(stderr, "strata shard: cannot run %s: %s\n", program.c_str(), std::strerror(errno));
-    ::_exit(127);
+  while (!(*child)->WaitFor(std::chrono::hours(1))) {
   }
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) {
-      std::fprintf(stderr, "strata shard: lost %s: %s\n", program.c_str(), std::strerror(errno));
-      return 1;
-    }
+  if (!(*child)->succeeded() && (*child)->exit_code() > 128) {
+    std::fprintf(stderr, "strata shard: %s %s\n", o.argv[0].c_str(),
+                 (*child)->ExitDescription().c_str());
   }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) {
-    std::fprintf(stderr, "strata shard: %s killed by signal %d\n", program.c_str(), WTERMSIG(status));
-    return 128 + WTERMSIG(status);
-  }
-  return 1;
+  return (*child)->exit_code();
 }
 
 }  // namespace
 
 void AddShardCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
-      "shard", "build a shard plan (random | mod | stratified | distribution-aware), or --stats DIR");
+      "shard",
+      "build a shard plan (random | mod | stratified | distribution-aware), or --stats DIR");
   // Owned by the callback, which lives as long as `app`; CLI11 writes into them while parsing.
   auto flags = std::make_shared<shard::ShardFlags>();
   auto stats_dir = std::make_shared<std::string>();

@@ -45,13 +45,21 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
                                             ": ", std::strerror(errno)));
   }
   const int log_fd =
-      ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      options.inherit_output
+          ? STDERR_FILENO
+          : ::open(options.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     return absl::InternalError(absl::StrCat(options.name, ": cannot open log ", options.log_path,
                                             ": ", std::strerror(errno)));
   }
-  int out_fd = log_fd;
-  if (!options.stdout_path.empty()) {
+  int out_fd = options.inherit_output ? STDOUT_FILENO : log_fd;
+  // Closes what this function opened (not the inherited descriptors).
+  auto close_fds = [&] {
+    if (options.inherit_output) return;
+    ::close(log_fd);
+    if (out_fd != log_fd) ::close(out_fd);
+  };
+  if (!options.inherit_output && !options.stdout_path.empty()) {
     out_fd = ::open(options.stdout_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (out_fd < 0) {
       const int err = errno;
@@ -75,8 +83,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
-    ::close(log_fd);
-    if (out_fd != log_fd) ::close(out_fd);
+    close_fds();
     return absl::InternalError(absl::StrCat(options.name, ": fork failed: ", std::strerror(err)));
   }
   if (pid == 0) {
@@ -96,8 +103,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
-  ::close(log_fd);
-  if (out_fd != log_fd) ::close(out_fd);
+  close_fds();
   // Also from the parent, so that a signal sent right after Spawn already finds the group.
   ::setpgid(pid, pid);
   return std::unique_ptr<ChildProcess>(new ChildProcess(options.name, options.log_path, pid));

@@ -25,6 +25,9 @@ struct SpawnOptions {
   // When set, stdout goes to this file instead (truncated) and only stderr to `log_path`: for a
   // tool whose output is read back (kubectl's JSON) apart from its warnings.
   std::string stdout_path;
+  // The child writes to this process's stdout and stderr instead (a tool run in the foreground,
+  // as `strata shard` runs strata-sharder); log_path and stdout_path are then unused.
+  bool inherit_output = false;
 };
 
 class ChildProcess {
