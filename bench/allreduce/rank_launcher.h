@@ -4,15 +4,14 @@
 #pragma once
 
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,60 +37,46 @@ inline int RunRanks(const std::string& self, int world, const std::vector<std::s
     return 1;
   }
   const std::string dir = pattern;
-  // Every rank gets this process's run token, so that their ring calls authenticate.
-  std::vector<std::string> env_strings = ChildEnvironment();
-  std::vector<char*> env;
-  for (auto& e : env_strings) env.push_back(e.data());
-  env.push_back(nullptr);
-  std::vector<pid_t> pids;
+  // Each rank is a ChildProcess (its own process group, gone with this process, this process's
+  // run token in its environment so that the ring calls authenticate), writing to our terminal.
+  std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < world; ++r) {
-    std::vector<std::string> argv_s = {self};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    for (const std::string& extra :
-         {std::string("--rank"), std::to_string(r), std::string("--dir"), dir}) {
-      argv_s.push_back(extra);
+    SpawnOptions o;
+    o.name = absl::StrCat("rank-", r);
+    o.argv = {self};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.argv.insert(o.argv.end(), {"--rank", std::to_string(r), "--dir", dir});
+    o.inherit_output = true;
+    auto child = ChildProcess::Spawn(o);
+    if (!child.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(child.status().message()).c_str());
+      return 1;  // the ranks started so far are killed and reaped as `ranks` goes
     }
-    std::vector<char*> argv;
-    for (auto& a : argv_s) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    pid_t pid;
-    if (posix_spawn(&pid, self.c_str(), nullptr, nullptr, argv.data(), env.data()) != 0) {
-      std::perror("posix_spawn");
-      for (pid_t p : pids) kill(p, SIGKILL);
-      return 1;
-    }
-    pids.push_back(pid);
+    ranks.push_back(std::move(*child));
   }
   int rc = 0;
-  size_t alive = pids.size();
   const auto until = std::chrono::steady_clock::now() + limit;
-  while (alive > 0) {
-    int status = 0;
-    pid_t done = waitpid(-1, &status, WNOHANG);
-    if (done > 0) {
-      --alive;
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        if (rc == 0) {
-          std::fprintf(stderr, "a rank failed (pid %d, %s %d); stopping the others\n", done,
-                       WIFSIGNALED(status) ? "signal" : "exit code",
-                       WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
-        }
+  for (size_t alive = ranks.size(); alive > 0;) {
+    alive = 0;
+    for (auto& rank : ranks) {
+      if (!rank->exited() && !rank->Poll()) {
+        ++alive;
+      } else if (!rank->succeeded() && rc == 0) {
+        std::fprintf(stderr, "%s (pid %d) %s; stopping the others\n", rank->name().c_str(),
+                     rank->pid(), rank->ExitDescription().c_str());
         rc = 1;
-        for (pid_t p : pids) kill(p, SIGKILL);  // reaped ones are gone; the kill is then a no-op
       }
-      continue;
     }
-    if (std::chrono::steady_clock::now() > until) {
+    if (rc != 0) break;  // the others are killed and reaped as `ranks` goes
+    if (alive > 0 && std::chrono::steady_clock::now() > until) {
       std::fprintf(stderr, "ranks still running after %lld s; killing them\n",
                    static_cast<long long>(limit.count()));
-      for (pid_t p : pids) kill(p, SIGKILL);
       rc = 1;
-      while (waitpid(-1, nullptr, 0) > 0) {
-      }
       break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling children, not syncing
+    if (alive > 0) std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling pids
   }
+  ranks.clear();
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
   return rc;
