@@ -1,5 +1,6 @@
 // What a run writes about itself: the progress line, status.json (about once a second) and, at
 // the end, summary.json and the report (orchestrator/record/ builds the files).
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 
@@ -42,7 +43,12 @@ void RunDriver::ShowProgress(const ClusterView& view, Clock::time_point now) {
   if (console_.progress_live()) {
     const double f = view.GlobalEpochFraction() / spec_.training.epochs;
     const double elapsed = SecondsBetween(train_start_, now);
-    const double eta = f > 0.01 ? elapsed * (1 - f) / f : NAN;
+    // The pace is this process's: a resumed run started at `f0`, not at 0.
+    const double f0 = static_cast<double>(StepsBeforeResume()) /
+                      std::max<double>(1, static_cast<double>(spec_.cluster.workers) *
+                                              view_.planned_steps_per_epoch *
+                                              spec_.training.epochs);
+    const double eta = f - f0 > 0.01 ? elapsed * (1 - f) / (f - f0) : NAN;
     const auto& last = eval_->last_metrics();
     std::string metrics =
         last ? absl::StrFormat("val_loss %.4f val_acc %.4f", last->val_loss(), last->val_acc())
