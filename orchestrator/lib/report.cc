@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
@@ -28,10 +29,17 @@ double Number(const nlohmann::json& j, const char* key) {
   return std::numeric_limits<double>::quiet_NaN();
 }
 
-// One line chart with axes, ticks, a legend and an optional vertical marker (the switch).
+// A vertical line across a chart at `x`: the switch, a `strata resume`.
+struct Marker {
+  double x = std::numeric_limits<double>::quiet_NaN();  // NaN: not drawn
+  std::string label;
+  const char* css_class;  // what a reader (or a test) finds it by
+  const char* color;
+};
+
+// One line chart with axes, ticks, a legend and its vertical markers.
 std::string Chart(const std::string& title, const std::string& x_label,
-                  const std::vector<Series>& series, double marker_x,
-                  const std::string& marker_label) {
+                  const std::vector<Series>& series, const std::vector<Marker>& markers) {
   const double W = 460, H = 280, L = 56, R = 16, T = 28, B = 44;
   double x0 = std::numeric_limits<double>::infinity(), x1 = -x0, y0 = x0, y1 = -x0;
   for (const Series& s : series) {
@@ -45,7 +53,9 @@ std::string Chart(const std::string& title, const std::string& x_label,
       "<text x='%.0f' y='18' font-size='14' font-weight='bold'>%s</text>",
       W, H, L, HtmlEscape(title));
   if (!std::isfinite(x0)) return svg + "<text x='60' y='140'>no data yet</text></svg>";
-  if (std::isfinite(marker_x)) x0 = std::min(x0, marker_x), x1 = std::max(x1, marker_x);
+  for (const Marker& m : markers) {
+    if (std::isfinite(m.x)) x0 = std::min(x0, m.x), x1 = std::max(x1, m.x);
+  }
   if (x1 - x0 < 1e-12) x0 -= 0.5, x1 += 0.5;
   const double pad = (y1 - y0) * 0.05 + 1e-9;
   y0 -= pad, y1 += pad;
@@ -64,13 +74,15 @@ std::string Chart(const std::string& title, const std::string& x_label,
   absl::StrAppendFormat(&svg,
                         "<text x='%.1f' y='%.1f' font-size='11' text-anchor='middle'>%s</text>",
                         (L + W - R) / 2, H - 8, HtmlEscape(x_label));
-  if (std::isfinite(marker_x)) {
+  for (size_t i = 0; i < markers.size(); ++i) {
+    const Marker& m = markers[i];
+    if (!std::isfinite(m.x)) continue;
     absl::StrAppendFormat(&svg,
-                          "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#d62728' "
-                          "stroke-dasharray='5,4' class='switch-marker'/>"
-                          "<text x='%.1f' y='%.1f' font-size='10' fill='#d62728'>%s</text>",
-                          px(marker_x), T, px(marker_x), H - B, px(marker_x) + 3, T + 12,
-                          HtmlEscape(marker_label));
+                          "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s' "
+                          "stroke-dasharray='5,4' class='%s'/>"
+                          "<text x='%.1f' y='%.1f' font-size='10' fill='%s'>%s</text>",
+                          px(m.x), T, px(m.x), H - B, m.color, m.css_class, px(m.x) + 3,
+                          T + 12 + 12 * static_cast<double>(i), m.color, HtmlEscape(m.label));
   }
   int legend = 0;
   for (const Series& s : series) {
@@ -121,7 +133,29 @@ std::string RenderReportHtml(const ReportInput& in) {
       switch_time = done.wall_s.value_or(std::numeric_limits<double>::quiet_NaN());
     }
   }
-  const std::string label = "switch to PS";
+  // Where `strata resume` took the run up: its clock, and the epoch of the steps done before.
+  double steps_per_epoch = std::numeric_limits<double>::quiet_NaN();
+  std::vector<Marker> resumed_epoch, resumed_time;
+  for (const auto& e : in.events) {
+    const std::optional<RunEvent> event = RunEventOf(e);
+    if (event == RunEvent::kTrainingStarted && !std::isfinite(steps_per_epoch)) {
+      steps_per_epoch = Number(e, "steps_per_epoch");
+    } else if (event == RunEvent::kResumed) {
+      double steps = std::numeric_limits<double>::quiet_NaN();
+      if (e.contains("steps") && e["steps"].is_array() && !e["steps"].empty() &&
+          e["steps"][0].is_number()) {
+        steps = e["steps"][0].get<double>();
+      }
+      resumed_epoch.push_back(
+          {steps_per_epoch > 0 ? steps / steps_per_epoch : std::numeric_limits<double>::quiet_NaN(),
+           "resumed", "resume-marker", "#9467bd"});
+      resumed_time.push_back({Number(e, "wall_s"), "resumed", "resume-marker", "#9467bd"});
+    }
+  }
+  std::vector<Marker> by_epoch = {{switch_epoch, "switch to PS", "switch-marker", "#d62728"}};
+  std::vector<Marker> by_time = {{switch_time, "switch to PS", "switch-marker", "#d62728"}};
+  by_epoch.insert(by_epoch.end(), resumed_epoch.begin(), resumed_epoch.end());
+  by_time.insert(by_time.end(), resumed_time.begin(), resumed_time.end());
   std::string html = absl::StrCat(
       "<!DOCTYPE html><html><head><meta charset='utf-8'><title>", HtmlEscape(in.title),
       "</title><style>body{font-family:sans-serif;margin:24px;color:#222}"
@@ -143,10 +177,10 @@ std::string RenderReportHtml(const ReportInput& in) {
         "refresh.</p>";
   }
   html += "<h2>Curves</h2><div class='charts'>";
-  html += Chart("Loss vs epoch", "epoch", {val_loss, train_loss}, switch_epoch, label);
-  html += Chart("Validation accuracy vs epoch", "epoch", {val_acc}, switch_epoch, label);
-  html += Chart("Loss vs wall time", "seconds", {val_loss_t, train_loss_t}, switch_time, label);
-  html += Chart("Validation accuracy vs wall time", "seconds", {val_acc_t}, switch_time, label);
+  html += Chart("Loss vs epoch", "epoch", {val_loss, train_loss}, by_epoch);
+  html += Chart("Validation accuracy vs epoch", "epoch", {val_acc}, by_epoch);
+  html += Chart("Loss vs wall time", "seconds", {val_loss_t, train_loss_t}, by_time);
+  html += Chart("Validation accuracy vs wall time", "seconds", {val_acc_t}, by_time);
   html +=
       "</div><h2>Evaluations</h2><table><tr><th>epoch</th><th>phase</th><th>val loss</th>"
       "<th>val acc</th><th>train loss</th><th>wall s</th></tr>";

@@ -1,5 +1,6 @@
 #include "orchestrator/lib/report.h"
 
+#include <absl/strings/str_format.h>
 #include <gtest/gtest.h>
 
 #include "orchestrator/lib/job_checks.h"
@@ -43,6 +44,37 @@ TEST(RenderReportHtml, ChartsTheCurvesAndMarksTheSwitch) {
   EXPECT_EQ(html.find("a<b>"), std::string::npos);
   EXPECT_NE(html.find("a&lt;b&gt;"), std::string::npos);
   EXPECT_EQ(html.find("run <1>"), std::string::npos);
+}
+
+// How many chart elements carry `css_class`.
+size_t CountClass(const std::string& html, const std::string& css_class) {
+  size_t n = 0;
+  for (size_t at = html.find("class='" + css_class + "'"); at != std::string::npos;
+       at = html.find("class='" + css_class + "'", at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+TEST(RenderReportHtml, AResumedRunIsMarkedWhereItWasTakenUpOnEveryChart) {
+  ReportInput in;
+  in.title = "resumed";
+  in.metrics = {
+      {{"epoch", 1}, {"phase", "allreduce"}, {"val_loss", 0.5}, {"val_acc", 0.8}, {"wall_s", 3.0}},
+      {{"epoch", 4},
+       {"phase", "allreduce"},
+       {"val_loss", 0.4},
+       {"val_acc", 0.85},
+       {"wall_s", 9.0}}};
+  in.events = {{{"event", "training_started"}, {"steps_per_epoch", 32}, {"wall_s", 1.0}},
+               {{"event", "resumed"}, {"steps", {64, 64}}, {"wall_s", 5.0}}};
+  const std::string html = RenderReportHtml(in);
+  EXPECT_EQ(CountClass(html, "resume-marker"), 4u) << html;
+  EXPECT_EQ(CountClass(html, "switch-marker"), 0u);
+  // On the epoch charts at epoch 2 (64 steps of 32): a third of the way from epoch 1 to 4.
+  const double L = 56, W = 460, R = 16;
+  const std::string at_epoch_2 = absl::StrFormat("x1='%.1f'", L + (2.0 - 1) / 3 * (W - L - R));
+  EXPECT_NE(html.find(at_epoch_2 + " y1="), std::string::npos) << at_epoch_2;
 }
 
 TEST(RenderReportHtml, RunWithoutSwitchOrMetricsStillRenders) {
