@@ -19,13 +19,6 @@
 namespace strata::cli {
 namespace {
 
-nlohmann::json ReadJson(const std::string& path) {
-  auto text = ReadFile(path);
-  if (!text.ok()) return nullptr;
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-  return j.is_discarded() ? nlohmann::json(nullptr) : j;
-}
-
 std::string Num(const std::optional<double>& v, const char* format) {
   if (!v) return "--";
   return absl::StrFormat(format, *v);
@@ -42,8 +35,8 @@ int ShowStatus(const std::string& dir) {
     std::fprintf(stderr, "strata status: %s is not a run directory (no job.yaml)\n", dir.c_str());
     return 2;
   }
-  nlohmann::json status = ReadJson(paths.status);
-  nlohmann::json summary = ReadJson(paths.summary);
+  nlohmann::json status = ReadJsonFile(paths.status);
+  nlohmann::json summary = ReadJsonFile(paths.summary);
   std::vector<nlohmann::json> metrics;
   if (auto m = ReadJsonLines(paths.metrics); m.ok()) metrics = std::move(*m);
   std::vector<nlohmann::json> events;

@@ -21,13 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-json ReadJsonFile(const std::string& path) {
-  auto text = ReadFile(path);
-  if (!text.ok()) return nullptr;
-  json j = json::parse(*text, nullptr, false);
-  return j.is_discarded() ? json(nullptr) : j;
-}
-
 // The orchestrator status.json names still runs: its pid is alive and is a `strata` process
 // (a pid reused by another program does not keep the run from being resumed).
 bool OrchestratorAlive(int pid) {

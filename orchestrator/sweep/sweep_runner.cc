@@ -61,13 +61,6 @@ bool Exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0;
 }
 
-nlohmann::json ReadJsonFile(const std::string& path) {
-  auto text = ReadFile(path);
-  if (!text.ok()) return nullptr;
-  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  return j.is_discarded() ? nlohmann::json(nullptr) : j;
-}
-
 // metrics.jsonl as far as it is readable: a run writes it while we read, so a torn last line is
 // skipped rather than failing the whole file.
 std::vector<nlohmann::json> ReadMetrics(const std::string& path) {

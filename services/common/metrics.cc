@@ -6,6 +6,8 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "services/common/files.h"
+
 namespace strata {
 
 absl::StatusOr<std::unique_ptr<JsonLinesWriter>> JsonLinesWriter::Open(const std::string& path) {
@@ -45,6 +47,13 @@ absl::StatusOr<std::vector<nlohmann::json>> ReadJsonLines(const std::string& pat
     records.push_back(std::move(parsed));
   }
   return records;
+}
+
+nlohmann::json ReadJsonFile(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return nullptr;
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  return j.is_discarded() ? nlohmann::json(nullptr) : j;
 }
 
 }  // namespace strata

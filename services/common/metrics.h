@@ -33,4 +33,8 @@ class JsonLinesWriter {
 // an error naming the line number.
 absl::StatusOr<std::vector<nlohmann::json>> ReadJsonLines(const std::string& path);
 
+// A whole JSON file (status.json, summary.json); null when it is missing, unreadable or not JSON
+// (a reader of a run's files takes what is there).
+nlohmann::json ReadJsonFile(const std::string& path);
+
 }  // namespace strata

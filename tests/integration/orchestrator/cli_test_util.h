@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -206,5 +207,34 @@ struct RunFixture {
   }
 };
 
+// The suite's small training job, long enough to be disturbed mid-run: 60 passes over 2,000
+// Fashion-MNIST examples, 2 workers, 1 server. `more` is further top-level YAML (recovery: ...).
+inline std::string SmallLongJob(const std::string& name, const std::string& strategy,
+                                const std::string& more) {
+  return "name: " + name + R"(
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 200 }
+model: { arch: mlp }
+training: { epochs: 60, batch_size: 64, lr: 0.02, momentum: 0.9, seed: 1 }
+cluster: { workers: 2, parameter_servers: 1 }
+sharding: { method: stratified }
+strategy: )" +
+         strategy + "\n" + more;
+}
+
+// The final validation loss of an undisturbed run of `job`: what a recovered all-reduce run must
+// equal to the bit. nullopt, with the reason in *why, when that run did not succeed.
+inline std::optional<double> UndisturbedFinalLoss(const std::string& job, std::string* why) {
+  RunFixture undisturbed(job);
+  if (const int code = undisturbed.run->Wait(std::chrono::seconds(600)); code != 0) {
+    *why = "the undisturbed run exited " + std::to_string(code) + ": " + undisturbed.run->Output();
+    return std::nullopt;
+  }
+  nlohmann::json summary = ReadJson(undisturbed.run_dir + "/summary.json");
+  if (!summary.is_object() || !summary["final_val_loss"].is_number()) {
+    *why = "the undisturbed run's summary has no final_val_loss: " + summary.dump(2);
+    return std::nullopt;
+  }
+  return summary["final_val_loss"].get<double>();
+}
 
 }  // namespace strata::testing

@@ -14,14 +14,7 @@ namespace {
 
 // Long enough that the restarted process has work left: 60 passes over 2000 examples.
 std::string RecoveryJob(const std::string& strategy, const std::string& recovery) {
-  return std::string(R"(name: recovery
-dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 200 }
-model: { arch: mlp }
-training: { epochs: 60, batch_size: 64, lr: 0.02, momentum: 0.9, seed: 1 }
-cluster: { workers: 2, parameter_servers: 1 }
-sharding: { method: stratified }
-strategy: )") +
-         strategy + "\nrecovery: " + recovery + "\n";
+  return SmallLongJob("recovery", strategy, "recovery: " + recovery + "\n");
 }
 
 // Kills `victim` (SIGKILL), waits for the run's end and checks what every recovery must leave.
@@ -158,20 +151,15 @@ void ExpectTheRingReformed(RunFixture& f, const std::string& victim, const std::
 // only on the seed and the epoch), so the run ends with the undisturbed run's model, to the bit.
 TEST(Recovery, AWorkerKilledInTheRingOfAnAllReduceJobIsReplacedAndTheRingReforms) {
   const std::string job = RecoveryJob("{ kind: allreduce }", "{}");
-  double undisturbed_loss = 0;
-  {
-    RunFixture undisturbed(job);
-    ASSERT_EQ(undisturbed.run->Wait(std::chrono::seconds(600)), 0) << undisturbed.run->Output();
-    nlohmann::json summary = ReadJson(undisturbed.run_dir + "/summary.json");
-    ASSERT_TRUE(summary["final_val_loss"].is_number()) << summary.dump(2);
-    undisturbed_loss = summary["final_val_loss"].get<double>();
-  }
+  std::string why;
+  const std::optional<double> undisturbed_loss = UndisturbedFinalLoss(job, &why);
+  ASSERT_TRUE(undisturbed_loss.has_value()) << why;
   RunFixture f(job);
   ASSERT_TRUE(f.WaitForTraining(40)) << f.run->Output();
   KillAndExpectRecovery(f, "worker-1");
   ExpectTheRingReformed(f, "worker-1", "worker-0");
   nlohmann::json summary = ReadJson(f.run_dir + "/summary.json");
-  EXPECT_EQ(summary["final_val_loss"].get<double>(), undisturbed_loss) << summary.dump(2);
+  EXPECT_EQ(summary["final_val_loss"].get<double>(), *undisturbed_loss) << summary.dump(2);
 }
 
 // Worker 0 also serves the evaluator's GetModel in all-reduce: an evaluation may fail while it is

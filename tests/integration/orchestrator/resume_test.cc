@@ -13,15 +13,8 @@ namespace {
 
 // 60 passes over 2000 examples: long enough to be killed mid-run, with checkpoints every 0.5 s.
 std::string ResumeJob(const std::string& strategy, const std::string& more = "") {
-  return std::string(R"(name: resume
-dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 200 }
-model: { arch: mlp }
-training: { epochs: 60, batch_size: 64, lr: 0.02, momentum: 0.9, seed: 1 }
-cluster: { workers: 2, parameter_servers: 1 }
-sharding: { method: stratified }
-recovery: { ring_checkpoint_s: 0.5, server_checkpoint_s: 0.5 }
-strategy: )") +
-         strategy + "\n" + more;
+  return SmallLongJob("resume", strategy,
+                      "recovery: { ring_checkpoint_s: 0.5, server_checkpoint_s: 0.5 }\n" + more);
 }
 
 // Kills the orchestrator and waits until every service it started has died with it.
@@ -63,14 +56,9 @@ nlohmann::json ResumeAndExpectSuccess(RunFixture& f) {
 
 TEST(StrataResume, AnAllReduceRunWhoseOrchestratorWasKilledEndsWithTheUndisturbedModel) {
   const std::string job = ResumeJob("{ kind: allreduce }");
-  double undisturbed_loss = 0;
-  {
-    RunFixture undisturbed(job);
-    ASSERT_EQ(undisturbed.run->Wait(std::chrono::seconds(600)), 0) << undisturbed.run->Output();
-    nlohmann::json summary = ReadJson(undisturbed.run_dir + "/summary.json");
-    ASSERT_TRUE(summary["final_val_loss"].is_number()) << summary.dump(2);
-    undisturbed_loss = summary["final_val_loss"].get<double>();
-  }
+  std::string why;
+  const std::optional<double> undisturbed_loss = UndisturbedFinalLoss(job, &why);
+  ASSERT_TRUE(undisturbed_loss.has_value()) << why;
   RunFixture f(job);
   ASSERT_TRUE(f.WaitForTraining(100)) << f.run->Output();
   ASSERT_TRUE(Eventually([&] { return Exists(f.run_dir + "/checkpoints/ring.ckpt"); },
@@ -101,7 +89,7 @@ TEST(StrataResume, AnAllReduceRunWhoseOrchestratorWasKilledEndsWithTheUndisturbe
     last_epoch = m["epoch"].get<int64_t>();
   }
   EXPECT_EQ(last_epoch, 60);
-  EXPECT_EQ(summary["final_val_loss"].get<double>(), undisturbed_loss) << summary.dump(2);
+  EXPECT_EQ(summary["final_val_loss"].get<double>(), *undisturbed_loss) << summary.dump(2);
   for (const auto& w : summary["per_worker"]) EXPECT_EQ(w["steps"], 60 * 32) << w.dump();
 
   // Once finished, there is nothing to resume, and the record is left as it is.
