@@ -12,6 +12,7 @@
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/kubernetes_submission.h"
 #include "orchestrator/lib/run_paths.h"
+#include "orchestrator/record/pdp_rounds.h"
 #include "orchestrator/record/run_record.h"
 #include "services/common/files.h"
 #include "services/common/metrics.h"
@@ -84,6 +85,11 @@ int ShowStatus(const std::string& dir) {
                   e.value("checkpoint", "").empty()
                       ? ""
                       : absl::StrCat(" from ", e.value("checkpoint", "")).c_str());
+    }
+  }
+  if (auto rounds = ReadJsonLines(paths.pdp_rounds); rounds.ok()) {
+    for (const std::string& line : PdpRoundsLines(SummarisePdpRounds(*rounds))) {
+      std::printf("%s\n", line.c_str());
     }
   }
   if (summary.is_object()) {

@@ -3,7 +3,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 
@@ -38,11 +40,14 @@ absl::StatusOr<std::unique_ptr<CpuLimit>> CpuLimit::Apply(pid_t pid, double frac
   // full speed for part of each period and stopping it for the rest: with the kernel's default
   // 100 ms, a parameter server at half a core answered nobody for 50 ms at a time, and every
   // worker waiting on it ran at the same (throttled) pace whatever its own quota.
-  constexpr int kPeriodUs = 10000;
-  absl::Status s = WriteValue(path + "/cpu.cfs_period_us", std::to_string(kPeriodUs));
-  if (s.ok())
-    s = WriteValue(path + "/cpu.cfs_quota_us",
-                   std::to_string(static_cast<int>(fraction * kPeriodUs)));
+  // The kernel refuses a quota under 1 ms, so a share under a tenth of a core (a straggler 9x
+  // slower than 0.3 of a core) gets the period that makes its quota 1 ms.
+  constexpr double kShortPeriodUs = 10000, kMinQuotaUs = 1000;
+  const int64_t period_us =
+      static_cast<int64_t>(std::ceil(std::max(kShortPeriodUs, kMinQuotaUs / fraction)));
+  const int64_t quota_us = static_cast<int64_t>(std::llround(fraction * period_us));
+  absl::Status s = WriteValue(path + "/cpu.cfs_period_us", std::to_string(period_us));
+  if (s.ok()) s = WriteValue(path + "/cpu.cfs_quota_us", std::to_string(quota_us));
   if (s.ok()) s = WriteValue(path + "/cgroup.procs", std::to_string(pid));
   if (!s.ok()) return s;  // the destructor removes the empty cgroup
   return limit;

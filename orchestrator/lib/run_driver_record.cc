@@ -10,7 +10,9 @@
 
 #include "orchestrator/lib/report.h"
 #include "orchestrator/lib/run_driver.h"
+#include "orchestrator/record/pdp_rounds.h"
 #include "orchestrator/record/run_files.h"
+#include "services/common/metrics.h"
 #include "services/common/progress.h"
 
 namespace strata {
@@ -149,6 +151,9 @@ void RunDriver::WriteSummary(const std::string& state) {
   s.processes = launcher_->Snapshot();
   if (recovery_) s.restarts = recovery_->restarts();
   if (resume_) s.resumes = resume_->earlier_resumes + 1;
+  if (auto rounds = ReadJsonLines(paths_.pdp_rounds); rounds.ok()) {
+    s.pdp_rounds = PdpRoundsJson(SummarisePdpRounds(*rounds));
+  }
   record_->WriteSummary(SummaryJson(s));
 }
 

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "services/common/run_paths.h"
+
 namespace strata {
 
 struct RunPaths {
@@ -19,6 +21,7 @@ struct RunPaths {
         report(root + "/report.html"),
         status(root + "/status.json"),
         switch_request(root + "/switch.request"),
+        pdp_rounds(root + "/" + kPdpRoundsFile),
         tls(root + "/tls") {}
 
   std::string root;
@@ -33,6 +36,7 @@ struct RunPaths {
   std::string report;          // charts
   std::string status;          // live state, rewritten about once a second while running
   std::string switch_request;  // `strata switch` drops it; the running orchestrator acts on it
+  std::string pdp_rounds;      // pdp and apdp: partition 0's server records each round
   // security.tls without tls_dir: the run's own CA certificate and the services' certificates and
   // keys (mode 0700), removed when the run ends
   std::string tls;

@@ -78,6 +78,7 @@ json SummaryJson(const RunSummarySnapshot& s) {
       {"training_s", OrNull(s.training_s)},
       {"restarts", s.restarts},
       {"resumes", s.resumes},
+      {"pdp_rounds", s.pdp_rounds},
       {"switch_epoch", OrNull(switch_epoch)},
       {"switch_step", OrNull(switch_step)},
       {"switch_handover_s", OrNull(switch_handover)},

@@ -63,6 +63,8 @@ struct RunSummarySnapshot {
   std::vector<ProcessSnapshot> processes;
   int restarts = 0;  // dead workers and servers started again (events.jsonl: restart)
   int resumes = 0;   // times `strata resume` took the run up (events.jsonl: resumed)
+  // pdp and apdp: the rounds summed up (pdp_rounds.h, PdpRoundsJson); null otherwise.
+  nlohmann::json pdp_rounds = nullptr;
 };
 
 nlohmann::json SummaryJson(const RunSummarySnapshot& s);

@@ -415,13 +415,18 @@ bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
   }
   if (YAML::Node n = root["strategy"];
       r.Map(n, "strategy",
-            {"kind", "consistency", "staleness", "rule", "at_fraction", "window",
-             "threshold_percent", "ps_lr_scale", "ps_pipeline"})) {
+            {"kind", "consistency", "staleness", "k_star", "k_star_start", "probe_ratio", "rule",
+             "at_fraction", "window", "threshold_percent", "ps_lr_scale", "ps_pipeline"})) {
     StrategySpec& s = spec->strategy;
     r.Field<std::string>(n, "strategy", "kind", &s.kind, Among({"allreduce", "ps", "switch"}));
     r.Field<std::string>(n, "strategy", "consistency", &s.consistency,
-                         Among({"asp", "bsp", "ssp"}));
+                         Among({"asp", "bsp", "ssp", "pdp", "apdp"}));
     r.Field<int>(n, "strategy", "staleness", &s.staleness, AtLeast(0));
+    r.Field<int>(n, "strategy", "k_star", &s.k_star, AtLeast(0));
+    r.Field<int>(n, "strategy", "k_star_start", &s.k_star_start, AtLeast(0));
+    r.Field<double>(n, "strategy", "probe_ratio", &s.probe_ratio, [](const double& v) {
+      return v > 0 && v <= 1 ? std::string() : absl::StrCat("must be in (0, 1], got ", v);
+    });
     r.Field<std::string>(n, "strategy", "rule", &s.rule, Among({"empirical", "at_fraction"}));
     r.Field<double>(n, "strategy", "at_fraction", &s.at_fraction, [](const double& v) {
       return v > 0 && v < 1 ? std::string() : absl::StrCat("must be in (0, 1), got ", v);
@@ -434,6 +439,21 @@ bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
     r.Field<int>(n, "strategy", "ps_pipeline", &s.ps_pipeline, [](const int& v) {
       return v == 0 || v == 1 ? std::string() : absl::StrCat("must be 0 or 1, got ", v);
     });
+    // K* keys on a mode that has no K* would be silently ignored.
+    if (!r.Refused("strategy.consistency") && s.consistency != "pdp" && s.consistency != "apdp") {
+      for (const char* key : {"k_star", "k_star_start", "probe_ratio"}) {
+        const std::string full = absl::StrCat("strategy.", key);
+        if (r.Given(full) && !r.Refused(full)) {
+          r.Error(r.Where(full), full,
+                  absl::StrCat("applies to strategy.consistency pdp and apdp only (it is ",
+                               s.consistency, ")"));
+        }
+      }
+    }
+    if (s.k_star > 0 && r.Given("strategy.k_star_start")) {
+      r.Error(r.Where("strategy.k_star_start"), "strategy.k_star_start",
+              "starts the K* search, which a fixed strategy.k_star turns off: remove one");
+    }
     // `at_fraction` given means that rule unless a rule is named.
     if (n["at_fraction"].IsDefined() && !n["rule"].IsDefined()) s.rule = "at_fraction";
   }
@@ -692,12 +712,18 @@ std::string JobSpecToYaml(const JobSpec& s) {
   const StrategySpec& st = s.strategy;
   out << YAML::Key << "strategy" << YAML::Value << YAML::BeginMap << YAML::Key << "kind"
       << YAML::Value << st.kind << YAML::Key << "consistency" << YAML::Value << st.consistency
-      << YAML::Key << "staleness" << YAML::Value << st.staleness << YAML::Key << "rule"
-      << YAML::Value << st.rule << YAML::Key << "at_fraction" << YAML::Value << st.at_fraction
-      << YAML::Key << "window" << YAML::Value << st.window << YAML::Key << "threshold_percent"
-      << YAML::Value << st.threshold_percent << YAML::Key << "ps_lr_scale" << YAML::Value
-      << st.ps_lr_scale << YAML::Key << "ps_pipeline" << YAML::Value << st.ps_pipeline
-      << YAML::EndMap;
+      << YAML::Key << "staleness" << YAML::Value << st.staleness;
+  // The K* keys only where they apply: the spec refuses them elsewhere.
+  if (st.consistency == "pdp" || st.consistency == "apdp") {
+    out << YAML::Key << "k_star" << YAML::Value << st.k_star;
+    if (st.k_star == 0) out << YAML::Key << "k_star_start" << YAML::Value << st.k_star_start;
+    out << YAML::Key << "probe_ratio" << YAML::Value << st.probe_ratio;
+  }
+  out << YAML::Key << "rule" << YAML::Value << st.rule << YAML::Key << "at_fraction" << YAML::Value
+      << st.at_fraction << YAML::Key << "window" << YAML::Value << st.window << YAML::Key
+      << "threshold_percent" << YAML::Value << st.threshold_percent << YAML::Key << "ps_lr_scale"
+      << YAML::Value << st.ps_lr_scale << YAML::Key << "ps_pipeline" << YAML::Value
+      << st.ps_pipeline << YAML::EndMap;
   out << YAML::Key << "launcher" << YAML::Value << YAML::BeginMap << YAML::Key << "kind"
       << YAML::Value << s.launcher.kind << YAML::Key << "ring_transport" << YAML::Value
       << s.launcher.ring_transport << YAML::EndMap;

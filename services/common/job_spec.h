@@ -77,8 +77,14 @@ struct ShardingSpec {
 
 struct StrategySpec {
   std::string kind = "allreduce";   // allreduce | ps | switch
-  std::string consistency = "asp";  // ps: asp | bsp | ssp
+  std::string consistency = "asp";  // ps: asp | bsp | ssp | pdp | apdp
   int staleness = 3;                // ssp
+  // pdp, apdp: the global mini-batch K* in points, all workers together; 0: searched while
+  // training, from k_star_start (0: a quarter of the probe window), each candidate probed over
+  // probe_ratio x the training points (at least 4 K*).
+  int k_star = 0;
+  int k_star_start = 0;
+  double probe_ratio = 0.05;
   std::string rule = "empirical";   // switch: empirical | at_fraction
   double at_fraction = 0.3;
   int window = 5;

@@ -14,9 +14,9 @@ struct NamedMode {
 };
 
 constexpr NamedMode kModes[] = {
-    {ConsistencyMode::kAsp, "asp"},
-    {ConsistencyMode::kBsp, "bsp"},
-    {ConsistencyMode::kSsp, "ssp"},
+    {ConsistencyMode::kAsp, "asp"},   {ConsistencyMode::kBsp, "bsp"},
+    {ConsistencyMode::kSsp, "ssp"},   {ConsistencyMode::kPdp, "pdp"},
+    {ConsistencyMode::kApdp, "apdp"},
 };
 
 }  // namespace
@@ -26,6 +26,10 @@ const char* ConsistencyName(ConsistencyMode mode) {
     if (m.mode == mode) return m.name;
   }
   return "?";
+}
+
+bool IsServerDecided(ConsistencyMode mode) {
+  return mode == ConsistencyMode::kPdp || mode == ConsistencyMode::kApdp;
 }
 
 std::vector<std::string> ConsistencyNames() {
@@ -74,6 +78,9 @@ std::unique_ptr<ConsistencyPolicy> MakeConsistencyPolicy(ConsistencyMode mode,
       return MakeBspPolicy(config);
     case ConsistencyMode::kSsp:
       return MakeSspPolicy(config);
+    case ConsistencyMode::kPdp:
+    case ConsistencyMode::kApdp:
+      return MakePointWeightedRoundPolicy(mode, config);
   }
   return nullptr;
 }

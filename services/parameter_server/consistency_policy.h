@@ -2,8 +2,8 @@
 // tensors, versions, SGD and the waiting; a ConsistencyPolicy only decides: what to do with a
 // push (apply it now, gather it into a round, hold the pusher, refuse it), whether a worker may
 // read the model yet, what a held caller waits for, and the base learning rate of an update.
-// ASP, BSP and SSP are one small file each in consistency/; a new mode is a new file there plus
-// one line in the name table and the factory (consistency_policy.cc).
+// ASP, BSP, SSP and the PDP round are one small file each in consistency/; a new mode is a new file
+// there plus one line in the name table and the factory (consistency_policy.cc).
 //
 // Threading: a policy is not synchronised on its own. The store calls it only with its lock held,
 // so a policy may keep state (BSP's round) without a lock of its own.
@@ -21,11 +21,13 @@
 
 namespace strata {
 
-enum class ConsistencyMode { kAsp, kBsp, kSsp };
+enum class ConsistencyMode { kAsp, kBsp, kSsp, kPdp, kApdp };
 
-// The names used by job specs, flags and checkpoints ("asp", "bsp", "ssp"); this is the only
-// place that spells them.
+// The names used by job specs, flags and checkpoints ("asp", "bsp", "ssp", "pdp", "apdp"); this
+// is the only place that spells them.
 const char* ConsistencyName(ConsistencyMode mode);
+// PDP and APDP: the server decides when workers send their updates (services/parameter_server/pdp).
+bool IsServerDecided(ConsistencyMode mode);
 absl::StatusOr<ConsistencyMode> ConsistencyFromName(const std::string& name);
 std::vector<std::string> ConsistencyNames();  // every mode's name, in enum order
 
@@ -103,13 +105,6 @@ class ConsistencyPolicy {
 
   // The rate an update is applied at, before the schedule, when its pushes ask for none.
   virtual double BaseLearningRate() const = 0;
-
-  // Server-initiated updates (PDP/APDP): whether the store should send the model to subscribed
-  // workers now, without being asked. The request/response modes never do.
-  virtual bool ShouldPublish(const PartitionProgress& progress) const {
-    (void)progress;
-    return false;
-  }
 };
 
 // The text of a pull that waits only for a version (ASP, and observers in every mode).

@@ -21,11 +21,46 @@
 #include "services/common/logging.h"
 #include "services/common/rpc.h"
 #include "services/common/rpc_auth.h"
+#include "services/common/run_paths.h"
 #include "services/common/tls_flags.h"
 #include "services/parameter_server/partition.h"
+#include "services/parameter_server/pdp/coordinator_service.h"
+#include "services/parameter_server/pdp/pull_coordinator.h"
 #include "services/parameter_server/service.h"
 
 namespace {
+
+// PDP/APDP: partition 0's server decides the rounds (pdp/pull_coordinator.h). The search's
+// defaults are Strata's reading of the paper (docs/protocol.md, "Choosing K*"): at least one
+// mini-batch per worker, at most a quarter of the training points, the first candidate a quarter
+// of the probe window.
+absl::StatusOr<std::unique_ptr<strata::PullCoordinator>> MakeCoordinator(
+    const strata::JobSpec& spec, strata::ConsistencyMode mode, int workers, int64_t train_examples,
+    int64_t sample_budget, const std::string& run_dir) {
+  strata::PullCoordinatorOptions o;
+  o.mode = mode;
+  o.workers = workers;
+  o.sample_budget = sample_budget;
+  // training.batch_size is the global batch: each worker's mini-batch is its share.
+  const int64_t floor =
+      static_cast<int64_t>(workers) * std::max(1, spec.training.batch_size / workers);
+  const int64_t k_star = spec.strategy.k_star;
+  if (k_star > 0 && (k_star < workers || k_star > train_examples)) {
+    return absl::InvalidArgumentError(absl::StrCat("strategy.k_star ", k_star, " must lie in [",
+                                                   workers, ", ", train_examples,
+                                                   "] (the workers, the training points)"));
+  }
+  o.fixed_k_star = k_star;
+  o.search.floor = std::min(floor, train_examples);
+  o.search.probe_points = std::max<int64_t>(
+      1, static_cast<int64_t>(spec.strategy.probe_ratio * static_cast<double>(train_examples)));
+  o.search.ceiling = std::max(o.search.floor, train_examples / 4);
+  o.search.start = spec.strategy.k_star_start > 0
+                       ? spec.strategy.k_star_start
+                       : std::clamp(o.search.probe_points / 4, o.search.floor, o.search.ceiling);
+  if (!run_dir.empty()) o.rounds_file = absl::StrCat(run_dir, "/", strata::kPdpRoundsFile);
+  return strata::PullCoordinator::Create(o);
+}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "strata-ps: %s\n", message.c_str());
@@ -175,6 +210,15 @@ int main(int argc, char** argv) {
     stop.Set(reason.empty() ? "Stop RPC" : "Stop RPC: " + reason);
   };
   strata::ParameterServerService service(&state, service_options);
+  std::unique_ptr<strata::PullCoordinator> coordinator;
+  std::unique_ptr<strata::PullCoordinatorService> coordinator_service;
+  if (strata::IsServerDecided(config.consistency) && partition == 0) {
+    auto made =
+        MakeCoordinator(*spec, config.consistency, workers, train_examples, sample_budget, run_dir);
+    if (!made.ok()) return Fail(std::string(made.status().message()));
+    coordinator = std::move(*made);
+    coordinator_service = std::make_unique<strata::PullCoordinatorService>(coordinator.get());
+  }
   // A restarted server's own save is newer than anything it was started with.
   const std::string own_checkpoint = service.DefaultCheckpointPath();
   const bool resuming = resume && ::access(own_checkpoint.c_str(), F_OK) == 0;
@@ -189,7 +233,9 @@ int main(int argc, char** argv) {
   }
 
   int port = 0;
-  std::unique_ptr<grpc::Server> server = strata::StartServer(listen, {&service}, &port);
+  std::vector<grpc::Service*> services = {&service};
+  if (coordinator_service) services.push_back(coordinator_service.get());
+  std::unique_ptr<grpc::Server> server = strata::StartServer(listen, services, &port);
   if (server == nullptr || port == 0) return Fail(absl::StrCat("cannot listen on ", listen));
   if (!port_file.empty()) {
     if (absl::Status s = strata::WriteFileAtomic(port_file, absl::StrCat(port, "\n")); !s.ok()) {
@@ -202,6 +248,10 @@ int main(int argc, char** argv) {
       partition, partitions, port, workers, strata::ConsistencyName(config.consistency),
       config.staleness, config.lr, config.lr_scale, train_examples,
       state.loaded() ? "" : "; idle until LoadCheckpoint");
+  if (coordinator) {
+    spdlog::info("deciding the rounds of the {} workers: {}", workers, coordinator->SearchText());
+    coordinator->Start();
+  }
 
   std::thread signal_thread([&] {
     int signal = 0;
@@ -247,6 +297,7 @@ int main(int argc, char** argv) {
   while (!stop.WaitFor(std::chrono::hours(24))) {
   }
   spdlog::info("stopping: {}", stop.reason());
+  if (coordinator) coordinator->Stop();  // ends the workers' notice streams
   state.Shutdown();  // releases waiting pulls and BSP rounds with UNAVAILABLE, and the saver
   if (saver.joinable()) saver.join();
   // Waiting calls were released above; with a client connection still open, gRPC 1.51's sync

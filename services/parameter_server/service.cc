@@ -33,6 +33,10 @@ v1::Consistency ToProto(ConsistencyMode mode) {
       return v1::CONSISTENCY_BSP;
     case ConsistencyMode::kSsp:
       return v1::CONSISTENCY_SSP;
+    case ConsistencyMode::kPdp:
+      return v1::CONSISTENCY_PDP;
+    case ConsistencyMode::kApdp:
+      return v1::CONSISTENCY_APDP;
   }
   return v1::CONSISTENCY_UNSPECIFIED;
 }

@@ -18,6 +18,7 @@ struct StepContext {
   int64_t epoch = 0;  // 0-based epoch of this worker
   int64_t step = 0;   // steps completed by this worker since the start (its clock)
   int64_t batch_examples = 0;
+  double loss = 0;  // the batch's mean training loss
   // This worker's vote to switch strategy after this step (it holds a switch request due now).
   bool ready_to_switch = false;
 };

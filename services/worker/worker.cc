@@ -27,7 +27,9 @@
 #include "services/common/status.h"
 #include "services/common/tensor_codec.h"
 #include "services/common/trainer.h"
+#include "services/parameter_server/consistency_policy.h"
 #include "services/worker/allreduce_sync.h"
+#include "services/worker/point_round_sync.h"
 #include "services/worker/push_pull_sync.h"
 #include "services/worker/ring_allreduce.h"
 #include "services/worker/switch_participant.h"
@@ -92,6 +94,15 @@ class WorkerRunner {
     o.deadline = options_.deadline;
     o.lr = lr;
     o.pipeline = options_.spec.strategy.ps_pipeline > 0;
+    const absl::StatusOr<ConsistencyMode> mode =
+        ConsistencyFromName(options_.spec.strategy.consistency);
+    if (mode.ok() && IsServerDecided(*mode)) {
+      PointRoundOptions rounds;
+      rounds.clients = {o.servers, o.rank, o.deadline, o.chunk_bytes};
+      rounds.workers = options_.world;
+      rounds.asynchronous = *mode == ConsistencyMode::kApdp;
+      return MakePointRoundSynchroniser(rounds, trainer);
+    }
     return MakePushPullSynchroniser(o, trainer);
   }
 
@@ -412,7 +423,7 @@ class WorkerRunner {
         state_->RunTasks(trainer);
         if (state_->stopping()) return absl::CancelledError("stopped");
         STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer.ComputeGradients(b));
-        StepContext context{epoch, step, stats.examples};
+        StepContext context{epoch, step, stats.examples, stats.loss};
         // Vote to switch after this step if a request is due; once voted it cannot be withdrawn
         // until the vote's outcome is known.
         context.ready_to_switch = state_->switch_participant.VoteForStep(step + 1);

@@ -12,5 +12,8 @@ namespace strata {
 std::unique_ptr<ConsistencyPolicy> MakeAspPolicy(const ConsistencyConfig& config);
 std::unique_ptr<ConsistencyPolicy> MakeBspPolicy(const ConsistencyConfig& config);
 std::unique_ptr<ConsistencyPolicy> MakeSspPolicy(const ConsistencyConfig& config);
+// PDP and APDP share it: the partitions' side of the two differs only in the worker.
+std::unique_ptr<ConsistencyPolicy> MakePointWeightedRoundPolicy(ConsistencyMode mode,
+                                                                const ConsistencyConfig& config);
 
 }  // namespace strata

@@ -44,26 +44,64 @@ INSTANTIATE_TEST_SUITE_P(
     Malformed, JobSpecErrors,
     ::testing::Values(
         BadSpec{"name: a\ntraining: { epochs: 0 }\n", "job.yaml:2: training.epochs: must be >= 1"},
-        BadSpec{"name: a\ntraining:\n  lr: fast\n", "job.yaml:3: training.lr: expected a number, got 'fast'"},
+        BadSpec{"name: a\ntraining:\n  lr: fast\n",
+                "job.yaml:3: training.lr: expected a number, got 'fast'"},
         BadSpec{"name: a\ntrainig: { epochs: 2 }\n", "job.yaml:2: trainig: unknown key"},
         BadSpec{"model: { arch: resnet99 }\n", "model.arch: 'resnet99' is not one of"},
         BadSpec{"cluster: { workers: 0 }\n", "cluster.workers: must be >= 1"},
-        BadSpec{"strategy: { kind: switch, at_fraction: 1.5 }\n", "strategy.at_fraction: must be in (0, 1)"},
-        BadSpec{"cluster: { workers: 2, stragglers: [ { worker: 5 } ] }\n", "cluster.stragglers[0].worker: worker 5 does not exist"},
-        BadSpec{"training: { lr_schedule: { milestones: [5, 3] } }\n", "must be strictly increasing"},
+        BadSpec{"strategy: { kind: switch, at_fraction: 1.5 }\n",
+                "strategy.at_fraction: must be in (0, 1)"},
+        BadSpec{"cluster: { workers: 2, stragglers: [ { worker: 5 } ] }\n",
+                "cluster.stragglers[0].worker: worker 5 does not exist"},
+        BadSpec{"training: { lr_schedule: { milestones: [5, 3] } }\n",
+                "must be strictly increasing"},
         BadSpec{"name: [1, 2]\n", "job.yaml:1: name: expected a string"},
         BadSpec{"training: { momentum: 1.0 }\n", "training.momentum: must be in [0, 1)"},
         BadSpec{"name: a\ntraining: { epochs: 2\n", "invalid YAML"},
         BadSpec{"- just\n- a list\n", "expected a mapping"},
         BadSpec{"name: 'bad name!'\n", "name: may hold letters"},
-        BadSpec{"training: { batch_size: 2 }\ncluster: { workers: 4 }\n", "training.batch_size: global batch 2 is smaller"},
-        BadSpec{"name: a\nsecurity: { tls: true }\n", "job.yaml:2: security.tls: 'true' is not one of off, on, mutual"},
-        BadSpec{"name: a\nsecurity: { tls: on, tls_dir: '' }\n", "job.yaml:2: security.tls_dir: is empty"},
-        BadSpec{"name: a\nsecurity: { tls: on, tls_server_name: 'a..b' }\n", "security.tls_server_name: 'a..b' is not a host name"},
-        BadSpec{"name: a\nsecurity: { tls: on, tls_server_name: '-x' }\n", "security.tls_server_name: '-x' is not a host name"},
-        BadSpec{"name: a\nsecurity: { tls_dir: /etc/strata/tls }\n", "job.yaml:2: security.tls_dir: has no effect while security.tls is off"},
-        BadSpec{"name: a\nsecurity:\n  tls: off\n  tls_server_name: trainer\n", "job.yaml:4: security.tls_server_name: has no effect while security.tls is off"},
-        BadSpec{"name: a\nsecurity: { mtls: on }\n", "job.yaml:2: security.mtls: unknown key (allowed: tls, tls_dir, tls_server_name)"}));
+        BadSpec{"training: { batch_size: 2 }\ncluster: { workers: 4 }\n",
+                "training.batch_size: global batch 2 is smaller"},
+        BadSpec{"name: a\nsecurity: { tls: true }\n",
+                "job.yaml:2: security.tls: 'true' is not one of off, on, mutual"},
+        BadSpec{"name: a\nsecurity: { tls: on, tls_dir: '' }\n",
+                "job.yaml:2: security.tls_dir: is empty"},
+        BadSpec{"name: a\nsecurity: { tls: on, tls_server_name: 'a..b' }\n",
+                "security.tls_server_name: 'a..b' is not a host name"},
+        BadSpec{"name: a\nsecurity: { tls: on, tls_server_name: '-x' }\n",
+                "security.tls_server_name: '-x' is not a host name"},
+        BadSpec{"name: a\nsecurity: { tls_dir: /etc/strata/tls }\n",
+                "job.yaml:2: security.tls_dir: has no effect while security.tls is off"},
+        BadSpec{"name: a\nsecurity:\n  tls: off\n  tls_server_name: trainer\n",
+                "job.yaml:4: security.tls_server_name: has no effect while security.tls is off"},
+        BadSpec{"name: a\nsecurity: { mtls: on }\n",
+                "job.yaml:2: security.mtls: unknown key (allowed: tls, tls_dir, tls_server_name)"},
+        BadSpec{"name: a\nstrategy:\n  kind: ps\n  k_star: 500\n",
+                "job.yaml:4: strategy.k_star: applies to strategy.consistency pdp and apdp only "
+                "(it is asp)"},
+        BadSpec{
+            "name: a\nstrategy: { kind: ps, consistency: pdp, k_star: 500, k_star_start: 100 }\n",
+            "job.yaml:2: strategy.k_star_start: starts the K* search, which a fixed "
+            "strategy.k_star turns off"},
+        BadSpec{"name: a\nstrategy: { kind: ps, consistency: apdp, probe_ratio: 0 }\n",
+                "strategy.probe_ratio: must be in (0, 1], got 0"},
+        BadSpec{"name: a\nstrategy: { kind: ps, consistency: pdp, k_star: -3 }\n",
+                "strategy.k_star: must be >= 0"}));
+
+TEST(JobSpec, PdpAndApdpCarryTheirKStarKeysThroughTheResolvedSpec) {
+  for (const std::string text :
+       {"name: p\nstrategy: { kind: ps, consistency: pdp, k_star: 640 }\n",
+        "name: p\nstrategy: { kind: switch, consistency: apdp, k_star_start: 300, probe_ratio: "
+        "0.1 }\n"}) {
+    auto spec = ParseJobSpec(text, "j.yaml");
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    auto again = ParseJobSpec(JobSpecToYaml(*spec), "resolved.yaml");
+    ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(*spec);
+    EXPECT_EQ(again->strategy.k_star, spec->strategy.k_star);
+    EXPECT_EQ(again->strategy.k_star_start, spec->strategy.k_star_start);
+    EXPECT_EQ(again->strategy.probe_ratio, spec->strategy.probe_ratio);
+  }
+}
 
 TEST(JobSpec, ReportsEveryProblem) {
   auto spec = ParseJobSpec("training: { epochs: -1, lr: -2 }\ncluster: { workers: 0 }\n", "j.yaml");

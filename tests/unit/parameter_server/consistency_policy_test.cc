@@ -70,7 +70,7 @@ WaitOptions Patient() {  // a safety net against hangs, not a timing assertion
 // `values`: gradients of the parameters, then the buffers, in model order.
 absl::StatusOr<int64_t> PushFlat(ParameterPartition& p, int worker, int64_t version,
                                  const std::vector<float>& values, const WaitOptions& wait,
-                                 double lr = 0) {
+                                 double lr = 0, int64_t samples = 4) {
   auto staging = p.NewStaging();
   if (!staging.ok()) return staging.status();
   size_t offset = 0;
@@ -81,7 +81,7 @@ absl::StatusOr<int64_t> PushFlat(ParameterPartition& p, int worker, int64_t vers
     offset += static_cast<size_t>(spec.numel());
   }
   if (absl::Status s = (*staging)->Validate(); !s.ok()) return s;
-  PushMeta meta{worker, version, /*clock=*/0, /*samples=*/4, lr};
+  PushMeta meta{worker, version, /*clock=*/0, samples, lr};
   return p.Push(meta, **staging, wait);
 }
 
@@ -129,9 +129,9 @@ TEST(ConsistencyNamesTest, EveryModeHasOneNameThatParsesBack) {
     ASSERT_TRUE(mode.ok()) << name;
     EXPECT_EQ(ConsistencyName(*mode), name);
   }
-  auto bad = ConsistencyFromName("pdp");
+  auto bad = ConsistencyFromName("tap");
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("not one of asp, bsp, ssp"), std::string::npos)
+  EXPECT_NE(bad.status().message().find("not one of asp, bsp, ssp, pdp, apdp"), std::string::npos)
       << bad.status().message();
 }
 
@@ -144,7 +144,6 @@ TEST(AspPolicyTest, AppliesEveryPushAndNeverHoldsAReader) {
   EXPECT_EQ(asp->DecidePush({0, 2, 0, 4, 0.3}, progress).action, PushAction::kApply);
   for (int w = 0; w < 3; ++w) EXPECT_TRUE(asp->MayRead(w, progress)) << w;
   EXPECT_DOUBLE_EQ(asp->BaseLearningRate(), 0.2 * 0.5);  // one worker's batch: lr * lr_scale
-  EXPECT_FALSE(asp->ShouldPublish(progress));
   const float values[2] = {1, 2};
   EXPECT_EQ(asp->Accumulate({0, 7, 0, 4, 0}, values, 2).status().code(),
             absl::StatusCode::kInternal);
@@ -163,7 +162,6 @@ TEST(SspPolicyTest, HoldsOnlyAReaderMoreThanStalenessClocksAheadOfTheSlowest) {
             "SSP pull of worker 0 at clock 3 waited for the slowest worker (worker 1 at clock 1, "
             "staleness bound 1)");
   EXPECT_DOUBLE_EQ(ssp->BaseLearningRate(), 0.2 * 0.5);
-  EXPECT_FALSE(ssp->ShouldPublish(progress));
 
   auto ssp0 = MakeConsistencyPolicy(ConsistencyMode::kSsp, {2, /*staleness=*/0, 0.2, 0.5});
   const std::vector<int64_t> even = {4, 4}, uneven = {5, 4};
@@ -212,7 +210,6 @@ TEST(BspPolicyTest, GathersOneRoundAndAveragesIt) {
   EXPECT_DOUBLE_EQ(update.requested_lr, 0.3);
   EXPECT_TRUE(bsp->MayRead(0, at7));  // the next round starts empty
   EXPECT_EQ(bsp->DecidePush({1, 8, 0, 6, 0.5}, {8, clocks}).action, PushAction::kAccumulate);
-  EXPECT_FALSE(bsp->ShouldPublish(at7));
 }
 
 TEST(BspPolicyTest, ResetDropsAHalfGatheredRound) {
@@ -314,6 +311,81 @@ TEST(BspPartitionTest, NWorkersEqualOneUpdateWithTheAverageGradient) {
   ASSERT_TRUE(last.ok());
   EXPECT_EQ(last->version, 12);
   ExpectClose(Flat(*last), model, 12);
+}
+
+// PDP and APDP's round (consistency/pdp.cc): with equal points per worker it is BSP's round step
+// for step; with unequal points it is the points-weighted average.
+TEST(PointWeightedRoundTest, WithEqualPointsEveryRoundIsTheBspStepOnTheGlobalBatch) {
+  constexpr int kWorkers = 3;
+  for (ConsistencyMode mode : {ConsistencyMode::kPdp, ConsistencyMode::kApdp}) {
+    ParameterPartition bsp(Config(ConsistencyMode::kBsp, kWorkers));
+    ParameterPartition pdp(Config(mode, kWorkers));
+    ASSERT_TRUE(bsp.Load(CheckpointOf(InitialModel(), 0), "test").ok());
+    ASSERT_TRUE(pdp.Load(CheckpointOf(InitialModel(), 0), "test").ok());
+    for (int round = 0; round < 10; ++round) {
+      auto b = bsp.Pull(-1, round, Patient());
+      auto p = pdp.Pull(-1, round, Patient());
+      ASSERT_TRUE(b.ok() && p.ok());
+      ExpectClose(Flat(*p), Flat(*b), round);
+      for (int w = 0; w < kWorkers; ++w) {
+        const std::vector<float> g = GradientAt(Flat(*b), w, round);
+        ASSERT_TRUE(PushFlat(bsp, w, round, g, Patient(), 0, 64).ok());
+        // K* = 192 points, 64 from each worker: the global batch of BSP with 3 x 64.
+        ASSERT_TRUE(PushFlat(pdp, w, round, g, Patient(), 0, 64).ok());
+      }
+      EXPECT_EQ(pdp.Status().version, round + 1);
+    }
+    auto b = bsp.Pull(-1, 10, Patient());
+    auto p = pdp.Pull(-1, 10, Patient());
+    ASSERT_TRUE(b.ok() && p.ok());
+    ExpectClose(Flat(*p), Flat(*b), 10);
+    EXPECT_EQ(pdp.Status().samples, 10 * 3 * 64);
+  }
+}
+
+TEST(PointWeightedRoundTest, AWorkerWeighsByThePointsItProcessed) {
+  ParameterPartition pdp(Config(ConsistencyMode::kPdp, 2));
+  ASSERT_TRUE(pdp.Load(CheckpointOf(InitialModel(), 0), "test").ok());
+  std::vector<float> model = InitialModel(), velocity(kParameterFloats, 0.0f);
+  const std::vector<float> fast = GradientAt(model, 0, 0), straggler = GradientAt(model, 1, 0);
+  // The straggler processed 32 points while the fast worker processed 288.
+  ASSERT_TRUE(PushFlat(pdp, 0, 0, fast, Patient(), 0, 288).ok());
+  ASSERT_TRUE(PushFlat(pdp, 1, 0, straggler, Patient(), 0, 32).ok());
+  std::vector<float> weighted(kTotalFloats);
+  for (size_t i = 0; i < kTotalFloats; ++i) weighted[i] = 0.9f * fast[i] + 0.1f * straggler[i];
+  ReferenceStep(model, velocity, weighted, kLr);
+  auto pulled = pdp.Pull(0, 1, Patient());
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  ExpectClose(Flat(*pulled), model, 1);
+}
+
+TEST(PointWeightedRoundTest, AnUpdateWithoutPointsWeighsNothingAndAWaitingPullNamesWhoIsMissing) {
+  ParameterPartition pdp(Config(ConsistencyMode::kApdp, 3));
+  ASSERT_TRUE(pdp.Load(CheckpointOf(InitialModel(), 0), "test").ok());
+  const std::vector<float> g = GradientAt(InitialModel(), 0, 0);
+  auto negative = PushFlat(pdp, 0, 0, g, Patient(), 0, -1);
+  EXPECT_EQ(negative.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(negative.status().message().find("counts -1 points"), std::string::npos)
+      << negative.status().message();
+  // Worker 0's batch was still computing when the pull came: its update holds no point, and the
+  // garbage it sends weighs nothing.
+  std::vector<float> garbage(kTotalFloats, 1e6f);
+  ASSERT_TRUE(PushFlat(pdp, 0, 0, garbage, Patient(), 0, 0).ok());
+  ASSERT_TRUE(PushFlat(pdp, 2, 0, g, Patient(), 0, 10).ok());
+  WaitOptions brief;  // the deadline's expiry is what is tested, not its length
+  brief.deadline = std::chrono::system_clock::now() + std::chrono::milliseconds(50);
+  auto held = pdp.Pull(0, 0, brief);
+  EXPECT_EQ(held.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(held.status().message().find("2 of 3 updates in, waiting for worker 1"),
+            std::string::npos)
+      << held.status().message();
+  EXPECT_EQ(pdp.Status().version, 0);
+  ASSERT_TRUE(PushFlat(pdp, 1, 0, g, Patient(), 0, 10).ok());
+  std::vector<float> model = InitialModel(), velocity(kParameterFloats, 0.0f);
+  ReferenceStep(model, velocity, g, kLr);  // workers 1 and 2 sent g over 10 points each
+  auto pulled = pdp.Pull(0, 1, Patient());
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  ExpectClose(Flat(*pulled), model, 1);
 }
 
 // ---------------------------------------------------------------------------------------------
