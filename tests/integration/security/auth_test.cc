@@ -53,9 +53,12 @@ cluster: { workers: 1, parameter_servers: 1, threads_per_worker: 1 }
 // test: say which binary serves it (and start that binary below) so that its methods are checked.
 const std::map<std::string, std::string>& ServingBinary() {
   static const auto* m = new std::map<std::string, std::string>{
-      {"strata.v1.ParameterServer", "strata-ps"},  {"strata.v1.Worker", "strata-worker"},
+      {"strata.v1.ParameterServer", "strata-ps"},
+      {"strata.v1.Worker", "strata-worker"},
+      {"strata.v1.PullCoordinator", "strata-ps"},
       {"strata.v1.Collective", "strata-worker"},  // the ring, served on the worker's port
-      {"strata.v1.Evaluator", "strata-evaluator"}, {"strata.v1.Sharder", "strata-sharder"},
+      {"strata.v1.Evaluator", "strata-evaluator"},
+      {"strata.v1.Sharder", "strata-sharder"},
   };
   return *m;
 }
@@ -118,8 +121,9 @@ class AuthTest : public ::testing::Test {
   void LaunchAll() {
     const std::string job = dir_ + "/job.yaml";
     ASSERT_NO_FATAL_FAILURE(
+        // PDP: partition 0 also serves the PullCoordinator.
         Launch("strata-ps", {"--config", job, "--partition", "0", "--partitions", "1", "--workers",
-                             "1", "--train-examples", "256"}));
+                             "1", "--train-examples", "256", "--consistency", "pdp"}));
     ASSERT_NO_FATAL_FAILURE(Launch(
         "strata-worker", {"--config", job, "--rank", "0", "--world", "1", "--run-dir", dir_}));
     ASSERT_NO_FATAL_FAILURE(Launch("strata-evaluator", {"--config", job}));
