@@ -156,7 +156,7 @@ absl::StatusOr<int64_t> PullCoordinator::Report(const CountReportView& r) {
       return absl::InvalidArgumentError(
           absl::StrCat(who, ": counts go backwards, ", r.points, " after ", w.points));
     }
-    w.report_round = r.round;
+    w.report_round = w.counted_round = r.round;
     w.points = r.points;
     if (r.seconds > 0 && r.points > 0) w.rate = static_cast<double>(r.points) / r.seconds;
     w.reported_at = now;
@@ -188,7 +188,7 @@ std::optional<Clock::time_point> PullCoordinator::PredictedCrossing() const {
   bool any_report = false;
   for (const WorkerState& w : workers_) {
     const bool reported = w.report_round == round_;
-    any_report = any_report || reported;
+    any_report = any_report || w.counted_round == round_;
     const double since = Seconds((reported ? w.reported_at : w.round_started) - started_);
     points += reported ? static_cast<double>(w.points) : 0.0;
     rates += w.rate;

@@ -129,6 +129,9 @@ class PullCoordinator {
     int subscriptions = 0;
     // The latest count report of the round being accumulated (or of the next one, in APDP).
     int64_t report_round = 0, points = 0;
+    // The last round this worker sent a count report for (an update report does not count: it
+    // only starts the worker's next round at 0 points).
+    int64_t counted_round = 0;
     double rate = 0;  // points per second; carried into later rounds until a new report
     std::chrono::steady_clock::time_point reported_at, round_started;
     bool updated = false;  // its update of the current round arrived
