@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <random>
 
+#include <absl/strings/str_cat.h>
 #include <CLI/CLI.hpp>
 
 #include "bench/allreduce/rank_launcher.h"
@@ -21,8 +22,17 @@ int Fail(int rank, const absl::Status& status) {
   return 1;
 }
 
-int RunRank(int rank, int world, const std::string& arch, int global_batch, int steps, int warmup,
-            size_t segment_bytes, const std::string& transport, const std::string& dir) {
+struct RunOptions {
+  int world = 2, steps = 20, warmup = 3, global_batch = 128;
+  std::string arch = "resnet20", transport = "tcp";
+  size_t segment_bytes = strata::AllReduceOptions{}.segment_bytes;
+  double bucket_mb = 0;
+  std::string dir;  // port exchange between the ranks
+};
+
+int RunRank(int rank, const RunOptions& o) {
+  const int world = o.world, steps = o.steps, warmup = o.warmup, global_batch = o.global_batch;
+  const std::string& arch = o.arch;
   const int batch = global_batch / world;
   const int threads = std::max(1, 2 / world);
   auto trainer = strata::bench::MakeBenchTrainer(arch, batch, threads, /*data_seed=*/1 + rank);
@@ -34,14 +44,15 @@ int RunRank(int rank, int world, const std::string& arch, int global_batch, int 
   if (world > 1) {
     strata::bench::DieWithParent();
     ring = std::make_unique<strata::RingAllReduce>(rank);
-    if (absl::Status s = strata::bench::JoinRing(ring.get(), transport, dir, rank, world,
+    if (absl::Status s = strata::bench::JoinRing(ring.get(), o.transport, o.dir, rank, world,
                                                  std::chrono::seconds(120), &server);
         !s.ok()) {
       return Fail(rank, s);
     }
-    strata::AllReduceOptions options;
-    options.deadline = std::chrono::seconds(120);
-    options.segment_bytes = segment_bytes;
+    strata::AllReduceSyncOptions options;
+    options.ring.deadline = std::chrono::seconds(120);
+    options.ring.segment_bytes = o.segment_bytes;
+    options.bucket_bytes = static_cast<size_t>(o.bucket_mb * (1 << 20));
     auto made = strata::MakeAllReduceSynchroniser(ring.get(), options);
     if (!made.ok()) return Fail(rank, made.status());
     sync = std::move(*made);
@@ -73,9 +84,9 @@ int RunRank(int rank, int world, const std::string& arch, int global_batch, int 
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (rank == 0) {
     std::printf(
-        "strata-allreduce world=%d arch=%s global_batch=%d threads=%d steps=%d sync_share=%.1f%% "
-        "samples_per_s=%.0f\n",
-        world, arch.c_str(), global_batch, threads, steps, 100.0 * comm_s / secs,
+        "strata-allreduce world=%d arch=%s global_batch=%d threads=%d steps=%d bucket_mb=%g "
+        "sync_share=%.1f%% samples_per_s=%.0f\n",
+        world, arch.c_str(), global_batch, threads, steps, o.bucket_mb, 100.0 * comm_s / secs,
         static_cast<double>(global_batch) * steps / secs);
     std::fflush(stdout);
   }
@@ -86,34 +97,35 @@ int RunRank(int rank, int world, const std::string& arch, int global_batch, int 
 
 int main(int argc, char** argv) {
   CLI::App app{"All-reduce training throughput, N processes on loopback"};
-  int world = 2, steps = 20, warmup = 3, global_batch = 128, rank = -1;
-  std::string arch = "resnet20", dir, transport = "tcp";
-  size_t segment_bytes = strata::AllReduceOptions{}.segment_bytes;
-  app.add_option("--world", world, "processes")->check(CLI::Range(1, 64));
-  app.add_option("--steps", steps, "timed steps")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup)->check(CLI::NonNegativeNumber);
-  app.add_option("--global-batch", global_batch)->check(CLI::PositiveNumber);
-  app.add_option("--arch", arch);
-  app.add_option("--segment-bytes", segment_bytes, "payload per message (0: automatic)")
+  RunOptions o;
+  int rank = -1;
+  app.add_option("--world", o.world, "processes")->check(CLI::Range(1, 64));
+  app.add_option("--steps", o.steps, "timed steps")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", o.warmup)->check(CLI::NonNegativeNumber);
+  app.add_option("--global-batch", o.global_batch)->check(CLI::PositiveNumber);
+  app.add_option("--arch", o.arch);
+  app.add_option("--segment-bytes", o.segment_bytes, "payload per message (0: automatic)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--transport", transport,
+  app.add_option("--transport", o.transport,
                  "ring transport: tcp or unix (see strata-bench-allreduce)")
       ->check(CLI::IsMember({"tcp", "unix"}));
+  app.add_option("--bucket-mb", o.bucket_mb,
+                 "reduce gradients in buckets of this many MB while backward runs (0: after it)")
+      ->check(CLI::Range(0.0, 1024.0));
   app.add_option("--rank", rank, "internal: run one rank")->group("");
-  app.add_option("--dir", dir, "internal: port exchange directory")->group("");
+  app.add_option("--dir", o.dir, "internal: port exchange directory")->group("");
   CLI11_PARSE(app, argc, argv);
-  if (global_batch % world != 0) {
-    std::fprintf(stderr, "--global-batch %d is not divisible by --world %d\n", global_batch, world);
+  if (o.global_batch % o.world != 0) {
+    std::fprintf(stderr, "--global-batch %d is not divisible by --world %d\n", o.global_batch,
+                 o.world);
     return 2;
   }
-  if (world == 1)
-    return RunRank(0, 1, arch, global_batch, steps, warmup, segment_bytes, transport, "");
-  if (rank >= 0)
-    return RunRank(rank, world, arch, global_batch, steps, warmup, segment_bytes, transport, dir);
+  if (o.world == 1 || rank >= 0) return RunRank(std::max(rank, 0), o);
   return strata::bench::RunRanks(
-      std::filesystem::read_symlink("/proc/self/exe").string(), world,
-      {"--world", std::to_string(world), "--steps", std::to_string(steps), "--warmup",
-       std::to_string(warmup), "--global-batch", std::to_string(global_batch), "--arch", arch,
-       "--segment-bytes", std::to_string(segment_bytes), "--transport", transport},
+      std::filesystem::read_symlink("/proc/self/exe").string(), o.world,
+      {"--world", std::to_string(o.world), "--steps", std::to_string(o.steps), "--warmup",
+       std::to_string(o.warmup), "--global-batch", std::to_string(o.global_batch), "--arch", o.arch,
+       "--segment-bytes", std::to_string(o.segment_bytes), "--transport", o.transport,
+       "--bucket-mb", absl::StrCat(o.bucket_mb)},
       std::chrono::seconds(1800));
 }

@@ -33,7 +33,7 @@ std::optional<int> ModelTensorCount(const std::string& arch) {
   // ResNet-(6n+2): stem conv + BatchNorm (weight, bias, running mean, running var), 3n basic
   // blocks of 2 x (conv + BatchNorm), 2 projection shortcuts (conv + BatchNorm), linear head.
   auto resnet = [](int n) { return 5 + 3 * n * 10 + 2 * 5 + 2; };
-  if (arch == "mlp") return 6;
+  if (arch == "mlp" || arch == "mlp_wide") return 6;
   if (arch == "cnn") return 8;
   if (arch == "resnet20") return resnet(3);
   if (arch == "resnet32") return resnet(5);

@@ -416,7 +416,8 @@ bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
   if (YAML::Node n = root["strategy"];
       r.Map(n, "strategy",
             {"kind", "consistency", "staleness", "k_star", "k_star_start", "probe_ratio", "rule",
-             "at_fraction", "window", "threshold_percent", "ps_lr_scale", "ps_pipeline"})) {
+             "at_fraction", "window", "threshold_percent", "ps_lr_scale", "ps_pipeline",
+             "bucket_mb"})) {
     StrategySpec& s = spec->strategy;
     r.Field<std::string>(n, "strategy", "kind", &s.kind, Among({"allreduce", "ps", "switch"}));
     r.Field<std::string>(n, "strategy", "consistency", &s.consistency,
@@ -439,6 +440,13 @@ bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
     r.Field<int>(n, "strategy", "ps_pipeline", &s.ps_pipeline, [](const int& v) {
       return v == 0 || v == 1 ? std::string() : absl::StrCat("must be 0 or 1, got ", v);
     });
+    r.Field<double>(n, "strategy", "bucket_mb", &s.bucket_mb, [](const double& v) {
+      return v >= 0 && v <= 1024 ? std::string() : absl::StrCat("must be in [0, 1024], got ", v);
+    });
+    if (s.kind == "ps" && r.Given("strategy.bucket_mb") && !r.Refused("strategy.bucket_mb")) {
+      r.Error(r.Where("strategy.bucket_mb"), "strategy.bucket_mb",
+              "applies to the all-reduce phase, which strategy.kind ps does not have");
+    }
     // K* keys on a mode that has no K* would be silently ignored.
     if (!r.Refused("strategy.consistency") && s.consistency != "pdp" && s.consistency != "apdp") {
       for (const char* key : {"k_star", "k_star_start", "probe_ratio"}) {
@@ -604,7 +612,8 @@ void ApplyOverride(YAML::Node* root, const std::string& assignment, SpecReader& 
 }  // namespace
 
 const std::vector<std::string>& KnownModelArchs() {
-  static const std::vector<std::string> archs = {"mlp", "cnn", "resnet20", "resnet32", "resnet56"};
+  static const std::vector<std::string> archs = {"mlp",      "mlp_wide", "cnn",
+                                                 "resnet20", "resnet32", "resnet56"};
   return archs;
 }
 
@@ -723,7 +732,10 @@ std::string JobSpecToYaml(const JobSpec& s) {
       << st.at_fraction << YAML::Key << "window" << YAML::Value << st.window << YAML::Key
       << "threshold_percent" << YAML::Value << st.threshold_percent << YAML::Key << "ps_lr_scale"
       << YAML::Value << st.ps_lr_scale << YAML::Key << "ps_pipeline" << YAML::Value
-      << st.ps_pipeline << YAML::EndMap;
+      << st.ps_pipeline;
+  // Only when on, so that resolved specs of jobs without buckets read as before.
+  if (st.bucket_mb > 0) out << YAML::Key << "bucket_mb" << YAML::Value << st.bucket_mb;
+  out << YAML::EndMap;
   out << YAML::Key << "launcher" << YAML::Value << YAML::BeginMap << YAML::Key << "kind"
       << YAML::Value << s.launcher.kind << YAML::Key << "ring_transport" << YAML::Value
       << s.launcher.ring_transport << YAML::EndMap;

@@ -24,7 +24,7 @@ struct DatasetSpec {
 };
 
 struct ModelSpec {
-  std::string arch = "mlp";  // mlp | cnn | resnet20 | resnet32 | resnet56
+  std::string arch = "mlp";  // mlp | mlp_wide | cnn | resnet20 | resnet32 | resnet56
 };
 
 struct LrScheduleSpec {
@@ -93,6 +93,9 @@ struct StrategySpec {
   // Push/pull exchanges that may travel while the worker computes the next step: 0 or 1 (each
   // adds at most one version of staleness to the worker's gradients).
   int ps_pipeline = 0;
+  // All-reduce: > 0 averages the gradients in buckets of about this many MB while backward runs
+  // (services/worker/bucket_reduction.h); 0 in one operation after backward.
+  double bucket_mb = 0;
 };
 
 struct LauncherSpec {

@@ -9,11 +9,11 @@ namespace nn = torch::nn;
 
 class Mlp : public Net {
  public:
-  explicit Mlp(const InputShape& s) {
+  Mlp(const InputShape& s, int64_t hidden1, int64_t hidden2) {
     const int64_t in = s.channels * s.height * s.width;
-    fc1_ = register_module("fc1", nn::Linear(in, 256));
-    fc2_ = register_module("fc2", nn::Linear(256, 128));
-    fc3_ = register_module("fc3", nn::Linear(128, s.num_classes));
+    fc1_ = register_module("fc1", nn::Linear(in, hidden1));
+    fc2_ = register_module("fc2", nn::Linear(hidden1, hidden2));
+    fc3_ = register_module("fc3", nn::Linear(hidden2, s.num_classes));
   }
   torch::Tensor forward(torch::Tensor x) override {
     x = x.flatten(1);
@@ -120,7 +120,9 @@ absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& arch, const In
   }
   const bool spatial = shape.height >= 8 && shape.width >= 8;
   try {
-    if (arch == "mlp") return std::shared_ptr<Net>(std::make_shared<Mlp>(shape));
+    if (arch == "mlp") return std::shared_ptr<Net>(std::make_shared<Mlp>(shape, 256, 128));
+    // Communication-heavy: 23 MB of gradients for ~35 MFLOP per example (docs/benchmarks.md).
+    if (arch == "mlp_wide") return std::shared_ptr<Net>(std::make_shared<Mlp>(shape, 2048, 2048));
     if (!spatial && (arch == "cnn" || arch.rfind("resnet", 0) == 0)) {
       return absl::InvalidArgumentError(absl::StrCat("model '", arch, "' needs images of at least 8x8, the data set has ",
                                                      shape.height, "x", shape.width, "; use mlp"));
@@ -132,8 +134,8 @@ absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& arch, const In
   } catch (const c10::Error& e) {
     return absl::InternalError(absl::StrCat("building model '", arch, "': ", e.what_without_backtrace()));
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown model '", arch, "' (known: mlp, cnn, resnet20, resnet32, resnet56)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown model '", arch, "' (known: mlp, mlp_wide, cnn, resnet20, resnet32, resnet56)"));
 }
 
 int64_t CountParameters(const torch::nn::Module& model) {

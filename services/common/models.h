@@ -21,8 +21,8 @@ class Net : public torch::nn::Module {
   virtual torch::Tensor forward(torch::Tensor x) = 0;
 };
 
-// mlp | cnn | resnet20 | resnet32 | resnet56 (v1, He et al. 2016, CIFAR variant, projection
-// shortcuts where the shape changes — as the PyTorch peer in bench/ uses).
+// mlp | mlp_wide | cnn | resnet20 | resnet32 | resnet56 (v1, He et al. 2016, CIFAR variant,
+// projection shortcuts where the shape changes — as the PyTorch peer in bench/ uses).
 absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& arch, const InputShape& shape);
 
 int64_t CountParameters(const torch::nn::Module& model);

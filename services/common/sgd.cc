@@ -19,18 +19,22 @@ bool SgdStepInto(const float* __restrict params, const float* __restrict grads,
                  const float* __restrict velocity, float* __restrict params_out,
                  float* __restrict velocity_out, size_t n, const SgdOptions& o) {
   const float lr = o.lr, m = o.momentum, wd = o.weight_decay;
-  // Accumulated without a branch so the loop still vectorises: any inf or NaN makes x - x NaN,
-  // and NaN survives the sum.
-  float poison = 0.0f;
+  uint32_t non_finite = 0;
   for (size_t i = 0; i < n; ++i) {
     const float d = grads[i] + wd * params[i];
     const float v = m * velocity[i] + d;
     const float p = params[i] - lr * v;
     velocity_out[i] = v;
     params_out[i] = p;
-    poison += (p - p) + (v - v);
+    non_finite |= NonFinite(p) | NonFinite(v);
   }
-  return poison == 0.0f;
+  return non_finite == 0;
+}
+
+bool AllFinite(const float* values, size_t n) {
+  uint32_t non_finite = 0;
+  for (size_t i = 0; i < n; ++i) non_finite |= NonFinite(values[i]);
+  return non_finite == 0;
 }
 
 double ScheduledLearningRate(double base_lr, const LrScheduleSpec& schedule, double epoch) {

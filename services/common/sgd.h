@@ -6,6 +6,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "services/common/job_spec.h"
@@ -25,6 +27,18 @@ void SgdStep(float* params, const float* grads, float* velocity, size_t n, const
 // finite. Finite inputs can still overflow (a gradient near FLT_MAX times a large rate).
 bool SgdStepInto(const float* params, const float* grads, const float* velocity,
                  float* params_out, float* velocity_out, size_t n, const SgdOptions& options);
+
+// 1 if `x` is an infinity or a NaN (all exponent bits set), else 0. An integer test, so a loop
+// that ORs it over a buffer vectorises; a float sum or std::isfinite with an early exit does not
+// (the parameter server runs it over every push, see docs/benchmarks.md).
+inline uint32_t NonFinite(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  return (bits & 0x7f800000u) == 0x7f800000u;
+}
+
+// True if none of the `n` values is an infinity or a NaN.
+bool AllFinite(const float* values, size_t n);
 
 // Learning rates a request may carry. Far above any rate SGD trains with (the large-batch
 // recipes stay below ~50), low enough that a typo or a hostile 1e300 (inf once cast to float)

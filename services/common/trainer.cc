@@ -7,6 +7,7 @@
 #include <thread>
 
 #include <absl/strings/str_cat.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/torch.h>
 
 #include "services/common/data_loader.h"
@@ -58,6 +59,12 @@ struct Trainer::Impl {
   FlatLayout param_layout, buffer_layout;
   std::vector<torch::Tensor> params, buffers;  // in layout order
   torch::Tensor params_flat, grads_flat, velocity_flat;
+  // The gradient listener (SetGradientListener) and the parameters' gradient accumulators its
+  // hooks hang on: held here, as autograd keeps them only while a parameter's .grad is in use
+  // by a graph, and every backward must find the same nodes with the hooks.
+  const void* listener_owner = nullptr;
+  std::function<void(size_t)> on_gradient_ready;
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators;
 
   // Autograd accumulates into an existing .grad in place, so the views set here stay the
   // gradients' storage. Re-attach if anything replaced them (then the next step still works).
@@ -68,6 +75,36 @@ struct Trainer::Impl {
       if (!params[i].grad().defined() || params[i].grad().data_ptr() != view.data_ptr()) {
         params[i].mutable_grad() = view;
       }
+    }
+  }
+
+  // A stolen gradient (not our view) would silently break synchronisation; copy it back.
+  void ReclaimGradient(size_t i) {
+    const FlatEntry& e = param_layout.entries()[i];
+    torch::Tensor view = grads_flat.narrow(0, e.offset, e.numel);
+    if (params[i].grad().data_ptr() != view.data_ptr()) {
+      view.copy_(params[i].grad().reshape({-1}));
+      params[i].mutable_grad() = view.view(params[i].sizes());
+    }
+  }
+
+  // Once: a post hook on every parameter's gradient accumulator, run after it has added the
+  // parameter's gradient (the way PyTorch's DDP finds gradients that are ready).
+  void HookGradientAccumulators() {
+    if (!accumulators.empty()) return;
+    for (size_t i = 0; i < params.size(); ++i) {
+      std::shared_ptr<torch::autograd::Node> node =
+          torch::autograd::impl::grad_accumulator(params[i]);
+      node->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+          [this, i](const torch::autograd::variable_list& outputs,
+                    const torch::autograd::variable_list&) {
+            if (on_gradient_ready) {
+              ReclaimGradient(i);
+              on_gradient_ready(i);
+            }
+            return outputs;
+          }));
+      accumulators.push_back(std::move(node));
     }
   }
 
@@ -85,15 +122,7 @@ struct Trainer::Impl {
       stats.examples = batch.y.size(0);
     });
     if (!status.ok()) return status;
-    // A stolen gradient (not our view) would silently break synchronisation; copy it back.
-    for (size_t i = 0; i < params.size(); ++i) {
-      const FlatEntry& e = param_layout.entries()[i];
-      torch::Tensor view = grads_flat.narrow(0, e.offset, e.numel);
-      if (params[i].grad().data_ptr() != view.data_ptr()) {
-        view.copy_(params[i].grad().reshape({-1}));
-        params[i].mutable_grad() = view.view(params[i].sizes());
-      }
-    }
+    for (size_t i = 0; i < params.size(); ++i) ReclaimGradient(i);
     return stats;
   }
 };
@@ -173,6 +202,18 @@ int64_t Trainer::parameter_count() const {
 const FlatLayout& Trainer::parameters() const { return impl_->param_layout; }
 float* Trainer::parameter_data() { return impl_->params_flat.data_ptr<float>(); }
 float* Trainer::gradient_data() { return impl_->grads_flat.data_ptr<float>(); }
+
+void Trainer::SetGradientListener(const void* owner, std::function<void(size_t)> on_ready) {
+  impl_->HookGradientAccumulators();
+  impl_->listener_owner = owner;
+  impl_->on_gradient_ready = std::move(on_ready);
+}
+
+void Trainer::RemoveGradientListener(const void* owner) {
+  if (impl_->listener_owner != owner) return;
+  impl_->listener_owner = nullptr;
+  impl_->on_gradient_ready = nullptr;
+}
 float* Trainer::velocity_data() { return impl_->velocity_flat.data_ptr<float>(); }
 const FlatLayout& Trainer::buffers() const { return impl_->buffer_layout; }
 

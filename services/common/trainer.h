@@ -97,6 +97,14 @@ class Trainer {
   // The example indices of batch `b` in the current epoch.
   std::vector<int64_t> BatchExamples(int64_t b) const;
 
+  // Tells `on_ready(i)` during backward, on the thread that runs it, as soon as parameter i's
+  // gradient (parameters() order) is complete in gradient_data(), so that a synchroniser can
+  // reduce it while backward goes on. One listener at a time: a new one replaces the last.
+  // RemoveGradientListener(owner) removes it only if `owner` set it, so that a synchroniser
+  // destroyed after its successor was made leaves the successor's listener in place.
+  void SetGradientListener(const void* owner, std::function<void(size_t)> on_ready);
+  void RemoveGradientListener(const void* owner);
+
   // Local optimizer step on the fused buffers.
   void ApplyGradients(const SgdOptions& sgd);
   SgdOptions SgdFor(double epoch) const;  // lr from the schedule

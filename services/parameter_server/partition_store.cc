@@ -134,7 +134,8 @@ absl::Status PartitionStore::Load(const Checkpoint& c, const std::string& origin
   if (shutdown_) return absl::UnavailableError("parameter server is stopping");
   layout->generation = next_generation_++;
   layout_ = std::move(layout);
-  values_ = std::move(values);
+  values_ = std::make_shared<std::vector<float>>(std::move(values));
+  model_buffers_ = {values_};
   velocity_ = std::move(velocity);
   version_ = c.version;
   samples_ = std::max<int64_t>(samples, 0);
@@ -162,7 +163,7 @@ Checkpoint PartitionStore::ToCheckpoint() const {
     c.entries.push_back(std::move(entry));
   };
   for (const auto& e : layout_->entries)
-    add(e.is_buffer ? TensorKind::kBuffer : TensorKind::kParameter, e, values_);
+    add(e.is_buffer ? TensorKind::kBuffer : TensorKind::kParameter, e, *values_);
   for (const auto& e : layout_->entries) {
     if (!e.is_buffer) add(TensorKind::kMomentum, e, velocity_);
   }
@@ -196,21 +197,31 @@ absl::Status PartitionStore::ApplyUpdate(const float* update, int64_t samples,
                                          double requested_lr) {
   const SgdOptions sgd = SgdForNextUpdate(requested_lr);
   const size_t np = layout_->parameter_floats;
-  // The step goes into scratch buffers that replace the model only if every value is finite:
+  // The step goes into spare buffers that replace the model only if every value is finite:
   // finite gradients and a finite rate can still overflow, and one inf would reach every worker
-  // at its next pull. Swapping keeps the cost of the old in-place step (one pass, no copy).
-  scratch_values_.resize(values_.size());
+  // at its next pull. Swapping keeps the cost of an in-place step (one pass, no copy). The
+  // weights go into a buffer no pull still encodes; a few are kept, as pulls overlap updates.
+  constexpr size_t kMaxModelBuffers = 4;
+  std::shared_ptr<std::vector<float>> next;
+  for (const auto& b : model_buffers_) {
+    if (b.use_count() == 1) {
+      next = b;
+      break;
+    }
+  }
+  if (next == nullptr) {
+    next = std::make_shared<std::vector<float>>(values_->size());
+    if (model_buffers_.size() < kMaxModelBuffers) model_buffers_.push_back(next);
+  }
   scratch_velocity_.resize(velocity_.size());
-  if (!std::isfinite(sgd.lr) ||
-      !SgdStepInto(values_.data(), update, velocity_.data(), scratch_values_.data(),
-                   scratch_velocity_.data(), np, sgd)) {
+  if (!std::isfinite(sgd.lr) || !SgdStepInto(values_->data(), update, velocity_.data(),
+                                             next->data(), scratch_velocity_.data(), np, sgd)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "partition ", config_.partition, ": the update at learning rate ", sgd.lr,
         " would leave non-finite weights; refused, the model is unchanged"));
   }
-  std::memcpy(scratch_values_.data() + np, update + np,
-              (layout_->total_floats - np) * sizeof(float));
-  values_.swap(scratch_values_);
+  std::memcpy(next->data() + np, update + np, (layout_->total_floats - np) * sizeof(float));
+  values_ = std::move(next);
   velocity_.swap(scratch_velocity_);
   last_lr_ = sgd.lr;
   samples_ += samples;

@@ -73,7 +73,9 @@ struct PullSnapshot {
   double global_epoch = 0;
   int64_t samples = 0, sample_budget = 0;
   std::shared_ptr<const PartitionLayout> layout;
-  std::vector<float> values;
+  // The model at `version`, shared rather than copied: a published model is never written
+  // again, so a pull encodes it outside the lock while the next update goes into another buffer.
+  std::shared_ptr<const std::vector<float>> values;
 };
 
 class PartitionStore {
@@ -140,8 +142,11 @@ class PartitionStore {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::shared_ptr<const PartitionLayout> layout_;  // null until loaded
-  std::vector<float> values_, velocity_;
-  std::vector<float> scratch_values_, scratch_velocity_;  // ApplyUpdate's next model
+  // The published model (see PullSnapshot::values), one of `model_buffers_`: the buffers models
+  // are written into, each reused once neither values_ nor a pull holds it (use count 1).
+  std::shared_ptr<std::vector<float>> values_;
+  std::vector<std::shared_ptr<std::vector<float>>> model_buffers_;
+  std::vector<float> velocity_, scratch_velocity_;  // scratch: ApplyUpdate's next momentum
   int64_t version_ = 0, pushes_ = 0, rejected_ = 0, samples_ = 0;
   int64_t waited_pulls_ = 0, max_clock_gap_ = 0, discarded_pushes_ = 0;
   double last_lr_ = -1;  // rate of the last update applied; -1 before any

@@ -4,6 +4,8 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "services/common/sgd.h"
+
 namespace strata {
 
 PushStaging::PushStaging(std::shared_ptr<const PartitionLayout> layout)
@@ -42,7 +44,9 @@ absl::Status PushStaging::Validate() const {
           absl::StrCat("push lacks tensor '", layout_->entries[i].spec.name, "'"));
     }
   }
-  // A NaN or Inf would poison the model for every worker; find the tensor to name it.
+  // A NaN or Inf would poison the model for every worker. One vectorised pass over the whole
+  // push; only a push that holds one is searched again, to name the tensor and element.
+  if (AllFinite(values_.data(), values_.size())) return absl::OkStatus();
   for (const auto& e : layout_->entries) {
     const float* p = values_.data() + e.offset;
     const size_t n = static_cast<size_t>(e.spec.numel());

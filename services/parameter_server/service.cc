@@ -119,7 +119,7 @@ absl::Status ParameterServerService::SendPull(
   chunking.chunk_bytes = options_.chunk_bytes;
   v1::TensorChunk* chunk = response.mutable_chunk();
   for (const auto& e : snapshot.layout->entries) {
-    absl::Status sent = EncodeTensorInto({&e.spec, snapshot.values.data() + e.offset}, chunking,
+    absl::Status sent = EncodeTensorInto({&e.spec, snapshot.values->data() + e.offset}, chunking,
                                          chunk, [&] { return write(response); });
     if (!sent.ok()) return absl::UnavailableError("the pulling worker went away");
   }

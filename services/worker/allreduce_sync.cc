@@ -7,18 +7,54 @@
 #include <absl/strings/str_cat.h>
 
 #include "services/common/status.h"
+#include "services/worker/bucket_reduction.h"
 
 namespace strata {
 namespace {
 
 class AllReduceSynchroniser final : public Synchroniser {
  public:
-  AllReduceSynchroniser(RingAllReduce* ring, const AllReduceOptions& options, int source_rank)
-      : ring_(ring), options_(options), source_rank_(source_rank) {}
+  AllReduceSynchroniser(RingAllReduce* ring, const AllReduceSyncOptions& options)
+      : ring_(ring),
+        options_(options.ring),
+        source_rank_(options.source_rank),
+        bucket_bytes_(options.bucket_bytes) {}
 
-  std::string name() const override { return "allreduce"; }
+  ~AllReduceSynchroniser() override {
+    if (trainer_ != nullptr) trainer_->RemoveGradientListener(this);
+  }
+
+  std::string name() const override {
+    return bucket_bytes_ > 0 ? "allreduce (overlapped buckets)" : "allreduce";
+  }
 
   absl::Status Start(Trainer& trainer) override {
+    STRATA_RETURN_IF_ERROR(Broadcast(trainer));
+    if (bucket_bytes_ > 0) {
+      trainer_ = &trainer;
+      buckets_ = std::make_unique<BucketReduction>(ring_, options_, trainer.parameters(),
+                                                   trainer.gradient_data(), bucket_bytes_);
+      trainer.SetGradientListener(this, [this](size_t i) { buckets_->OnGradientReady(i); });
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<StepOutcome> Step(Trainer& trainer, const StepContext& context) override {
+    const std::string what =
+        absl::StrCat("all-reduce of step ", context.step, " (epoch ", context.epoch + 1, ")");
+    // The switch vote rides in one extra float after the values. Every rank receives the same
+    // average, world x average is the number of yes votes (a small integer, up to rounding), so
+    // all ranks switch after the same step, without another round trip.
+    const float vote = context.ready_to_switch ? 1.0f : 0.0f;
+    STRATA_ASSIGN_OR_RETURN(const float average_vote, buckets_ ? ReduceRest(trainer, vote, what)
+                                                               : ReduceAll(trainer, vote, what));
+    trainer.ApplyGradients(trainer.SgdFor(static_cast<double>(context.epoch)));
+    const float world = static_cast<float>(ring_->world());
+    return StepOutcome{average_vote * world > world - 0.5f};
+  }
+
+ private:
+  absl::Status Broadcast(Trainer& trainer) {
     // Broadcast as a sum with zeros everywhere but the source: x + 0 is exact, so every replica
     // receives the source's bits. Parameters, velocity and buffers travel in one operation.
     const size_t p = trainer.parameters().total_floats();
@@ -38,15 +74,10 @@ class AllReduceSynchroniser final : public Synchroniser {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<StepOutcome> Step(Trainer& trainer, const StepContext& context) override {
+  // Gradients, buffers and the vote in one operation after backward; returns the average vote.
+  absl::StatusOr<float> ReduceAll(Trainer& trainer, float vote, const std::string& what) {
     const size_t p = trainer.parameters().total_floats();
     const size_t b = trainer.buffers().total_floats();
-    const std::string what =
-        absl::StrCat("all-reduce of step ", context.step, " (epoch ", context.epoch + 1, ")");
-    // The switch vote rides in one extra float after the gradients. Every rank receives the same
-    // average, world x average is the number of yes votes (a small integer, up to rounding), so
-    // all ranks switch after the same step, without another round trip.
-    const float vote = context.ready_to_switch ? 1.0f : 0.0f;
     float average_vote = 0.0f;
     if (b == 0) {
       // No float buffers: reduce the fused gradient buffer where it lies (it has a spare float
@@ -68,22 +99,38 @@ class AllReduceSynchroniser final : public Synchroniser {
       trainer.SetBuffersFrom(staging_.data() + p);
       average_vote = staging_[p + b];
     }
-    trainer.ApplyGradients(trainer.SgdFor(static_cast<double>(context.epoch)));
-    const float world = static_cast<float>(ring_->world());
-    return StepOutcome{average_vote * world > world - 0.5f};
+    return average_vote;
   }
 
- private:
+  // The buckets that backward has not sent yet, then the buffers and the vote in one small
+  // operation; returns the average vote.
+  absl::StatusOr<float> ReduceRest(Trainer& trainer, float vote, const std::string& what) {
+    STRATA_RETURN_IF_ERROR(Annotate(buckets_->Finish(), what));
+    const size_t b = trainer.buffers().total_floats();
+    staging_.resize(b + 1);
+    trainer.CopyBuffersTo(staging_.data());
+    staging_[b] = vote;
+    STRATA_RETURN_IF_ERROR(
+        Annotate(ring_->AllReduceAverage(staging_.data(), staging_.size(), options_), what));
+    trainer.SetBuffersFrom(staging_.data());
+    return staging_[b];
+  }
+
   RingAllReduce* ring_;
   AllReduceOptions options_;
   const int source_rank_;
+  const size_t bucket_bytes_;
   std::vector<float> staging_;
+  Trainer* trainer_ = nullptr;  // with buckets: whose gradient listener this is
+  // Last: its thread, which may be reducing, stops before the members above go.
+  std::unique_ptr<BucketReduction> buckets_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Synchroniser>> MakeAllReduceSynchroniser(
-    RingAllReduce* ring, const AllReduceOptions& options, int source_rank) {
+    RingAllReduce* ring, const AllReduceSyncOptions& options) {
+  const int source_rank = options.source_rank;
   if (ring == nullptr) return absl::InvalidArgumentError("all-reduce synchroniser: no ring");
   if (ring->world() < 1) {
     return absl::FailedPreconditionError(
@@ -94,7 +141,7 @@ absl::StatusOr<std::unique_ptr<Synchroniser>> MakeAllReduceSynchroniser(
                                                    source_rank, " outside a world of ",
                                                    ring->world()));
   }
-  return std::unique_ptr<Synchroniser>(new AllReduceSynchroniser(ring, options, source_rank));
+  return std::unique_ptr<Synchroniser>(new AllReduceSynchroniser(ring, options));
 }
 
 }  // namespace strata

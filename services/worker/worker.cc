@@ -85,6 +85,14 @@ class WorkerRunner {
     }
   }
 
+  AllReduceSyncOptions RingSyncOptions(int source_rank) const {
+    AllReduceSyncOptions o;
+    o.ring.deadline = options_.deadline;
+    o.source_rank = source_rank;
+    o.bucket_bytes = static_cast<size_t>(options_.spec.strategy.bucket_mb * (1 << 20));
+    return o;
+  }
+
   absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPull(
       const google::protobuf::RepeatedPtrField<std::string>& servers, const Trainer& trainer,
       double lr = 0) {
@@ -286,9 +294,8 @@ class WorkerRunner {
       } else {
         STRATA_RETURN_IF_ERROR(ring_->Connect(peers));
       }
-      AllReduceOptions ar;
-      ar.deadline = options_.deadline;
-      STRATA_ASSIGN_OR_RETURN(sync, MakeAllReduceSynchroniser(ring_, ar, start.ring_source_rank()));
+      STRATA_ASSIGN_OR_RETURN(
+          sync, MakeAllReduceSynchroniser(ring_, RingSyncOptions(start.ring_source_rank())));
     } else {
       STRATA_ASSIGN_OR_RETURN(sync, MakePushPull(start.parameter_servers(), trainer));
     }
@@ -394,8 +401,8 @@ class WorkerRunner {
     }
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Synchroniser> sync, FirstSynchroniser(start, trainer));
     const int64_t steps_per_epoch = AgreedStepsPerEpoch(start, trainer);
-    spdlog::info("training: mode {}, {} examples, {} steps per epoch, {} epochs",
-                 ModeName(start.mode()), trainer.shard_size(), steps_per_epoch,
+    spdlog::info("training: mode {} ({}), {} examples, {} steps per epoch, {} epochs",
+                 ModeName(start.mode()), sync->name(), trainer.shard_size(), steps_per_epoch,
                  options_.spec.training.epochs);
     int64_t step = FirstStep(start, steps_per_epoch);
     const int64_t first_epoch = step / steps_per_epoch;
@@ -532,9 +539,8 @@ class WorkerRunner {
     }
     std::vector<std::string> peers(request.workers().begin(), request.workers().end());
     STRATA_RETURN_IF_ERROR(ring_->Reform(peers, request.generation()));
-    AllReduceOptions ar;
-    ar.deadline = options_.deadline;
-    STRATA_ASSIGN_OR_RETURN(auto next, MakeAllReduceSynchroniser(ring_, ar, request.source_rank()));
+    STRATA_ASSIGN_OR_RETURN(
+        auto next, MakeAllReduceSynchroniser(ring_, RingSyncOptions(request.source_rank())));
     STRATA_RETURN_IF_ERROR(Annotate(next->Start(trainer), "re-forming the ring"));
     *sync = std::move(next);
     {

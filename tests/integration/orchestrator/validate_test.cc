@@ -174,7 +174,7 @@ TEST(Validate, RunRefusesALauncherItCannotDrive) {
 // The orchestrator's torch-free table of tensor counts (for "more parameter servers than
 // tensors") must match the real models.
 TEST(ModelTensorCount, MatchesTheRealModels) {
-  for (const char* arch : {"mlp", "cnn", "resnet20", "resnet32", "resnet56"}) {
+  for (const char* arch : {"mlp", "mlp_wide", "cnn", "resnet20", "resnet32", "resnet56"}) {
     CommandResult r =
         RunCommand(BinDir() + "/strata-evaluator --config " + STRATA_TEST_SOURCE_DIR +
                    "/configs/fmnist-mlp.yaml --set model.arch=" + arch +

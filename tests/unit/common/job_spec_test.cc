@@ -86,7 +86,23 @@ INSTANTIATE_TEST_SUITE_P(
         BadSpec{"name: a\nstrategy: { kind: ps, consistency: apdp, probe_ratio: 0 }\n",
                 "strategy.probe_ratio: must be in (0, 1], got 0"},
         BadSpec{"name: a\nstrategy: { kind: ps, consistency: pdp, k_star: -3 }\n",
-                "strategy.k_star: must be >= 0"}));
+                "strategy.k_star: must be >= 0"},
+        BadSpec{"name: a\nstrategy:\n  kind: ps\n  bucket_mb: 4\n",
+                "job.yaml:4: strategy.bucket_mb: applies to the all-reduce phase, which "
+                "strategy.kind ps does not have"},
+        BadSpec{"name: a\nstrategy: { kind: allreduce, bucket_mb: -1 }\n",
+                "job.yaml:2: strategy.bucket_mb: must be in [0, 1024], got -1"}));
+
+TEST(JobSpec, BucketMbTravelsThroughTheResolvedSpecOnlyWhenOn) {
+  auto on = ParseJobSpec("name: b\nstrategy: { kind: switch, bucket_mb: 2.5 }\n", "j.yaml");
+  ASSERT_TRUE(on.ok()) << on.status();
+  auto again = ParseJobSpec(JobSpecToYaml(*on), "resolved.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->strategy.bucket_mb, 2.5);
+  auto off = ParseJobSpec("name: b\n", "j.yaml");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(JobSpecToYaml(*off).find("bucket_mb"), std::string::npos);
+}
 
 TEST(JobSpec, PdpAndApdpCarryTheirKStarKeysThroughTheResolvedSpec) {
   for (const std::string text :

@@ -1,5 +1,6 @@
 // LibTorch-dependent tests of services/common, in one executable (each LibTorch process start
 // costs ~0.5 s and ~160 MB).
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -27,6 +28,8 @@ TEST(Models, ParameterCountsMatchThePapers) {
   EXPECT_NEAR(Params("resnet32", cifar), 0.46e6, 0.015e6);
   EXPECT_NEAR(Params("resnet56", cifar), 0.85e6, 0.025e6);
   EXPECT_EQ(Params("mlp", {1, 28, 28, 10}), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+  EXPECT_EQ(Params("mlp_wide", {1, 28, 28, 10}),
+            784 * 2048 + 2048 + 2048 * 2048 + 2048 + 2048 * 10 + 10);
   // The class count sizes the last layer only.
   EXPECT_EQ(Params("resnet20", {3, 32, 32, 100}) - Params("resnet20", cifar), 90 * 64 + 90);
 }
@@ -203,6 +206,50 @@ TEST(Trainer, GradientsLandInTheFusedBufferAndTrainingLearns) {
     last = r->train_loss;
   }
   EXPECT_LT(last, first * 0.7);
+}
+
+// What the overlapped all-reduce relies on: during backward every parameter is reported once,
+// its gradient already final in the fused buffer when it is, the last layers first; a listener is
+// removed only by its owner.
+TEST(Trainer, TheGradientListenerHearsEveryParameterOnceWithItsFinalGradient) {
+  TrainerOptions o;
+  o.arch = "cnn";
+  o.batch_size = 16;
+  auto trainer = Trainer::Create(o, TinyFashion());
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Trainer& t = **trainer;
+  const std::vector<FlatEntry>& entries = t.parameters().entries();
+  std::vector<size_t> order;
+  std::vector<std::vector<float>> at_report(entries.size());
+  int owner = 0, other = 0;
+  t.SetGradientListener(&owner, [&](size_t i) {
+    order.push_back(i);
+    const float* g = t.gradient_data() + entries[i].offset;
+    at_report[i].assign(g, g + entries[i].numel);
+  });
+  t.StartEpoch(0);
+  for (int rep = 0; rep < 2; ++rep) {
+    order.clear();
+    ASSERT_TRUE(t.ComputeGradients(rep).ok());
+    ASSERT_EQ(order.size(), entries.size()) << "repetition " << rep;
+    std::vector<size_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size(); ++i) EXPECT_EQ(sorted[i], i) << "reported twice or never";
+    EXPECT_EQ(order.front(), entries.size() - 1) << "the head's parameters come first";
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const float* g = t.gradient_data() + entries[i].offset;
+      EXPECT_EQ(std::memcmp(at_report[i].data(), g, entries[i].numel * sizeof(float)), 0)
+          << "parameter " << i << " changed after it was reported";
+    }
+  }
+  t.RemoveGradientListener(&other);  // not its owner: stays
+  order.clear();
+  ASSERT_TRUE(t.ComputeGradients(0).ok());
+  EXPECT_EQ(order.size(), entries.size());
+  t.RemoveGradientListener(&owner);
+  order.clear();
+  ASSERT_TRUE(t.ComputeGradients(0).ok());
+  EXPECT_TRUE(order.empty());
 }
 
 TEST(Trainer, CheckpointRoundTripAndRefusalChangesNothing) {

@@ -85,7 +85,7 @@ absl::StatusOr<int64_t> PushFlat(ParameterPartition& p, int worker, int64_t vers
   return p.Push(meta, **staging, wait);
 }
 
-std::vector<float> Flat(const PullSnapshot& s) { return s.values; }
+std::vector<float> Flat(const PullSnapshot& s) { return *s.values; }
 
 // The gradient of 0.5 * |p - target|^2 plus a worker-dependent term, and buffers that
 // differ per worker and step, so that averaging and replacing are both visible.
