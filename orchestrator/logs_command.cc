@@ -8,7 +8,7 @@
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/kubernetes_submission.h"
 #include "orchestrator/lib/run_paths.h"
-#include "services/common/files.h"
+#include "services/common/base/files.h"
 
 namespace strata::cli {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/shard_stats.h"
-#include "services/common/child_process.h"
+#include "services/common/process/child_process.h"
 #include "sharder/shard_flags.h"
 
 namespace strata::cli {

@@ -14,8 +14,9 @@
 #include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/pdp_rounds.h"
 #include "orchestrator/record/run_record.h"
-#include "services/common/files.h"
-#include "services/common/metrics.h"
+#include "orchestrator/run/control_server.h"
+#include "services/common/base/files.h"
+#include "services/common/base/metrics.h"
 
 namespace strata::cli {
 namespace {
@@ -45,9 +46,16 @@ int ShowStatus(const std::string& dir) {
 
   std::string state = status.is_object() ? status.value("state", "unknown") : "unknown";
   if (state == "running") {
-    const int pid = status.value("orchestrator_pid", 0);
-    if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH))
-      state = "abandoned (the orchestrator is gone)";
+    switch (ProbeOrchestrator(status.value("control_socket", ""), status.value("updated", 0.0))) {
+      case OrchestratorLiveness::kAlive:
+        break;
+      case OrchestratorLiveness::kGone:
+        state = "abandoned (the orchestrator is gone)";
+        break;
+      case OrchestratorLiveness::kUnknown:
+        state = "running (not confirmed: the run publishes no control socket)";
+        break;
+    }
   }
   std::printf("run:       %s\n", dir.c_str());
   std::printf("state:     %s\n", state.c_str());

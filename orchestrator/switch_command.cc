@@ -1,8 +1,8 @@
 // `strata switch RUN_DIR`: asks a running `switch` job to hand over to the parameter servers now.
-// The request is a file in the run directory that the running orchestrator picks up within a
-// polling period; the command then waits for the outcome in events.jsonl.
-#include <signal.h>
-#include <sys/stat.h>
+// The request is a call on the orchestrator's control socket (run/control_server.h), or, for a run
+// that publishes none (its orchestrator runs in a container), a file in the run directory that
+// the orchestrator picks up within a polling period. The command then waits for the outcome in
+// events.jsonl.
 
 #include <chrono>
 #include <cstdio>
@@ -13,8 +13,9 @@
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_record.h"
-#include "services/common/files.h"
-#include "services/common/metrics.h"
+#include "orchestrator/run/control_server.h"
+#include "services/common/base/files.h"
+#include "services/common/base/metrics.h"
 
 namespace strata::cli {
 namespace {
@@ -33,10 +34,13 @@ int RequestSwitch(const std::string& dir, int wait_s) {
                  status.is_discarded() ? "unknown" : status.value("state", "unknown").c_str());
     return 1;
   }
-  const int pid = status.value("orchestrator_pid", 0);
-  if (pid <= 0 || (::kill(pid, 0) != 0 && errno == ESRCH)) {
-    std::fprintf(stderr, "strata switch: the orchestrator of %s (pid %d) is gone\n", dir.c_str(),
-                 pid);
+  const std::string control_socket = status.value("control_socket", "");
+  const OrchestratorLiveness liveness =
+      ProbeOrchestrator(control_socket, status.value("updated", 0.0));
+  if (liveness == OrchestratorLiveness::kGone) {
+    std::fprintf(stderr, "strata switch: the orchestrator of %s is gone (%s)\n", dir.c_str(),
+                 control_socket.empty() ? "status.json has not changed for a minute"
+                                        : "nothing answers on its control socket");
     return 1;
   }
   if (status.value("strategy", "").rfind("switch", 0) != 0) {
@@ -52,10 +56,12 @@ int RequestSwitch(const std::string& dir, int wait_s) {
   }
   size_t events_before = 0;
   if (auto events = ReadJsonLines(paths.events); events.ok()) events_before = events->size();
-  if (absl::Status s =
-          WriteFileAtomic(paths.switch_request, "{\"requested_by\": \"strata switch\"}\n");
-      !s.ok()) {
-    std::fprintf(stderr, "strata switch: %s\n", std::string(s.message()).c_str());
+  const absl::Status requested =
+      liveness == OrchestratorLiveness::kAlive
+          ? RequestSwitchNow(control_socket, "strata switch", std::chrono::seconds(10))
+          : WriteFileAtomic(paths.switch_request, "{\"requested_by\": \"strata switch\"}\n");
+  if (!requested.ok()) {
+    std::fprintf(stderr, "strata switch: %s\n", std::string(requested.message()).c_str());
     return 1;
   }
   std::printf("switch requested for %s\n", dir.c_str());

@@ -13,8 +13,8 @@
 #include <absl/strings/str_format.h>
 #include <zlib.h>
 
-#include "services/common/files.h"
-#include "services/common/shard_index.h"
+#include "services/common/base/files.h"
+#include "services/common/wire/shard_index.h"
 
 namespace strata::sharder {
 namespace fs = std::filesystem;

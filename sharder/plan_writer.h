@@ -1,6 +1,7 @@
-// Writes a shard plan directory: manifest.json and shard-<worker>.idx (services/common/shard_index.h).
-// The directory appears whole or not at all: everything is written into a hidden sibling first,
-// then renamed into place (an existing plan is swapped out atomically with renameat2).
+// Writes a shard plan directory: manifest.json and shard-<worker>.idx
+// (services/common/wire/shard_index.h). The directory appears whole or not at all: everything is
+// written into a hidden sibling first, then renamed into place (an existing plan is swapped out
+// atomically with renameat2).
 #pragma once
 
 #include <string>
@@ -11,7 +12,7 @@
 #include <absl/status/statusor.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/dataset.h"
+#include "services/common/ml/dataset.h"
 #include "sharder/shard_plan.h"
 
 namespace strata::sharder {

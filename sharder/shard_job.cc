@@ -6,7 +6,7 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 #include "sharder/clustering.h"
 #include "sharder/plan_writer.h"
 

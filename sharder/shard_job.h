@@ -8,8 +8,8 @@
 #include <absl/status/statusor.h>
 #include <nlohmann/json.hpp>
 
+#include "services/common/ml/dataset.h"
 #include "sharder/shard_flags.h"
-#include "services/common/dataset.h"
 #include "sharder/shard_plan.h"
 #include "strata/v1/sharder.pb.h"
 

@@ -11,7 +11,7 @@
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 
-#include "services/common/dataset.h"
+#include "services/common/ml/dataset.h"
 
 namespace strata::sharder {
 

@@ -18,12 +18,12 @@
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
+#include "services/common/base/files.h"
+#include "services/common/base/logging.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/rpc_auth.h"
+#include "services/common/wire/tls_flags.h"
 #include "sharder/shard_flags.h"
-#include "services/common/files.h"
-#include "services/common/logging.h"
-#include "services/common/rpc.h"
-#include "services/common/rpc_auth.h"
-#include "services/common/tls_flags.h"
 #include "sharder/shard_job.h"
 #include "sharder/sharder_service.h"
 

@@ -5,8 +5,8 @@
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
-#include "services/common/run_paths.h"
-#include "services/common/status.h"
+#include "services/common/base/run_paths.h"
+#include "services/common/base/status.h"
 #include "sharder/shard_job.h"
 
 namespace strata::sharder {

@@ -14,7 +14,7 @@ class SharderService final : public v1::Sharder::Service {
  public:
   // `on_stop` is called (once per Stop request) to shut the server down from outside the handler.
   // Every path a request names (config, out_dir, run_dir) must resolve inside `run_dir`
-  // (services/common/run_paths.h); with `run_dir` empty, requests may name no paths at all.
+  // (services/common/base/run_paths.h); with `run_dir` empty, requests may name no paths at all.
   SharderService(std::function<void()> on_stop, std::string run_dir)
       : on_stop_(std::move(on_stop)), run_dir_(std::move(run_dir)) {}
 

@@ -10,7 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/allreduce/rank_launcher.h"
-#include "services/common/rpc.h"
+#include "services/common/wire/rpc.h"
 #include "services/worker/ring_allreduce.h"
 
 namespace {

@@ -12,7 +12,7 @@
 
 #include "bench/allreduce/rank_launcher.h"
 #include "bench/common/bench_trainer.h"
-#include "services/common/rpc.h"
+#include "services/common/wire/rpc.h"
 #include "services/worker/allreduce_sync.h"
 
 namespace {

@@ -19,9 +19,9 @@
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
 
-#include "services/common/child_process.h"
-#include "services/common/files.h"
-#include "services/common/rpc.h"
+#include "services/common/base/files.h"
+#include "services/common/process/child_process.h"
+#include "services/common/wire/rpc.h"
 #include "services/worker/grpc_ring_link.h"
 #include "services/worker/ring_allreduce.h"
 

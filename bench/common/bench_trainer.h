@@ -9,8 +9,8 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/dataset.h"
-#include "services/common/trainer.h"
+#include "services/common/ml/dataset.h"
+#include "services/common/ml/trainer.h"
 
 namespace strata::bench {
 

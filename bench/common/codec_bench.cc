@@ -6,7 +6,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "services/common/tensor_codec.h"
+#include "services/common/wire/tensor_codec.h"
 
 namespace strata {
 namespace {

@@ -26,13 +26,13 @@
 #include <absl/strings/str_format.h>
 #include <CLI/CLI.hpp>
 
-#include "services/common/checkpoint.h"
-#include "services/common/dataset.h"
-#include "services/common/files.h"
-#include "services/common/flat_layout.h"
-#include "services/common/job_spec.h"
-#include "services/common/rpc.h"
-#include "services/common/status.h"
+#include "services/common/base/files.h"
+#include "services/common/base/status.h"
+#include "services/common/config/job_spec.h"
+#include "services/common/ml/dataset.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/flat_layout.h"
+#include "services/common/wire/rpc.h"
 #include "services/parameter_server/ps_process.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 #include "strata/v1/worker.grpc.pb.h"

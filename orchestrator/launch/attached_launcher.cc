@@ -9,7 +9,7 @@
 #include <absl/strings/strip.h>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "services/common/rpc.h"
+#include "services/common/wire/rpc.h"
 
 namespace strata {
 namespace {

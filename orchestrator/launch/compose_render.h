@@ -8,7 +8,7 @@
 #pragma once
 
 #include "orchestrator/launch/render_files.h"
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 
 namespace strata {
 

@@ -14,7 +14,7 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 
 namespace strata {
 

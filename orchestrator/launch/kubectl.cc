@@ -13,8 +13,8 @@
 #include <absl/strings/str_split.h>
 #include <absl/strings/strip.h>
 
-#include "services/common/child_process.h"
-#include "services/common/files.h"
+#include "services/common/base/files.h"
+#include "services/common/process/child_process.h"
 
 namespace strata {
 namespace {

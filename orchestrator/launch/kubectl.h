@@ -1,6 +1,6 @@
 // kubectl as `strata submit`, `status`, `logs` and `delete` run it (docs/deploy.md, "strata
-// submit"): one child process per call (services/common/child_process.h: its own process group,
-// killed with strata), stdout read back apart from stderr, and a deadline on every call: a
+// submit"): one child process per call (services/common/process/child_process.h: its own process
+// group, killed with strata), stdout read back apart from stderr, and a deadline on every call: a
 // kubectl still running then is killed with its whole process group. No shell is involved.
 #pragma once
 

@@ -12,7 +12,7 @@
 #include "orchestrator/launch/container_plan.h"
 #include "orchestrator/launch/yaml_text.h"
 #include "orchestrator/lib/job_checks.h"
-#include "services/common/status.h"
+#include "services/common/base/status.h"
 
 namespace strata {
 namespace {

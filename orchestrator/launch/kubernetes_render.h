@@ -19,7 +19,7 @@
 
 #include "orchestrator/launch/render_files.h"
 #include "orchestrator/launch/yaml_text.h"
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 
 namespace strata {
 

@@ -12,8 +12,8 @@
 #include <absl/strings/str_join.h>
 #include <absl/strings/strip.h>
 
-#include "services/common/files.h"
-#include "services/common/status.h"
+#include "services/common/base/files.h"
+#include "services/common/base/status.h"
 
 namespace strata {
 

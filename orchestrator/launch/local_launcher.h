@@ -17,7 +17,7 @@
 #include "orchestrator/record/run_console.h"
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/controller.h"
-#include "services/common/child_process.h"
+#include "services/common/process/child_process.h"
 
 namespace strata {
 

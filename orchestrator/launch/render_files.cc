@@ -6,7 +6,7 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "services/common/files.h"
+#include "services/common/base/files.h"
 
 namespace strata {
 

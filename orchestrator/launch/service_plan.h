@@ -10,7 +10,7 @@
 
 #include "orchestrator/launch/launcher.h"
 #include "orchestrator/lib/run_paths.h"
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 
 namespace strata {
 

@@ -25,9 +25,9 @@
 #include "orchestrator/launch/container_plan.h"
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
-#include "services/common/child_process.h"
-#include "services/common/files.h"
-#include "services/common/rpc_auth.h"
+#include "services/common/base/files.h"
+#include "services/common/process/child_process.h"
+#include "services/common/wire/rpc_auth.h"
 
 namespace strata {
 namespace {

@@ -9,9 +9,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include "orchestrator/lib/switch_rule.h"
-#include "services/common/dataset.h"
-#include "services/common/files.h"
-#include "services/common/tls.h"
+#include "services/common/base/files.h"
+#include "services/common/ml/dataset.h"
+#include "services/common/wire/tls.h"
 
 namespace strata {
 

@@ -1,8 +1,9 @@
-// What `strata validate` and `strata run` check beyond the schema of services/common/job_spec.h:
-// facts about the machine and the model that the parser cannot know (the data files exist, there
-// are at least as many model tensors as parameter servers, an at_fraction switch comes before
-// training ends, the launcher is one `run` can drive). Every problem is one line in the parser's
-// form ("FILE:LINE: key: what", or "(from --set KEY=VALUE): key: what"), after the schema's own.
+// What `strata validate` and `strata run` check beyond the schema of
+// services/common/config/job_spec.h: facts about the machine and the model that the parser cannot
+// know (the data files exist, there are at least as many model tensors as parameter servers, an
+// at_fraction switch comes before training ends, the launcher is one `run` can drive). Every
+// problem is one line in the parser's form ("FILE:LINE: key: what", or "(from --set KEY=VALUE):
+// key: what"), after the schema's own.
 #pragma once
 
 #include <optional>
@@ -11,7 +12,7 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 
 namespace strata {
 
@@ -36,7 +37,7 @@ absl::StatusOr<JobSpec> LoadContainerJob(const std::string& path,
                                          const std::vector<std::string>& overrides);
 
 // The number of tensors the parameter servers partition (trainable parameters, then float
-// buffers) for each model of services/common/models.cc. The orchestrator does not link LibTorch,
+// buffers) for each model of services/common/ml/models.cc. The orchestrator does not link LibTorch,
 // so this is a table; tests/integration/orchestrator checks it against `strata-evaluator
 // --describe`.
 std::optional<int> ModelTensorCount(const std::string& arch);

@@ -26,9 +26,9 @@
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
 #include "orchestrator/lib/run_paths.h"
-#include "services/common/files.h"
-#include "services/common/rpc_auth.h"
-#include "services/common/status.h"
+#include "services/common/base/files.h"
+#include "services/common/base/status.h"
+#include "services/common/wire/rpc_auth.h"
 
 namespace strata {
 namespace {

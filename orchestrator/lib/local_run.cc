@@ -13,7 +13,7 @@
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/resume_point.h"
 #include "orchestrator/lib/run_driver.h"
-#include "services/common/rpc_auth.h"
+#include "services/common/wire/rpc_auth.h"
 
 namespace strata {
 namespace {

@@ -12,8 +12,8 @@
 
 #include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_record.h"
-#include "services/common/files.h"
-#include "services/common/metrics.h"
+#include "services/common/base/files.h"
+#include "services/common/base/metrics.h"
 
 namespace strata {
 namespace {

@@ -11,24 +11,16 @@
 #include <absl/strings/str_join.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/checkpoint.h"
-#include "services/common/files.h"
-#include "services/common/metrics.h"
-#include "services/common/run_paths.h"
+#include "orchestrator/run/control_server.h"
+#include "services/common/base/files.h"
+#include "services/common/base/metrics.h"
+#include "services/common/base/run_paths.h"
+#include "services/common/wire/checkpoint.h"
 
 namespace strata {
 namespace {
 
 using nlohmann::json;
-
-// The orchestrator status.json names still runs: its pid is alive and is a `strata` process
-// (a pid reused by another program does not keep the run from being resumed).
-bool OrchestratorAlive(int pid) {
-  if (pid <= 0) return false;
-  if (::kill(pid, 0) != 0 && errno == ESRCH) return false;
-  auto comm = ReadFile(absl::StrCat("/proc/", pid, "/comm"));
-  return !comm.ok() || absl::StartsWith(*comm, "strata");
-}
 
 bool Exists(const std::string& path) {
   std::error_code ec;
@@ -66,10 +58,16 @@ absl::StatusOr<ResumePoint> FindResumePoint(const RunPaths& paths, const JobSpec
   ResumePoint point;
   if (status.is_object()) {
     const int pid = status.value("orchestrator_pid", 0);
-    if (status.value("state", "") == "running" && OrchestratorAlive(pid)) {
+    // Alive: it answers on its control socket. Unknown (no socket, status.json still fresh):
+    // taken as running, as two orchestrators on one run directory would corrupt it.
+    if (status.value("state", "") == "running" &&
+        ProbeOrchestrator(status.value("control_socket", ""), status.value("updated", 0.0)) !=
+            OrchestratorLiveness::kGone) {
       return absl::FailedPreconditionError(absl::StrCat(
           paths.root, ": the run is still running (its orchestrator, pid ", pid,
-          ", is alive); stop it first (Ctrl-C, or kill ", pid, ") and resume it then"));
+          ", answers or wrote status.json within the last minute); stop it first (Ctrl-C, or "
+          "kill ",
+          pid, ") and resume it then"));
     }
     point.wall_s = status.value("wall_s", 0.0);
     if (status.contains("workers") && status["workers"].is_array()) {

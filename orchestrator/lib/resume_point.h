@@ -16,7 +16,7 @@
 
 #include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_record.h"
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 
 namespace strata {
 

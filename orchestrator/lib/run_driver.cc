@@ -18,12 +18,12 @@
 #include "orchestrator/launch/local_launcher.h"
 #include "orchestrator/launch/service_plan.h"
 #include "orchestrator/run/grpc_cluster_client.h"
-#include "services/common/files.h"
-#include "services/common/rpc_auth.h"
-#include "services/common/run_paths.h"
-#include "services/common/shard_index.h"
-#include "services/common/status.h"
-#include "services/common/tls_certificates.h"
+#include "services/common/base/files.h"
+#include "services/common/base/run_paths.h"
+#include "services/common/base/status.h"
+#include "services/common/wire/rpc_auth.h"
+#include "services/common/wire/shard_index.h"
+#include "services/common/wire/tls_certificates.h"
 
 namespace strata {
 namespace {
@@ -69,9 +69,26 @@ absl::StatusOr<std::vector<ServiceExit>> RunDriver::CheckProcesses() {
 }
 
 bool RunDriver::TakeSwitchRequest() {
-  if (!FileExists(paths_.switch_request)) return false;
-  std::remove(paths_.switch_request.c_str());
-  return true;
+  // Both channels are drained, so that a request does not linger for a later step.
+  const bool called = control_ && control_->TakeSwitchRequest();
+  const bool dropped = FileExists(paths_.switch_request);
+  if (dropped) std::remove(paths_.switch_request.c_str());
+  return called || dropped;
+}
+
+void RunDriver::StartControlServer() {
+  auto control = RunControlServer::Start([this] { return RunInfoNow(); });
+  if (!control.ok()) {
+    console_.Say(absl::StrFormat("%s: no control socket (%s); `strata switch` falls back to %s",
+                                 command(), control.status().message(), paths_.switch_request));
+    return;
+  }
+  control_ = std::move(*control);
+}
+
+v1::RunInfo RunDriver::RunInfoNow() const {
+  std::lock_guard<std::mutex> lock(run_info_mu_);
+  return run_info_;
 }
 
 int RunDriver::Run() {
@@ -90,6 +107,7 @@ int RunDriver::Run() {
   Shutdown(!failure_.failed());
   RemoveRunCertificates();
   Finish(state);
+  control_.reset();  // status.json no longer names the socket
   if (failure_.failed()) {
     std::fprintf(stderr, "%s: %s: %s\n  run directory: %s (summary.json, logs/)\n", command(),
                  state.c_str(), std::string(failure_.status().message()).c_str(),
@@ -182,6 +200,7 @@ absl::Status RunDriver::Prepare() {
   }
   record_->Event(resume_ ? RunEvent::kResumed : RunEvent::kRunStarted, std::move(started));
   InstallSignalHandlers();
+  StartControlServer();
   WriteStatus();
   return absl::OkStatus();
 }

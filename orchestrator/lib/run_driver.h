@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,8 +22,9 @@
 #include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_console.h"
 #include "orchestrator/record/run_record.h"
+#include "orchestrator/run/control_server.h"
 #include "orchestrator/run/run_supervisor.h"
-#include "services/common/tls.h"
+#include "services/common/wire/tls.h"
 
 namespace strata {
 
@@ -84,6 +86,9 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   void Finish(const std::string& state);
   void WriteStatus();
   void WriteSummary(const std::string& state);
+  // Serves the control channel; a run without it still works through the files.
+  void StartControlServer();
+  v1::RunInfo RunInfoNow() const;
   bool UsesServers() const { return spec_.strategy.kind != "allreduce"; }
   bool attached() const { return options_.attached.has_value(); }
   const char* command() const {
@@ -126,6 +131,10 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   std::unique_ptr<EvalScheduler> eval_;
   std::unique_ptr<ServiceRecovery> recovery_;
   v1::StartRequest start_request_;  // what the workers were started with
+  // What the control channel answers, refreshed with status.json: it is read on gRPC's threads.
+  mutable std::mutex run_info_mu_;
+  v1::RunInfo run_info_;
+  std::unique_ptr<RunControlServer> control_;
 };
 
 }  // namespace strata

@@ -12,8 +12,8 @@
 #include "orchestrator/lib/run_driver.h"
 #include "orchestrator/record/pdp_rounds.h"
 #include "orchestrator/record/run_files.h"
-#include "services/common/metrics.h"
-#include "services/common/progress.h"
+#include "services/common/base/metrics.h"
+#include "services/common/process/progress.h"
 
 namespace strata {
 namespace {
@@ -71,6 +71,8 @@ void RunDriver::WriteStatus() {
   s.state = state_;
   s.name = spec_.name;
   s.orchestrator_pid = ::getpid();
+  // Gone with the run: a finished run's status names no socket.
+  if (control_ && state_ == "running") s.control_socket = control_->socket_path();
   s.strategy = StrategyText(spec_.strategy);
   s.phase = phase_.name;
   s.epoch = view_.GlobalEpochFraction();
@@ -86,6 +88,15 @@ void RunDriver::WriteStatus() {
   if (launcher_) s.processes = launcher_->Snapshot();
   s.workers = view_.workers;
   record_->WriteStatus(StatusJson(s));
+  std::lock_guard<std::mutex> lock(run_info_mu_);
+  run_info_.set_name(spec_.name);
+  run_info_.set_run_dir(paths_.root);
+  run_info_.set_pid(::getpid());
+  run_info_.set_strategy(s.strategy);
+  run_info_.set_phase(s.phase);
+  run_info_.set_switch_job(spec_.strategy.kind == "switch");
+  run_info_.set_switched(s.switched || switched_before_resume());
+  run_info_.set_switch_in_progress(switcher_ && switcher_->in_progress());
 }
 
 void RunDriver::WriteSummary(const std::string& state) {

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "services/common/run_paths.h"
+#include "services/common/base/run_paths.h"
 
 namespace strata {
 

@@ -6,7 +6,7 @@
 #include <absl/strings/str_format.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/files.h"
+#include "services/common/base/files.h"
 
 namespace strata::shard {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <string>
 
-#include "services/common/progress.h"
+#include "services/common/process/progress.h"
 
 namespace strata {
 

@@ -33,6 +33,7 @@ json StatusJson(const RunStatusSnapshot& s) {
   return {{"state", s.state},
           {"name", s.name},
           {"orchestrator_pid", s.orchestrator_pid},
+          {"control_socket", s.control_socket},
           {"strategy", s.strategy},
           {"phase", s.phase},
           {"epoch", s.epoch},

@@ -24,6 +24,7 @@ struct RunStatusSnapshot {
   std::string state;  // running | succeeded | failed | interrupted
   std::string name;
   int orchestrator_pid = 0;
+  std::string control_socket;  // where `strata switch` and `strata status` call (empty: none)
   std::string strategy;
   std::string phase;
   double epoch = 0;  // global epochs, fractional

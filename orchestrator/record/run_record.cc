@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "orchestrator/lib/run_paths.h"
-#include "services/common/files.h"
+#include "services/common/base/files.h"
 
 namespace strata {
 namespace {

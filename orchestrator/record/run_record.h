@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "orchestrator/run/switch_trigger.h"
-#include "services/common/metrics.h"
+#include "services/common/base/metrics.h"
 
 namespace strata {
 

@@ -17,8 +17,8 @@
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 
-#include "services/common/checkpoint.h"
-#include "services/common/tensor.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/tensor.h"
 #include "strata/v1/evaluator.pb.h"
 #include "strata/v1/parameter_server.pb.h"
 #include "strata/v1/worker.pb.h"

@@ -7,10 +7,10 @@
 #include <absl/strings/str_cat.h>
 #include <grpcpp/grpcpp.h>
 
-#include "services/common/handover_fetch.h"
-#include "services/common/rpc.h"
-#include "services/common/status.h"
-#include "services/common/tensor_codec.h"
+#include "services/common/base/status.h"
+#include "services/common/wire/handover_fetch.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/tensor_codec.h"
 #include "strata/v1/evaluator.grpc.pb.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 #include "strata/v1/worker.grpc.pb.h"

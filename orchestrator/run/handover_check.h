@@ -8,7 +8,7 @@
 
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/cluster_client.h"
-#include "services/common/checkpoint.h"
+#include "services/common/wire/checkpoint.h"
 
 namespace strata {
 

@@ -5,7 +5,7 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "services/common/status.h"
+#include "services/common/base/status.h"
 
 namespace strata {
 

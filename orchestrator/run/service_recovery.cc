@@ -6,7 +6,7 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 
-#include "services/common/status.h"
+#include "services/common/base/status.h"
 
 namespace strata {
 namespace {

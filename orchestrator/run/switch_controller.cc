@@ -5,8 +5,8 @@
 #include <absl/strings/str_cat.h>
 
 #include "orchestrator/run/handover_check.h"
-#include "services/common/checkpoint.h"
-#include "services/common/status.h"
+#include "services/common/base/status.h"
+#include "services/common/wire/checkpoint.h"
 
 namespace strata {
 namespace {

@@ -11,7 +11,7 @@
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/cluster_view.h"
 #include "orchestrator/run/switch_trigger.h"
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 
 namespace strata {
 

@@ -26,9 +26,9 @@
 #include "orchestrator/sweep/sweep_report.h"
 #include "orchestrator/sweep/sweep_results.h"
 #include "orchestrator/sweep/sweep_spec.h"
-#include "services/common/child_process.h"
-#include "services/common/files.h"
-#include "services/common/metrics.h"
+#include "services/common/base/files.h"
+#include "services/common/base/metrics.h"
+#include "services/common/process/child_process.h"
 
 namespace strata::sweep {
 namespace {

@@ -13,12 +13,12 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/files.h"
-#include "services/common/rpc.h"
-#include "services/common/run_paths.h"
-#include "services/common/status.h"
-#include "services/common/tensor_codec.h"
-#include "services/common/trainer.h"
+#include "services/common/base/files.h"
+#include "services/common/base/run_paths.h"
+#include "services/common/base/status.h"
+#include "services/common/ml/trainer.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/tensor_codec.h"
 #include "strata/v1/evaluator.grpc.pb.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 #include "strata/v1/worker.grpc.pb.h"

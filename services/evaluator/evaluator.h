@@ -11,9 +11,9 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/checkpoint.h"
-#include "services/common/job_spec.h"
-#include "services/common/tensor.h"
+#include "services/common/config/job_spec.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/tensor.h"
 #include "strata/v1/evaluator.pb.h"
 
 namespace strata {
@@ -24,8 +24,8 @@ struct EvaluatorOptions {
   std::string port_file;
   int threads = 1;  // intra-op threads: the evaluator shares the cores with the workers
   std::chrono::milliseconds fetch_deadline{60000};  // per model fetch (GetModel / Pull)
-  // The only directory whose checkpoints Evaluate may read (services/common/run_paths.h); empty:
-  // Evaluate accepts no checkpoint path.
+  // The only directory whose checkpoints Evaluate may read (services/common/base/run_paths.h);
+  // empty: Evaluate accepts no checkpoint path.
   std::string run_dir;
 };
 

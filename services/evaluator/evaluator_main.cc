@@ -8,9 +8,9 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
-#include "services/common/logging.h"
-#include "services/common/rpc_auth.h"
-#include "services/common/tls_flags.h"
+#include "services/common/base/logging.h"
+#include "services/common/wire/rpc_auth.h"
+#include "services/common/wire/tls_flags.h"
 #include "services/evaluator/evaluator.h"
 
 int main(int argc, char** argv) {

@@ -12,7 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "grpc/health/v1/health.grpc.pb.h"
-#include "services/common/tls_flags.h"
+#include "services/common/wire/tls_flags.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Strata health probe: exit 0 when the server at ADDRESS is SERVING"};

@@ -6,8 +6,8 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "services/common/flat_layout.h"
-#include "services/common/status.h"
+#include "services/common/base/status.h"
+#include "services/common/wire/flat_layout.h"
 
 namespace strata {
 namespace {

@@ -1,5 +1,5 @@
 // One parameter server's share of the model and the mechanism around it: the tensors and their
-// momentum, the version, SGD with momentum on the server (services/common/sgd.h), progress
+// momentum, the version, SGD with momentum on the server (services/common/ml/sgd.h), progress
 // counters, checkpoints, and the bounded waits. What a push does and when a worker may read is
 // not decided here: the store asks its ConsistencyPolicy (consistency_policy.h) under its lock.
 // No gRPC and no LibTorch: the service feeds it decoded pushes, and tests drive it directly.
@@ -20,9 +20,9 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/checkpoint.h"
-#include "services/common/job_spec.h"
-#include "services/common/sgd.h"
+#include "services/common/config/job_spec.h"
+#include "services/common/ml/sgd.h"
+#include "services/common/wire/checkpoint.h"
 #include "services/parameter_server/consistency_policy.h"
 #include "services/parameter_server/push_staging.h"
 

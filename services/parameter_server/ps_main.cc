@@ -16,13 +16,13 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
-#include "services/common/files.h"
-#include "services/common/job_spec.h"
-#include "services/common/logging.h"
-#include "services/common/rpc.h"
-#include "services/common/rpc_auth.h"
-#include "services/common/run_paths.h"
-#include "services/common/tls_flags.h"
+#include "services/common/base/files.h"
+#include "services/common/base/logging.h"
+#include "services/common/base/run_paths.h"
+#include "services/common/config/job_spec.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/rpc_auth.h"
+#include "services/common/wire/tls_flags.h"
 #include "services/parameter_server/partition.h"
 #include "services/parameter_server/pdp/coordinator_service.h"
 #include "services/parameter_server/pdp/pull_coordinator.h"

@@ -12,7 +12,7 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/child_process.h"
+#include "services/common/process/child_process.h"
 
 namespace strata {
 

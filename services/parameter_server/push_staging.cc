@@ -4,7 +4,7 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "services/common/sgd.h"
+#include "services/common/ml/sgd.h"
 
 namespace strata {
 

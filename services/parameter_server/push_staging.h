@@ -12,7 +12,7 @@
 #include <absl/container/flat_hash_map.h>
 #include <absl/status/statusor.h>
 
-#include "services/common/tensor.h"
+#include "services/common/wire/tensor.h"
 
 namespace strata {
 

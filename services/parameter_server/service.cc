@@ -7,13 +7,13 @@
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
-#include "services/common/checkpoint.h"
-#include "services/common/files.h"
-#include "services/common/handover_fetch.h"
-#include "services/common/rpc.h"
-#include "services/common/run_paths.h"
-#include "services/common/status.h"
-#include "services/common/tensor_codec.h"
+#include "services/common/base/files.h"
+#include "services/common/base/run_paths.h"
+#include "services/common/base/status.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/handover_fetch.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/tensor_codec.h"
 
 namespace strata {
 namespace {
@@ -279,7 +279,7 @@ absl::StatusOr<v1::CheckpointReply> ParameterServerService::Install(const Checkp
 grpc::Status ParameterServerService::SaveCheckpoint(grpc::ServerContext*,
                                                     const v1::CheckpointRequest* request,
                                                     v1::CheckpointReply* reply) {
-  // A caller's path may only name a file of this run (services/common/run_paths.h).
+  // A caller's path may only name a file of this run (services/common/base/run_paths.h).
   std::string path;
   if (!request->path().empty()) {
     auto confined = ResolveInRunDir(options_.run_dir, request->path(), "SaveCheckpoint path");

@@ -20,7 +20,7 @@
 
 #include <absl/status/status.h>
 
-#include "services/common/flat_layout.h"
+#include "services/common/wire/flat_layout.h"
 #include "services/worker/ring_allreduce.h"
 
 namespace strata {

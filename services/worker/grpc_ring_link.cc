@@ -22,8 +22,8 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
-#include "services/common/rpc.h"
-#include "services/common/status.h"
+#include "services/common/base/status.h"
+#include "services/common/wire/rpc.h"
 #include "services/worker/segment_codec.h"
 #include "services/worker/tsan_handoff.h"
 #include "strata/v1/collective.grpc.pb.h"

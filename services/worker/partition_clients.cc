@@ -6,10 +6,10 @@
 #include <absl/strings/str_format.h>
 #include <spdlog/spdlog.h>
 
-#include "services/common/flat_layout.h"
-#include "services/common/rpc.h"
-#include "services/common/status.h"
-#include "services/common/tensor_codec.h"
+#include "services/common/base/status.h"
+#include "services/common/wire/flat_layout.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/tensor_codec.h"
 
 namespace strata {
 namespace {

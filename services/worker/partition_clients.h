@@ -18,8 +18,8 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/tensor.h"
-#include "services/common/trainer.h"
+#include "services/common/ml/trainer.h"
+#include "services/common/wire/tensor.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 
 namespace strata {

@@ -12,8 +12,8 @@
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
-#include "services/common/rpc.h"
-#include "services/common/status.h"
+#include "services/common/base/status.h"
+#include "services/common/wire/rpc.h"
 
 namespace strata {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/trainer.h"
+#include "services/common/ml/trainer.h"
 #include "services/worker/partition_clients.h"
 #include "services/worker/synchroniser.h"
 

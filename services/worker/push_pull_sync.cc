@@ -3,7 +3,7 @@
 #include <cstring>
 #include <future>
 
-#include "services/common/status.h"
+#include "services/common/base/status.h"
 #include "services/worker/partition_clients.h"
 
 namespace strata {
@@ -97,13 +97,8 @@ class PushPullSynchroniser final : public Synchroniser {
 
 absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPullSynchroniser(
     const PushPullOptions& options, const Trainer& trainer) {
-  PartitionClientsOptions o;
-  o.servers = options.servers;
-  o.rank = options.rank;
-  o.deadline = options.deadline;
-  o.chunk_bytes = options.chunk_bytes;
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PartitionClients> clients,
-                          PartitionClients::Create(o, trainer));
+                          PartitionClients::Create(options.clients, trainer));
   return std::unique_ptr<Synchroniser>(new PushPullSynchroniser(options, std::move(clients)));
 }
 

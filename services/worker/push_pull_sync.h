@@ -1,8 +1,8 @@
 // The parameter-server synchroniser: the worker's side of push/pull (docs/protocol.md).
 // Start() pulls every partition concurrently into the trainer; Step() sends each partition its
 // gradients (and float buffers as values) and receives the updated weights in one PushPull round
-// trip per partition, all partitions concurrently. Every call carries `deadline`; a timeout or a
-// refusal names the server (partition index and address).
+// trip per partition, all partitions concurrently. Every call carries the clients' deadline; a
+// timeout or a refusal names the server (partition index and address).
 #pragma once
 
 #include <chrono>
@@ -12,16 +12,14 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/trainer.h"
+#include "services/common/ml/trainer.h"
+#include "services/worker/partition_clients.h"
 #include "services/worker/synchroniser.h"
 
 namespace strata {
 
 struct PushPullOptions {
-  std::vector<std::string> servers;  // host:port, one per partition, in partition order
-  int rank = 0;
-  std::chrono::milliseconds deadline{60000};
-  size_t chunk_bytes = 1 << 20;
+  PartitionClientsOptions clients;  // the servers, this worker's rank, the deadline per call
   // The learning rate the servers apply to this worker's pushes (PushHeader.lr); 0: theirs.
   double lr = 0;
   // Pipelined: each step's exchange travels while the next step computes (on the model the

@@ -8,7 +8,7 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "services/common/status.h"
+#include "services/common/base/status.h"
 #include "services/worker/grpc_ring_link.h"
 
 namespace strata {

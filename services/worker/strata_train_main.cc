@@ -8,12 +8,12 @@
 #include <CLI/CLI.hpp>
 #include <absl/strings/str_format.h>
 
-#include "services/common/dataset.h"
-#include "services/common/files.h"
-#include "services/common/job_spec.h"
-#include "services/common/metrics.h"
-#include "services/common/progress.h"
-#include "services/common/trainer.h"
+#include "services/common/base/files.h"
+#include "services/common/base/metrics.h"
+#include "services/common/config/job_spec.h"
+#include "services/common/ml/dataset.h"
+#include "services/common/ml/trainer.h"
+#include "services/common/process/progress.h"
 
 namespace {
 

@@ -10,7 +10,7 @@
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 
-#include "services/common/trainer.h"
+#include "services/common/ml/trainer.h"
 
 namespace strata {
 

@@ -17,16 +17,16 @@
 #include <absl/strings/str_join.h>
 #include <spdlog/spdlog.h>
 
-#include "services/common/checkpoint.h"
-#include "services/common/dataset.h"
-#include "services/common/files.h"
-#include "services/common/rpc.h"
-#include "services/common/run_paths.h"
-#include "services/common/sgd.h"
-#include "services/common/shard_index.h"
-#include "services/common/status.h"
-#include "services/common/tensor_codec.h"
-#include "services/common/trainer.h"
+#include "services/common/base/files.h"
+#include "services/common/base/run_paths.h"
+#include "services/common/base/status.h"
+#include "services/common/ml/dataset.h"
+#include "services/common/ml/sgd.h"
+#include "services/common/ml/trainer.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/shard_index.h"
+#include "services/common/wire/tensor_codec.h"
 #include "services/parameter_server/consistency_policy.h"
 #include "services/worker/allreduce_sync.h"
 #include "services/worker/point_round_sync.h"
@@ -96,21 +96,23 @@ class WorkerRunner {
   absl::StatusOr<std::unique_ptr<Synchroniser>> MakePushPull(
       const google::protobuf::RepeatedPtrField<std::string>& servers, const Trainer& trainer,
       double lr = 0) {
-    PushPullOptions o;
-    o.servers.assign(servers.begin(), servers.end());
-    o.rank = options_.rank;
-    o.deadline = options_.deadline;
-    o.lr = lr;
-    o.pipeline = options_.spec.strategy.ps_pipeline > 0;
+    PartitionClientsOptions clients;
+    clients.servers.assign(servers.begin(), servers.end());
+    clients.rank = options_.rank;
+    clients.deadline = options_.deadline;
     const absl::StatusOr<ConsistencyMode> mode =
         ConsistencyFromName(options_.spec.strategy.consistency);
     if (mode.ok() && IsServerDecided(*mode)) {
       PointRoundOptions rounds;
-      rounds.clients = {o.servers, o.rank, o.deadline, o.chunk_bytes};
+      rounds.clients = clients;
       rounds.workers = options_.world;
       rounds.asynchronous = *mode == ConsistencyMode::kApdp;
       return MakePointRoundSynchroniser(rounds, trainer);
     }
+    PushPullOptions o;
+    o.clients = clients;
+    o.lr = lr;
+    o.pipeline = options_.spec.strategy.ps_pipeline > 0;
     return MakePushPullSynchroniser(o, trainer);
   }
 

@@ -12,7 +12,7 @@
 
 #include <absl/status/status.h>
 
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 
 namespace strata {
 

@@ -6,12 +6,12 @@
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
-#include "services/common/checkpoint.h"
-#include "services/common/rpc.h"
-#include "services/common/run_paths.h"
-#include "services/common/sgd.h"
-#include "services/common/status.h"
-#include "services/common/tensor_codec.h"
+#include "services/common/base/run_paths.h"
+#include "services/common/base/status.h"
+#include "services/common/ml/sgd.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/tensor_codec.h"
 
 namespace strata {
 namespace {
@@ -154,7 +154,7 @@ grpc::Status WorkerService::SaveCheckpoint(grpc::ServerContext* context,
                                            v1::CheckpointReply* reply) {
   if (request->path().empty())
     return ToGrpcStatus(absl::InvalidArgumentError("SaveCheckpoint: empty path"));
-  // A caller's path may only name a file of this run (services/common/run_paths.h).
+  // A caller's path may only name a file of this run (services/common/base/run_paths.h).
   auto confined = ResolveInRunDir(run_dir_, request->path(), "SaveCheckpoint path");
   if (!confined.ok()) return ToGrpcStatus(confined.status());
   const std::string path = *confined;

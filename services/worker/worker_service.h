@@ -16,7 +16,7 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include "services/common/trainer.h"
+#include "services/common/ml/trainer.h"
 #include "services/worker/switch_participant.h"
 #include "strata/v1/worker.grpc.pb.h"
 

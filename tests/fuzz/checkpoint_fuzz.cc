@@ -1,4 +1,4 @@
-// The checkpoint parser (services/common/checkpoint.h) on bytes, as a parameter server reads a
+// The checkpoint parser (services/common/wire/checkpoint.h) on bytes, as a parameter server reads a
 // handover model streamed from a worker or a file named in a request. A checkpoint the parser
 // accepts must serialise again, and that serialisation must parse back to the same checkpoint.
 //
@@ -13,7 +13,7 @@
 #include <absl/strings/str_cat.h>
 #include <zlib.h>
 
-#include "services/common/checkpoint.h"
+#include "services/common/wire/checkpoint.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace strata {

@@ -19,8 +19,8 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/checkpoint.h"
-#include "services/common/tensor_codec.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/tensor_codec.h"
 #include "services/worker/segment_codec.h"
 #include "strata/v1/evaluator.pb.h"
 #include "tests/support/crafted_checkpoint.h"

@@ -1,4 +1,4 @@
-// The job-spec parser (services/common/job_spec.h) on any text. A spec names the file the
+// The job-spec parser (services/common/config/job_spec.h) on any text. A spec names the file the
 // orchestrator and every service read, and `strata-sharder serve` parses one named in a request.
 //
 // The input is the file, then, after each NUL byte, one `--set` assignment (at most four), so the
@@ -17,7 +17,7 @@
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -1,5 +1,5 @@
-// The tensor codec (services/common/tensor_codec.h) on what any gRPC client can send. The input
-// is an EvaluateRequest, a list of TensorChunk messages exactly as Evaluator.EvaluateTensors
+// The tensor codec (services/common/wire/tensor_codec.h) on what any gRPC client can send. The
+// input is an EvaluateRequest, a list of TensorChunk messages exactly as Evaluator.EvaluateTensors
 // receives them, decoded two ways:
 //   - DecodeAll with its default limits, as the evaluator and the orchestrator decode: whatever it
 //     accepts must encode again, at any chunk size, and decode back to the same tensors;
@@ -13,7 +13,7 @@
 #include <absl/strings/str_cat.h>
 #include <google/protobuf/stubs/logging.h>
 
-#include "services/common/tensor_codec.h"
+#include "services/common/wire/tensor_codec.h"
 #include "strata/v1/evaluator.pb.h"
 #include "tests/fuzz/fuzz_check.h"
 

@@ -1,6 +1,6 @@
 // Checkpoint files made byte by byte, for tests and fuzz seeds that must reach the parser's own
 // checks: the metadata says whatever the caller wants, and the CRC is correct, so the checksum
-// never refuses them first (services/common/checkpoint.h has the format).
+// never refuses them first (services/common/wire/checkpoint.h has the format).
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 #include <zlib.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/checkpoint.h"
+#include "services/common/wire/checkpoint.h"
 
 namespace strata::testing {
 

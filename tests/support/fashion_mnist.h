@@ -6,7 +6,7 @@
 
 #include <gtest/gtest.h>
 
-#include "services/common/dataset.h"
+#include "services/common/ml/dataset.h"
 
 namespace strata::testing {
 

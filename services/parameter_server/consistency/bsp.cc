@@ -18,21 +18,18 @@ namespace {
 
 class BspPolicy : public ConsistencyPolicy {
  public:
-  explicit BspPolicy(const ConsistencyConfig& config)
-      : config_(config), pushed_(std::max(config.workers, 1), false) {}
+  explicit BspPolicy(const ConsistencyConfig& config) : config_(config), round_(config.workers) {}
 
   ConsistencyMode mode() const override { return ConsistencyMode::kBsp; }
 
   void Reset(size_t floats) override {
     sum_.assign(floats, 0.0f);
-    std::fill(pushed_.begin(), pushed_.end(), false);
-    count_ = 0;
-    samples_ = 0;
+    round_.Clear();
   }
 
   PushDecision DecidePush(const PushMeta& push, const PartitionProgress& progress) const override {
-    if (pushed_[push.worker]) return {PushAction::kWait, {}};
-    if (count_ > 0 && push.lr != lr_) {
+    if (round_.pushed(push.worker)) return {PushAction::kWait, {}};
+    if (round_.count() > 0 && push.lr != lr_) {
       return {PushAction::kRefuse,
               absl::StrCat("BSP push of worker ", push.worker, " asks for learning rate ", push.lr,
                            "; the earlier pushes of round ", progress.version, " asked for ", lr_,
@@ -43,7 +40,7 @@ class BspPolicy : public ConsistencyPolicy {
 
   std::string PushWaitText(const PushMeta& push, const PartitionProgress& progress) const override {
     return absl::StrCat("BSP push of worker ", push.worker, " waited for round ", progress.version,
-                        " to close (", count_, " of ", config_.workers, " pushed)");
+                        " to close (", round_.count(), " of ", config_.workers, " pushed)");
   }
 
   absl::StatusOr<std::optional<CombinedUpdate>> Accumulate(const PushMeta& push,
@@ -55,30 +52,28 @@ class BspPolicy : public ConsistencyPolicy {
                                               floats, ": the policy was not reset on load"));
     }
     // The first push of a round overwrites what the previous round left in sum_.
-    if (count_ == 0) {
+    if (round_.count() == 0) {
       std::memcpy(sum_.data(), values, floats * sizeof(float));
       lr_ = push.lr;
     } else {
       for (size_t i = 0; i < floats; ++i) sum_[i] += values[i];
     }
-    pushed_[push.worker] = true;
-    samples_ += push.samples;
-    if (++count_ < config_.workers) return std::nullopt;
+    if (!round_.Add(push.worker, push.samples)) return std::nullopt;
 
     const float inv = 1.0f / static_cast<float>(config_.workers);
     for (float& v : sum_) v *= inv;
-    CombinedUpdate update{sum_.data(), samples_, lr_};
-    std::fill(pushed_.begin(), pushed_.end(), false);
-    count_ = 0;
-    samples_ = 0;
+    CombinedUpdate update{sum_.data(), round_.samples(), lr_};
+    round_.Clear();
     return update;
   }
 
-  bool MayRead(int worker, const PartitionProgress&) const override { return !pushed_[worker]; }
+  bool MayRead(int worker, const PartitionProgress&) const override {
+    return !round_.pushed(worker);
+  }
 
   std::string ReadWaitText(int worker, int64_t, const PartitionProgress& progress) const override {
     return absl::StrCat("BSP pull of worker ", worker, " waited for round ", progress.version,
-                        " to close: ", count_, " of ", config_.workers, " workers pushed");
+                        " to close: ", round_.count(), " of ", config_.workers, " workers pushed");
   }
 
   double BaseLearningRate() const override { return config_.lr; }
@@ -87,9 +82,7 @@ class BspPolicy : public ConsistencyPolicy {
   const ConsistencyConfig config_;
   // The round being gathered.
   std::vector<float> sum_;
-  std::vector<bool> pushed_;  // per worker: its push of this round arrived
-  int count_ = 0;
-  int64_t samples_ = 0;
+  RoundMembers round_;
   double lr_ = 0;  // the rate the round's pushes ask for (all must agree)
 };
 

@@ -21,20 +21,18 @@ namespace {
 class PointWeightedRoundPolicy : public ConsistencyPolicy {
  public:
   PointWeightedRoundPolicy(ConsistencyMode mode, const ConsistencyConfig& config)
-      : mode_(mode), config_(config), pushed_(std::max(config.workers, 1), false) {}
+      : mode_(mode), config_(config), round_(config.workers) {}
 
   ConsistencyMode mode() const override { return mode_; }
 
   void Reset(size_t floats) override {
     sum_.assign(floats, 0.0);
     result_.assign(floats, 0.0f);
-    std::fill(pushed_.begin(), pushed_.end(), false);
-    count_ = 0;
-    samples_ = 0;
+    round_.Clear();
   }
 
   PushDecision DecidePush(const PushMeta& push, const PartitionProgress&) const override {
-    if (pushed_[push.worker]) return {PushAction::kWait, {}};
+    if (round_.pushed(push.worker)) return {PushAction::kWait, {}};
     if (push.samples < 0) {
       return {PushAction::kRefuse, absl::StrCat(ConsistencyName(mode_), " update of worker ",
                                                 push.worker, " counts ", push.samples, " points")};
@@ -44,8 +42,8 @@ class PointWeightedRoundPolicy : public ConsistencyPolicy {
 
   std::string PushWaitText(const PushMeta& push, const PartitionProgress& progress) const override {
     return absl::StrCat(ConsistencyName(mode_), " update of worker ", push.worker,
-                        " waited for round ", progress.version, " to close (", count_, " of ",
-                        config_.workers, " updates in)");
+                        " waited for round ", progress.version, " to close (", round_.count(),
+                        " of ", config_.workers, " updates in)");
   }
 
   absl::StatusOr<std::optional<CombinedUpdate>> Accumulate(const PushMeta& push,
@@ -58,36 +56,31 @@ class PointWeightedRoundPolicy : public ConsistencyPolicy {
     }
     // Doubles: a round may weigh together tens of thousands of points.
     const double weight = static_cast<double>(push.samples);
-    if (count_ == 0) {
+    if (round_.count() == 0) {
       for (size_t i = 0; i < floats; ++i) sum_[i] = weight * values[i];
     } else {
       for (size_t i = 0; i < floats; ++i) sum_[i] += weight * values[i];
     }
-    pushed_[push.worker] = true;
-    samples_ += push.samples;
-    if (++count_ < config_.workers) return std::nullopt;
+    if (!round_.Add(push.worker, push.samples)) return std::nullopt;
 
     // A round whose updates carry no point at all (every worker's batch was still computing)
     // moves the model by momentum alone.
-    const double inv = samples_ > 0 ? 1.0 / static_cast<double>(samples_) : 0.0;
+    const int64_t points = round_.samples();
+    const double inv = points > 0 ? 1.0 / static_cast<double>(points) : 0.0;
     for (size_t i = 0; i < floats; ++i) result_[i] = static_cast<float>(sum_[i] * inv);
-    CombinedUpdate update{result_.data(), samples_, 0};
-    std::fill(pushed_.begin(), pushed_.end(), false);
-    count_ = 0;
-    samples_ = 0;
+    CombinedUpdate update{result_.data(), points, 0};
+    round_.Clear();
     return update;
   }
 
-  bool MayRead(int worker, const PartitionProgress&) const override { return !pushed_[worker]; }
+  bool MayRead(int worker, const PartitionProgress&) const override {
+    return !round_.pushed(worker);
+  }
 
   std::string ReadWaitText(int worker, int64_t, const PartitionProgress& progress) const override {
-    std::string missing;
-    for (size_t w = 0; w < pushed_.size(); ++w) {
-      if (!pushed_[w]) absl::StrAppend(&missing, missing.empty() ? "" : ", ", w);
-    }
     return absl::StrCat(ConsistencyName(mode_), " pull of worker ", worker, " waited for round ",
-                        progress.version, " to close: ", count_, " of ", config_.workers,
-                        " updates in, waiting for worker ", missing);
+                        progress.version, " to close: ", round_.count(), " of ", config_.workers,
+                        " updates in, waiting for worker ", round_.Missing());
   }
 
   double BaseLearningRate() const override { return config_.lr; }
@@ -97,9 +90,7 @@ class PointWeightedRoundPolicy : public ConsistencyPolicy {
   const ConsistencyConfig config_;
   std::vector<double> sum_;    // the round so far: sum over updates of points x values
   std::vector<float> result_;  // the combined update handed to the store
-  std::vector<bool> pushed_;   // per worker: its update of this round arrived
-  int count_ = 0;
-  int64_t samples_ = 0;
+  RoundMembers round_;
 };
 
 }  // namespace

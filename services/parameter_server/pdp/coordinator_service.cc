@@ -1,6 +1,6 @@
 #include "services/parameter_server/pdp/coordinator_service.h"
 
-#include "services/common/status.h"
+#include "services/common/base/status.h"
 
 namespace strata {
 
@@ -12,9 +12,8 @@ grpc::Status PullCoordinatorService::Rounds(grpc::ServerContext* context,
   int64_t after = -1;
   grpc::Status result = grpc::Status::OK;
   for (;;) {
-    const std::optional<RoundNoticeView> notice =
-        coordinator_->Next(request->worker(), after, context->deadline(),
-                           [context] { return context->IsCancelled(); });
+    const std::optional<RoundNoticeView> notice = coordinator_->Next(
+        after, context->deadline(), [context] { return context->IsCancelled(); });
     if (!notice) {
       result = grpc::Status(grpc::StatusCode::CANCELLED, "the notice stream ended");
       break;

@@ -6,7 +6,7 @@
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
-#include "services/common/metrics.h"
+#include "services/common/base/metrics.h"
 
 namespace strata {
 namespace {
@@ -88,10 +88,9 @@ void PullCoordinator::Unsubscribe(int worker) {
   }
 }
 
-std::optional<RoundNoticeView> PullCoordinator::Next(int worker, int64_t after,
+std::optional<RoundNoticeView> PullCoordinator::Next(int64_t after,
                                                      std::chrono::system_clock::time_point deadline,
                                                      const std::function<bool()>& cancelled) {
-  (void)worker;  // every worker is told the same
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     if (after < 0) return RoundNoticeView{0, k_star_, ended_ || stopping_, round_};

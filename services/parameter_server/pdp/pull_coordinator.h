@@ -35,7 +35,7 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/metrics.h"
+#include "services/common/base/metrics.h"
 #include "services/parameter_server/consistency_policy.h"
 #include "services/parameter_server/pdp/k_star_search.h"
 
@@ -107,9 +107,9 @@ class PullCoordinator {
   // subscribes again (a replacement) gets the pull request its predecessor left unanswered.
   absl::StatusOr<int64_t> Subscribe(int worker);
   // Waits for the notice after round `after` (0 first gets the announcement with after = -1);
-  // nullopt when `cancelled` says the stream is gone or `deadline` passes.
-  std::optional<RoundNoticeView> Next(int worker, int64_t after,
-                                      std::chrono::system_clock::time_point deadline,
+  // nullopt when `cancelled` says the stream is gone or `deadline` passes. Every worker is told
+  // the same.
+  std::optional<RoundNoticeView> Next(int64_t after, std::chrono::system_clock::time_point deadline,
                                       const std::function<bool()>& cancelled);
   void Unsubscribe(int worker);
 

@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "services/common/process/child_process.h"
+
 namespace strata::testing {
 
 inline std::string BinDir() { return STRATA_TEST_BIN_DIR; }
@@ -69,52 +71,32 @@ inline CommandResult RunCommand(const std::string& command) {
   return r;
 }
 
-// A long-running `strata run` started in the background, with its output in a file. The
-// destructor kills it (and, through PR_SET_PDEATHSIG, its services) if the test ends early.
+// A long-running `strata run` started in the background (a ChildProcess: its own process group,
+// PR_SET_PDEATHSIG), with its output in a file. The destructor kills it (and, through
+// PR_SET_PDEATHSIG, its services) if the test ends early.
 class BackgroundRun {
  public:
   BackgroundRun(const std::vector<std::string>& args, const std::string& output_path)
       : output_(output_path) {
-    std::vector<std::string> argv = {Strata()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> cargs;
-    for (auto& a : argv) cargs.push_back(const_cast<char*>(a.c_str()));
-    cargs.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      std::FILE* f = std::freopen(output_path.c_str(), "w", stdout);
-      (void)f;
-      ::dup2(STDOUT_FILENO, STDERR_FILENO);
-      ::execv(cargs[0], cargs.data());
-      ::_exit(127);
-    }
+    SpawnOptions o;
+    o.name = "strata";
+    o.argv = {Strata()};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.log_path = output_path;
+    std::remove(output_path.c_str());  // the log is appended to; each run starts it afresh
+    auto child = ChildProcess::Spawn(o);
+    if (child.ok()) child_ = std::move(*child);
   }
-  ~BackgroundRun() {
-    if (pid_ > 0 && exit_code_ < 0) {
-      ::kill(pid_, SIGKILL);
-      int status;
-      ::waitpid(pid_, &status, 0);
-    }
-  }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return child_ ? child_->pid() : -1; }
   // Waits up to `timeout` for the run to end; returns its exit code or -1 on timeout.
   int Wait(std::chrono::seconds timeout) {
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    while (exit_code_ < 0 && std::chrono::steady_clock::now() < until) {
-      int status;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a pid
-    }
-    return exit_code_;
+    if (!child_ || !child_->WaitFor(timeout)) return -1;
+    return child_->exit_code();
   }
   std::string Output() const { return Slurp(output_); }
 
  private:
-  pid_t pid_ = -1;
-  int exit_code_ = -1;
+  std::unique_ptr<ChildProcess> child_;  // its destructor kills and reaps a child still running
   std::string output_;
 };
 

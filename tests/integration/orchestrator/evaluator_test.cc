@@ -4,10 +4,10 @@
 
 #include <thread>
 
-#include "services/common/child_process.h"
-#include "services/common/files.h"
-#include "services/common/rpc.h"
-#include "services/common/tensor_codec.h"
+#include "services/common/base/files.h"
+#include "services/common/process/child_process.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/tensor_codec.h"
 #include "strata/v1/evaluator.grpc.pb.h"
 #include "tests/integration/orchestrator/cli_test_util.h"
 

@@ -8,7 +8,7 @@
 #include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 
-#include "services/common/child_process.h"
+#include "services/common/process/child_process.h"
 #include "tests/integration/orchestrator/cli_test_util.h"
 
 namespace strata::testing {

@@ -15,9 +15,9 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/strip.h>
 
-#include "services/common/flat_layout.h"
-#include "services/common/rpc_auth.h"
-#include "services/common/sgd.h"
+#include "services/common/ml/sgd.h"
+#include "services/common/wire/flat_layout.h"
+#include "services/common/wire/rpc_auth.h"
 #include "services/parameter_server/ps_process.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
 

@@ -15,10 +15,10 @@
 #include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 
-#include "services/common/checkpoint.h"
-#include "services/common/files.h"
-#include "services/common/rpc.h"
-#include "services/common/tensor_codec.h"
+#include "services/common/base/files.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/tensor_codec.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 
 namespace strata::testing {

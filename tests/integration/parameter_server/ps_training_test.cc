@@ -8,8 +8,8 @@
 
 #include <gtest/gtest.h>
 
-#include "services/common/dataset.h"
-#include "services/common/trainer.h"
+#include "services/common/ml/dataset.h"
+#include "services/common/ml/trainer.h"
 #include "services/parameter_server/ps_process.h"
 #include "services/worker/push_pull_sync.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
@@ -96,8 +96,8 @@ class PsTrainingTest : public ::testing::Test {
   std::unique_ptr<Synchroniser> Sync(const std::vector<std::string>& servers, int rank,
                                      Trainer& trainer) {
     PushPullOptions o;
-    o.servers = servers;
-    o.rank = rank;
+    o.clients.servers = servers;
+    o.clients.rank = rank;
     auto s = MakePushPullSynchroniser(o, trainer);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
@@ -265,8 +265,8 @@ TEST_F(PsTrainingTest, ErrorsNameTheServer) {
   ASSERT_EQ(servers.size(), 2u);
   {  // Nothing listens on port 1 of loopback: partition 1 is unreachable, partition 0 answers.
     PushPullOptions o;
-    o.servers = {servers[0], "127.0.0.1:1"};
-    o.deadline = std::chrono::seconds(10);
+    o.clients.servers = {servers[0], "127.0.0.1:1"};
+    o.clients.deadline = std::chrono::seconds(10);
     auto sync = MakePushPullSynchroniser(o, *worker);
     ASSERT_TRUE(sync.ok());
     absl::Status s = (*sync)->Start(*worker);
@@ -286,7 +286,7 @@ TEST_F(PsTrainingTest, ErrorsNameTheServer) {
     auto ps = PsProcess::Launch(o);
     ASSERT_TRUE(ps.ok()) << ps.status();
     PushPullOptions po;
-    po.servers = {(*ps)->address()};
+    po.clients.servers = {(*ps)->address()};
     auto sync = MakePushPullSynchroniser(po, *worker);
     ASSERT_TRUE(sync.ok());
     absl::Status s = (*sync)->Start(*worker);

@@ -7,7 +7,7 @@
 
 #include <gtest/gtest.h>
 
-#include "services/common/shard_index.h"
+#include "services/common/wire/shard_index.h"
 #include "services/parameter_server/ps_process.h"
 #include "strata/v1/worker.grpc.pb.h"
 #include "tests/integration/parameter_server/ps_test_util.h"

@@ -2,12 +2,10 @@
 // of any method through the generic stub, and a binary run to its exit with a chosen environment.
 #pragma once
 
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <thread>
@@ -19,10 +17,10 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "services/common/child_process.h"
-#include "services/common/files.h"
-#include "services/common/rpc.h"
-#include "services/common/rpc_auth.h"
+#include "services/common/base/files.h"
+#include "services/common/process/child_process.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/rpc_auth.h"
 
 namespace strata {
 
@@ -80,32 +78,21 @@ inline Exit RunWithoutToken(const std::vector<std::string>& argv, const std::str
     if (!absl::StartsWith(e, absl::StrCat(kRunTokenEnv, "="))) env_strings.push_back(std::move(e));
   }
   env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
-  std::vector<char*> env, args;
-  for (auto& e : env_strings) env.push_back(e.data());
-  env.push_back(nullptr);
-  std::vector<std::string> argv_copy = argv;
-  for (auto& a : argv_copy) args.push_back(a.data());
-  args.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = -1;
+  SpawnOptions o;
+  o.name = argv.empty() ? "" : argv[0];
+  o.argv = argv;
+  o.log_path = log;
+  o.env = std::move(env_strings);
+  std::remove(log.c_str());  // the log is appended to
   Exit result;
-  const int rc = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env.data());
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return result;
-  const auto until = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > until) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling a pid
+  auto child = ChildProcess::Spawn(o);
+  if (!child.ok()) return result;
+  // Killed (and reaped) by its destructor if it is still running after `limit`.
+  if (!(*child)->WaitFor(limit)) {
+    (*child)->Signal(SIGKILL);
+    (*child)->WaitFor(std::chrono::seconds(30));
   }
-  result.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  result.code = (*child)->exit_code();
   result.output = ReadFile(log).value_or("");
   return result;
 }

@@ -18,12 +18,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/child_process.h"
-#include "services/common/files.h"
-#include "services/common/rpc.h"
-#include "services/common/rpc_auth.h"
-#include "services/common/tls.h"
-#include "services/common/tls_certificates.h"
+#include "services/common/base/files.h"
+#include "services/common/process/child_process.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/rpc_auth.h"
+#include "services/common/wire/tls.h"
+#include "services/common/wire/tls_certificates.h"
 #include "tests/integration/orchestrator/cli_test_util.h"
 #include "tests/integration/security/security_test_util.h"
 

@@ -12,9 +12,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/files.h"
-#include "services/common/rpc.h"
-#include "services/common/shard_index.h"
+#include "services/common/base/files.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/shard_index.h"
 #include "strata/v1/sharder.grpc.pb.h"
 #include "tests/integration/sharder/subprocess.h"
 

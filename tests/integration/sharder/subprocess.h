@@ -1,22 +1,20 @@
-// A child process for tests: output captured in files, waited for with a deadline, and always
-// killed when the object goes away (a failing assertion must not leave a server running).
+// A child process for tests (a ChildProcess: its own process group, PR_SET_PDEATHSIG, the test's
+// run token in its environment): stdout and stderr captured in files, waited for with a
+// deadline, and always killed when the object goes away (a failing assertion must not leave a
+// server running).
 #pragma once
 
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "services/common/child_process.h"
+#include "services/common/process/child_process.h"
 
 namespace strata::testing {
 
@@ -28,47 +26,28 @@ class Subprocess {
     const std::string stem = "proc-" + std::to_string(++counter);
     stdout_path_ = log_dir / (stem + ".out");
     stderr_path_ = log_dir / (stem + ".err");
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    // The test's run token (strata-sharder serve refuses to start without one).
-    const std::vector<std::string> env_strings = ChildEnvironment();
-    std::vector<char*> env;
-    for (const std::string& e : env_strings) env.push_back(const_cast<char*>(e.c_str()));
-    env.push_back(nullptr);
-    pid_ = ::fork();
-    if (pid_ == 0) {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // the test binary dying takes its children along
-      if (!std::freopen(stdout_path_.c_str(), "w", stdout) || !std::freopen(stderr_path_.c_str(), "w", stderr)) {
-        ::_exit(126);
-      }
-      ::execve(args[0], args.data(), env.data());
-      ::_exit(127);
-    }
+    std::filesystem::remove(stderr_path_);  // the log is appended to
+    SpawnOptions o;
+    o.name = stem;
+    o.argv = argv;
+    o.stdout_path = stdout_path_.string();
+    o.log_path = stderr_path_.string();
+    auto child = ChildProcess::Spawn(o);
+    if (child.ok()) child_ = std::move(*child);
   }
   Subprocess(const Subprocess&) = delete;
   Subprocess& operator=(const Subprocess&) = delete;
-  ~Subprocess() { Kill(); }
 
-  // The exit code (128 + signal if killed), or nullopt if still running at the deadline.
+  // The exit code (128 + signal if killed), or nullopt if still running at the deadline (or if
+  // it never started).
   std::optional<int> Wait(std::chrono::milliseconds timeout) {
-    if (exit_code_) return exit_code_;
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    while (true) {
-      int status = 0;
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        return exit_code_;
-      }
-      if (r < 0 || std::chrono::steady_clock::now() >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling, not synchronising
-    }
+    if (!child_ || !child_->WaitFor(timeout)) return std::nullopt;
+    return child_->exit_code();
   }
 
   void Kill() {
-    if (pid_ > 0 && !exit_code_) {
-      ::kill(pid_, SIGKILL);
+    if (child_ && !child_->exited()) {
+      child_->Signal(SIGKILL);
       Wait(std::chrono::seconds(30));
     }
   }
@@ -84,8 +63,7 @@ class Subprocess {
     return s.str();
   }
 
-  pid_t pid_ = -1;
-  std::optional<int> exit_code_;
+  std::unique_ptr<ChildProcess> child_;  // its destructor kills and reaps a child still running
   std::filesystem::path stdout_path_, stderr_path_;
 };
 

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/metrics.h"
+#include "services/common/base/metrics.h"
 
 namespace {
 

@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include "services/common/checkpoint.h"
-#include "services/common/child_process.h"
-#include "services/common/rpc.h"
-#include "services/common/tensor_codec.h"
+#include "services/common/process/child_process.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/tensor_codec.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 #include "strata/v1/worker.grpc.pb.h"
 

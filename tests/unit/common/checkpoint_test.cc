@@ -1,11 +1,11 @@
-#include "services/common/checkpoint.h"
+#include "services/common/wire/checkpoint.h"
 
 #include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
 
-#include "services/common/files.h"
+#include "services/common/base/files.h"
 
 namespace strata {
 namespace {

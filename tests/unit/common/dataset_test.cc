@@ -1,4 +1,4 @@
-#include "services/common/dataset.h"
+#include "services/common/ml/dataset.h"
 
 #include <filesystem>
 #include <fstream>

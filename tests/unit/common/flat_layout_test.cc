@@ -1,4 +1,4 @@
-#include "services/common/flat_layout.h"
+#include "services/common/wire/flat_layout.h"
 
 #include <gtest/gtest.h>
 

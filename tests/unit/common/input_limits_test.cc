@@ -17,11 +17,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "services/common/checkpoint.h"
-#include "services/common/files.h"
-#include "services/common/run_paths.h"
-#include "services/common/sgd.h"
-#include "services/common/tensor_codec.h"
+#include "services/common/base/files.h"
+#include "services/common/base/run_paths.h"
+#include "services/common/ml/sgd.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/tensor_codec.h"
 #include "tests/support/crafted_checkpoint.h"
 
 namespace strata {

@@ -1,4 +1,4 @@
-#include "services/common/job_spec.h"
+#include "services/common/config/job_spec.h"
 
 #include <gtest/gtest.h>
 

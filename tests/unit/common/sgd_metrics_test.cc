@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
-#include "services/common/metrics.h"
-#include "services/common/sgd.h"
+#include "services/common/base/metrics.h"
+#include "services/common/ml/sgd.h"
 
 namespace strata {
 namespace {

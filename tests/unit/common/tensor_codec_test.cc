@@ -1,4 +1,4 @@
-#include "services/common/tensor_codec.h"
+#include "services/common/wire/tensor_codec.h"
 
 #include <cmath>
 #include <numeric>

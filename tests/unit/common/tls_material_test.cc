@@ -10,9 +10,9 @@
 #include <absl/strings/match.h>
 #include <gtest/gtest.h>
 
-#include "services/common/files.h"
-#include "services/common/tls.h"
-#include "services/common/tls_certificates.h"
+#include "services/common/base/files.h"
+#include "services/common/wire/tls.h"
+#include "services/common/wire/tls_certificates.h"
 
 namespace strata {
 namespace {

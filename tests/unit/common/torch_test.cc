@@ -7,10 +7,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "services/common/data_loader.h"
-#include "services/common/models.h"
-#include "services/common/sgd.h"
-#include "services/common/trainer.h"
+#include "services/common/ml/data_loader.h"
+#include "services/common/ml/models.h"
+#include "services/common/ml/sgd.h"
+#include "services/common/ml/trainer.h"
 
 namespace strata {
 namespace {

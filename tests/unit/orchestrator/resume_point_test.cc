@@ -9,8 +9,8 @@
 
 #include <gtest/gtest.h>
 
-#include "services/common/checkpoint.h"
-#include "services/common/files.h"
+#include "services/common/base/files.h"
+#include "services/common/wire/checkpoint.h"
 
 namespace strata {
 namespace {

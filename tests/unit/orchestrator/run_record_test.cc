@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "orchestrator/lib/run_paths.h"
-#include "services/common/metrics.h"
+#include "services/common/base/metrics.h"
 
 namespace strata {
 namespace {

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "orchestrator/lib/run_paths.h"
-#include "services/common/metrics.h"
+#include "services/common/base/metrics.h"
 #include "tests/unit/orchestrator/fake_cluster_client.h"
 
 namespace strata {

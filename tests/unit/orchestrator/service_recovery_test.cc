@@ -14,7 +14,7 @@
 
 #include "orchestrator/lib/run_paths.h"
 #include "orchestrator/run/run_supervisor.h"
-#include "services/common/metrics.h"
+#include "services/common/base/metrics.h"
 #include "tests/unit/orchestrator/fake_cluster_client.h"
 
 namespace strata {

@@ -8,7 +8,7 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "services/common/checkpoint.h"
+#include "services/common/wire/checkpoint.h"
 #include "tests/unit/orchestrator/fake_cluster_client.h"
 
 namespace strata {

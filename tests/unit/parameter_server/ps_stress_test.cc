@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "services/common/rpc.h"
+#include "services/common/wire/rpc.h"
 #include "services/parameter_server/partition.h"
 #include "services/parameter_server/service.h"
 #include "tests/integration/parameter_server/ps_test_util.h"

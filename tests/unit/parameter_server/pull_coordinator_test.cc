@@ -147,14 +147,14 @@ TEST(PullCoordinatorTest, PullsOnceTheReportsReachKStarAndRecordsTheRound) {
   ASSERT_TRUE(made.ok()) << made.status();
   PullCoordinator& c = **made;
   for (int w = 0; w < 2; ++w) ASSERT_TRUE(c.Subscribe(w).ok());
-  auto announced = c.Next(0, -1, Patient(), {});
+  auto announced = c.Next(-1, Patient(), {});
   ASSERT_TRUE(announced.has_value());
   EXPECT_EQ(announced->round, 0);
   EXPECT_EQ(announced->k_star, 100);
   c.Start();
   ASSERT_TRUE(c.Report(Count(0, 1, 75)).ok());
   ASSERT_TRUE(c.Report(Count(1, 1, 25)).ok());  // 100 points: the pull is due now
-  auto pull = c.Next(1, 0, Patient(), {});
+  auto pull = c.Next(0, Patient(), {});
   ASSERT_TRUE(pull.has_value());
   EXPECT_EQ(pull->round, 1);
   EXPECT_FALSE(pull->end);
@@ -162,10 +162,10 @@ TEST(PullCoordinatorTest, PullsOnceTheReportsReachKStarAndRecordsTheRound) {
   // APDP: worker 0 counts on in round 2 while worker 1's update is still coming.
   ASSERT_TRUE(c.Report(Count(0, 2, 20)).ok());
   ASSERT_TRUE(c.Report(Update(1, 1, 30, 1)).ok());
-  auto next = c.Next(1, 1, Patient(), {});  // round 2 is pulled once it reaches K* too
+  auto next = c.Next(1, Patient(), {});  // round 2 is pulled once it reaches K* too
   ASSERT_TRUE(c.Report(Count(0, 2, 60)).ok());
   ASSERT_TRUE(c.Report(Count(1, 2, 60)).ok());
-  next = c.Next(1, 1, Patient(), {});
+  next = c.Next(1, Patient(), {});
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->round, 2);
   c.Stop();
@@ -215,7 +215,7 @@ TEST(PullCoordinatorTest, BadReportsAreRefusedAndChangeNothing) {
   // The counts the refusals left alone still work: 60 + 940 reach K*.
   ASSERT_TRUE(c.Report(Count(0, 1, 80)).ok());
   ASSERT_TRUE(c.Report(Count(1, 1, 920)).ok());
-  auto pull = c.Next(0, 0, Patient(), {});
+  auto pull = c.Next(0, Patient(), {});
   ASSERT_TRUE(pull.has_value());
   EXPECT_EQ(pull->round, 1);
   ASSERT_TRUE(c.Report(Update(0, 1, 90, 0)).ok());
@@ -237,12 +237,12 @@ TEST(PullCoordinatorTest, EndsTheRoundsOnceTheJobsPointsAreProcessed) {
   c.Start();
   for (int64_t round = 1; round <= 2; ++round) {
     ASSERT_TRUE(c.Report(Count(0, round, 50)).ok());
-    auto pull = c.Next(0, round - 1, Patient(), {});
+    auto pull = c.Next(round - 1, Patient(), {});
     ASSERT_TRUE(pull.has_value());
     ASSERT_EQ(pull->round, round);
     ASSERT_TRUE(c.Report(Update(0, round, 50, 0)).ok());
   }
-  auto end = c.Next(0, 2, Patient(), {});
+  auto end = c.Next(2, Patient(), {});
   ASSERT_TRUE(end.has_value());
   EXPECT_TRUE(end->end);
   EXPECT_EQ(c.Rounds().size(), 2u);

@@ -1,4 +1,4 @@
-// The shard index file (services/common/shard_index.h) and the balance table of `strata shard
+// The shard index file (services/common/wire/shard_index.h) and the balance table of `strata shard
 // --stats`: torch-free, so each test may run in its own process.
 #include <unistd.h>
 
@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "orchestrator/lib/shard_stats.h"
-#include "services/common/files.h"
-#include "services/common/shard_index.h"
+#include "services/common/base/files.h"
+#include "services/common/wire/shard_index.h"
 
 namespace strata {
 namespace {

@@ -11,9 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "orchestrator/lib/shard_stats.h"
-#include "services/common/dataset.h"
-#include "services/common/files.h"
-#include "services/common/shard_index.h"
+#include "services/common/base/files.h"
+#include "services/common/ml/dataset.h"
+#include "services/common/wire/shard_index.h"
 #include "sharder/clustering.h"
 #include "sharder/plan_writer.h"
 #include "sharder/shard_plan.h"

@@ -14,9 +14,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "services/common/dataset.h"
-#include "services/common/rpc.h"
-#include "services/common/trainer.h"
+#include "services/common/ml/dataset.h"
+#include "services/common/ml/trainer.h"
+#include "services/common/wire/rpc.h"
 #include "services/worker/bucket_reduction.h"
 
 namespace strata {

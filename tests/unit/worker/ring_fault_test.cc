@@ -2,8 +2,6 @@
 // through an operation, a rank whose messages are lost, a lagging rank), and, over gRPC, a real
 // peer process killed between operations.
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -17,8 +15,8 @@
 #include <gtest/gtest.h>
 
 #include "bench/allreduce/rank_launcher.h"
-#include "services/common/child_process.h"
-#include "services/common/rpc.h"
+#include "services/common/process/child_process.h"
+#include "services/common/wire/rpc.h"
 #include "services/worker/in_memory_ring_link.h"
 #include "services/worker/ring_allreduce.h"
 #include "tests/unit/worker/ring_test_support.h"
@@ -171,12 +169,9 @@ TEST(RingFaults, AKilledPeerProcessIsNamed) {
   const std::string dir = pattern;
   struct Cleanup {
     std::string dir;
-    pid_t child = -1;
+    std::unique_ptr<ChildProcess> peer;  // killed and reaped first if the test ends early
     ~Cleanup() {
-      if (child > 0) {
-        kill(child, SIGKILL);
-        waitpid(child, nullptr, 0);
-      }
+      peer.reset();
       std::error_code ignored;
       std::filesystem::remove_all(dir, ignored);
     }
@@ -187,17 +182,15 @@ TEST(RingFaults, AKilledPeerProcessIsNamed) {
   auto server = StartServer("127.0.0.1:0", {ring.service()}, &port);
   ASSERT_NE(server, nullptr);
   const size_t n = 4096;
-  std::vector<std::string> args = {std::filesystem::read_symlink("/proc/self/exe").string(),
-                                   ring_test::kRingPeerFlag, dir, std::to_string(n)};
-  std::vector<char*> argv;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // The peer shares this process's run token, or the ring's calls are refused.
-  std::vector<std::string> env_strings = ChildEnvironment();
-  std::vector<char*> env;
-  for (auto& e : env_strings) env.push_back(e.data());
-  env.push_back(nullptr);
-  ASSERT_EQ(posix_spawn(&cleanup.child, argv[0], nullptr, nullptr, argv.data(), env.data()), 0);
+  // The peer shares this process's run token (ChildEnvironment), or the ring's calls are refused.
+  SpawnOptions peer;
+  peer.name = "ring peer";
+  peer.argv = {std::filesystem::read_symlink("/proc/self/exe").string(), ring_test::kRingPeerFlag,
+               dir, std::to_string(n)};
+  peer.log_path = dir + "/peer.log";
+  auto spawned = ChildProcess::Spawn(peer);
+  ASSERT_TRUE(spawned.ok()) << spawned.status();
+  cleanup.peer = std::move(*spawned);
   auto peers = bench::ExchangePorts(dir, 0, 2, port, std::chrono::seconds(60));
   ASSERT_TRUE(peers.ok()) << peers.status();
   ASSERT_TRUE(ring.Connect(*peers).ok());
@@ -211,9 +204,8 @@ TEST(RingFaults, AKilledPeerProcessIsNamed) {
   ASSERT_TRUE(ring.AllReduceAverage(&token, 1, options).ok());
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(ring.AllReduceAverage(data.data(), n, options).ok());
 
-  ASSERT_EQ(kill(cleanup.child, SIGKILL), 0);
-  ASSERT_EQ(waitpid(cleanup.child, nullptr, 0), cleanup.child);
-  cleanup.child = -1;
+  cleanup.peer->Signal(SIGKILL);
+  ASSERT_TRUE(cleanup.peer->WaitFor(std::chrono::seconds(60)));
   options.deadline = std::chrono::seconds(5);
   absl::Status status = ring.AllReduceAverage(data.data(), n, options);
   ASSERT_FALSE(status.ok());

@@ -6,7 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "services/common/rpc.h"
+#include "services/common/wire/rpc.h"
 #include "services/worker/ring_allreduce.h"
 #include "services/worker/segment_codec.h"
 #include "strata/v1/collective.grpc.pb.h"

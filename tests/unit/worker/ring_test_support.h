@@ -20,7 +20,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
-#include "services/common/rpc.h"
+#include "services/common/wire/rpc.h"
 #include "services/worker/in_memory_ring_link.h"
 #include "services/worker/ring_allreduce.h"
 

@@ -1,0 +1,127 @@
+#include "orchestrator/run/control_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+#include <grpcpp/grpcpp.h>
+
+#include "services/common/base/status.h"
+#include "services/common/wire/rpc.h"
+
+namespace strata {
+
+class RunControlServer::Service final : public v1::RunControl::Service {
+ public:
+  explicit Service(std::function<v1::RunInfo()> info) : info_(std::move(info)) {}
+
+  grpc::Status GetRunInfo(grpc::ServerContext*, const v1::RunInfoRequest*,
+                          v1::RunInfo* reply) override {
+    *reply = info_();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status SwitchNow(grpc::ServerContext*, const v1::SwitchNowRequest*,
+                         v1::SwitchNowReply* reply) override {
+    switch_requested_.store(true);
+    reply->set_queued(true);
+    return grpc::Status::OK;
+  }
+
+  bool TakeSwitchRequest() { return switch_requested_.exchange(false); }
+
+ private:
+  const std::function<v1::RunInfo()> info_;
+  std::atomic<bool> switch_requested_{false};
+};
+
+absl::StatusOr<std::unique_ptr<RunControlServer>> RunControlServer::Start(
+    std::function<v1::RunInfo()> info) {
+  std::unique_ptr<RunControlServer> s(new RunControlServer());
+  // mkdtemp makes the directory with mode 0700: nobody but this user can reach the socket in it,
+  // from the moment it is bound.
+  std::string pattern = (std::filesystem::temp_directory_path() / "strata-control-XXXXXX").string();
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (::mkdtemp(buffer.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot make a directory for the control socket (",
+                                            pattern, "): ", std::strerror(errno)));
+  }
+  s->dir_ = buffer.data();
+  s->socket_path_ = s->dir_ + "/control.sock";
+  s->service_ = std::make_unique<Service>(std::move(info));
+  grpc::ServerBuilder builder;
+  ConfigureServer(&builder);
+  // The directory's mode is the access check: no run token (see the header).
+  builder.AddListeningPort("unix:" + s->socket_path_, grpc::InsecureServerCredentials());
+  builder.RegisterService(s->service_.get());
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot serve the control socket ", s->socket_path_));
+  }
+  return s;
+}
+
+RunControlServer::~RunControlServer() {
+  if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server_.reset();
+  std::error_code ignored;
+  if (!dir_.empty()) std::filesystem::remove_all(dir_, ignored);
+}
+
+bool RunControlServer::TakeSwitchRequest() { return service_->TakeSwitchRequest(); }
+
+namespace {
+
+std::unique_ptr<v1::RunControl::Stub> ControlStub(const std::string& socket_path) {
+  return v1::RunControl::NewStub(
+      grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials()));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::RunInfo> GetRunInfo(const std::string& socket_path,
+                                       std::chrono::milliseconds deadline) {
+  if (socket_path.empty()) return absl::UnavailableError("the run publishes no control socket");
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(deadline));
+  v1::RunInfo info;
+  const grpc::Status s = ControlStub(socket_path)->GetRunInfo(&context, {}, &info);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("control socket ", socket_path));
+  return info;
+}
+
+absl::Status RequestSwitchNow(const std::string& socket_path, const std::string& requested_by,
+                              std::chrono::milliseconds deadline) {
+  if (socket_path.empty()) return absl::UnavailableError("the run publishes no control socket");
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(deadline));
+  v1::SwitchNowRequest request;
+  request.set_requested_by(requested_by);
+  v1::SwitchNowReply reply;
+  const grpc::Status s = ControlStub(socket_path)->SwitchNow(&context, request, &reply);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("control socket ", socket_path));
+  return absl::OkStatus();
+}
+
+OrchestratorLiveness ProbeOrchestrator(const std::string& control_socket, double status_updated_s) {
+  if (control_socket.empty()) {
+    const double age = static_cast<double>(std::time(nullptr)) - status_updated_s;
+    return age > 60 ? OrchestratorLiveness::kGone : OrchestratorLiveness::kUnknown;
+  }
+  // A local call: seconds are generous even on a loaded machine. A server that is there but slow
+  // (deadline passed) is alive; only a socket nobody serves is gone.
+  const auto info = GetRunInfo(control_socket, std::chrono::seconds(10));
+  if (info.ok() || info.status().code() == absl::StatusCode::kDeadlineExceeded)
+    return OrchestratorLiveness::kAlive;
+  return OrchestratorLiveness::kGone;
+}
+
+}  // namespace strata

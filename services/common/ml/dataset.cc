@@ -1,0 +1,357 @@
+#include "services/common/ml/dataset.h"
+
+#include <filesystem>
+#include <random>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <zlib.h>
+
+namespace strata {
+namespace fs = std::filesystem;
+namespace {
+
+constexpr int64_t kCifarPixels = 3 * 32 * 32;
+
+struct GzFile {
+  gzFile file = nullptr;
+  ~GzFile() {
+    if (file != nullptr) gzclose(file);
+  }
+};
+
+// Reads exactly n bytes or fails, naming the file and how much was missing.
+absl::Status ReadExactly(gzFile file, void* out, size_t n, const std::string& path,
+                         absl::string_view what) {
+  auto* p = static_cast<char*>(out);
+  size_t got = 0;
+  while (got < n) {
+    const unsigned piece = static_cast<unsigned>(std::min<size_t>(n - got, 1u << 30));
+    int r = gzread(file, p + got, piece);
+    if (r < 0) {
+      int err = 0;
+      const char* msg = gzerror(file, &err);
+      return absl::DataLossError(absl::StrCat(path, ": corrupt while reading ", what, ": ", msg));
+    }
+    if (r == 0) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": truncated: ", what, " needs ", n, " bytes, file ends after ", got));
+    }
+    got += static_cast<size_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> FindFile(const std::string& dir, const std::string& name) {
+  for (const std::string& candidate : {name + ".gz", name}) {
+    fs::path p = fs::path(dir) / candidate;
+    if (fs::exists(p)) return p.string();
+  }
+  return absl::NotFoundError(
+      absl::StrCat("missing data file ", (fs::path(dir) / name).string(), "[.gz]"));
+}
+
+void ToUnitFloats(const std::vector<uint8_t>& bytes, std::vector<float>* out) {
+  out->resize(bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) (*out)[i] = bytes[i] * (1.0f / 255.0f);
+}
+
+absl::Status ReadIdxSplit(const std::string& images_path, const std::string& labels_path,
+                          size_t limit, DatasetSplit* split, int64_t* height, int64_t* width) {
+  auto images = ReadIdxFile(images_path);
+  if (!images.ok()) return images.status();
+  auto labels = ReadIdxFile(labels_path);
+  if (!labels.ok()) return labels.status();
+  if (images->dims.size() != 3) {
+    return absl::DataLossError(
+        absl::StrCat(images_path, ": expected 3 dimensions, found ", images->dims.size()));
+  }
+  if (labels->dims.size() != 1 || labels->dims[0] != images->dims[0]) {
+    return absl::DataLossError(absl::StrCat(labels_path, ": ",
+                                            labels->dims.empty() ? 0 : labels->dims[0],
+                                            " labels for ", images->dims[0], " images"));
+  }
+  *height = images->dims[1];
+  *width = images->dims[2];
+  size_t n = static_cast<size_t>(images->dims[0]);
+  if (limit > 0 && limit < n) n = limit;
+  const size_t per = static_cast<size_t>(*height * *width);
+  images->data.resize(n * per);
+  ToUnitFloats(images->data, &split->features);
+  split->labels.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (labels->data[i] > 9) {
+      return absl::DataLossError(absl::StrCat(labels_path, ": label ", int{labels->data[i]},
+                                              " at index ", i, " is outside 0..9"));
+    }
+    split->labels[i] = labels->data[i];
+  }
+  return absl::OkStatus();
+}
+
+std::string CifarDir(const std::string& path, const std::string& sub) {
+  if (fs::exists(fs::path(path) / sub)) return (fs::path(path) / sub).string();
+  return path;
+}
+
+std::vector<std::string> Cifar10TrainNames() {
+  std::vector<std::string> names;
+  for (int i = 1; i <= 5; ++i) names.push_back(absl::StrCat("data_batch_", i, ".bin"));
+  return names;
+}
+
+void Truncate(DatasetSplit* split, size_t limit, size_t per) {
+  if (limit == 0 || limit >= split->size()) return;
+  split->labels.resize(limit);
+  split->features.resize(limit * per);
+  if (!split->hidden_clusters.empty()) split->hidden_clusters.resize(limit);
+}
+
+}  // namespace
+
+const std::vector<std::string>& KnownDatasets() {
+  static const std::vector<std::string> names = {"fashion-mnist", "mnist", "cifar10", "cifar100",
+                                                 "synthetic"};
+  return names;
+}
+
+absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
+  GzFile f;
+  f.file = gzopen(path.c_str(), "rb");
+  if (f.file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  unsigned char magic[4];
+  absl::Status status = ReadExactly(f.file, magic, 4, path, "the IDX header");
+  if (!status.ok()) return status;
+  if (magic[0] != 0 || magic[1] != 0 || magic[2] != 0x08) {
+    return absl::DataLossError(absl::StrCat(path, ": not an IDX file of unsigned bytes (magic ",
+                                            int{magic[0]}, ",", int{magic[1]}, ",", int{magic[2]},
+                                            ")"));
+  }
+  const int ndims = magic[3];
+  if (ndims < 1 || ndims > 4) {
+    return absl::DataLossError(absl::StrCat(path, ": implausible IDX rank ", ndims));
+  }
+  IdxArray array;
+  size_t total = 1;
+  for (int i = 0; i < ndims; ++i) {
+    unsigned char b[4];
+    status = ReadExactly(f.file, b, 4, path, "the IDX dimensions");
+    if (!status.ok()) return status;
+    const int64_t d = (int64_t{b[0]} << 24) | (b[1] << 16) | (b[2] << 8) | b[3];
+    if (d <= 0 || d > (1 << 28)) {
+      return absl::DataLossError(absl::StrCat(path, ": implausible dimension ", d));
+    }
+    array.dims.push_back(d);
+    total *= static_cast<size_t>(d);
+  }
+  if (total > (size_t{1} << 32)) return absl::DataLossError(absl::StrCat(path, ": too large"));
+  array.data.resize(total);
+  status = ReadExactly(f.file, array.data.data(), total, path, "the IDX data");
+  if (!status.ok()) return status;
+  return array;
+}
+
+absl::Status ReadCifarFile(const std::string& path, int label_bytes, int label_index,
+                           int num_classes, DatasetSplit* out) {
+  GzFile f;
+  f.file = gzopen(path.c_str(), "rb");
+  if (f.file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  const size_t record = static_cast<size_t>(label_bytes + kCifarPixels);
+  std::vector<uint8_t> bytes;
+  // Read the whole file; the size must be a whole number of records.
+  std::vector<uint8_t> buffer(1 << 20);
+  for (;;) {
+    int r = gzread(f.file, buffer.data(), static_cast<unsigned>(buffer.size()));
+    if (r < 0) return absl::DataLossError(absl::StrCat(path, ": corrupt"));
+    if (r == 0) break;
+    bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + r);
+  }
+  if (bytes.empty() || bytes.size() % record != 0) {
+    return absl::DataLossError(absl::StrCat(path, ": ", bytes.size(),
+                                            " bytes is not a whole number of ", record,
+                                            "-byte CIFAR records (truncated?)"));
+  }
+  const size_t n = bytes.size() / record;
+  const size_t base = out->labels.size();
+  out->labels.resize(base + n);
+  out->features.resize((base + n) * kCifarPixels);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t* r = bytes.data() + i * record;
+    const int label = r[label_index];
+    if (label >= num_classes) {
+      return absl::DataLossError(
+          absl::StrCat(path, ": record ", i, " has label ", label, ", expected < ", num_classes));
+    }
+    out->labels[base + i] = label;
+    float* dst = out->features.data() + (base + i) * kCifarPixels;
+    for (int64_t k = 0; k < kCifarPixels; ++k) dst[k] = r[label_bytes + k] * (1.0f / 255.0f);
+  }
+  return absl::OkStatus();
+}
+
+Dataset MakeRandomImageDataset(int64_t examples, int64_t channels, int64_t height, int64_t width,
+                               int classes, uint64_t seed) {
+  Dataset d;
+  d.name = "random";
+  d.channels = channels;
+  d.height = height;
+  d.width = width;
+  d.num_classes = classes;
+  d.mean.assign(static_cast<size_t>(channels), 0.0f);
+  d.stddev.assign(static_cast<size_t>(channels), 1.0f);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  d.train.features.resize(static_cast<size_t>(examples) * d.example_floats());
+  for (float& f : d.train.features) f = normal(rng);
+  for (int64_t i = 0; i < examples; ++i)
+    d.train.labels.push_back(static_cast<int32_t>(i % classes));
+  d.test = d.train;
+  return d;
+}
+
+Dataset MakeSyntheticDataset(const DatasetOptions& options) {
+  Dataset d;
+  d.name = "synthetic";
+  d.channels = 1;
+  d.height = 1;
+  d.width = options.synthetic_dim;
+  d.num_classes = options.synthetic_classes;
+  d.mean = {0.0f};
+  d.stddev = {1.0f};
+  const int clusters = options.synthetic_classes * options.synthetic_subclusters;
+  std::mt19937_64 rng(options.seed);
+  // Sub-cluster centres far apart relative to the unit noise, so that the hidden structure is
+  // there to be found; the coarse label is centre / subclusters.
+  std::normal_distribution<float> centre(0.0f, 4.0f), noise(0.0f, 1.0f);
+  std::vector<float> centres(static_cast<size_t>(clusters) * d.width);
+  for (float& c : centres) c = centre(rng);
+  auto fill = [&](size_t n, DatasetSplit* split) {
+    split->features.resize(n * d.width);
+    split->labels.resize(n);
+    split->hidden_clusters.resize(n);
+    // Unequal cluster sizes (weights 1..clusters) make some clusters sparse, as in real data.
+    std::vector<double> weights(clusters);
+    for (int c = 0; c < clusters; ++c) weights[c] = 1.0 + c % 4;
+    std::discrete_distribution<int> pick(weights.begin(), weights.end());
+    for (size_t i = 0; i < n; ++i) {
+      const int c = pick(rng);
+      split->hidden_clusters[i] = c;
+      split->labels[i] = c / options.synthetic_subclusters;
+      for (int64_t k = 0; k < d.width; ++k) {
+        split->features[i * d.width + k] = centres[c * d.width + k] + noise(rng);
+      }
+    }
+  };
+  fill(options.synthetic_train, &d.train);
+  fill(options.synthetic_test, &d.test);
+  return d;
+}
+
+absl::StatusOr<std::vector<std::string>> DatasetFiles(const DatasetOptions& options) {
+  std::vector<std::string> files;
+  auto add = [&](const std::string& dir, const std::string& name) -> absl::Status {
+    auto found = FindFile(dir, name);
+    if (!found.ok()) return found.status();
+    files.push_back(*found);
+    return absl::OkStatus();
+  };
+  if (options.name == "fashion-mnist" || options.name == "mnist") {
+    for (const char* n : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+                          "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
+      absl::Status s = add(options.path, n);
+      if (!s.ok()) return s;
+    }
+  } else if (options.name == "cifar10") {
+    const std::string dir = CifarDir(options.path, "cifar-10-batches-bin");
+    auto names = Cifar10TrainNames();
+    names.push_back("test_batch.bin");
+    for (const auto& n : names) {
+      absl::Status s = add(dir, n);
+      if (!s.ok()) return s;
+    }
+  } else if (options.name == "cifar100") {
+    const std::string dir = CifarDir(options.path, "cifar-100-binary");
+    for (const char* n : {"train.bin", "test.bin"}) {
+      absl::Status s = add(dir, n);
+      if (!s.ok()) return s;
+    }
+  } else if (options.name != "synthetic") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown dataset '", options.name, "' (known: ",
+                                                   absl::StrJoin(KnownDatasets(), ", "), ")"));
+  }
+  return files;
+}
+
+DatasetOptions DatasetOptionsFor(const DatasetSpec& dataset, uint64_t seed) {
+  DatasetOptions options;
+  options.name = dataset.name;
+  options.path = dataset.path;
+  options.label_set = dataset.label_set;
+  options.max_train = static_cast<size_t>(dataset.max_train);
+  options.max_test = static_cast<size_t>(dataset.max_test);
+  options.seed = seed;
+  return options;
+}
+
+absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options) {
+  auto files = DatasetFiles(options);
+  if (!files.ok()) return files.status();
+  Dataset d;
+  d.name = options.name;
+  if (options.name == "synthetic") {
+    d = MakeSyntheticDataset(options);
+  } else if (options.name == "fashion-mnist" || options.name == "mnist") {
+    d.channels = 1;
+    d.num_classes = 10;
+    if (options.name == "fashion-mnist") {
+      d.mean = {0.2860f};
+      d.stddev = {0.3530f};
+    } else {
+      d.mean = {0.1307f};
+      d.stddev = {0.3081f};
+    }
+    int64_t h2 = 0, w2 = 0;
+    absl::Status s =
+        ReadIdxSplit((*files)[0], (*files)[1], options.max_train, &d.train, &d.height, &d.width);
+    if (!s.ok()) return s;
+    s = ReadIdxSplit((*files)[2], (*files)[3], options.max_test, &d.test, &h2, &w2);
+    if (!s.ok()) return s;
+    if (h2 != d.height || w2 != d.width) {
+      return absl::DataLossError(absl::StrCat(options.path, ": train and test image sizes differ"));
+    }
+  } else {
+    d.channels = 3;
+    d.height = d.width = 32;
+    d.augment = true;
+    const bool c100 = options.name == "cifar100";
+    int label_bytes = 1, label_index = 0;
+    if (c100) {
+      if (options.label_set != "fine" && options.label_set != "coarse") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cifar100 label_set must be fine or coarse, got '", options.label_set, "'"));
+      }
+      label_bytes = 2;
+      label_index = options.label_set == "coarse" ? 0 : 1;
+      d.num_classes = options.label_set == "coarse" ? 20 : 100;
+      d.mean = {0.5071f, 0.4865f, 0.4409f};
+      d.stddev = {0.2673f, 0.2564f, 0.2762f};
+    } else {
+      d.num_classes = 10;
+      d.mean = {0.4914f, 0.4822f, 0.4465f};
+      d.stddev = {0.2470f, 0.2435f, 0.2616f};
+    }
+    const size_t test_files = 1;
+    for (size_t i = 0; i + test_files < files->size(); ++i) {
+      absl::Status s =
+          ReadCifarFile((*files)[i], label_bytes, label_index, d.num_classes, &d.train);
+      if (!s.ok()) return s;
+    }
+    absl::Status s = ReadCifarFile(files->back(), label_bytes, label_index, d.num_classes, &d.test);
+    if (!s.ok()) return s;
+  }
+  Truncate(&d.train, options.max_train, d.example_floats());
+  Truncate(&d.test, options.max_test, d.example_floats());
+  return d;
+}
+
+}  // namespace strata

@@ -1,0 +1,149 @@
+#include "services/common/ml/models.h"
+
+#include <absl/strings/str_cat.h>
+
+namespace strata {
+namespace {
+
+namespace nn = torch::nn;
+
+class Mlp : public Net {
+ public:
+  Mlp(const InputShape& s, int64_t hidden1, int64_t hidden2) {
+    const int64_t in = s.channels * s.height * s.width;
+    fc1_ = register_module("fc1", nn::Linear(in, hidden1));
+    fc2_ = register_module("fc2", nn::Linear(hidden1, hidden2));
+    fc3_ = register_module("fc3", nn::Linear(hidden2, s.num_classes));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = x.flatten(1);
+    x = torch::relu(fc1_->forward(x));
+    x = torch::relu(fc2_->forward(x));
+    return fc3_->forward(x);
+  }
+
+ private:
+  nn::Linear fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
+};
+
+class SmallCnn : public Net {
+ public:
+  explicit SmallCnn(const InputShape& s) {
+    conv1_ = register_module("conv1", nn::Conv2d(nn::Conv2dOptions(s.channels, 32, 3).padding(1)));
+    conv2_ = register_module("conv2", nn::Conv2d(nn::Conv2dOptions(32, 64, 3).padding(1)));
+    const int64_t flat = 64 * (s.height / 4) * (s.width / 4);
+    fc1_ = register_module("fc1", nn::Linear(flat, 128));
+    fc2_ = register_module("fc2", nn::Linear(128, s.num_classes));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::max_pool2d(torch::relu(conv1_->forward(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2_->forward(x)), 2);
+    x = torch::relu(fc1_->forward(x.flatten(1)));
+    return fc2_->forward(x);
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
+  nn::Linear fc1_{nullptr}, fc2_{nullptr};
+};
+
+nn::Conv2d Conv3x3(int64_t in, int64_t out, int64_t stride) {
+  return nn::Conv2d(nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
+}
+
+class BasicBlock : public nn::Module {
+ public:
+  BasicBlock(int64_t in, int64_t out, int64_t stride) {
+    conv1_ = register_module("conv1", Conv3x3(in, out, stride));
+    bn1_ = register_module("bn1", nn::BatchNorm2d(out));
+    conv2_ = register_module("conv2", Conv3x3(out, out, 1));
+    bn2_ = register_module("bn2", nn::BatchNorm2d(out));
+    if (stride != 1 || in != out) {
+      shortcut_conv_ = register_module(
+          "shortcut_conv", nn::Conv2d(nn::Conv2dOptions(in, out, 1).stride(stride).bias(false)));
+      shortcut_bn_ = register_module("shortcut_bn", nn::BatchNorm2d(out));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    torch::Tensor y = torch::relu(bn1_->forward(conv1_->forward(x)));
+    y = bn2_->forward(conv2_->forward(y));
+    torch::Tensor skip = shortcut_conv_ ? shortcut_bn_->forward(shortcut_conv_->forward(x)) : x;
+    return torch::relu(y + skip);
+  }
+
+ private:
+  nn::Conv2d conv1_{nullptr}, conv2_{nullptr}, shortcut_conv_{nullptr};
+  nn::BatchNorm2d bn1_{nullptr}, bn2_{nullptr}, shortcut_bn_{nullptr};
+};
+
+// ResNet v1 for small images: depth = 6n + 2, three stages of n blocks with 16, 32, 64 channels.
+class ResNet : public Net {
+ public:
+  ResNet(const InputShape& s, int blocks_per_stage) {
+    conv_ = register_module("conv", Conv3x3(s.channels, 16, 1));
+    bn_ = register_module("bn", nn::BatchNorm2d(16));
+    layers_ = register_module("layers", nn::Sequential());
+    int64_t in = 16;
+    for (int64_t out : {16, 32, 64}) {
+      for (int b = 0; b < blocks_per_stage; ++b) {
+        const int64_t stride = (b == 0 && out != 16) ? 2 : 1;
+        layers_->push_back(std::make_shared<BasicBlock>(in, out, stride));
+        in = out;
+      }
+    }
+    fc_ = register_module("fc", nn::Linear(64, s.num_classes));
+    for (auto& m : modules(/*include_self=*/false)) {
+      if (auto* conv = m->as<nn::Conv2d>()) {
+        nn::init::kaiming_normal_(conv->weight, 0.0, torch::kFanOut, torch::kReLU);
+      }
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::relu(bn_->forward(conv_->forward(x)));
+    x = layers_->forward(x);
+    x = torch::adaptive_avg_pool2d(x, {1, 1}).flatten(1);
+    return fc_->forward(x);
+  }
+
+ private:
+  nn::Conv2d conv_{nullptr};
+  nn::BatchNorm2d bn_{nullptr};
+  nn::Sequential layers_{nullptr};
+  nn::Linear fc_{nullptr};
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& arch, const InputShape& shape) {
+  if (shape.channels < 1 || shape.height < 1 || shape.width < 1 || shape.num_classes < 2) {
+    return absl::InvalidArgumentError("model input shape and class count must be positive");
+  }
+  const bool spatial = shape.height >= 8 && shape.width >= 8;
+  try {
+    if (arch == "mlp") return std::shared_ptr<Net>(std::make_shared<Mlp>(shape, 256, 128));
+    // Communication-heavy: 23 MB of gradients for ~35 MFLOP per example (docs/benchmarks.md).
+    if (arch == "mlp_wide") return std::shared_ptr<Net>(std::make_shared<Mlp>(shape, 2048, 2048));
+    if (!spatial && (arch == "cnn" || arch.rfind("resnet", 0) == 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model '", arch, "' needs images of at least 8x8, the data set has ",
+                       shape.height, "x", shape.width, "; use mlp"));
+    }
+    if (arch == "cnn") return std::shared_ptr<Net>(std::make_shared<SmallCnn>(shape));
+    if (arch == "resnet20") return std::shared_ptr<Net>(std::make_shared<ResNet>(shape, 3));
+    if (arch == "resnet32") return std::shared_ptr<Net>(std::make_shared<ResNet>(shape, 5));
+    if (arch == "resnet56") return std::shared_ptr<Net>(std::make_shared<ResNet>(shape, 9));
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("building model '", arch, "': ", e.what_without_backtrace()));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown model '", arch, "' (known: mlp, mlp_wide, cnn, resnet20, resnet32, resnet56)"));
+}
+
+int64_t CountParameters(const torch::nn::Module& model) {
+  int64_t n = 0;
+  for (const auto& p : model.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace strata

@@ -1,0 +1,125 @@
+#include "services/common/wire/shard_index.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <absl/strings/str_cat.h>
+#include <zlib.h>
+
+#include "services/common/base/files.h"
+#include "services/common/base/status.h"
+
+namespace strata {
+namespace {
+
+constexpr size_t kHeaderBytes = 32;
+constexpr size_t kTrailerBytes = 4;
+
+void PutLittleEndian(uint64_t value, int bytes, std::string* out) {
+  for (int i = 0; i < bytes; ++i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+uint64_t GetLittleEndian(const std::string& in, size_t offset, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) {
+    value |= uint64_t{static_cast<unsigned char>(in[offset + i])} << (8 * i);
+  }
+  return value;
+}
+
+uint32_t Crc32(const char* data, size_t n) {
+  uLong crc = crc32(0L, Z_NULL, 0);
+  while (n > 0) {
+    const uInt piece = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(data), piece);
+    data += piece;
+    n -= piece;
+  }
+  return static_cast<uint32_t>(crc);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> EncodeShardIndex(std::vector<int64_t> indices, uint64_t examples) {
+  std::sort(indices.begin(), indices.end());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    if (indices[i] < 0 || static_cast<uint64_t>(indices[i]) >= examples) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("shard index ", indices[i], " is outside [0, ", examples, ")"));
+    }
+    if (i > 0 && indices[i] == indices[i - 1]) {
+      return absl::InvalidArgumentError(absl::StrCat("shard index ", indices[i], " appears twice"));
+    }
+  }
+  std::string out;
+  out.reserve(kHeaderBytes + 8 * indices.size() + kTrailerBytes);
+  out.append(kShardIndexMagic, sizeof(kShardIndexMagic));
+  PutLittleEndian(kShardIndexVersion, 4, &out);
+  PutLittleEndian(0, 4, &out);
+  PutLittleEndian(examples, 8, &out);
+  PutLittleEndian(indices.size(), 8, &out);
+  for (int64_t v : indices) PutLittleEndian(static_cast<uint64_t>(v), 8, &out);
+  PutLittleEndian(Crc32(out.data(), out.size()), 4, &out);
+  return out;
+}
+
+absl::StatusOr<ShardIndex> DecodeShardIndex(const std::string& bytes, const std::string& origin) {
+  if (bytes.size() < kHeaderBytes + kTrailerBytes) {
+    return absl::DataLossError(absl::StrCat(origin, ": truncated shard index: ", bytes.size(),
+                                            " bytes, the header and checksum alone need ",
+                                            kHeaderBytes + kTrailerBytes));
+  }
+  if (std::memcmp(bytes.data(), kShardIndexMagic, sizeof(kShardIndexMagic)) != 0) {
+    return absl::DataLossError(absl::StrCat(origin, ": not a shard index file (bad magic)"));
+  }
+  const uint64_t version = GetLittleEndian(bytes, 8, 4);
+  if (version != kShardIndexVersion) {
+    return absl::DataLossError(absl::StrCat(origin, ": shard index version ", version,
+                                            ", this build reads version ", kShardIndexVersion));
+  }
+  ShardIndex index;
+  index.examples = GetLittleEndian(bytes, 16, 8);
+  const uint64_t count = GetLittleEndian(bytes, 24, 8);
+  const uint64_t payload = bytes.size() - kHeaderBytes - kTrailerBytes;
+  if (count > payload / 8 || payload != count * 8) {
+    return absl::DataLossError(absl::StrCat(origin, ": shard index header promises ", count,
+                                            " indices but the file holds ", payload,
+                                            " bytes of them (truncated or corrupt)"));
+  }
+  const uint32_t stored = static_cast<uint32_t>(GetLittleEndian(bytes, bytes.size() - 4, 4));
+  if (Crc32(bytes.data(), bytes.size() - kTrailerBytes) != stored) {
+    return absl::DataLossError(absl::StrCat(origin, ": shard index checksum mismatch (corrupt)"));
+  }
+  index.indices.resize(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const int64_t v = static_cast<int64_t>(GetLittleEndian(bytes, kHeaderBytes + 8 * i, 8));
+    if (v < 0 || static_cast<uint64_t>(v) >= index.examples ||
+        (i > 0 && v <= index.indices[i - 1])) {
+      return absl::DataLossError(absl::StrCat(origin, ": shard index entry ", i, " (", v,
+                                              ") is out of order or outside [0, ", index.examples,
+                                              ")"));
+    }
+    index.indices[i] = v;
+  }
+  return index;
+}
+
+absl::Status WriteShardIndex(const std::string& path, std::vector<int64_t> indices,
+                             uint64_t examples) {
+  STRATA_ASSIGN_OR_RETURN(std::string bytes, EncodeShardIndex(std::move(indices), examples));
+  return WriteFileAtomic(path, bytes);
+}
+
+absl::StatusOr<ShardIndex> ReadShardIndexFile(const std::string& path) {
+  auto bytes = ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  return DecodeShardIndex(*bytes, path);
+}
+
+absl::StatusOr<std::vector<int64_t>> ReadShardIndex(const std::string& path) {
+  auto index = ReadShardIndexFile(path);
+  if (!index.ok()) return index.status();
+  return std::move(index->indices);
+}
+
+}  // namespace strata

@@ -1,0 +1,51 @@
+// The per-worker shard index file: which training examples one worker reads. Written by the
+// sharder (shard-<worker>.idx in the plan directory), read by the worker's data loader. Torch-free.
+//
+// Format, version 1 (all integers little-endian):
+//   offset  size        field
+//        0     8        magic "STRATAIX"
+//        8     4        version (uint32) = 1
+//       12     4        reserved (uint32) = 0
+//       16     8        examples (uint64): size of the training split the indices refer to
+//       24     8        count (uint64): number of indices that follow
+//       32     8*count  indices (int64), strictly increasing, each in [0, examples)
+//   32+8*count 4        CRC-32 (zlib polynomial) of every preceding byte
+// File size is exactly 36 + 8*count, so truncation, trailing garbage and bit flips are all caught.
+// Indices are sorted because the data loader reshuffles every epoch anyway; sorting makes the file
+// a pure function of the plan and lets the reader reject duplicates.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <absl/status/status.h>
+#include <absl/status/statusor.h>
+
+namespace strata {
+
+inline constexpr char kShardIndexMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'I', 'X'};
+inline constexpr uint32_t kShardIndexVersion = 1;
+
+struct ShardIndex {
+  uint64_t examples = 0;         // size of the split the indices refer to
+  std::vector<int64_t> indices;  // strictly increasing
+};
+
+// Encodes `indices` (sorted here; duplicates or values outside [0, examples) are an error).
+absl::StatusOr<std::string> EncodeShardIndex(std::vector<int64_t> indices, uint64_t examples);
+
+// Decodes and checks a whole file's bytes; `origin` names the file in error messages.
+absl::StatusOr<ShardIndex> DecodeShardIndex(const std::string& bytes, const std::string& origin);
+
+// Writes atomically (temporary file, fsync, rename).
+absl::Status WriteShardIndex(const std::string& path, std::vector<int64_t> indices,
+                             uint64_t examples);
+
+// Reads and checks a file; DataLoss on truncation or corruption, NotFound if it is missing.
+absl::StatusOr<ShardIndex> ReadShardIndexFile(const std::string& path);
+
+// The worker's entry point: the example indices of one shard.
+absl::StatusOr<std::vector<int64_t>> ReadShardIndex(const std::string& path);
+
+}  // namespace strata
