@@ -77,7 +77,11 @@ bool RunDriver::TakeSwitchRequest() {
 }
 
 void RunDriver::StartControlServer() {
-  auto control = RunControlServer::Start([this] { return RunInfoNow(); });
+  // `strata supervise` runs in a container: a socket there is out of reach of the commands on the
+  // host, so it publishes none and they use the files (docs/architecture.md, "The control
+  // channel").
+  if (attached()) return;
+  auto control = RunControlServer::Start(paths_.root, [this] { return RunInfoNow(); });
   if (!control.ok()) {
     console_.Say(absl::StrFormat("%s: no control socket (%s); `strata switch` falls back to %s",
                                  command(), control.status().message(), paths_.switch_request));

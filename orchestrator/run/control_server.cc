@@ -42,20 +42,47 @@ class RunControlServer::Service final : public v1::RunControl::Service {
   std::atomic<bool> switch_requested_{false};
 };
 
-absl::StatusOr<std::unique_ptr<RunControlServer>> RunControlServer::Start(
-    std::function<v1::RunInfo()> info) {
-  std::unique_ptr<RunControlServer> s(new RunControlServer());
-  // mkdtemp makes the directory with mode 0700: nobody but this user can reach the socket in it,
-  // from the moment it is bound.
+namespace {
+
+constexpr char kSocketName[] = "control.sock";
+constexpr size_t kMaxSocketPath = 107;  // sun_path's 108 bytes with the terminating zero
+
+// A fresh directory only this user can enter: `RUN_DIR/.control` (what a killed orchestrator left
+// there goes first), or one mkdtemp makes when a socket path under the run directory is too long.
+absl::StatusOr<std::string> MakeSocketDirectory(const std::string& run_dir) {
+  // Absolute: status.json names it for commands started in any directory.
+  std::error_code ec;
+  const std::string in_run =
+      std::filesystem::absolute(run_dir, ec).lexically_normal().string() + "/.control";
+  if (in_run.size() + 1 + sizeof(kSocketName) - 1 <= kMaxSocketPath) {
+    std::error_code ignored;
+    std::filesystem::remove_all(in_run, ignored);
+    if (::mkdir(in_run.c_str(), 0700) != 0 || ::chmod(in_run.c_str(), 0700) != 0) {
+      return absl::InternalError(
+          absl::StrCat("cannot make ", in_run, " for the control socket: ", std::strerror(errno)));
+    }
+    return in_run;
+  }
   std::string pattern = (std::filesystem::temp_directory_path() / "strata-control-XXXXXX").string();
   std::vector<char> buffer(pattern.begin(), pattern.end());
   buffer.push_back('\0');
+  // mkdtemp makes the directory with mode 0700.
   if (::mkdtemp(buffer.data()) == nullptr) {
     return absl::InternalError(absl::StrCat("cannot make a directory for the control socket (",
                                             pattern, "): ", std::strerror(errno)));
   }
-  s->dir_ = buffer.data();
-  s->socket_path_ = s->dir_ + "/control.sock";
+  return std::string(buffer.data());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RunControlServer>> RunControlServer::Start(
+    const std::string& run_dir, std::function<v1::RunInfo()> info) {
+  std::unique_ptr<RunControlServer> s(new RunControlServer());
+  // The directory exists with mode 0700 before the socket is bound in it: nobody else can reach
+  // the socket at any moment.
+  STRATA_ASSIGN_OR_RETURN(s->dir_, MakeSocketDirectory(run_dir));
+  s->socket_path_ = absl::StrCat(s->dir_, "/", kSocketName);
   s->service_ = std::make_unique<Service>(std::move(info));
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);

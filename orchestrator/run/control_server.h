@@ -1,13 +1,13 @@
 // The orchestrator's control channel (proto RunControl): `strata switch` asks for the switch and
 // `strata status` and `strata resume` learn whether the run is alive, by a call rather than by
 // a file and the orchestrator's pid (a pid can be reused by another process). It is served on a
-// Unix socket in a directory of its own that mkdtemp creates with mode 0700 in the temporary
-// directory, so only the user who runs the job (and root) can connect; that replaces the run
-// token, which is on no disk and so out of the reach of a separate `strata` command. The socket's
-// path is short whatever the run directory's (Unix socket paths hold at most 107 bytes) and is
-// published in status.json (`control_socket`). A run directory whose orchestrator runs where this
-// machine's /tmp is not (a container) has no usable socket; the commands then fall back to
-// `switch.request` and the status files (docs/architecture.md, "The control channel").
+// Unix socket in a directory of mode 0700, `RUN_DIR/.control/`, so only the user who runs the job
+// (and root) can connect; that replaces the run token, which is on no disk and so out of the
+// reach of a separate `strata` command. A socket path holds at most 107 bytes: for a longer run
+// directory the socket goes into a directory mkdtemp makes in the temporary directory instead.
+// The path is published in status.json (`control_socket`). A run directory whose orchestrator runs
+// where this machine's /tmp is not (a container) has no usable socket; the commands then fall back
+// to `switch.request` and the status files (docs/architecture.md, "The control channel").
 #pragma once
 
 #include <chrono>
@@ -30,7 +30,8 @@ class RunControlServer {
  public:
   // `info` answers GetRunInfo; it runs on gRPC's threads, so it must only read state that is
   // safe to read from them (a snapshot under its own lock).
-  static absl::StatusOr<std::unique_ptr<RunControlServer>> Start(std::function<v1::RunInfo()> info);
+  static absl::StatusOr<std::unique_ptr<RunControlServer>> Start(const std::string& run_dir,
+                                                                 std::function<v1::RunInfo()> info);
   ~RunControlServer();  // stops serving and removes the socket and its directory
   RunControlServer(const RunControlServer&) = delete;
   RunControlServer& operator=(const RunControlServer&) = delete;
