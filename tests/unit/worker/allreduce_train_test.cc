@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <future>
 #include <string>
 #include <vector>
@@ -164,6 +165,30 @@ TEST(AllReduceTraining, MlpWithNWorkersReproducesSingleNodeBatch) {
   }
 }
 
+// Starts every replica and trains `steps` steps of batch 8, each rank on its own slice of the
+// data (a stride of the data set, as with real shards); `check` runs after Start and after each
+// step with what it follows.
+void TrainSteps(std::vector<Replica>& replicas, int steps,
+                const std::function<void(const std::string&)>& check = {}) {
+  const int n = static_cast<int>(replicas.size());
+  OnAllRanks(n, [&](int r) { return replicas[r].sync->Start(*replicas[r].trainer); });
+  if (check) check("after Start");
+  for (int r = 0; r < n; ++r) replicas[r].trainer->StartEpoch(0);
+  for (int b = 0; b < steps; ++b) {
+    OnAllRanks(n, [&](int r) -> absl::Status {
+      Trainer& t = *replicas[r].trainer;
+      std::vector<int64_t> mine;
+      for (int64_t i = 0; i < 8; ++i) mine.push_back((b * 8 + i) * n + r);
+      auto stats = t.ComputeGradientsOn(mine);
+      if (!stats.ok()) return stats.status();
+      StepContext context;
+      context.step = b;
+      return replicas[r].sync->Step(t, context).status();
+    });
+    if (check) check(absl::StrCat("after step ", b + 1));
+  }
+}
+
 // With BatchNorm the running statistics are averaged too: replicas started from different
 // seeds and fed different data are bit-identical after Start and after every step.
 TEST(AllReduceTraining, ResNetReplicasAreBitIdenticalAfterEveryStep) {
@@ -182,23 +207,8 @@ TEST(AllReduceTraining, ResNetReplicasAreBitIdenticalAfterEveryStep) {
     std::vector<Replica> replicas =
         MakeReplicas(n, options, data, /*own_seeds=*/true, bucket_bytes);
     ASSERT_GT(replicas[0].trainer->buffers().total_floats(), 0u);
-    OnAllRanks(n, [&](int r) { return replicas[r].sync->Start(*replicas[r].trainer); });
-    ExpectBitIdentical(replicas, "after Start");
-    for (int r = 0; r < n; ++r) replicas[r].trainer->StartEpoch(0);
-    for (int b = 0; b < steps; ++b) {
-      OnAllRanks(n, [&](int r) -> absl::Status {
-        Trainer& t = *replicas[r].trainer;
-        // Different data on every rank (a stride of the data set), as with real shards.
-        std::vector<int64_t> mine;
-        for (int64_t i = 0; i < 8; ++i) mine.push_back((b * 8 + i) * n + r);
-        auto stats = t.ComputeGradientsOn(mine);
-        if (!stats.ok()) return stats.status();
-        StepContext context;
-        context.step = b;
-        return replicas[r].sync->Step(t, context).status();
-      });
-      ExpectBitIdentical(replicas, absl::StrCat("after step ", b + 1));
-    }
+    TrainSteps(replicas, steps,
+               [&](const std::string& when) { ExpectBitIdentical(replicas, when); });
   }
 }
 
@@ -248,25 +258,6 @@ TEST(AllReduceTraining, TheSwitchVoteIsYesOnEveryRankOnlyWhenEveryRankVotesYes) 
       // The vote does not leak into the model: the replicas still agree bit for bit.
       ExpectBitIdentical(replicas, "after the voting steps");
     }
-  }
-}
-
-// Trains `steps` steps of batch 8 on every replica, each on its own slice of the data.
-void TrainSteps(std::vector<Replica>& replicas, int steps) {
-  const int n = static_cast<int>(replicas.size());
-  OnAllRanks(n, [&](int r) { return replicas[r].sync->Start(*replicas[r].trainer); });
-  for (int r = 0; r < n; ++r) replicas[r].trainer->StartEpoch(0);
-  for (int b = 0; b < steps; ++b) {
-    OnAllRanks(n, [&](int r) -> absl::Status {
-      Trainer& t = *replicas[r].trainer;
-      std::vector<int64_t> mine;
-      for (int64_t i = 0; i < 8; ++i) mine.push_back((b * 8 + i) * n + r);
-      auto stats = t.ComputeGradientsOn(mine);
-      if (!stats.ok()) return stats.status();
-      StepContext context;
-      context.step = b;
-      return replicas[r].sync->Step(t, context).status();
-    });
   }
 }
 
