@@ -18,7 +18,12 @@ namespace {
 int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t segment_bytes,
             const std::string& transport, const std::string& dir) {
   strata::bench::DieWithParent();
-  strata::RingAllReduce ring(rank);
+  auto made = strata::bench::MakeRing(rank, transport);
+  if (!made.ok()) {
+    std::fprintf(stderr, "rank %d: %s\n", rank, made.status().ToString().c_str());
+    return 1;
+  }
+  strata::RingAllReduce& ring = **made;
   std::unique_ptr<grpc::Server> server;
   absl::Status status = strata::bench::JoinRing(&ring, transport, dir, rank, world,
                                                 std::chrono::seconds(60), &server);
@@ -54,7 +59,7 @@ int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t se
     std::printf("busbw_MBps=%.0f\n", busbw);
     std::fflush(stdout);
   }
-  strata::bench::LeaveRank(server.get());
+  strata::bench::LeaveRank(std::move(server), std::move(*made));
 }
 
 }  // namespace
@@ -67,8 +72,9 @@ int main(int argc, char** argv) {
   app.add_option("--world", world, "ranks (processes)")->check(CLI::Range(1, 64));
   app.add_option("--transport", transport,
                  "tcp: gRPC over loopback TCP (as between machines); unix: gRPC over abstract "
-                 "Unix sockets (the local launcher's default)")
-      ->check(CLI::IsMember({"tcp", "unix"}));
+                 "Unix sockets (the local launcher's default); plain-tcp: the TCP link "
+                 "(segments on plain TCP, gRPC only to find the peer)")
+      ->check(CLI::IsMember({"tcp", "unix", "plain-tcp"}));
   app.add_option("--floats", floats, "floats per rank")->check(CLI::PositiveNumber);
   app.add_option("--iters", iters, "timed operations")->check(CLI::PositiveNumber);
   app.add_option("--warmup", warmup, "untimed operations first")->check(CLI::NonNegativeNumber);

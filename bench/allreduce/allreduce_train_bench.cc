@@ -43,7 +43,9 @@ int RunRank(int rank, const RunOptions& o) {
   std::unique_ptr<strata::Synchroniser> sync;
   if (world > 1) {
     strata::bench::DieWithParent();
-    ring = std::make_unique<strata::RingAllReduce>(rank);
+    auto made_ring = strata::bench::MakeRing(rank, o.transport);
+    if (!made_ring.ok()) return Fail(rank, made_ring.status());
+    ring = std::move(*made_ring);
     if (absl::Status s = strata::bench::JoinRing(ring.get(), o.transport, o.dir, rank, world,
                                                  std::chrono::seconds(120), &server);
         !s.ok()) {
@@ -90,7 +92,8 @@ int RunRank(int rank, const RunOptions& o) {
         static_cast<double>(global_batch) * steps / secs);
     std::fflush(stdout);
   }
-  strata::bench::LeaveRank(server.get());
+  sync.reset();  // before the ring it uses
+  strata::bench::LeaveRank(std::move(server), std::move(ring));
 }
 
 }  // namespace
@@ -107,8 +110,8 @@ int main(int argc, char** argv) {
   app.add_option("--segment-bytes", o.segment_bytes, "payload per message (0: automatic)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--transport", o.transport,
-                 "ring transport: tcp or unix (see strata-bench-allreduce)")
-      ->check(CLI::IsMember({"tcp", "unix"}));
+                 "ring transport: tcp, unix or plain-tcp (see strata-bench-allreduce)")
+      ->check(CLI::IsMember({"tcp", "unix", "plain-tcp"}));
   app.add_option("--bucket-mb", o.bucket_mb,
                  "reduce gradients in buckets of this many MB while backward runs (0: after it)")
       ->check(CLI::Range(0.0, 1024.0));

@@ -24,6 +24,7 @@
 #include "services/common/wire/rpc.h"
 #include "services/worker/grpc_ring_link.h"
 #include "services/worker/ring_allreduce.h"
+#include "services/worker/tcp_ring_link.h"
 
 namespace strata::bench {
 
@@ -83,11 +84,14 @@ inline int RunRanks(const std::string& self, int world, const std::vector<std::s
 }
 
 // Child: ends a rank that succeeded. Shutting the server down waits for the previous rank's
-// stream to end, so its last operation is acknowledged. Then it leaves without static
-// destructors: exiting while gRPC's background threads finish their asynchronous shutdown aborted
-// one rank in ~1 of 20 runs (heap corruption, "prior > 0").
-[[noreturn]] inline void LeaveRank(grpc::Server* server) {
+// gRPC stream to end, and destroying the ring for its last TCP frames, so its last operation is
+// acknowledged. Then it leaves without static destructors: exiting while gRPC's background threads
+// finish their asynchronous shutdown aborted one rank in ~1 of 20 runs (heap corruption,
+// "prior > 0").
+[[noreturn]] inline void LeaveRank(std::unique_ptr<grpc::Server> server,
+                                   std::unique_ptr<RingAllReduce> ring) {
   if (server != nullptr) server->Shutdown();
+  ring.reset();
   std::fflush(stdout);
   std::_Exit(0);
 }
@@ -118,6 +122,16 @@ inline absl::StatusOr<std::vector<std::string>> ExchangePorts(const std::string&
     }
   }
   return peers;
+}
+
+// Child: the ring of rank `rank` for `transport`: "tcp" and "unix" are the gRPC link, "plain-tcp"
+// the TCP link (its data plane on 127.0.0.1, found through gRPC over TCP).
+inline absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeRing(int rank,
+                                                               const std::string& transport) {
+  if (transport != "plain-tcp") return std::make_unique<RingAllReduce>(rank);
+  auto link = TcpRingLink::Create(TcpRingLinkOptions{});
+  if (!link.ok()) return link.status();
+  return std::make_unique<RingAllReduce>(rank, std::move(*link));
 }
 
 // Child: serves `ring` on 127.0.0.1 (and, for transport "unix", on an abstract Unix socket named

@@ -24,6 +24,7 @@
 
 #include "services/common/base/status.h"
 #include "services/common/wire/rpc.h"
+#include "services/worker/ring_inbox.h"
 #include "services/worker/segment_codec.h"
 #include "services/worker/tsan_handoff.h"
 #include "strata/v1/collective.grpc.pb.h"
@@ -177,13 +178,17 @@ class RingReceiver final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
   bool has_operation_ = false;
 };
 
-class CollectiveService final
-    : public v1::Collective::WithRawCallbackMethod_Ring<v1::Collective::Service> {
+// DataPlane is the TCP link's (tcp_ring_link.h); here its callback default says UNIMPLEMENTED,
+// and no method is synchronous, so the server needs no threads of its own for this service.
+using CollectiveBase = v1::Collective::WithRawCallbackMethod_Ring<
+    v1::Collective::WithCallbackMethod_DataPlane<v1::Collective::Service>>;
+
+class CollectiveService final : public CollectiveBase {
  public:
   explicit CollectiveService(std::shared_ptr<Core> core) : core_(std::move(core)) {
     TsanRelease(this);  // gRPC's threads call Ring() once the server that holds it has started
   }
-  using v1::Collective::WithRawCallbackMethod_Ring<v1::Collective::Service>::Ring;
+  using CollectiveBase::Ring;
   grpc::ServerReadReactor<grpc::ByteBuffer>* Ring(grpc::CallbackServerContext* context,
                                                   grpc::ByteBuffer* response) override {
     TsanAcquire(this);
@@ -387,38 +392,21 @@ class GrpcOperation final : public RingLink::Operation {
   Received Receive(Clock::time_point until, RingSegment* out) override {
     std::unique_lock<std::mutex> lock(core_->mu);
     Inbox& inbox = core_->inboxes[operation_];
-    while (true) {
-      if (!inbox.segments.empty()) {
-        ParsedSegment next = std::move(inbox.segments.front());
-        inbox.segments.pop_front();
-        lock.unlock();
-        current_ = std::move(next);  // releases the previous segment's bytes outside the lock
-        ExposeSegment(&current_, out);
-        return Received::kSegment;
-      }
-      if (state_->broken || (state_->done && !state_->status.ok())) return Received::kSendFailed;
-      if (inbox.ended) return Received::kPreviousEnded;
-      if (core_->cv.wait_until(lock, until) == std::cv_status::timeout && inbox.segments.empty() &&
-          !inbox.ended) {
-        return Received::kTimedOut;
-      }
-    }
+    const Received why = WaitForSegment(lock, core_->cv, inbox, until, [&] {
+      return state_->broken || (state_->done && !state_->status.ok());
+    });
+    if (why != Received::kSegment) return why;
+    ParsedSegment next = std::move(inbox.segments.front());
+    inbox.segments.pop_front();
+    lock.unlock();
+    current_ = std::move(next);  // releases the previous segment's bytes outside the lock
+    ExposeSegment(&current_, out);
+    return Received::kSegment;
   }
 
   bool ReceiveAbort(Clock::time_point until, std::string* reason) override {
     std::unique_lock<std::mutex> lock(core_->mu);
-    Inbox& inbox = core_->inboxes[operation_];
-    bool timed_out = false;
-    while (true) {
-      for (auto it = inbox.segments.begin(); it != inbox.segments.end(); ++it) {
-        if (it->abort.empty()) continue;
-        *reason = std::move(it->abort);
-        inbox.segments.erase(it);
-        return true;
-      }
-      if (inbox.ended || timed_out) return false;
-      timed_out = core_->cv.wait_until(lock, until) == std::cv_status::timeout;
-    }
+    return TakeNextAbort(lock, core_->cv, core_->inboxes[operation_], until, reason);
   }
 
   absl::Status SendError() override {

@@ -32,7 +32,7 @@ class GrpcRingLink final : public RingLink {
 
   // Receives the previous rank's segments. Register it on the process's gRPC server before any
   // peer starts an operation; the server must be shut down before this link is destroyed.
-  grpc::Service* service();
+  grpc::Service* service() override;
 
   // Dials only the next rank; the other names are for error messages.
   absl::Status Connect(int rank, const std::vector<std::string>& peers) override;

@@ -122,7 +122,6 @@ struct RingAllReduce::Impl {
   int world = 0;
   std::vector<std::string> peers;
   std::unique_ptr<RingLink> link;
-  GrpcRingLink* grpc_link = nullptr;  // the same link when it is gRPC's, for service()
   uint64_t next_operation = 0;
   RingSegment segment;  // reused, so that its pieces keep their capacity
   // Interrupt(): set once, from any thread; the reason is read only after the flag is seen.
@@ -191,6 +190,9 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
 absl::Status RingAllReduce::Impl::Exchange(Operation& op) {
   const Schedule& plan = op.plan;
   const size_t seg = plan.segment_floats;
+  // A link may add and copy the payloads into place as they arrive (InPlacePlan, ring_link.h).
+  op.link.ApplyInPlace(InPlacePlan{op.data, plan.n, static_cast<uint32_t>(world - 1),
+                                   op.average ? static_cast<float>(world) : 0.0f});
   op.header.step = 0;
   for (size_t b = plan.ChunkBegin(rank), e = plan.ChunkBegin(rank + 1); b < e; b += seg) {
     op.header.offset = b;
@@ -202,7 +204,7 @@ absl::Status RingAllReduce::Impl::Exchange(Operation& op) {
     for (size_t b = plan.ChunkBegin(chunk), e = plan.ChunkBegin(chunk + 1); b < e; b += seg) {
       const size_t len = std::min(seg, e - b);
       STRATA_RETURN_IF_ERROR(ReceiveSegment(op, step, b, len));
-      ApplySegment(segment, op.data + b, mode, static_cast<float>(world));
+      if (!segment.in_place) ApplySegment(segment, op.data + b, mode, static_cast<float>(world));
       if (step + 1 < plan.steps()) {
         op.header.step = static_cast<uint32_t>(step + 1);
         op.header.offset = b;
@@ -294,9 +296,7 @@ size_t AutoSegmentBytes(size_t floats, int world) {
   return std::clamp<size_t>((chunk_bytes + 1) / 2, 1 << 20, 8 << 20);
 }
 
-RingAllReduce::RingAllReduce(int rank) : RingAllReduce(rank, std::make_unique<GrpcRingLink>()) {
-  impl_->grpc_link = static_cast<GrpcRingLink*>(impl_->link.get());
-}
+RingAllReduce::RingAllReduce(int rank) : RingAllReduce(rank, std::make_unique<GrpcRingLink>()) {}
 
 RingAllReduce::RingAllReduce(int rank, std::unique_ptr<RingLink> link)
     : impl_(std::make_unique<Impl>()) {
@@ -306,9 +306,7 @@ RingAllReduce::RingAllReduce(int rank, std::unique_ptr<RingLink> link)
 
 RingAllReduce::~RingAllReduce() = default;
 
-grpc::Service* RingAllReduce::service() {
-  return impl_->grpc_link != nullptr ? impl_->grpc_link->service() : nullptr;
-}
+grpc::Service* RingAllReduce::service() { return impl_->link->service(); }
 
 absl::Status RingAllReduce::Connect(const std::vector<std::string>& peers) {
   if (peers.empty()) return absl::InvalidArgumentError("ring all-reduce: no peers");

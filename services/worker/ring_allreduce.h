@@ -57,9 +57,10 @@ class RingAllReduce {
   RingAllReduce(const RingAllReduce&) = delete;
   RingAllReduce& operator=(const RingAllReduce&) = delete;
 
-  // The Collective service receiving the previous rank's segments (nullptr over a link other than
-  // gRPC's). Register it on the process's gRPC server before any peer starts an operation; the
-  // server must be shut down before this object is destroyed.
+  // The link's gRPC service (RingLink::service(): the Collective service receiving the previous
+  // rank's segments over gRPC, or handing out the data plane over TCP; nullptr in memory). Register
+  // it on the process's gRPC server before any peer starts an operation; the server must be shut
+  // down before this object is destroyed.
   grpc::Service* service();
 
   // `peers` holds the host:port of every rank, by rank (this rank's own entry included), or over

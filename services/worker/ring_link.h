@@ -1,8 +1,9 @@
 // The seam between the ring all-reduce algorithm (ring_allreduce.cc) and the way its segments
 // travel between neighbours. The algorithm knows buffers, steps and ranks; a RingLink knows
-// streams, sockets and acknowledgements. Two links exist: GrpcRingLink (grpc_ring_link.h), what
-// workers and benchmarks use, and InMemoryRing (in_memory_ring_link.h), which joins N ranks of one
-// process and can make a rank die, fall silent or lag, for tests.
+// streams, sockets and acknowledgements. Three links exist: GrpcRingLink (grpc_ring_link.h), what
+// workers and benchmarks use by default, TcpRingLink (tcp_ring_link.h), segments over plain TCP
+// with gRPC as the control plane, and InMemoryRing (in_memory_ring_link.h), which joins N ranks of
+// one process and can make a rank die, fall silent or lag, for tests.
 //
 // A link carries one operation at a time per rank: Begin() opens it towards the next rank and
 // starts taking the previous rank's segments for it; Finish() or Abandon() ends it.
@@ -17,6 +18,10 @@
 
 #include <absl/status/status.h>
 #include <absl/types/span.h>
+
+namespace grpc {
+class Service;
+}
 
 namespace strata {
 
@@ -48,6 +53,24 @@ struct RingSegment {
   bool has_data = false;
   size_t data_bytes = 0;
   std::vector<absl::Span<const uint8_t>> pieces;
+  // The link has already applied the payload to the buffer named by Operation::ApplyInPlace
+  // (pieces is then empty).
+  bool in_place = false;
+};
+
+// How a link may apply an operation's segments in place (Operation::ApplyInPlace): `buffer` holds
+// the operation's `count` floats; a segment of a step below `copy_from_step` is added into
+// buffer[offset..) (the reduce-scatter), and when `divisor` is not 0 the sums of step
+// copy_from_step - 1 are then divided by it (the average); a segment of step copy_from_step or
+// later replaces the values there (the all-gather). This is the algorithm's own arithmetic, in the
+// same order, so the result is the same to the bit. It is safe because the ring touches a range
+// at no other time while a segment for it can arrive: a rank receives a partial chunk before it
+// ever sends that chunk, and a final chunk only after its own contribution went round the ring.
+struct InPlacePlan {
+  float* buffer = nullptr;
+  size_t count = 0;
+  uint32_t copy_from_step = 0;
+  float divisor = 0;
 };
 
 class RingLink {
@@ -82,6 +105,11 @@ class RingLink {
     // use them; an abort should overtake them).
     virtual void DropUnsent() = 0;
 
+    // Lets the link apply this operation's segments itself, as they arrive, instead of handing
+    // out their payload to apply; such a segment comes back with in_place set (see InPlacePlan).
+    // The buffer must stay valid until Finish() or Abandon() returns. A link may ignore this.
+    virtual void ApplyInPlace(const InPlacePlan& plan) {}
+
     // Waits until `until` for the previous rank's next segment of this operation, in send order.
     virtual Received Receive(RingClock::time_point until, RingSegment* out) = 0;
     // After a failure: waits until `until` for the next abort from the previous rank, skipping its
@@ -100,6 +128,10 @@ class RingLink {
   };
 
   virtual ~RingLink() = default;
+
+  // The gRPC service this link's peers call (the caller registers it on the process's server), or
+  // nullptr for a link that needs none.
+  virtual grpc::Service* service() { return nullptr; }
 
   // Called before the first operation, and again when the ring is re-formed (the next rank may be
   // a new process at the same address). `peers` names every rank by rank, this one's own

@@ -56,40 +56,6 @@ size_t PutHead(const SegmentHeader& h, uint32_t payload_field, size_t payload_by
   return static_cast<size_t>(p - head);
 }
 
-// Well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF): what protobuf's
-// parser demands of a `string` field such as RingSegment.abort. A reason that is not would travel
-// on as the ring's error into the worker's status, which the orchestrator's protobuf parser then
-// refuses, losing the status (found by tests/fuzz/segment_codec_fuzz.cc).
-bool IsValidUtf8(const std::string& s) {
-  static constexpr uint32_t kMinimum[5] = {0, 0, 0x80, 0x800, 0x10000};  // by length
-  size_t i = 0;
-  while (i < s.size()) {
-    const auto lead = static_cast<unsigned char>(s[i]);
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    // The lead byte gives the length and the code point's top bits.
-    size_t length = 0;
-    if ((lead & 0xE0) == 0xC0) length = 2;
-    if ((lead & 0xF0) == 0xE0) length = 3;
-    if ((lead & 0xF8) == 0xF0) length = 4;
-    if (length == 0) return false;
-    uint32_t code = lead & (0x7F >> length);
-    if (s.size() - i < length) return false;
-    for (size_t k = 1; k < length; ++k) {
-      const auto next = static_cast<unsigned char>(s[i + k]);
-      if ((next & 0xC0) != 0x80) return false;
-      code = code << 6 | (next & 0x3F);
-    }
-    if (code < kMinimum[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
-      return false;
-    }
-    i += length;
-  }
-  return true;
-}
-
 // Reads bytes across the slices of a received message.
 class SliceCursor {
  public:
@@ -249,6 +215,36 @@ void ExposeSegment(ParsedSegment* segment, RingSegment* out) {
     out->pieces.emplace_back(segment->slices[i].begin() + pos, take);
     left -= take;
   }
+}
+
+bool IsValidUtf8(const std::string& s) {
+  static constexpr uint32_t kMinimum[5] = {0, 0, 0x80, 0x800, 0x10000};  // by length
+  size_t i = 0;
+  while (i < s.size()) {
+    const auto lead = static_cast<unsigned char>(s[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    // The lead byte gives the length and the code point's top bits.
+    size_t length = 0;
+    if ((lead & 0xE0) == 0xC0) length = 2;
+    if ((lead & 0xF0) == 0xE0) length = 3;
+    if ((lead & 0xF8) == 0xF0) length = 4;
+    if (length == 0) return false;
+    uint32_t code = lead & (0x7F >> length);
+    if (s.size() - i < length) return false;
+    for (size_t k = 1; k < length; ++k) {
+      const auto next = static_cast<unsigned char>(s[i + k]);
+      if ((next & 0xC0) != 0x80) return false;
+      code = code << 6 | (next & 0x3F);
+    }
+    if (code < kMinimum[length] || code > 0x10FFFF || (code >= 0xD800 && code <= 0xDFFF)) {
+      return false;
+    }
+    i += length;
+  }
+  return true;
 }
 
 }  // namespace strata

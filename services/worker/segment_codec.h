@@ -60,6 +60,12 @@ struct ParsedSegment {
 // Takes the message's slices (the buffer keeps references; nothing is copied) and reads them.
 absl::Status ParseSegment(const grpc::ByteBuffer& buffer, ParsedSegment* segment);
 
+// Well-formed UTF-8 (no overlong forms, no surrogates, nothing above U+10FFFF): what protobuf's
+// parser demands of a `string` field. An abort reason that is not would travel on as the ring's
+// error into the worker's status, which the orchestrator's protobuf parser then refuses, losing
+// the status (found by tests/fuzz/segment_codec_fuzz.cc); both links refuse such a reason.
+bool IsValidUtf8(const std::string& s);
+
 // Fills `out` from `segment`, its pieces pointing into segment.slices (which must outlive them).
 void ExposeSegment(ParsedSegment* segment, RingSegment* out);
 

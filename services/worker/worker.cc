@@ -33,6 +33,8 @@
 #include "services/worker/push_pull_sync.h"
 #include "services/worker/ring_allreduce.h"
 #include "services/worker/switch_participant.h"
+#include "services/worker/tcp_frame.h"
+#include "services/worker/tcp_ring_link.h"
 #include "services/worker/worker_service.h"
 #include "strata/v1/worker.grpc.pb.h"
 
@@ -595,6 +597,27 @@ absl::StatusOr<std::vector<int64_t>> LoadShard(const WorkerOptions& options, siz
   return shard;
 }
 
+// The ring over the link the job asks for (strategy.ring_link, plain TCP by default). The TCP
+// link's connections are not encrypted, so with TLS on the ring stays on gRPC, which is.
+absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeWorkerRing(const WorkerOptions& options) {
+  // A push/pull job has no ring phase: it needs no data plane listening (the gRPC link costs
+  // nothing until used).
+  if (options.spec.strategy.ring_link != "tcp" || options.spec.strategy.kind == "ps") {
+    return std::make_unique<RingAllReduce>(options.rank);
+  }
+  if (ChannelsUseTls()) {
+    spdlog::warn(
+        "strategy.ring_link tcp: TLS is on and the plain TCP link is not encrypted; the "
+        "ring stays on gRPC");
+    return std::make_unique<RingAllReduce>(options.rank);
+  }
+  TcpRingLinkOptions link_options;
+  link_options.listen_host = tcp_ring::DataPlaneHost(options.listen);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<TcpRingLink> link, TcpRingLink::Create(link_options));
+  spdlog::info("ring segments travel on plain TCP (data plane on port {})", link->data_port());
+  return std::make_unique<RingAllReduce>(options.rank, std::move(link));
+}
+
 }  // namespace
 
 absl::Status RunWorker(const WorkerOptions& options) {
@@ -615,7 +638,8 @@ absl::Status RunWorker(const WorkerOptions& options) {
   WorkerState state;
   state.status.set_rank(options.rank);
   state.status.set_mode(v1::SYNC_MODE_UNSPECIFIED);
-  RingAllReduce ring(options.rank);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RingAllReduce> ring_owner, MakeWorkerRing(options));
+  RingAllReduce& ring = *ring_owner;
   WorkerService service(&state, options.world, options.run_dir,
                         [&ring](const std::string& reason) { ring.Interrupt(reason); });
   int port = 0;

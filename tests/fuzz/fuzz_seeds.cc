@@ -1,7 +1,7 @@
 // Writes the seed corpus of the fuzz targets (tests/fuzz/corpus/<target>/seed-*) from the real
 // encoders, so the seeds follow the formats when they change: valid tensor streams, checkpoints
-// and ring segments, the job specs of configs/, and a few hostile inputs of each kind that the
-// parsers must refuse (the cases docs/security.md lists).
+// ring segments and the plain-TCP link's frames, the job specs of configs/, and a few hostile
+// inputs of each kind that the parsers must refuse (the cases docs/security.md lists).
 //
 //   cmake --build build-fuzz --target fuzz_seeds   # after scripts/fuzz.sh configured the tree
 //   build-fuzz/bin/fuzz_seeds tests/fuzz/corpus configs
@@ -22,6 +22,7 @@
 #include "services/common/wire/checkpoint.h"
 #include "services/common/wire/tensor_codec.h"
 #include "services/worker/segment_codec.h"
+#include "services/worker/tcp_frame.h"
 #include "strata/v1/evaluator.pb.h"
 #include "tests/support/crafted_checkpoint.h"
 
@@ -174,6 +175,35 @@ void SegmentSeeds(const fs::path& dir) {
   Write(dir, "group-wire-type", std::string(1, '\0') + std::string("\x0b\x0c", 2));
 }
 
+// A connection to the plain-TCP data plane (tcp_frame_fuzz.cc): a hello, then frames.
+void TcpFrameSeeds(const fs::path& dir) {
+  tcp_ring::Ticket ticket{};
+  for (size_t i = 0; i < ticket.size(); ++i) ticket[i] = static_cast<uint8_t>(i * 7 + 1);
+  std::string hello(tcp_ring::kHelloBytes, '\0');
+  tcp_ring::EncodeHello(ticket, 1, reinterpret_cast<uint8_t*>(hello.data()));
+  const auto frame = [](tcp_ring::FrameKind kind, uint64_t count, uint64_t offset, uint64_t bytes,
+                        const std::string& payload) {
+    tcp_ring::Frame f;
+    f.kind = kind;
+    f.header = SegmentHeader{
+        .operation = 3, .sender = 1, .world = 2, .count = count, .step = 2, .offset = offset};
+    f.payload_bytes = bytes;
+    std::string out(tcp_ring::kFrameHeaderBytes, '\0');
+    tcp_ring::EncodeFrame(f, reinterpret_cast<uint8_t*>(out.data()));
+    return out + payload;
+  };
+  using K = tcp_ring::FrameKind;
+  const std::string data = frame(K::kData, 8, 4, 16, std::string(16, '\x3f'));
+  Write(dir, "operation",
+        hello + data + frame(K::kAbort, 0, 0, 9, "timed out") + frame(K::kEnd, 0, 0, 0, ""));
+  Write(dir, "ack", hello + frame(K::kAck, 0, 0, 0, ""));
+  // Hostile: a payload beyond the declared buffer, an oversized abort, a bad magic after a good
+  // frame (frame() would refuse none of these: it only encodes).
+  Write(dir, "beyond-buffer", hello + frame(K::kData, 4, 2, 16, std::string(16, '\0')));
+  Write(dir, "abort-over-cap", hello + frame(K::kAbort, 0, 0, 1 << 20, "x"));
+  Write(dir, "bad-magic", hello + data + std::string(tcp_ring::kFrameHeaderBytes, '\x5a'));
+}
+
 void JobSpecSeeds(const fs::path& dir, const fs::path& configs) {
   for (const char* name : {"quickstart.yaml", "fmnist-mlp.yaml", "fmnist-resnet20.yaml",
                            "experiments/heterogeneous-job.yaml", "experiments/sharding-job.yaml"}) {
@@ -217,5 +247,6 @@ int main(int argc, char** argv) {
   strata::CheckpointSeeds(corpus / "checkpoint");
   strata::SegmentSeeds(corpus / "segment_codec");
   strata::JobSpecSeeds(corpus / "job_spec", argv[2]);
+  strata::TcpFrameSeeds(corpus / "tcp_frame");
   return 0;
 }

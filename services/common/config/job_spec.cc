@@ -416,7 +416,7 @@ bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
       r.Map(n, "strategy",
             {"kind", "consistency", "staleness", "k_star", "k_star_start", "probe_ratio", "rule",
              "at_fraction", "window", "threshold_percent", "ps_lr_scale", "ps_pipeline",
-             "bucket_mb"})) {
+             "bucket_mb", "ring_link"})) {
     StrategySpec& s = spec->strategy;
     r.Field<std::string>(n, "strategy", "kind", &s.kind, Among({"allreduce", "ps", "switch"}));
     r.Field<std::string>(n, "strategy", "consistency", &s.consistency,
@@ -442,9 +442,12 @@ bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
     r.Field<double>(n, "strategy", "bucket_mb", &s.bucket_mb, [](const double& v) {
       return v >= 0 && v <= 1024 ? std::string() : absl::StrCat("must be in [0, 1024], got ", v);
     });
-    if (s.kind == "ps" && r.Given("strategy.bucket_mb") && !r.Refused("strategy.bucket_mb")) {
-      r.Error(r.Where("strategy.bucket_mb"), "strategy.bucket_mb",
-              "applies to the all-reduce phase, which strategy.kind ps does not have");
+    r.Field<std::string>(n, "strategy", "ring_link", &s.ring_link, Among({"grpc", "tcp"}));
+    for (const char* key : {"strategy.bucket_mb", "strategy.ring_link"}) {
+      if (s.kind == "ps" && r.Given(key) && !r.Refused(key)) {
+        r.Error(r.Where(key), key,
+                "applies to the all-reduce phase, which strategy.kind ps does not have");
+      }
     }
     // K* keys on a mode that has no K* would be silently ignored.
     if (!r.Refused("strategy.consistency") && s.consistency != "pdp" && s.consistency != "apdp") {
@@ -734,6 +737,8 @@ std::string JobSpecToYaml(const JobSpec& s) {
       << st.ps_pipeline;
   // Only when on, so that resolved specs of jobs without buckets read as before.
   if (st.bucket_mb > 0) out << YAML::Key << "bucket_mb" << YAML::Value << st.bucket_mb;
+  // Only when not the default, so that resolved specs of other jobs read as before.
+  if (st.ring_link != "tcp") out << YAML::Key << "ring_link" << YAML::Value << st.ring_link;
   out << YAML::EndMap;
   out << YAML::Key << "launcher" << YAML::Value << YAML::BeginMap << YAML::Key << "kind"
       << YAML::Value << s.launcher.kind << YAML::Key << "ring_transport" << YAML::Value

@@ -96,6 +96,10 @@ struct StrategySpec {
   // All-reduce: > 0 averages the gradients in buckets of about this many MB while backward runs
   // (services/worker/bucket_reduction.h); 0 in one operation after backward.
   double bucket_mb = 0;
+  // How the ring's segments travel: "tcp" (one plain TCP connection per neighbour, gRPC only to
+  // find it; services/worker/tcp_ring_link.h) or "grpc" (a gRPC stream per operation). With TLS
+  // on, the ring stays on gRPC (the TCP connection is not encrypted).
+  std::string ring_link = "tcp";
 };
 
 struct LauncherSpec {

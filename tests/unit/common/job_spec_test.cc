@@ -91,7 +91,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "job.yaml:4: strategy.bucket_mb: applies to the all-reduce phase, which "
                 "strategy.kind ps does not have"},
         BadSpec{"name: a\nstrategy: { kind: allreduce, bucket_mb: -1 }\n",
-                "job.yaml:2: strategy.bucket_mb: must be in [0, 1024], got -1"}));
+                "job.yaml:2: strategy.bucket_mb: must be in [0, 1024], got -1"},
+        BadSpec{"name: a\nstrategy:\n  kind: ps\n  ring_link: tcp\n",
+                "job.yaml:4: strategy.ring_link: applies to the all-reduce phase, which "
+                "strategy.kind ps does not have"},
+        BadSpec{"name: a\nstrategy: { kind: allreduce, ring_link: udp }\n",
+                "job.yaml:2: strategy.ring_link: 'udp' is not one of grpc, tcp"}));
 
 TEST(JobSpec, BucketMbTravelsThroughTheResolvedSpecOnlyWhenOn) {
   auto on = ParseJobSpec("name: b\nstrategy: { kind: switch, bucket_mb: 2.5 }\n", "j.yaml");
@@ -102,6 +107,18 @@ TEST(JobSpec, BucketMbTravelsThroughTheResolvedSpecOnlyWhenOn) {
   auto off = ParseJobSpec("name: b\n", "j.yaml");
   ASSERT_TRUE(off.ok()) << off.status();
   EXPECT_EQ(JobSpecToYaml(*off).find("bucket_mb"), std::string::npos);
+}
+
+TEST(JobSpec, RingLinkTravelsThroughTheResolvedSpecOnlyWhenNotTheDefault) {
+  auto grpc = ParseJobSpec("name: b\nstrategy: { kind: switch, ring_link: grpc }\n", "j.yaml");
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  auto again = ParseJobSpec(JobSpecToYaml(*grpc), "resolved.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->strategy.ring_link, "grpc");
+  auto tcp = ParseJobSpec("name: b\n", "j.yaml");
+  ASSERT_TRUE(tcp.ok()) << tcp.status();
+  EXPECT_EQ(tcp->strategy.ring_link, "tcp");
+  EXPECT_EQ(JobSpecToYaml(*tcp).find("ring_link"), std::string::npos);
 }
 
 TEST(JobSpec, PdpAndApdpCarryTheirKStarKeysThroughTheResolvedSpec) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_replace.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -28,7 +29,8 @@ using ring_test::Value;
 
 // Parameter names such as "tcp_3" for (3, "tcp").
 std::string WorldAndLinkName(const ::testing::TestParamInfo<std::tuple<int, std::string>>& info) {
-  return absl::StrCat(std::get<1>(info.param), "_", std::get<0>(info.param));
+  return absl::StrCat(absl::StrReplaceAll(std::get<1>(info.param), {{"-", ""}}), "_",
+                      std::get<0>(info.param));
 }
 
 class RingAverage : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
@@ -87,8 +89,12 @@ INSTANTIATE_TEST_SUITE_P(Worlds, RingAverage,
 INSTANTIATE_TEST_SUITE_P(UnixSockets, RingAverage,
                          ::testing::Combine(::testing::Values(2, 3), ::testing::Values("unix")),
                          WorldAndLinkName);
+INSTANTIATE_TEST_SUITE_P(PlainTcp, RingAverage,
+                         ::testing::Combine(::testing::Values(2, 3, 4, 5),
+                                            ::testing::Values("plain-tcp")),
+                         WorldAndLinkName);
 
-// The same test over each link: "tcp", "unix" or "memory".
+// The same test over each link: "tcp", "unix", "plain-tcp" or "memory".
 class RingOverLink : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RingOverLink, SumWithZerosElsewhereBroadcastsRankZeroBitForBit) {
@@ -259,9 +265,10 @@ TEST_P(RingOverLink, AfterADeathTheRingReformsAroundAReplacement) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Links, RingOverLink, ::testing::Values("tcp", "unix", "memory"),
+INSTANTIATE_TEST_SUITE_P(Links, RingOverLink,
+                         ::testing::Values("tcp", "unix", "plain-tcp", "memory"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param;
+                           return absl::StrReplaceAll(info.param, {{"-", ""}});
                          });
 
 // Over the in-memory link, the identity checks of Connect() are the algorithm's too.

@@ -1,8 +1,9 @@
 // N ranks of the ring all-reduce inside one test process, each running its operations on its own
-// thread, over one of three links:
-//   "tcp"    gRPC, each rank with its own server on 127.0.0.1:0;
-//   "unix"   gRPC over abstract Unix sockets, as the local launcher's workers use;
-//   "memory" InMemoryRing, which can also inject faults (TestRing::memory).
+// thread, over one of four links:
+//   "tcp"       gRPC, each rank with its own server on 127.0.0.1:0;
+//   "unix"      gRPC over abstract Unix sockets, as the local launcher's workers use;
+//   "plain-tcp" TcpRingLink: segments on plain TCP, found through each rank's gRPC server;
+//   "memory"    InMemoryRing, which can also inject faults (TestRing::memory).
 #pragma once
 
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "services/common/wire/rpc.h"
 #include "services/worker/in_memory_ring_link.h"
 #include "services/worker/ring_allreduce.h"
+#include "services/worker/tcp_ring_link.h"
 
 namespace strata::ring_test {
 
@@ -34,6 +36,7 @@ inline constexpr char kRingPeerFlag[] = "--ring-peer";
 
 struct TestRank {
   std::unique_ptr<RingAllReduce> ring;
+  TcpRingLink* tcp = nullptr;            // ring's link, for "plain-tcp"
   std::unique_ptr<grpc::Server> server;  // declared after ring: shut down before it
   std::string address;
 };
@@ -47,12 +50,17 @@ struct TestRing {
   std::string Name(int r) const { return absl::StrCat("rank ", r, " (", ranks[r].address, ")"); }
 
   // The rank's process is gone. Over gRPC, only before any operation has started (shutting a
-  // server down waits for its open streams).
+  // server down waits for its open streams). Over plain TCP its link goes too (its connections
+  // close, as a dead process's would).
   void Kill(int r) {
     if (memory) {
       memory->Kill(r);
-    } else {
-      ranks[r].server->Shutdown();
+      return;
+    }
+    ranks[r].server->Shutdown();
+    if (link == "plain-tcp") {
+      ranks[r].ring.reset();
+      ranks[r].tcp = nullptr;
     }
   }
 };
@@ -67,7 +75,14 @@ inline void StartRank(TestRing& ring, int r, const std::string& unix_address) {
     rank.address = absl::StrCat("in-memory-", r);
     return;
   }
-  rank.ring = std::make_unique<RingAllReduce>(r);
+  if (ring.link == "plain-tcp") {
+    auto tcp = TcpRingLink::Create(TcpRingLinkOptions{});
+    EXPECT_TRUE(tcp.ok()) << tcp.status();
+    rank.tcp = tcp->get();
+    rank.ring = std::make_unique<RingAllReduce>(r, std::move(*tcp));
+  } else {
+    rank.ring = std::make_unique<RingAllReduce>(r);
+  }
   int port = 0;
   std::vector<std::string> also_listen;
   if (ring.link == "unix") also_listen.push_back(unix_address);
