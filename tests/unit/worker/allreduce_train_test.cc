@@ -19,6 +19,7 @@
 #include "services/common/ml/trainer.h"
 #include "services/common/wire/rpc.h"
 #include "services/worker/bucket_reduction.h"
+#include "services/worker/tcp_ring_link.h"
 
 namespace strata {
 namespace {
@@ -38,15 +39,28 @@ struct Replica {
 // several (the MLP in 2, ResNet-20 in about 20) while backward runs.
 constexpr size_t kBucketSizes[] = {0, 16 << 10};
 
+// The ring's links (strategy.ring_link): the TCP link applies what it receives in place itself,
+// so the equivalence and bit-identity tests run over both.
+enum class Link { kGrpc, kTcp };
+constexpr Link kLinks[] = {Link::kGrpc, Link::kTcp};
+const char* LinkName(Link link) { return link == Link::kTcp ? "tcp link" : "grpc link"; }
+
 // n replicas of `options` (seed + rank, so that Start() has something to agree on), connected.
 std::vector<Replica> MakeReplicas(int n, TrainerOptions options,
                                   std::shared_ptr<const Dataset> data, bool own_seeds,
                                   size_t bucket_bytes = 0,
-                                  std::chrono::milliseconds deadline = std::chrono::seconds(120)) {
+                                  std::chrono::milliseconds deadline = std::chrono::seconds(120),
+                                  Link link = Link::kGrpc) {
   std::vector<Replica> replicas(n);
   std::vector<std::string> peers;
   for (int r = 0; r < n; ++r) {
-    replicas[r].ring = std::make_unique<RingAllReduce>(r);
+    if (link == Link::kTcp) {
+      auto tcp = TcpRingLink::Create(TcpRingLinkOptions{});
+      EXPECT_TRUE(tcp.ok()) << tcp.status();
+      replicas[r].ring = std::make_unique<RingAllReduce>(r, std::move(*tcp));
+    } else {
+      replicas[r].ring = std::make_unique<RingAllReduce>(r);
+    }
     int port = 0;
     replicas[r].server = StartServer("127.0.0.1:0", {replicas[r].ring->service()}, &port);
     peers.push_back(absl::StrCat("127.0.0.1:", port));
@@ -127,40 +141,43 @@ TEST(AllReduceTraining, MlpWithNWorkersReproducesSingleNodeBatch) {
   }
   const std::vector<float> expected = Parameters(reference);
 
-  for (const size_t bucket_bytes : kBucketSizes) {
-    for (int n : {2, 3, 4}) {
-      SCOPED_TRACE(absl::StrCat(n, " workers, buckets of ", bucket_bytes, " bytes"));
-      std::vector<Replica> replicas =
-          MakeReplicas(n, options, data, /*own_seeds=*/false, bucket_bytes);
-      OnAllRanks(n, [&](int r) -> absl::Status {
-        Trainer& t = *replicas[r].trainer;
-        absl::Status started = replicas[r].sync->Start(t);
-        if (!started.ok()) return started;
-        t.StartEpoch(0);
-        for (int b = 0; b < steps; ++b) {
-          const std::vector<int64_t> batch = t.BatchExamples(b);  // the single node's batch b
-          const size_t per = batch.size() / n;
-          std::vector<int64_t> mine(batch.begin() + r * per, batch.begin() + (r + 1) * per);
-          auto stats = t.ComputeGradientsOn(mine);
-          if (!stats.ok()) return stats.status();
-          StepContext context;
-          context.epoch = 0;
-          context.step = b;
-          context.batch_examples = static_cast<int64_t>(mine.size());
-          absl::Status stepped = replicas[r].sync->Step(t, context).status();
-          if (!stepped.ok()) return stepped;
+  for (const Link link : kLinks) {
+    for (const size_t bucket_bytes : kBucketSizes) {
+      for (int n : {2, 3, 4}) {
+        SCOPED_TRACE(
+            absl::StrCat(n, " workers, buckets of ", bucket_bytes, " bytes, ", LinkName(link)));
+        std::vector<Replica> replicas = MakeReplicas(n, options, data, /*own_seeds=*/false,
+                                                     bucket_bytes, std::chrono::seconds(120), link);
+        OnAllRanks(n, [&](int r) -> absl::Status {
+          Trainer& t = *replicas[r].trainer;
+          absl::Status started = replicas[r].sync->Start(t);
+          if (!started.ok()) return started;
+          t.StartEpoch(0);
+          for (int b = 0; b < steps; ++b) {
+            const std::vector<int64_t> batch = t.BatchExamples(b);  // the single node's batch b
+            const size_t per = batch.size() / n;
+            std::vector<int64_t> mine(batch.begin() + r * per, batch.begin() + (r + 1) * per);
+            auto stats = t.ComputeGradientsOn(mine);
+            if (!stats.ok()) return stats.status();
+            StepContext context;
+            context.epoch = 0;
+            context.step = b;
+            context.batch_examples = static_cast<int64_t>(mine.size());
+            absl::Status stepped = replicas[r].sync->Step(t, context).status();
+            if (!stepped.ok()) return stepped;
+          }
+          return absl::OkStatus();
+        });
+        ExpectBitIdentical(replicas, "after training");
+        const std::vector<float> got = Parameters(*replicas[0].trainer);
+        ASSERT_EQ(got.size(), expected.size());
+        double worst = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          worst = std::max(worst, std::abs(static_cast<double>(got[i]) - expected[i]) /
+                                      (1e-3 + std::abs(expected[i])));
         }
-        return absl::OkStatus();
-      });
-      ExpectBitIdentical(replicas, "after training");
-      const std::vector<float> got = Parameters(*replicas[0].trainer);
-      ASSERT_EQ(got.size(), expected.size());
-      double worst = 0;
-      for (size_t i = 0; i < got.size(); ++i) {
-        worst = std::max(worst, std::abs(static_cast<double>(got[i]) - expected[i]) /
-                                    (1e-3 + std::abs(expected[i])));
+        EXPECT_LT(worst, 1e-3) << "largest relative difference to single-node training";
       }
-      EXPECT_LT(worst, 1e-3) << "largest relative difference to single-node training";
     }
   }
 }
@@ -202,13 +219,15 @@ TEST(AllReduceTraining, ResNetReplicasAreBitIdenticalAfterEveryStep) {
   options.momentum = 0.9;
   options.augment = false;
   const int n = 3, steps = 3;
-  for (const size_t bucket_bytes : kBucketSizes) {
-    SCOPED_TRACE(absl::StrCat("buckets of ", bucket_bytes, " bytes"));
-    std::vector<Replica> replicas =
-        MakeReplicas(n, options, data, /*own_seeds=*/true, bucket_bytes);
-    ASSERT_GT(replicas[0].trainer->buffers().total_floats(), 0u);
-    TrainSteps(replicas, steps,
-               [&](const std::string& when) { ExpectBitIdentical(replicas, when); });
+  for (const Link link : kLinks) {
+    for (const size_t bucket_bytes : kBucketSizes) {
+      SCOPED_TRACE(absl::StrCat("buckets of ", bucket_bytes, " bytes, ", LinkName(link)));
+      std::vector<Replica> replicas = MakeReplicas(n, options, data, /*own_seeds=*/true,
+                                                   bucket_bytes, std::chrono::seconds(120), link);
+      ASSERT_GT(replicas[0].trainer->buffers().total_floats(), 0u);
+      TrainSteps(replicas, steps,
+                 [&](const std::string& when) { ExpectBitIdentical(replicas, when); });
+    }
   }
 }
 
