@@ -161,9 +161,10 @@ TEST(RingFaults, AnOperationAfterAFailedOneSucceeds) {
 }
 
 // A real peer process (this binary as rank 1, ring_test_main.cc) is killed between operations:
-// the next operation fails at once, naming it, instead of hanging. gRPC only: the in-memory link
+// the next operation fails at once, naming it, instead of hanging. Over both network links
+// ("tcp": gRPC; "plain-tcp": the TCP link, whose connection the kill resets); the in-memory link
 // has no process to kill (ARankKilledMidOperationIsNamedAtOnceByEveryOtherRank covers it).
-TEST(RingFaults, AKilledPeerProcessIsNamed) {
+void KillPeerProcessAndExpectItNamed(const std::string& link) {
   char pattern[] = "/tmp/strata-ring-test-XXXXXX";
   ASSERT_NE(mkdtemp(pattern), nullptr);
   const std::string dir = pattern;
@@ -177,7 +178,9 @@ TEST(RingFaults, AKilledPeerProcessIsNamed) {
     }
   } cleanup{dir};
 
-  RingAllReduce ring(0);
+  auto made = bench::MakeRing(0, link);
+  ASSERT_TRUE(made.ok()) << made.status();
+  RingAllReduce& ring = **made;
   int port = 0;
   auto server = StartServer("127.0.0.1:0", {ring.service()}, &port);
   ASSERT_NE(server, nullptr);
@@ -186,7 +189,7 @@ TEST(RingFaults, AKilledPeerProcessIsNamed) {
   SpawnOptions peer;
   peer.name = "ring peer";
   peer.argv = {std::filesystem::read_symlink("/proc/self/exe").string(), ring_test::kRingPeerFlag,
-               dir, std::to_string(n)};
+               dir, std::to_string(n), link};
   peer.log_path = dir + "/peer.log";
   auto spawned = ChildProcess::Spawn(peer);
   ASSERT_TRUE(spawned.ok()) << spawned.status();
@@ -211,6 +214,14 @@ TEST(RingFaults, AKilledPeerProcessIsNamed) {
   ASSERT_FALSE(status.ok());
   EXPECT_THAT(std::string(status.message()), HasSubstr(absl::StrCat("rank 1 (", (*peers)[1], ")")))
       << status;
+  server->Shutdown();
+}
+
+TEST(RingFaults, AKilledPeerProcessIsNamed) {
+  for (const char* link : {"tcp", "plain-tcp"}) {
+    SCOPED_TRACE(link);
+    KillPeerProcessAndExpectItNamed(link);
+  }
 }
 
 }  // namespace

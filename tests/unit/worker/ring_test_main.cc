@@ -1,6 +1,7 @@
 // main() of ring_allreduce_tests. With kRingPeerFlag (ring_test_support.h) the binary is instead
-// rank 1 of a two-rank ring over tcp: the peer process that AKilledPeerProcessIsNamed kills. The
-// test needs no other binary, so it is built and run wherever the ring's tests are.
+// rank 1 of a two-rank ring over loopback TCP (the gRPC link, or the plain TCP link with a fourth
+// argument "plain-tcp"): the peer process that AKilledPeerProcessIsNamed kills. The test needs no
+// other binary, so it is built and run wherever the ring's tests are.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,11 +16,16 @@
 
 namespace {
 
-int RunPeerRank(const std::string& dir, size_t floats) {
+int RunPeerRank(const std::string& dir, size_t floats, const std::string& link) {
   strata::bench::DieWithParent();
-  strata::RingAllReduce ring(1);
+  auto made = strata::bench::MakeRing(1, link);
+  if (!made.ok()) {
+    std::fprintf(stderr, "ring peer: %s\n", made.status().ToString().c_str());
+    std::_Exit(1);
+  }
+  strata::RingAllReduce& ring = **made;
   std::unique_ptr<grpc::Server> server;
-  absl::Status status = strata::bench::JoinRing(&ring, "tcp", dir, /*rank=*/1, /*world=*/2,
+  absl::Status status = strata::bench::JoinRing(&ring, link, dir, /*rank=*/1, /*world=*/2,
                                                 std::chrono::seconds(60), &server);
   strata::AllReduceOptions options;
   options.deadline = std::chrono::seconds(60);
@@ -37,8 +43,8 @@ int RunPeerRank(const std::string& dir, size_t floats) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 4 && std::string(argv[1]) == strata::ring_test::kRingPeerFlag) {
-    return RunPeerRank(argv[2], std::stoul(argv[3]));
+  if ((argc == 4 || argc == 5) && std::string(argv[1]) == strata::ring_test::kRingPeerFlag) {
+    return RunPeerRank(argv[2], std::stoul(argv[3]), argc == 5 ? argv[4] : "tcp");
   }
   ::testing::InitGoogleTest(&argc, argv);
   return RUN_ALL_TESTS();
