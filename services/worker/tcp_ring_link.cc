@@ -162,7 +162,7 @@ struct TcpRingLink::Impl {
 
   // ---- sending: the connection to the next rank, owned by the writer thread ----
   int rank = 0;
-  std::string next_name, next_host;
+  std::string next_host;
   std::shared_ptr<v1::Collective::Stub> next_stub;
   // Operations send on connection `epoch`. Begin moves to a new one after a failure (and Connect
   // always), so that a broken connection is dialled again instead of failing every operation.
@@ -197,10 +197,13 @@ struct TcpRingLink::Impl {
   void GiveBack(Buffer b) {
     if (b.bytes && spare.size() < kSpareBuffers) spare.push_back(std::move(b));
   }
+  // Only the last of an operation's lent frames wakes anyone (AwaitLentSegments waits for it);
+  // waking the operation's thread for every frame written would cost a context switch each.
   void ReturnFrame(const OutFrame& f) {
     if (f.lent == nullptr) return;
     auto it = lent.find(f.operation);
-    if (it != lent.end() && --it->second == 0) lent.erase(it);
+    if (it == lent.end() || --it->second > 0) return;
+    lent.erase(it);
     cv.notify_all();
   }
   // Connection `at` failed: every operation on it fails, and its unsent frames are given back.
@@ -800,7 +803,6 @@ absl::Status TcpRingLink::Connect(int rank, const std::vector<std::string>& peer
   if (world > 1) stub = v1::Collective::NewStub(MakeChannel(next));
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->rank = rank;
-  impl_->next_name = absl::StrCat("rank ", (rank + 1) % world, " (", next, ")");
   impl_->next_host = tcp_ring::DataPlaneHost(next);
   impl_->next_stub = std::move(stub);
   ++impl_->epoch;  // a new ring: a new connection
