@@ -8,6 +8,7 @@
 
 #include "services/common/base/status.h"
 #include "services/common/wire/flat_layout.h"
+#include "services/common/wire/push_pull_frame.h"
 
 namespace strata {
 namespace {
@@ -71,6 +72,9 @@ absl::StatusOr<std::shared_ptr<PartitionLayout>> LayoutOf(
     if (!entry.is_buffer) layout->parameter_floats = layout->total_floats;
     layout->entries.push_back(std::move(entry));
   }
+  push_pull_wire::LayoutFingerprint fingerprint;
+  for (const auto& e : layout->entries) fingerprint.Add(e.spec, e.is_buffer);
+  layout->fingerprint = fingerprint.value();
   return layout;
 }
 
@@ -171,13 +175,14 @@ Checkpoint PartitionStore::ToCheckpoint() const {
 }
 
 absl::StatusOr<std::unique_ptr<PushStaging>> PartitionStore::NewStaging() const {
-  std::shared_ptr<const PartitionLayout> layout;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    STRATA_RETURN_IF_ERROR(CheckUsable());
-    layout = layout_;
-  }
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const PartitionLayout> layout, CurrentLayout());
   return std::make_unique<PushStaging>(std::move(layout));
+}
+
+absl::StatusOr<std::shared_ptr<const PartitionLayout>> PartitionStore::CurrentLayout() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  STRATA_RETURN_IF_ERROR(CheckUsable());
+  return layout_;
 }
 
 double PartitionStore::GlobalEpoch() const {

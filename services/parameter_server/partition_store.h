@@ -95,6 +95,8 @@ class PartitionStore {
 
   // FAILED_PRECONDITION when nothing is loaded yet.
   absl::StatusOr<std::unique_ptr<PushStaging>> NewStaging() const;
+  // The tensors held now; a staging made for an older layout is refused by Push (ABORTED).
+  absl::StatusOr<std::shared_ptr<const PartitionLayout>> CurrentLayout() const;
 
   // Counts the push and applies it, or hands it to the policy's round, as the policy decides
   // (waiting while it says so); once the sample budget is spent the push is discarded instead

@@ -203,8 +203,24 @@ int main(int argc, char** argv) {
   config.sample_budget = sample_budget;
 
   strata::ParameterPartition state(config);
+  // The per-step push/pull over plain TCP (tcp_push_pull_server.h); the rest stays on gRPC.
+  std::unique_ptr<strata::TcpPushPullServer> data_plane;
+  if (strata::ChannelsUseTls()) {
+    spdlog::info("TLS is on: push/pull stays on gRPC (the plain-TCP data plane is not encrypted)");
+  } else {
+    strata::TcpPushPullServerOptions plane;
+    plane.listen_host = strata::tcp::DataPlaneHost(listen);
+    auto started = strata::TcpPushPullServer::Start(&state, plane);
+    if (started.ok()) {
+      data_plane = std::move(*started);
+    } else {
+      spdlog::warn("no plain-TCP data plane ({}): push/pull stays on gRPC",
+                   std::string(started.status().message()));
+    }
+  }
   StopFlag stop;
   strata::ParameterServerServiceOptions service_options;
+  service_options.data_plane = data_plane.get();
   service_options.run_dir = run_dir;
   service_options.on_stop = [&stop](const std::string& reason) {
     stop.Set(reason.empty() ? "Stop RPC" : "Stop RPC: " + reason);
@@ -243,11 +259,12 @@ int main(int argc, char** argv) {
     }
   }
   spdlog::info(
-      "partition {} of {} serving on port {}: {} workers, {} (staleness {}), lr {} x {}, {} "
-      "training examples{}",
-      partition, partitions, port, workers, strata::ConsistencyName(config.consistency),
-      config.staleness, config.lr, config.lr_scale, train_examples,
-      state.loaded() ? "" : "; idle until LoadCheckpoint");
+      "partition {} of {} serving on port {} (push/pull data plane: {}): {} workers, {} "
+      "(staleness {}), lr {} x {}, {} training examples{}",
+      partition, partitions, port,
+      data_plane ? absl::StrCat("TCP port ", data_plane->port()) : std::string("gRPC"), workers,
+      strata::ConsistencyName(config.consistency), config.staleness, config.lr, config.lr_scale,
+      train_examples, state.loaded() ? "" : "; idle until LoadCheckpoint");
   if (coordinator) {
     spdlog::info("deciding the rounds of the {} workers: {}", workers, coordinator->SearchText());
     coordinator->Start();
@@ -299,6 +316,7 @@ int main(int argc, char** argv) {
   spdlog::info("stopping: {}", stop.reason());
   if (coordinator) coordinator->Stop();  // ends the workers' notice streams
   state.Shutdown();  // releases waiting pulls and BSP rounds with UNAVAILABLE, and the saver
+  if (data_plane) data_plane->Stop();
   if (saver.joinable()) saver.join();
   // Waiting calls were released above; with a client connection still open, gRPC 1.51's sync
   // server sits out the whole deadline, so keep it short.

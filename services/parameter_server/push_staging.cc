@@ -1,5 +1,6 @@
 #include "services/parameter_server/push_staging.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <absl/strings/str_cat.h>
@@ -35,6 +36,32 @@ absl::StatusOr<void*> PushStaging::Destination(const TensorSpec& spec) {
   }
   seen_[it->second] = true;
   return static_cast<void*>(values_.data() + e.offset);
+}
+
+float* PushStaging::WholeDestination() {
+  std::fill(seen_.begin(), seen_.end(), true);
+  return values_.data();
+}
+
+absl::Status CheckPushMeta(const PushMeta& meta, int workers) {
+  if (meta.worker < 0 || meta.worker >= workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push from worker ", meta.worker, ": this job has workers 0..", workers - 1));
+  }
+  if (meta.version < 0 || meta.clock < 0 || meta.samples < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("push from worker ", meta.worker, ": negative version, clock or samples"));
+  }
+  if (!std::isfinite(meta.lr) || meta.lr < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push from worker ", meta.worker, ": learning rate ", meta.lr, " is not a number >= 0"));
+  }
+  if (meta.lr > kMaxLearningRate) {
+    return absl::InvalidArgumentError(absl::StrCat("push from worker ", meta.worker,
+                                                   ": learning rate ", meta.lr,
+                                                   " is above the limit of ", kMaxLearningRate));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status PushStaging::Validate() const {

@@ -13,6 +13,7 @@
 #include <absl/status/statusor.h>
 
 #include "services/common/wire/tensor.h"
+#include "services/parameter_server/consistency_policy.h"
 
 namespace strata {
 
@@ -28,7 +29,13 @@ struct PartitionLayout {
   size_t parameter_floats = 0;  // parameters occupy [0, parameter_floats)
   size_t total_floats = 0;
   uint64_t generation = 0;  // changes on every load, so a push decoded before a reload is refused
+  // push_pull_wire::LayoutFingerprint of the entries: what a plain-TCP push must name.
+  uint64_t fingerprint = 0;
 };
+
+// The checks of a push's header that need no model: a worker of this job, no negative version,
+// clock or sample count, a learning rate that is a number in [0, kMaxLearningRate].
+absl::Status CheckPushMeta(const PushMeta& meta, int workers);
 
 // One push, decoded and checked outside the partition's lock.
 class PushStaging {
@@ -36,6 +43,9 @@ class PushStaging {
   explicit PushStaging(std::shared_ptr<const PartitionLayout> layout);
   // Where an announced tensor's bytes go: refuses unknown names, wrong shape or dtype, repeats.
   absl::StatusOr<void*> Destination(const TensorSpec& spec);
+  // The whole push in one piece, in layout order (the plain-TCP data plane reads it straight in):
+  // every tensor counts as present.
+  float* WholeDestination();
   // After the stream ended: every tensor present, every value finite.
   absl::Status Validate() const;
   size_t total_bytes() const { return layout_->total_floats * sizeof(float); }

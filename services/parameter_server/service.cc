@@ -60,23 +60,8 @@ absl::StatusOr<int64_t> ParameterServerService::ReceivePush(grpc::ServerContext*
   }
   const v1::PushHeader& h = request.header();
   PushMeta meta{h.worker(), h.version(), h.clock(), h.samples(), h.lr()};
-  const int workers = partition_->config().workers;
-  if (meta.worker < 0 || meta.worker >= workers) {
-    return refused(absl::InvalidArgumentError(
-        absl::StrCat("push from worker ", meta.worker, ": this job has workers 0..", workers - 1)));
-  }
-  if (meta.version < 0 || meta.clock < 0 || meta.samples < 0) {
-    return refused(absl::InvalidArgumentError(
-        absl::StrCat("push from worker ", meta.worker, ": negative version, clock or samples")));
-  }
-  if (!std::isfinite(meta.lr) || meta.lr < 0) {
-    return refused(absl::InvalidArgumentError(absl::StrCat(
-        "push from worker ", meta.worker, ": learning rate ", meta.lr, " is not a number >= 0")));
-  }
-  if (meta.lr > kMaxLearningRate) {
-    return refused(absl::InvalidArgumentError(
-        absl::StrCat("push from worker ", meta.worker, ": learning rate ", meta.lr,
-                     " is above the limit of ", kMaxLearningRate)));
+  if (absl::Status s = CheckPushMeta(meta, partition_->config().workers); !s.ok()) {
+    return refused(s);
   }
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<PushStaging> staging, partition_->NewStaging());
   // The stream may carry exactly this partition's bytes: anything more is refused as it arrives.
@@ -314,6 +299,24 @@ grpc::Status ParameterServerService::Stop(grpc::ServerContext*, const v1::StopRe
                                           v1::StopReply*) {
   spdlog::info("Stop requested: {}", request->reason().empty() ? "(no reason)" : request->reason());
   if (options_.on_stop) options_.on_stop(request->reason());
+  return grpc::Status::OK;
+}
+
+grpc::Status ParameterServerService::DataPlane(grpc::ServerContext*,
+                                               const v1::DataPlaneRequest* request,
+                                               v1::DataPlaneOffer* reply) {
+  if (options_.data_plane == nullptr) {
+    return ToGrpcStatus(absl::FailedPreconditionError(
+        "this parameter server has no plain-TCP data plane (TLS is on, or it could not listen): "
+        "use PushPull"));
+  }
+  if (request->sender() >= static_cast<uint32_t>(partition_->config().workers)) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("data plane for worker ", request->sender(), ": this job has workers 0..",
+                     partition_->config().workers - 1)));
+  }
+  reply->set_port(static_cast<uint32_t>(options_.data_plane->port()));
+  reply->set_ticket(options_.data_plane->ticket().data(), options_.data_plane->ticket().size());
   return grpc::Status::OK;
 }
 

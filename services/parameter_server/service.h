@@ -8,6 +8,7 @@
 #include <string>
 
 #include "services/parameter_server/partition.h"
+#include "services/parameter_server/tcp_push_pull_server.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 
 namespace strata {
@@ -18,6 +19,8 @@ struct ParameterServerServiceOptions {
   std::string run_dir;
   size_t chunk_bytes = 1 << 20;
   std::function<void(const std::string& reason)> on_stop;  // called by the Stop RPC
+  // The plain-TCP data plane the DataPlane RPC hands out (tcp_push_pull_server.h); null: none.
+  const TcpPushPullServer* data_plane = nullptr;
 };
 
 class ParameterServerService final : public v1::ParameterServer::Service {
@@ -41,6 +44,8 @@ class ParameterServerService final : public v1::ParameterServer::Service {
                               v1::CheckpointReply* reply) override;
   grpc::Status Stop(grpc::ServerContext* context, const v1::StopRequest* request,
                     v1::StopReply* reply) override;
+  grpc::Status DataPlane(grpc::ServerContext* context, const v1::DataPlaneRequest* request,
+                         v1::DataPlaneOffer* reply) override;
 
   // Also used by the periodic saver and --init-checkpoint.
   absl::StatusOr<v1::CheckpointReply> Save(const std::string& path);

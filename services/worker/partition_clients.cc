@@ -1,5 +1,8 @@
 #include "services/worker/partition_clients.h"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <thread>
 
 #include <absl/strings/str_cat.h>
@@ -8,7 +11,9 @@
 
 #include "services/common/base/status.h"
 #include "services/common/wire/flat_layout.h"
+#include "services/common/wire/push_pull_frame.h"
 #include "services/common/wire/rpc.h"
+#include "services/common/wire/tcp_socket.h"
 #include "services/common/wire/tensor_codec.h"
 
 namespace strata {
@@ -55,10 +60,31 @@ absl::StatusOr<std::unique_ptr<PartitionClients>> PartitionClients::Create(
     servers[i].address = options.servers[i];
     servers[i].stub = v1::ParameterServer::NewStub(MakeChannel(options.servers[i]));
     servers[i].tensors = plan.tensors_of[i];
+    push_pull_wire::LayoutFingerprint fingerprint;
+    for (size_t k : plan.tensors_of[i]) {
+      const ModelTensor& t = model[k];
+      fingerprint.Add(t.spec, t.is_buffer);
+      const auto n = static_cast<size_t>(t.spec.numel());
+      std::vector<ServerLink::Run>& runs = servers[i].runs;
+      if (!runs.empty() && runs.back().is_buffer == t.is_buffer &&
+          runs.back().offset + runs.back().floats == t.offset) {
+        runs.back().floats += n;
+      } else {
+        runs.push_back({t.is_buffer, t.offset, n});
+      }
+      servers[i].floats += n;
+    }
+    servers[i].fingerprint = fingerprint.value();
   }
   return std::unique_ptr<PartitionClients>(
       new PartitionClients(options, std::move(model), std::move(servers),
                            trainer.parameters().total_floats(), trainer.buffers().total_floats()));
+}
+
+PartitionClients::~PartitionClients() {
+  for (ServerLink& s : servers_) {
+    if (s.data_fd >= 0) close(s.data_fd);
+  }
 }
 
 absl::Status PartitionClients::ForEachServer(const std::function<absl::Status(ServerLink&)>& f) {
@@ -142,8 +168,134 @@ absl::Status PartitionClients::Receive(ServerLink& s, float* parameters, float* 
   return absl::OkStatus();
 }
 
+absl::Status PartitionClients::OpenDataPlane(ServerLink& s, bool* usable) {
+  *usable = false;
+  if (!options_.tcp_data_plane || s.data_plane_declined) return absl::OkStatus();
+  if (s.data_fd >= 0) {
+    *usable = true;
+    return absl::OkStatus();
+  }
+  auto decline = [&](absl::string_view why) {
+    s.data_plane_declined = true;
+    spdlog::warn("{}: {}; push/pull with it goes over gRPC", s.context("the data plane of"),
+                 std::string(why));
+    return absl::OkStatus();
+  };
+  auto context = NewContext();
+  v1::DataPlaneRequest request;
+  request.set_sender(static_cast<uint32_t>(options_.rank));
+  v1::DataPlaneOffer offer;
+  const grpc::Status asked = s.stub->DataPlane(context.get(), request, &offer);
+  if (!asked.ok()) {
+    absl::Status status = FromGrpcStatus(asked, s.context("asking for the data plane of"));
+    // A server that is down (or restarting) is the caller's to wait for; one that answers
+    // without a data plane is served over gRPC.
+    if (status.code() == absl::StatusCode::kUnavailable ||
+        status.code() == absl::StatusCode::kDeadlineExceeded) {
+      return status;
+    }
+    return decline(status.message());
+  }
+  if (offer.port() == 0 || offer.port() > 65535 || offer.ticket().size() != tcp::kTicketBytes) {
+    return decline(absl::StrCat("its offer is malformed (port ", offer.port(), ", a ticket of ",
+                                offer.ticket().size(), " bytes)"));
+  }
+  const std::string host = tcp::DataPlaneHost(s.address);
+  absl::StatusOr<int> fd =
+      tcp::DialTcp(host, static_cast<int>(offer.port()),
+                   std::min(options_.deadline, std::chrono::milliseconds(10000)));
+  if (!fd.ok()) return decline(fd.status().message());
+  tcp::Ticket ticket;
+  std::copy(offer.ticket().begin(), offer.ticket().end(), ticket.begin());
+  uint8_t hello[tcp::kHelloBytes];
+  tcp::EncodeHello(push_pull_wire::kHelloMagic, push_pull_wire::kVersion, ticket,
+                   static_cast<uint32_t>(options_.rank), hello);
+  if (absl::Status sent = tcp::SendAll(*fd, hello, sizeof(hello), nullptr, 0); !sent.ok()) {
+    close(*fd);
+    return decline(sent.message());
+  }
+  tcp::SetReceiveTimeout(*fd, options_.deadline);
+  s.data_fd = *fd;
+  *usable = true;
+  return absl::OkStatus();
+}
+
+absl::Status PartitionClients::CallDataPlane(ServerLink& s, const PushFields* fields,
+                                             const ExchangeBuffers& x) {
+  namespace wire = push_pull_wire;
+  const char* what = fields != nullptr ? "push/pull with" : "pull from";
+  // The connection is in an unknown state after any failure of the transport or the format.
+  auto broken = [&](const absl::Status& why) {
+    close(s.data_fd);
+    s.data_fd = -1;
+    const bool closed = why.code() == absl::StatusCode::kOutOfRange;
+    return Annotate(closed ? absl::UnavailableError("the server closed the connection") : why,
+                    s.context(what));
+  };
+  wire::Request request;
+  request.kind = fields != nullptr ? wire::RequestKind::kExchange : wire::RequestKind::kPull;
+  request.worker = static_cast<uint32_t>(options_.rank);
+  if (fields != nullptr) {
+    request.version = fields->version >= 0 ? fields->version : s.installed_version;
+    request.clock = fields->clock;
+    request.samples = fields->samples;
+    request.lr = fields->lr;
+    request.payload_bytes = s.floats * sizeof(float);
+  }
+  request.layout_fingerprint = s.fingerprint;
+  request.deadline_ms = static_cast<uint64_t>(options_.deadline.count());
+  uint8_t header[wire::kRequestBytes];
+  wire::EncodeRequest(request, header);
+  std::vector<iovec> parts = {{header, sizeof(header)}};
+  if (fields != nullptr) {
+    for (const ServerLink::Run& r : s.runs) {
+      const float* from = (r.is_buffer ? x.buffers_out : x.gradients) + r.offset;
+      parts.push_back({const_cast<float*>(from), r.floats * sizeof(float)});
+    }
+  }
+  if (absl::Status sent = tcp::SendParts(s.data_fd, std::move(parts)); !sent.ok()) {
+    return broken(sent);
+  }
+  uint8_t raw[wire::kReplyBytes];
+  if (absl::Status got = tcp::ReceiveExact(s.data_fd, raw, sizeof(raw)); !got.ok()) {
+    return broken(got);
+  }
+  wire::Reply reply;
+  if (absl::Status decoded = wire::DecodeReply(raw, &reply); !decoded.ok()) {
+    return broken(absl::InternalError(decoded.message()));
+  }
+  if (reply.code != 0) {
+    std::string message(reply.message_bytes, '\0');
+    if (absl::Status got = tcp::ReceiveExact(s.data_fd, message.data(), message.size());
+        !got.ok()) {
+      return broken(got);
+    }
+    return Annotate(absl::Status(static_cast<absl::StatusCode>(reply.code), message),
+                    s.context(what));
+  }
+  if (reply.payload_bytes != s.floats * sizeof(float)) {
+    return broken(absl::FailedPreconditionError(
+        absl::StrCat("the reply holds ", reply.payload_bytes, " bytes, this worker's partition ",
+                     s.floats * sizeof(float), ": the server holds a different model")));
+  }
+  for (const ServerLink::Run& r : s.runs) {
+    float* into = (r.is_buffer ? x.buffers_in : x.parameters_in) + r.offset;
+    if (absl::Status got = tcp::ReceiveExact(s.data_fd, into, r.floats * sizeof(float));
+        !got.ok()) {
+      return broken(got);
+    }
+  }
+  s.version = reply.version;
+  s.samples = reply.samples;
+  s.sample_budget = reply.sample_budget;
+  return absl::OkStatus();
+}
+
 absl::Status PartitionClients::PullInto(ServerLink& s, int64_t clock, float* parameters,
                                         float* buffers) {
+  bool tcp_usable = false;
+  STRATA_RETURN_IF_ERROR(OpenDataPlane(s, &tcp_usable));
+  if (tcp_usable) return CallDataPlane(s, nullptr, {nullptr, nullptr, parameters, buffers});
   auto context = NewContext();
   v1::PullRequest request;
   request.set_worker(options_.rank);
@@ -207,7 +359,11 @@ absl::Status PartitionClients::PushPullWith(ServerLink& s, const PushFields& fie
 
 absl::Status PartitionClients::Exchange(ServerLink& s, const PushFields& fields,
                                         const ExchangeBuffers& x) {
-  absl::Status exchanged = PushPullWith(s, fields, x);
+  bool tcp_usable = false;
+  absl::Status exchanged = OpenDataPlane(s, &tcp_usable);
+  if (exchanged.ok()) {
+    exchanged = tcp_usable ? CallDataPlane(s, &fields, x) : PushPullWith(s, fields, x);
+  }
   if (exchanged.code() != absl::StatusCode::kUnavailable) return exchanged;
   const auto since = std::chrono::steady_clock::now();
   spdlog::warn("{}; waiting up to {} s for it to come back", std::string(exchanged.message()),

@@ -29,6 +29,10 @@ struct PartitionClientsOptions {
   int rank = 0;
   std::chrono::milliseconds deadline{60000};
   size_t chunk_bytes = 1 << 20;
+  // Push/pull and pull over each server's plain-TCP data plane (ParameterServer.DataPlane;
+  // services/parameter_server/tcp_push_pull_server.h) instead of gRPC streams. A server that
+  // offers none, or whose data plane cannot be reached, is served over gRPC (with a warning).
+  bool tcp_data_plane = false;
 };
 
 // One model tensor as the worker holds it: trainable parameters live in the trainer's fused
@@ -49,6 +53,18 @@ struct ServerLink {
   int64_t samples = 0, sample_budget = 0;  // as of the last reply (PullHeader)
   int64_t pushed_version = 0;  // the last push's reply: the version that will reflect it
   bool reply_ended = false;    // the last reply's stream was read to its end (or broke)
+  // The plain-TCP data plane: the connection (-1: none yet, or closed after an error), whether
+  // this server is served over gRPC instead, the partition's tensors as runs of consecutive
+  // floats in the worker's buffers, and the layout's fingerprint the server checks.
+  struct Run {
+    bool is_buffer = false;
+    size_t offset = 0, floats = 0;
+  };
+  int data_fd = -1;
+  bool data_plane_declined = false;
+  std::vector<Run> runs;
+  size_t floats = 0;
+  uint64_t fingerprint = 0;
   std::string context(const char* what) const;
 };
 
@@ -72,6 +88,8 @@ struct PushFields {
 
 class PartitionClients {
  public:
+  ~PartitionClients();  // closes the data-plane connections
+
   // The partition plan is computed from the trainer's parameters() then buffers(), as the
   // servers compute it from a whole-model checkpoint.
   static absl::StatusOr<std::unique_ptr<PartitionClients>> Create(
@@ -119,6 +137,11 @@ class PartitionClients {
   absl::Status WritePush(ServerLink& s, const PushFields& fields, const float* gradients,
                          const float* buffers, Stream* stream);
   absl::Status PushPullWith(ServerLink& s, const PushFields& fields, const ExchangeBuffers& x);
+  // The plain-TCP data plane: connects (once; false in *usable when the server is to be served
+  // over gRPC), then one request and its reply. An exchange sends x.gradients and
+  // x.buffers_out; a pull (fields == nullptr) sends nothing. Any failure closes the connection.
+  absl::Status OpenDataPlane(ServerLink& s, bool* usable);
+  absl::Status CallDataPlane(ServerLink& s, const PushFields* fields, const ExchangeBuffers& x);
 
   const PartitionClientsOptions options_;
   const std::vector<ModelTensor> model_;

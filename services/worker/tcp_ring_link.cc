@@ -31,10 +31,10 @@ namespace strata {
 namespace {
 
 using Clock = RingClock;
+using tcp::Ticket;
 using tcp_ring::Frame;
 using tcp_ring::FrameKind;
 using tcp_ring::kFrameHeaderBytes;
-using tcp_ring::Ticket;
 
 // What a receiver keeps before its operation thread takes it, as on the gRPC link: a ring peer
 // is never more than an operation or two ahead, so the bounds stop only a sender that is not one.
@@ -305,12 +305,12 @@ void TcpRingLink::Impl::ReceiveLoop(int fd) {
   // long as it likes (between operations).
   timeval limit{kHelloTimeoutSeconds, 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  uint8_t hello[tcp_ring::kHelloBytes];
+  uint8_t hello[tcp::kHelloBytes];
   Ticket presented;
   uint32_t sender = 0;
-  if (!tcp_ring::ReceiveExact(fd, hello, sizeof(hello)).ok() ||
+  if (!tcp::ReceiveExact(fd, hello, sizeof(hello)).ok() ||
       !tcp_ring::DecodeHello(hello, &presented, &sender).ok() ||
-      !tcp_ring::SameTicket(presented, ticket)) {
+      !tcp::SameTicket(presented, ticket)) {
     return;  // closed by the acceptor
   }
   limit = timeval{0, 0};
@@ -348,7 +348,7 @@ absl::Status TcpRingLink::Impl::ReceiveData(int fd, const Frame& frame, Incoming
   }
   out->has_data = true;
   if (plan.buffer == nullptr) {
-    absl::Status read = tcp_ring::ReceiveExact(fd, out->payload.bytes.get(), out->payload.size);
+    absl::Status read = tcp::ReceiveExact(fd, out->payload.bytes.get(), out->payload.size);
     if (!read.ok()) {
       std::lock_guard<std::mutex> lock(mu);
       GiveBack(std::move(out->payload));
@@ -360,14 +360,14 @@ absl::Status TcpRingLink::Impl::ReceiveData(int fd, const Frame& frame, Incoming
   float* dst = plan.buffer + h.offset;
   absl::Status read;
   if (h.step >= plan.copy_from_step) {
-    read = tcp_ring::ReceiveExact(fd, dst, frame.payload_bytes);
+    read = tcp::ReceiveExact(fd, dst, frame.payload_bytes);
   } else {
     // Through a small buffer that stays in cache between the read and the addition.
     const float divisor = h.step + 1 == plan.copy_from_step ? plan.divisor : 0.0f;
     in->scratch.resize(kScratchFloats);
     for (size_t done = 0; done < floats && read.ok();) {
       const size_t n = std::min(kScratchFloats, floats - done);
-      read = tcp_ring::ReceiveExact(fd, in->scratch.data(), n * sizeof(float));
+      read = tcp::ReceiveExact(fd, in->scratch.data(), n * sizeof(float));
       if (read.ok()) AddInto(dst + done, in->scratch.data(), n, divisor);
       done += n;
     }
@@ -382,7 +382,7 @@ absl::Status TcpRingLink::Impl::ReceiveData(int fd, const Frame& frame, Incoming
 absl::Status TcpRingLink::Impl::Receive(int fd, Incoming* in) {
   uint8_t raw[kFrameHeaderBytes];
   Frame frame;
-  STRATA_RETURN_IF_ERROR(tcp_ring::ReceiveExact(fd, raw, sizeof(raw)));
+  STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(fd, raw, sizeof(raw)));
   STRATA_RETURN_IF_ERROR(tcp_ring::DecodeFrame(raw, &frame));
   if (frame.kind == FrameKind::kAck) return absl::InvalidArgumentError("ack from the sender");
   QueuedSegment r;
@@ -391,7 +391,7 @@ absl::Status TcpRingLink::Impl::Receive(int fd, Incoming* in) {
     STRATA_RETURN_IF_ERROR(ReceiveData(fd, frame, in, &r));
   } else if (frame.kind == FrameKind::kAbort) {
     r.abort.resize(frame.payload_bytes);
-    STRATA_RETURN_IF_ERROR(tcp_ring::ReceiveExact(fd, r.abort.data(), r.abort.size()));
+    STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(fd, r.abort.data(), r.abort.size()));
     if (!IsValidUtf8(r.abort)) return absl::InvalidArgumentError("abort reason not UTF-8");
     if (r.abort.empty()) r.abort = "the previous rank gave up (no reason given)";
   }
@@ -434,7 +434,7 @@ absl::Status TcpRingLink::Impl::Receive(int fd, Incoming* in) {
   // The whole operation is read: acknowledge it (this thread is the only writer on `fd`).
   uint8_t ack[kFrameHeaderBytes];
   tcp_ring::EncodeFrame(Frame{FrameKind::kAck, frame.header, 0}, ack);
-  absl::Status sent = tcp_ring::SendAll(fd, ack, sizeof(ack), nullptr, 0);
+  absl::Status sent = tcp::SendAll(fd, ack, sizeof(ack), nullptr, 0);
   {
     std::lock_guard<std::mutex> lock(mu);
     unended.erase(op);
@@ -471,7 +471,7 @@ void TcpRingLink::Impl::WriterLoop() {
                                                 : static_cast<const void*>(frame.owned.data());
     const size_t bytes = frame.lent != nullptr ? frame.lent_bytes : frame.owned.size();
     lock.unlock();
-    absl::Status sent = tcp_ring::SendAll(fd, frame.header, kFrameHeaderBytes, payload, bytes);
+    absl::Status sent = tcp::SendAll(fd, frame.header, kFrameHeaderBytes, payload, bytes);
     lock.lock();
     if (!sent.ok()) MarkBroken(frame.epoch, std::move(sent));
     ReturnFrame(frame);
@@ -501,15 +501,15 @@ absl::Status TcpRingLink::Impl::Dial(std::unique_lock<std::mutex>& lock, const O
   int fd = -1;
   if (!status.ok()) {
   } else if (offer.port() == 0 || offer.port() > 65535 ||
-             offer.ticket().size() != tcp_ring::kTicketBytes) {
+             offer.ticket().size() != tcp::kTicketBytes) {
     status = absl::InvalidArgumentError(absl::StrCat("its data-plane offer is malformed (port ",
                                                      offer.port(), ", ticket of ",
                                                      offer.ticket().size(), " bytes)"));
   } else {
     const auto remaining =
         std::chrono::duration_cast<std::chrono::milliseconds>(first.until - Clock::now());
-    absl::StatusOr<int> dialled = tcp_ring::DialTcp(
-        host, static_cast<int>(offer.port()), std::max(remaining, std::chrono::milliseconds(1)));
+    absl::StatusOr<int> dialled = tcp::DialTcp(host, static_cast<int>(offer.port()),
+                                               std::max(remaining, std::chrono::milliseconds(1)));
     if (dialled.ok()) {
       fd = *dialled;
       if (options.send_buffer_bytes > 0) {  // best effort: the kernel caps it, never fails it
@@ -518,9 +518,9 @@ absl::Status TcpRingLink::Impl::Dial(std::unique_lock<std::mutex>& lock, const O
       }
       Ticket ticket;
       std::copy(offer.ticket().begin(), offer.ticket().end(), ticket.begin());
-      uint8_t hello[tcp_ring::kHelloBytes];
+      uint8_t hello[tcp::kHelloBytes];
       tcp_ring::EncodeHello(ticket, sender, hello);
-      status = tcp_ring::SendAll(fd, hello, sizeof(hello), nullptr, 0);
+      status = tcp::SendAll(fd, hello, sizeof(hello), nullptr, 0);
     } else {
       status = dialled.status();
     }
@@ -552,7 +552,7 @@ void TcpRingLink::Impl::AckLoop(int fd, uint64_t at) {
   while (true) {
     uint8_t raw[kFrameHeaderBytes];
     Frame frame;
-    absl::Status status = tcp_ring::ReceiveExact(fd, raw, sizeof(raw));
+    absl::Status status = tcp::ReceiveExact(fd, raw, sizeof(raw));
     if (status.ok()) status = tcp_ring::DecodeFrame(raw, &frame);
     if (status.ok() && frame.kind != FrameKind::kAck) {
       status = absl::InvalidArgumentError("the next rank sent a frame that is not an ack");
@@ -754,9 +754,9 @@ class TcpOperation final : public RingLink::Operation {
 
 absl::StatusOr<std::unique_ptr<TcpRingLink>> TcpRingLink::Create(
     const TcpRingLinkOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(Ticket ticket, tcp_ring::RandomTicket());
+  STRATA_ASSIGN_OR_RETURN(Ticket ticket, tcp::RandomTicket());
   int port = 0;
-  absl::StatusOr<int> fd = tcp_ring::ListenTcp(options.listen_host, &port);
+  absl::StatusOr<int> fd = tcp::ListenTcp(options.listen_host, &port);
   if (!fd.ok()) return Annotate(fd.status(), "ring data plane");
   auto impl = std::make_unique<Impl>(options, *fd, port, ticket);
   Impl* raw = impl.get();
@@ -803,7 +803,7 @@ absl::Status TcpRingLink::Connect(int rank, const std::vector<std::string>& peer
   if (world > 1) stub = v1::Collective::NewStub(MakeChannel(next));
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->rank = rank;
-  impl_->next_host = tcp_ring::DataPlaneHost(next);
+  impl_->next_host = tcp::DataPlaneHost(next);
   impl_->next_stub = std::move(stub);
   ++impl_->epoch;  // a new ring: a new connection
   impl_->broken = false;

@@ -102,6 +102,8 @@ class WorkerRunner {
     clients.servers.assign(servers.begin(), servers.end());
     clients.rank = options_.rank;
     clients.deadline = options_.deadline;
+    // Plain TCP unless the job asks for gRPC; with TLS on the servers offer no data plane.
+    clients.tcp_data_plane = options_.spec.strategy.ps_link == "tcp" && !ChannelsUseTls();
     const absl::StatusOr<ConsistencyMode> mode =
         ConsistencyFromName(options_.spec.strategy.consistency);
     if (mode.ok() && IsServerDecided(*mode)) {
@@ -612,7 +614,7 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeWorkerRing(const WorkerOption
     return std::make_unique<RingAllReduce>(options.rank);
   }
   TcpRingLinkOptions link_options;
-  link_options.listen_host = tcp_ring::DataPlaneHost(options.listen);
+  link_options.listen_host = tcp::DataPlaneHost(options.listen);
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<TcpRingLink> link, TcpRingLink::Create(link_options));
   spdlog::info("ring segments travel on plain TCP (data plane on port {})", link->data_port());
   return std::make_unique<RingAllReduce>(options.rank, std::move(link));

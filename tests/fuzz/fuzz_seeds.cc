@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "services/common/wire/checkpoint.h"
+#include "services/common/wire/push_pull_frame.h"
 #include "services/common/wire/tensor_codec.h"
 #include "services/worker/segment_codec.h"
 #include "services/worker/tcp_frame.h"
@@ -177,9 +178,9 @@ void SegmentSeeds(const fs::path& dir) {
 
 // A connection to the plain-TCP data plane (tcp_frame_fuzz.cc): a hello, then frames.
 void TcpFrameSeeds(const fs::path& dir) {
-  tcp_ring::Ticket ticket{};
+  tcp::Ticket ticket{};
   for (size_t i = 0; i < ticket.size(); ++i) ticket[i] = static_cast<uint8_t>(i * 7 + 1);
-  std::string hello(tcp_ring::kHelloBytes, '\0');
+  std::string hello(tcp::kHelloBytes, '\0');
   tcp_ring::EncodeHello(ticket, 1, reinterpret_cast<uint8_t*>(hello.data()));
   const auto frame = [](tcp_ring::FrameKind kind, uint64_t count, uint64_t offset, uint64_t bytes,
                         const std::string& payload) {
@@ -202,6 +203,51 @@ void TcpFrameSeeds(const fs::path& dir) {
   Write(dir, "beyond-buffer", hello + frame(K::kData, 4, 2, 16, std::string(16, '\0')));
   Write(dir, "abort-over-cap", hello + frame(K::kAbort, 0, 0, 1 << 20, "x"));
   Write(dir, "bad-magic", hello + data + std::string(tcp_ring::kFrameHeaderBytes, '\x5a'));
+}
+
+// A connection to the parameter server's data plane (push_pull_frame_fuzz.cc): a hello, then
+// requests; the same bytes are read as replies too, so replies follow as well.
+void PushPullFrameSeeds(const fs::path& dir) {
+  namespace wire = push_pull_wire;
+  tcp::Ticket ticket{};
+  for (size_t i = 0; i < ticket.size(); ++i) ticket[i] = static_cast<uint8_t>(i * 5 + 3);
+  std::string hello(tcp::kHelloBytes, '\0');
+  tcp::EncodeHello(wire::kHelloMagic, wire::kVersion, ticket, 0,
+                   reinterpret_cast<uint8_t*>(hello.data()));
+  const auto request = [](wire::RequestKind kind, uint64_t bytes) {
+    wire::Request r;
+    r.kind = kind;
+    r.worker = 1;
+    r.version = 7;
+    r.clock = 3;
+    r.samples = 64;
+    r.lr = 0.05;
+    r.layout_fingerprint = 0x1234;
+    r.payload_bytes = bytes;
+    r.deadline_ms = 60000;
+    std::string out(wire::kRequestBytes, '\0');
+    wire::EncodeRequest(r, reinterpret_cast<uint8_t*>(out.data()));
+    return out + std::string(bytes, '\x3f');
+  };
+  const auto reply = [](uint32_t code, uint32_t message, uint64_t bytes) {
+    wire::Reply r;
+    r.code = code;
+    r.message_bytes = message;
+    r.version = 8;
+    r.global_epoch = 0.5;
+    r.samples = 640;
+    r.payload_bytes = bytes;
+    std::string out(wire::kReplyBytes, '\0');
+    wire::EncodeReply(r, reinterpret_cast<uint8_t*>(out.data()));
+    return out;
+  };
+  using K = wire::RequestKind;
+  Write(dir, "exchange-then-pull", hello + request(K::kExchange, 16) + request(K::kPull, 0));
+  Write(dir, "replies", hello + reply(0, 0, 16) + std::string(16, '\0') + reply(9, 5, 0) + "nope!");
+  // Hostile: an exchange without a payload, a payload that is not whole floats, a bad magic.
+  Write(dir, "empty-exchange", hello + request(K::kExchange, 0));
+  Write(dir, "ragged-payload", hello + request(K::kExchange, 6));
+  Write(dir, "bad-magic", hello + std::string(wire::kRequestBytes, '\x5a'));
 }
 
 void JobSpecSeeds(const fs::path& dir, const fs::path& configs) {
@@ -248,5 +294,6 @@ int main(int argc, char** argv) {
   strata::SegmentSeeds(corpus / "segment_codec");
   strata::JobSpecSeeds(corpus / "job_spec", argv[2]);
   strata::TcpFrameSeeds(corpus / "tcp_frame");
+  strata::PushPullFrameSeeds(corpus / "push_pull_frame");
   return 0;
 }

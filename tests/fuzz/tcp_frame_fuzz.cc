@@ -56,6 +56,7 @@ void CheckFrame(const Frame& f) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata::tcp_ring;
+  using namespace strata::tcp;
   if (size < kHelloBytes) return 0;
   Ticket ticket;
   uint32_t sender = 0;

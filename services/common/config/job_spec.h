@@ -100,6 +100,10 @@ struct StrategySpec {
   // find it; services/worker/tcp_ring_link.h) or "grpc" (a gRPC stream per operation). With TLS
   // on, the ring stays on gRPC (the TCP connection is not encrypted).
   std::string ring_link = "tcp";
+  // How the per-step push/pull travels: "tcp" (one plain TCP connection per worker and server,
+  // gRPC only to find it; services/parameter_server/tcp_push_pull_server.h) or "grpc" (a gRPC
+  // stream per step). With TLS on, push/pull stays on gRPC.
+  std::string ps_link = "tcp";
 };
 
 struct LauncherSpec {

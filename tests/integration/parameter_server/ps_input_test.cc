@@ -1,5 +1,6 @@
 // strata-ps against a hostile client: checkpoint paths outside --run-dir, devices, FIFOs and
-// lying checkpoint headers, and pushes that are finite but would leave the model non-finite.
+// lying checkpoint headers, pushes that are finite but would leave the model non-finite, and
+// whatever a client can send to the plain-TCP push/pull data plane.
 // Each is refused with a status naming the problem, the model stays as it was, and the server
 // keeps serving.
 #include <sys/stat.h>
@@ -203,6 +204,146 @@ TEST_F(PsInputTest, PushesThatWouldPoisonTheModelAreRefusedAndChangeNothing) {
   for (const auto& t : good.tensors) {
     for (int64_t k = 0; k < t.spec.numel(); ++k) ASSERT_TRUE(std::isfinite(t.floats()[k])) << t.name();
   }
+}
+
+TEST_F(PsInputTest, TheTcpDataPlaneRefusesWhatAHostileClientSendsAndKeepsServing) {
+  auto ps = Launch(/*loaded=*/true);
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const Pulled before = RawPull(*stub);
+  ASSERT_TRUE(before.status.ok());
+
+  // The plane is handed out to this job's workers only.
+  v1::DataPlaneOffer offer;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(TestDeadline());
+    v1::DataPlaneRequest request;
+    request.set_sender(1);  // the job has worker 0 only
+    grpc::Status s = stub->DataPlane(&context, request, &offer);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  {
+    grpc::ClientContext context;
+    context.set_deadline(TestDeadline());
+    v1::DataPlaneRequest request;
+    grpc::Status s = stub->DataPlane(&context, request, &offer);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+  }
+  ASSERT_EQ(offer.ticket().size(), tcp::kTicketBytes);
+  const int port = static_cast<int>(offer.port());
+  tcp::Ticket ticket;
+  std::copy(offer.ticket().begin(), offer.ticket().end(), ticket.begin());
+
+  push_pull_wire::LayoutFingerprint fingerprint;
+  size_t floats = 0;
+  for (const auto& t : model_.params) {
+    fingerprint.Add(t.spec, false);
+    floats += static_cast<size_t>(t.spec.numel());
+  }
+  for (const auto& t : model_.buffers) {
+    fingerprint.Add(t.spec, true);
+    floats += static_cast<size_t>(t.spec.numel());
+  }
+  push_pull_wire::Request exchange;
+  exchange.worker = 0;
+  exchange.version = 5;
+  exchange.layout_fingerprint = fingerprint.value();
+  exchange.payload_bytes = floats * sizeof(float);
+  exchange.deadline_ms = 60000;
+  const std::vector<float> good(floats, 0.5f);
+
+  {  // A wrong ticket: the connection is closed before anything is read from it.
+    tcp::Ticket wrong = ticket;
+    wrong[7] ^= 1;
+    DataPlaneClient c(port, wrong);
+    EXPECT_TRUE(c.ClosedByServer());
+  }
+  {  // A worker outside the job, with the right ticket: closed as well.
+    DataPlaneClient c(port, ticket, /*worker=*/9);
+    EXPECT_TRUE(c.ClosedByServer());
+  }
+  {  // A header that is not one: refused, then closed (nothing after it can be found).
+    DataPlaneClient c(port, ticket);
+    std::vector<uint8_t> junk(push_pull_wire::kRequestBytes, 0xAB);
+    ASSERT_TRUE(c.SendRaw(junk.data(), junk.size()).ok());
+    auto a = c.Receive();
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+    EXPECT_NE(a.status.message().find("bad magic"), std::string::npos) << a.status;
+    EXPECT_TRUE(c.ClosedByServer());
+  }
+  {  // A payload announced past the limit is refused from the header alone.
+    DataPlaneClient c(port, ticket);
+    push_pull_wire::Request lying = exchange;
+    lying.payload_bytes = push_pull_wire::kMaxPayloadBytes + 4;
+    auto a = c.Call(lying);
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+    EXPECT_TRUE(c.ClosedByServer());
+  }
+  {  // Refusals of whole requests leave the connection usable.
+    DataPlaneClient c(port, ticket);
+    push_pull_wire::Request wrong_size = exchange;
+    wrong_size.payload_bytes = 8;
+    auto a = c.Call(wrong_size, {1.0f, 2.0f});
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+    EXPECT_NE(a.status.message().find("this partition holds"), std::string::npos) << a.status;
+
+    push_pull_wire::Request other_model = exchange;
+    other_model.layout_fingerprint ^= 1;
+    a = c.Call(other_model, good);
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kFailedPrecondition) << a.status;
+    EXPECT_NE(a.status.message().find("different model"), std::string::npos) << a.status;
+
+    std::vector<float> poisoned = good;
+    poisoned[3] = std::nanf("");
+    a = c.Call(exchange, poisoned);
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+    EXPECT_NE(a.status.message().find("fc1.weight"), std::string::npos) << a.status;
+
+    push_pull_wire::Request bad_rate = exchange;
+    bad_rate.lr = 1e300;
+    a = c.Call(bad_rate, good);
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+    EXPECT_NE(a.status.message().find("learning rate"), std::string::npos) << a.status;
+
+    push_pull_wire::Request future = exchange;
+    future.version = 1000;
+    a = c.Call(future, good);
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+    EXPECT_NE(a.status.message().find("future"), std::string::npos) << a.status;
+
+    push_pull_wire::Request pull;
+    pull.kind = push_pull_wire::RequestKind::kPull;
+    pull.layout_fingerprint = fingerprint.value();
+    a = c.Call(pull);
+    ASSERT_TRUE(a.status.ok()) << a.status;
+    EXPECT_EQ(a.reply.version, before.version) << "nothing refused changed the model";
+    size_t at = 0;
+    for (const auto& t : before.tensors) {
+      for (int64_t k = 0; k < t.spec.numel(); ++k, ++at) {
+        ASSERT_EQ(a.model[at], t.floats()[k]) << t.name() << "[" << k << "]";
+      }
+    }
+  }
+  {  // A worker that hangs up halfway through its push.
+    DataPlaneClient c(port, ticket);
+    uint8_t header[push_pull_wire::kRequestBytes];
+    push_pull_wire::EncodeRequest(exchange, header);
+    ASSERT_TRUE(c.SendRaw(header, sizeof(header)).ok());
+    ASSERT_TRUE(c.SendRaw(good.data(), good.size() * sizeof(float) / 2).ok());
+  }
+  const v1::ServerStatus status = GetStatus(*stub);
+  EXPECT_EQ(status.pushes(), 0);
+  EXPECT_GE(status.rejected_pushes(), 4);
+
+  // Still serving: an ordinary exchange is applied and answered with the new model.
+  DataPlaneClient c(port, ticket);
+  auto a = c.Call(exchange, good);
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  EXPECT_EQ(a.reply.version, 6);
+  ASSERT_EQ(a.model.size(), floats);
+  for (float v : a.model) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_NE(a.model[0], before.tensors[0].floats()[0]);
 }
 
 }  // namespace

@@ -1,8 +1,11 @@
 // Helpers shared by the parameter-server tests: a scratch directory, a job spec, a small
-// synthetic model checkpoint, and raw client calls (so tests can send what a worker never would).
+// synthetic model checkpoint, and raw client calls, over gRPC and over the plain-TCP data plane
+// (so tests can send what a worker never would).
 #pragma once
 
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -17,7 +20,9 @@
 
 #include "services/common/base/files.h"
 #include "services/common/wire/checkpoint.h"
+#include "services/common/wire/push_pull_frame.h"
 #include "services/common/wire/rpc.h"
+#include "services/common/wire/tcp_socket.h"
 #include "services/common/wire/tensor_codec.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 
@@ -217,5 +222,70 @@ inline bool PollUntil(F&& condition) {
   }
   return condition();
 }
+
+// A raw client of the push/pull data plane: the test writes every byte itself.
+class DataPlaneClient {
+ public:
+  DataPlaneClient(int port, const tcp::Ticket& ticket, uint32_t worker = 0) {
+    auto fd = tcp::DialTcp("127.0.0.1", port, std::chrono::seconds(10));
+    EXPECT_TRUE(fd.ok()) << fd.status();
+    fd_ = fd.ok() ? *fd : -1;
+    uint8_t hello[tcp::kHelloBytes];
+    tcp::EncodeHello(push_pull_wire::kHelloMagic, push_pull_wire::kVersion, ticket, worker, hello);
+    EXPECT_TRUE(tcp::SendAll(fd_, hello, sizeof(hello), nullptr, 0).ok());
+    // A generous bound, not a synchronisation: a server that kept silent would fail the test.
+    tcp::SetReceiveTimeout(fd_, std::chrono::seconds(60));
+  }
+  ~DataPlaneClient() { close(fd_); }
+
+  struct Answer {
+    absl::Status status;  // the reply's code and message
+    push_pull_wire::Reply reply;
+    std::vector<float> model;
+    bool closed = false;  // the server ended the connection instead of answering
+  };
+
+  absl::Status SendRaw(const void* data, size_t bytes) {
+    return tcp::SendAll(fd_, data, bytes, nullptr, 0);
+  }
+  absl::Status Send(const push_pull_wire::Request& r, const std::vector<float>& payload) {
+    uint8_t header[push_pull_wire::kRequestBytes];
+    push_pull_wire::EncodeRequest(r, header);
+    return tcp::SendAll(fd_, header, sizeof(header), payload.data(),
+                        payload.size() * sizeof(float));
+  }
+  Answer Receive() {
+    Answer a;
+    uint8_t raw[push_pull_wire::kReplyBytes];
+    absl::Status got = tcp::ReceiveExact(fd_, raw, sizeof(raw));
+    if (!got.ok()) {
+      a.closed = true;
+      a.status = got;
+      return a;
+    }
+    EXPECT_TRUE(push_pull_wire::DecodeReply(raw, &a.reply).ok());
+    if (a.reply.code != 0) {
+      std::string message(a.reply.message_bytes, '\0');
+      EXPECT_TRUE(tcp::ReceiveExact(fd_, message.data(), message.size()).ok());
+      a.status = absl::Status(static_cast<absl::StatusCode>(a.reply.code), message);
+      return a;
+    }
+    a.model.resize(a.reply.payload_bytes / sizeof(float));
+    EXPECT_TRUE(tcp::ReceiveExact(fd_, a.model.data(), a.reply.payload_bytes).ok());
+    return a;
+  }
+  Answer Call(const push_pull_wire::Request& r, const std::vector<float>& payload = {}) {
+    if (absl::Status sent = Send(r, payload); !sent.ok()) return {sent, {}, {}, true};
+    return Receive();
+  }
+  // True once the server has closed the connection (read returns end of stream).
+  bool ClosedByServer() {
+    char byte = 0;
+    return recv(fd_, &byte, 1, 0) <= 0;
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 }  // namespace strata::testing

@@ -59,7 +59,8 @@ float MaxDifference(Trainer& a, Trainer& b) {
   return worst;
 }
 
-class PsTrainingTest : public ::testing::Test {
+// The parameter is the link: true over the servers' plain-TCP data plane, false over gRPC.
+class PsTrainingTest : public ::testing::TestWithParam<bool> {
  protected:
   static void SetUpTestSuite() { ConfigureTorchThreads(1); }
   void SetUp() override {
@@ -98,6 +99,7 @@ class PsTrainingTest : public ::testing::Test {
     PushPullOptions o;
     o.clients.servers = servers;
     o.clients.rank = rank;
+    o.clients.tcp_data_plane = GetParam();
     auto s = MakePushPullSynchroniser(o, trainer);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
@@ -159,7 +161,7 @@ class PsTrainingTest : public ::testing::Test {
   std::vector<std::unique_ptr<PsProcess>> servers_;
 };
 
-TEST_F(PsTrainingTest, AspOneWorkerOneServerReproducesSingleNodeSgdStepForStep) {
+TEST_P(PsTrainingTest, AspOneWorkerOneServerReproducesSingleNodeSgdStepForStep) {
   auto reference = MakeTrainer(kGlobalBatch);
   auto worker = MakeTrainer(kGlobalBatch);
   ASSERT_TRUE(reference && worker);
@@ -189,7 +191,7 @@ TEST_F(PsTrainingTest, AspOneWorkerOneServerReproducesSingleNodeSgdStepForStep) 
   EXPECT_FLOAT_EQ(s.lr(), 0.025f) << "the milestone after epoch 1 halves the lr";
 }
 
-TEST_F(PsTrainingTest, BspTwoWorkersReproduceTheGlobalBatchAndThreeServersGiveTheSameModel) {
+TEST_P(PsTrainingTest, BspTwoWorkersReproduceTheGlobalBatchAndThreeServersGiveTheSameModel) {
   auto one = RunBsp(/*workers=*/2, /*partitions=*/1);
   ASSERT_TRUE(one);
   auto three = RunBsp(/*workers=*/2, /*partitions=*/3);
@@ -197,14 +199,14 @@ TEST_F(PsTrainingTest, BspTwoWorkersReproduceTheGlobalBatchAndThreeServersGiveTh
   EXPECT_LT(MaxDifference(*one, *three), 1e-6f);
 }
 
-TEST_F(PsTrainingTest, BspFourWorkersReproduceTheGlobalBatch) {
+TEST_P(PsTrainingTest, BspFourWorkersReproduceTheGlobalBatch) {
   ASSERT_TRUE(RunBsp(/*workers=*/4, /*partitions=*/2));
 }
 
 // The switch's handover: a worker's whole-model checkpoint (weights, buffers and momentum) is
 // loaded by idle servers, each keeping its partition; a push/pull worker then continues exactly
 // where local SGD would have gone, which needs the momentum to have come along.
-TEST_F(PsTrainingTest, HandoverFromAWorkerCheckpointContinuesTheOptimizer) {
+TEST_P(PsTrainingTest, HandoverFromAWorkerCheckpointContinuesTheOptimizer) {
   auto reference = MakeTrainer(kGlobalBatch);
   auto worker = MakeTrainer(kGlobalBatch);
   ASSERT_TRUE(reference && worker);
@@ -258,7 +260,7 @@ TEST_F(PsTrainingTest, HandoverFromAWorkerCheckpointContinuesTheOptimizer) {
   }
 }
 
-TEST_F(PsTrainingTest, ErrorsNameTheServer) {
+TEST_P(PsTrainingTest, ErrorsNameTheServer) {
   auto worker = MakeTrainer(kGlobalBatch);
   ASSERT_TRUE(worker);
   auto servers = LaunchServers(*worker, 2, 1, "asp");
@@ -267,6 +269,7 @@ TEST_F(PsTrainingTest, ErrorsNameTheServer) {
     PushPullOptions o;
     o.clients.servers = {servers[0], "127.0.0.1:1"};
     o.clients.deadline = std::chrono::seconds(10);
+    o.clients.tcp_data_plane = GetParam();
     auto sync = MakePushPullSynchroniser(o, *worker);
     ASSERT_TRUE(sync.ok());
     absl::Status s = (*sync)->Start(*worker);
@@ -287,6 +290,7 @@ TEST_F(PsTrainingTest, ErrorsNameTheServer) {
     ASSERT_TRUE(ps.ok()) << ps.status();
     PushPullOptions po;
     po.clients.servers = {(*ps)->address()};
+    po.clients.tcp_data_plane = GetParam();
     auto sync = MakePushPullSynchroniser(po, *worker);
     ASSERT_TRUE(sync.ok());
     absl::Status s = (*sync)->Start(*worker);
@@ -294,9 +298,17 @@ TEST_F(PsTrainingTest, ErrorsNameTheServer) {
     EXPECT_NE(s.message().find(absl::StrCat("parameter server 0 (", (*ps)->address(), ")")),
               absl::string_view::npos)
         << s;
-    EXPECT_NE(s.message().find("fc1.weight"), absl::string_view::npos) << s;
+    // gRPC names the tensor; the data plane carries no names, only the layout's fingerprint.
+    EXPECT_NE(s.message().find(GetParam() ? "different model" : "fc1.weight"),
+              absl::string_view::npos)
+        << s;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Links, PsTrainingTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "PlainTcp" : "Grpc";
+                         });
 
 }  // namespace
 }  // namespace strata::testing

@@ -96,7 +96,12 @@ INSTANTIATE_TEST_SUITE_P(
                 "job.yaml:4: strategy.ring_link: applies to the all-reduce phase, which "
                 "strategy.kind ps does not have"},
         BadSpec{"name: a\nstrategy: { kind: allreduce, ring_link: udp }\n",
-                "job.yaml:2: strategy.ring_link: 'udp' is not one of grpc, tcp"}));
+                "job.yaml:2: strategy.ring_link: 'udp' is not one of grpc, tcp"},
+        BadSpec{"name: a\nstrategy:\n  kind: allreduce\n  ps_link: tcp\n",
+                "job.yaml:4: strategy.ps_link: applies to push/pull with parameter servers, which "
+                "strategy.kind allreduce does not have"},
+        BadSpec{"name: a\nstrategy: { kind: ps, ps_link: rdma }\n",
+                "job.yaml:2: strategy.ps_link: 'rdma' is not one of grpc, tcp"}));
 
 TEST(JobSpec, BucketMbTravelsThroughTheResolvedSpecOnlyWhenOn) {
   auto on = ParseJobSpec("name: b\nstrategy: { kind: switch, bucket_mb: 2.5 }\n", "j.yaml");
@@ -119,6 +124,18 @@ TEST(JobSpec, RingLinkTravelsThroughTheResolvedSpecOnlyWhenNotTheDefault) {
   ASSERT_TRUE(tcp.ok()) << tcp.status();
   EXPECT_EQ(tcp->strategy.ring_link, "tcp");
   EXPECT_EQ(JobSpecToYaml(*tcp).find("ring_link"), std::string::npos);
+}
+
+TEST(JobSpec, PsLinkTravelsThroughTheResolvedSpecOnlyWhenNotTheDefault) {
+  auto grpc = ParseJobSpec("name: b\nstrategy: { kind: switch, ps_link: grpc }\n", "j.yaml");
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  auto again = ParseJobSpec(JobSpecToYaml(*grpc), "resolved.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->strategy.ps_link, "grpc");
+  auto tcp = ParseJobSpec("name: b\n", "j.yaml");
+  ASSERT_TRUE(tcp.ok()) << tcp.status();
+  EXPECT_EQ(tcp->strategy.ps_link, "tcp");
+  EXPECT_EQ(JobSpecToYaml(*tcp).find("ps_link"), std::string::npos);
 }
 
 TEST(JobSpec, PdpAndApdpCarryTheirKStarKeysThroughTheResolvedSpec) {

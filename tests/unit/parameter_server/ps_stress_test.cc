@@ -1,10 +1,12 @@
-// Many workers pushing and pulling at once against one in-process parameter server (so that a
-// ThreadSanitizer build instruments the server and the clients together; see docs/protocol.md).
+// Many workers pushing and pulling at once against one in-process parameter server, over gRPC and
+// over the plain-TCP data plane (so that a ThreadSanitizer build instruments the server and the
+// clients together; see docs/protocol.md).
 // Every update subtracts the same amount from every element, so any torn or half-applied state
 // shows up as unequal elements in a pulled tensor.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -12,6 +14,7 @@
 #include "services/common/wire/rpc.h"
 #include "services/parameter_server/partition.h"
 #include "services/parameter_server/service.h"
+#include "services/parameter_server/tcp_push_pull_server.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
 
 namespace strata::testing {
@@ -51,8 +54,14 @@ class PsStressTest : public ::testing::TestWithParam<Mode> {
           {t.name() == "bn.mean" ? TensorKind::kBuffer : TensorKind::kParameter, t});
     }
     ASSERT_TRUE(partition_->Load(checkpoint, "test").ok());
+    TcpPushPullServerOptions plane;
+    plane.listen_host = "127.0.0.1";
+    auto started = TcpPushPullServer::Start(partition_.get(), plane);
+    ASSERT_TRUE(started.ok()) << started.status();
+    data_plane_ = std::move(*started);
     ParameterServerServiceOptions o;
     o.chunk_bytes = 16 << 10;
+    o.data_plane = data_plane_.get();
     service_ = std::make_unique<ParameterServerService>(partition_.get(), o);
     int port = 0;
     server_ = StartServer("127.0.0.1:0", {service_.get()}, &port);
@@ -61,10 +70,17 @@ class PsStressTest : public ::testing::TestWithParam<Mode> {
   }
   void TearDown() override {
     partition_->Shutdown();
+    if (data_plane_) data_plane_->Stop();
     if (server_) server_->Shutdown(DeadlineAfter(std::chrono::seconds(5)));
   }
 
+  // Runs `worker` for every worker at once, with observers pulling, reading the status and
+  // watching progress over gRPC meanwhile; then checks the counters and the final model.
+  // `worker` returns its largest SSP clock gap as it saw it, or -1 after a failure it reported.
+  void RunWorkersWithObservers(const std::function<int64_t(int w)>& worker);
+
   std::unique_ptr<ParameterPartition> partition_;
+  std::unique_ptr<TcpPushPullServer> data_plane_;
   std::unique_ptr<ParameterServerService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
@@ -83,45 +99,27 @@ float UniformValue(const Pulled& p) {
   return value;
 }
 
-TEST_P(PsStressTest, ManyWorkersPushAndPullConcurrently) {
+// Each worker counts its pushes before sending them: SSP's clock gap as the test sees it is a
+// worker's clock when its pull returns (exactly its pushes) less the fewest pushes any worker
+// has started.
+std::atomic<int64_t> pushes_started[kWorkers];
+
+int64_t ClockGapAfter(int64_t step) {
+  int64_t slowest = step + 1;
+  for (const auto& started : pushes_started) slowest = std::min(slowest, started.load());
+  return step + 1 - slowest;
+}
+
+void PsStressTest::RunWorkersWithObservers(const std::function<int64_t(int w)>& worker) {
+  for (auto& started : pushes_started) started = 0;
   std::atomic<bool> done{false};
   std::atomic<int> failures{0}, torn{0};
-  // SSP's clock gap as the test sees it: a worker's clock when its pull returns is exactly its
-  // pushes; another's is at most the pushes it started (counted before each push is sent).
-  std::atomic<int64_t> pushes_started[kWorkers] = {};
   std::vector<int64_t> max_clock_gap(kWorkers, 0);  // per worker, written by its thread only
   std::vector<std::thread> threads;
   for (int w = 0; w < kWorkers; ++w) {
     threads.emplace_back([&, w] {
-      auto stub = Connect(address_);  // a channel per worker, as separate processes would have
-      int64_t version = 0;
-      for (int step = 0; step < kSteps; ++step) {
-        ++pushes_started[w];
-        std::vector<v1::PushRequest> m = {Header(w, version, /*samples=*/2, step)};
-        for (auto& c : Chunks(Model(1.0f), 16 << 10)) m.push_back(std::move(c));
-        Pulled r;
-        if (step % 2 == 0) {
-          r = RawPushPull(*stub, m);
-        } else {  // the two-call path: Push, then Pull
-          v1::PushReply reply;
-          grpc::Status pushed = RawPush(*stub, m, &reply);
-          if (pushed.ok()) {
-            r = RawPull(*stub, w, step + 1);
-          } else {
-            r.status = pushed;
-          }
-        }
-        if (!r.status.ok()) {
-          ++failures;
-          ADD_FAILURE() << "worker " << w << " step " << step << ": " << r.status.error_message();
-          return;
-        }
-        if (std::isnan(UniformValue(r))) ++torn;
-        int64_t slowest = step + 1;
-        for (const auto& started : pushes_started) slowest = std::min(slowest, started.load());
-        max_clock_gap[w] = std::max(max_clock_gap[w], step + 1 - slowest);
-        version = r.version;
-      }
+      max_clock_gap[w] = worker(w);
+      if (max_clock_gap[w] < 0) ++failures;
     });
   }
   // Observers: pulls of the whole model, status and progress, all while the workers run.
@@ -166,6 +164,90 @@ TEST_P(PsStressTest, ManyWorkersPushAndPullConcurrently) {
   // Each update subtracts lr * gradient (1.0) from every element.
   Pulled final_model = RawPull(*stub);
   EXPECT_NEAR(UniformValue(final_model), kStart - 0.01f * updates, 1e-4);
+}
+
+TEST_P(PsStressTest, ManyWorkersPushAndPullConcurrently) {
+  RunWorkersWithObservers([&](int w) -> int64_t {
+    auto stub = Connect(address_);  // a channel per worker, as separate processes would have
+    int64_t version = 0, max_gap = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      ++pushes_started[w];
+      std::vector<v1::PushRequest> m = {Header(w, version, /*samples=*/2, step)};
+      for (auto& c : Chunks(Model(1.0f), 16 << 10)) m.push_back(std::move(c));
+      Pulled r;
+      if (step % 2 == 0) {
+        r = RawPushPull(*stub, m);
+      } else {  // the two-call path: Push, then Pull
+        v1::PushReply reply;
+        grpc::Status pushed = RawPush(*stub, m, &reply);
+        if (pushed.ok()) {
+          r = RawPull(*stub, w, step + 1);
+        } else {
+          r.status = pushed;
+        }
+      }
+      if (!r.status.ok()) {
+        ADD_FAILURE() << "worker " << w << " step " << step << ": " << r.status.error_message();
+        return -1;
+      }
+      if (std::isnan(UniformValue(r))) {
+        ADD_FAILURE() << "worker " << w << " step " << step << ": a torn model";
+        return -1;
+      }
+      max_gap = std::max(max_gap, ClockGapAfter(step));
+      version = r.version;
+    }
+    return max_gap;
+  });
+}
+
+// The same over the plain-TCP data plane: one connection per worker, the tensors as raw floats in
+// the partition's order (parameters, then the buffer), every other step followed by a pull.
+TEST_P(PsStressTest, ManyWorkersPushAndPullConcurrentlyOverTheTcpDataPlane) {
+  push_pull_wire::LayoutFingerprint fingerprint;
+  size_t floats = 0, parameter_floats = 0;
+  for (const auto& t : Model(1.0f)) {
+    const bool is_buffer = t.name() == "bn.mean";
+    fingerprint.Add(t.spec, is_buffer);
+    floats += static_cast<size_t>(t.spec.numel());
+    if (!is_buffer) parameter_floats = floats;
+  }
+  const std::vector<float> gradients(floats, 1.0f);
+  RunWorkersWithObservers([&](int w) -> int64_t {
+    DataPlaneClient client(data_plane_->port(), data_plane_->ticket(), static_cast<uint32_t>(w));
+    push_pull_wire::Request request;
+    request.worker = static_cast<uint32_t>(w);
+    request.samples = 2;
+    request.layout_fingerprint = fingerprint.value();
+    request.deadline_ms = 120000;
+    int64_t max_gap = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      ++pushes_started[w];
+      request.kind = push_pull_wire::RequestKind::kExchange;
+      request.clock = step;
+      request.payload_bytes = floats * sizeof(float);
+      auto answer = client.Call(request, gradients);
+      if (answer.status.ok() && step % 2 == 1) {
+        push_pull_wire::Request pull = request;
+        pull.kind = push_pull_wire::RequestKind::kPull;
+        pull.payload_bytes = 0;
+        answer = client.Call(pull);
+      }
+      if (!answer.status.ok() || answer.model.size() != floats) {
+        ADD_FAILURE() << "worker " << w << " step " << step << ": " << answer.status;
+        return -1;
+      }
+      for (size_t i = 1; i < parameter_floats; ++i) {
+        if (answer.model[i] != answer.model[0]) {
+          ADD_FAILURE() << "worker " << w << " step " << step << ": a torn model at " << i;
+          return -1;
+        }
+      }
+      max_gap = std::max(max_gap, ClockGapAfter(step));
+      request.version = answer.reply.version;
+    }
+    return max_gap;
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PsStressTest,

@@ -90,30 +90,30 @@ TEST(TcpFrame, HeadersRoundTripAndMalformedOnesAreRefused) {
 }
 
 TEST(TcpFrame, HelloCarriesTheTicketAndRefusesAnotherVersion) {
-  auto ticket = tcp_ring::RandomTicket();
+  auto ticket = tcp::RandomTicket();
   ASSERT_TRUE(ticket.ok());
-  uint8_t raw[tcp_ring::kHelloBytes];
+  uint8_t raw[tcp::kHelloBytes];
   tcp_ring::EncodeHello(*ticket, 3, raw);
-  tcp_ring::Ticket back;
+  tcp::Ticket back;
   uint32_t sender = 0;
   ASSERT_TRUE(tcp_ring::DecodeHello(raw, &back, &sender).ok());
-  EXPECT_TRUE(tcp_ring::SameTicket(back, *ticket));
+  EXPECT_TRUE(tcp::SameTicket(back, *ticket));
   EXPECT_EQ(sender, 3u);
   back[31] ^= 1;
-  EXPECT_FALSE(tcp_ring::SameTicket(back, *ticket));
+  EXPECT_FALSE(tcp::SameTicket(back, *ticket));
   raw[4] = 2;  // version
   EXPECT_THAT(std::string(tcp_ring::DecodeHello(raw, &back, &sender).message()),
               HasSubstr("version 2"));
 }
 
 TEST(TcpFrame, TheDataPlaneIsOnTheHostOfEveryAddressForm) {
-  EXPECT_EQ(tcp_ring::DataPlaneHost("127.0.0.1:5000"), "127.0.0.1");
-  EXPECT_EQ(tcp_ring::DataPlaneHost("worker-1.strata:7000"), "worker-1.strata");
-  EXPECT_EQ(tcp_ring::DataPlaneHost("dns:///worker-1:7000"), "worker-1");
-  EXPECT_EQ(tcp_ring::DataPlaneHost("[::1]:5000"), "::1");
-  EXPECT_EQ(tcp_ring::DataPlaneHost("0.0.0.0:0"), "0.0.0.0");
-  EXPECT_EQ(tcp_ring::DataPlaneHost("unix-abstract:strata-w1"), "127.0.0.1");
-  EXPECT_EQ(tcp_ring::DataPlaneHost("worker"), "worker");
+  EXPECT_EQ(tcp::DataPlaneHost("127.0.0.1:5000"), "127.0.0.1");
+  EXPECT_EQ(tcp::DataPlaneHost("worker-1.strata:7000"), "worker-1.strata");
+  EXPECT_EQ(tcp::DataPlaneHost("dns:///worker-1:7000"), "worker-1");
+  EXPECT_EQ(tcp::DataPlaneHost("[::1]:5000"), "::1");
+  EXPECT_EQ(tcp::DataPlaneHost("0.0.0.0:0"), "0.0.0.0");
+  EXPECT_EQ(tcp::DataPlaneHost("unix-abstract:strata-w1"), "127.0.0.1");
+  EXPECT_EQ(tcp::DataPlaneHost("worker"), "worker");
 }
 
 // Two ranks on the TCP link, and a stranger's connection to rank 0's data plane.
@@ -123,13 +123,12 @@ class TcpRingInputTest : public ::testing::Test {
 
   // A connection to rank 0's data plane, or -1.
   int Dial() {
-    auto fd =
-        tcp_ring::DialTcp("127.0.0.1", ring_.ranks[0].tcp->data_port(), std::chrono::seconds(10));
+    auto fd = tcp::DialTcp("127.0.0.1", ring_.ranks[0].tcp->data_port(), std::chrono::seconds(10));
     EXPECT_TRUE(fd.ok()) << fd.status();
     return fd.ok() ? *fd : -1;
   }
   // The ticket rank 0 hands out to a caller of its gRPC service (which carries the run token).
-  tcp_ring::Ticket AskForTicket() {
+  tcp::Ticket AskForTicket() {
     auto stub = v1::Collective::NewStub(MakeChannel(ring_.ranks[0].address));
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(std::chrono::seconds(30)));
@@ -137,7 +136,7 @@ class TcpRingInputTest : public ::testing::Test {
     grpc::Status status = stub->DataPlane(&context, v1::DataPlaneRequest(), &offer);
     EXPECT_TRUE(status.ok()) << status.error_message();
     EXPECT_EQ(offer.port(), static_cast<uint32_t>(ring_.ranks[0].tcp->data_port()));
-    tcp_ring::Ticket ticket{};
+    tcp::Ticket ticket{};
     EXPECT_EQ(offer.ticket().size(), ticket.size());
     std::copy_n(offer.ticket().begin(), std::min(offer.ticket().size(), ticket.size()),
                 ticket.begin());
@@ -145,7 +144,7 @@ class TcpRingInputTest : public ::testing::Test {
   }
   static void Send(int fd, const void* bytes, size_t n) {
     // The receiver may already have cut the connection: that is what the tests look for.
-    (void)tcp_ring::SendAll(fd, bytes, n, nullptr, 0);
+    (void)tcp::SendAll(fd, bytes, n, nullptr, 0);
   }
   static void SendFrame(int fd, const Frame& f, const std::string& payload = "") {
     uint8_t raw[kFrameHeaderBytes];
@@ -192,8 +191,8 @@ class TcpRingInputTest : public ::testing::Test {
 TEST_F(TcpRingInputTest, AConnectionWithoutTheTicketIsClosedAndChangesNothing) {
   ExpectExactAverages(0);
   // A wrong ticket, then a data frame for the operation the ring is about to run.
-  tcp_ring::Ticket wrong{};
-  uint8_t hello[tcp_ring::kHelloBytes];
+  tcp::Ticket wrong{};
+  uint8_t hello[tcp::kHelloBytes];
   tcp_ring::EncodeHello(wrong, 1, hello);
   const int fd = Dial();
   ASSERT_GE(fd, 0);
@@ -215,8 +214,8 @@ TEST_F(TcpRingInputTest, AConnectionWithoutTheTicketIsClosedAndChangesNothing) {
 
 TEST_F(TcpRingInputTest, AnAuthenticatedCallerThatLiesIsCutOffAndTheRingGoesOn) {
   ExpectExactAverages(0);
-  const tcp_ring::Ticket ticket = AskForTicket();
-  uint8_t hello[tcp_ring::kHelloBytes];
+  const tcp::Ticket ticket = AskForTicket();
+  uint8_t hello[tcp::kHelloBytes];
   tcp_ring::EncodeHello(ticket, 1, hello);
   const auto cut_off_after = [&](const std::string& what, const Frame& f,
                                  const std::string& payload) {
@@ -238,7 +237,7 @@ TEST_F(TcpRingInputTest, AnAuthenticatedCallerThatLiesIsCutOffAndTheRingGoesOn) 
     end.header.operation = 0;
     SendFrame(fd, end);
     uint8_t raw[kFrameHeaderBytes];
-    ASSERT_TRUE(tcp_ring::ReceiveExact(fd, raw, sizeof(raw)).ok());
+    ASSERT_TRUE(tcp::ReceiveExact(fd, raw, sizeof(raw)).ok());
     Frame ack;
     ASSERT_TRUE(tcp_ring::DecodeFrame(raw, &ack).ok());
     EXPECT_EQ(ack.kind, FrameKind::kAck);

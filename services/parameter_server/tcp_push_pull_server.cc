@@ -1,0 +1,262 @@
+#include "services/parameter_server/tcp_push_pull_server.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+#include <spdlog/spdlog.h>
+
+#include "services/common/base/status.h"
+#include "services/common/wire/push_pull_frame.h"
+
+namespace strata {
+namespace {
+
+namespace wire = push_pull_wire;
+
+// One worker's connection after its hello: answers its requests in order, one at a time.
+class Session {
+ public:
+  Session(PartitionStore* partition, const TcpPushPullServerOptions& options, int fd, int worker)
+      : partition_(partition), options_(options), fd_(fd), worker_(worker) {}
+
+  // Until the worker hangs up, the connection breaks, or a header cannot be read (the refusal
+  // is sent, then the connection ends: what follows it cannot be found). A request refused after
+  // it was read whole gets its refusal, and the connection goes on.
+  void Run() {
+    for (;;) {
+      uint8_t raw[wire::kRequestBytes];
+      if (!tcp::ReceiveExact(fd_, raw, sizeof(raw)).ok()) return;
+      wire::Request request;
+      absl::Status decoded = wire::DecodeRequest(raw, &request);
+      if (!decoded.ok()) {
+        partition_->CountRejected();
+        (void)SendRefusal(decoded);
+        return;
+      }
+      bool connection_broke = false;
+      absl::StatusOr<PullSnapshot> answer = Answer(request, &connection_broke);
+      if (connection_broke) return;
+      if (!answer.ok()) {
+        if (answer.status().code() == absl::StatusCode::kInvalidArgument) {
+          partition_->CountRejected();
+        }
+        if (!SendRefusal(answer.status()).ok()) return;
+        continue;
+      }
+      if (!SendModel(*answer).ok()) return;
+    }
+  }
+
+ private:
+  absl::StatusOr<PullSnapshot> Answer(const wire::Request& request, bool* connection_broke) {
+    const auto wait = WaitFor(request);
+    absl::StatusOr<std::shared_ptr<const PartitionLayout>> layout = partition_->CurrentLayout();
+    absl::Status usable = layout.status();
+    if (usable.ok() && request.layout_fingerprint != (*layout)->fingerprint) {
+      usable = absl::FailedPreconditionError(
+          "the worker's partition of the model differs from this server's (other tensor names, "
+          "shapes or partition plan): the server holds a different model");
+    }
+    if (usable.ok() && static_cast<int64_t>(request.worker) != worker_) {
+      usable = absl::InvalidArgumentError(absl::StrCat("a request from worker ", request.worker,
+                                                       " on worker ", worker_, "'s connection"));
+    }
+    if (usable.ok() && request.kind == wire::RequestKind::kExchange &&
+        request.payload_bytes != (*layout)->total_floats * sizeof(float)) {
+      usable = absl::InvalidArgumentError(
+          absl::StrCat("push from worker ", worker_, " of ", request.payload_bytes,
+                       " bytes; this partition holds ", (*layout)->total_floats * sizeof(float)));
+    }
+    if (!usable.ok()) {
+      // Read what was sent, so that the worker is reading when the refusal comes.
+      if (!Discard(request.payload_bytes).ok()) *connection_broke = true;
+      return usable;
+    }
+    if (request.kind == wire::RequestKind::kPull) return partition_->Pull(worker_, 0, wait);
+
+    if (staging_ == nullptr || &staging_->layout() != layout->get()) {
+      staging_ = std::make_unique<PushStaging>(*layout);
+    }
+    if (!tcp::ReceiveExact(fd_, staging_->WholeDestination(), request.payload_bytes).ok()) {
+      *connection_broke = true;
+      return absl::UnavailableError("the pushing worker went away");
+    }
+    const PushMeta meta{worker_, request.version, request.clock, request.samples, request.lr};
+    STRATA_RETURN_IF_ERROR(CheckPushMeta(meta, partition_->config().workers));
+    STRATA_RETURN_IF_ERROR(
+        Annotate(staging_->Validate(), absl::StrCat("push from worker ", worker_)));
+    STRATA_ASSIGN_OR_RETURN(const int64_t version, partition_->Push(meta, *staging_, wait));
+    return partition_->Pull(worker_, version, wait);
+  }
+
+  WaitOptions WaitFor(const wire::Request& request) const {
+    auto budget = options_.max_wait;
+    if (request.deadline_ms > 0) {
+      budget = std::min<std::chrono::milliseconds>(
+          budget, std::chrono::milliseconds(std::min<uint64_t>(request.deadline_ms, 1ULL << 40)));
+    }
+    WaitOptions wait;
+    wait.deadline = std::chrono::system_clock::now() + budget;
+    // The worker sends nothing while it waits for its reply: anything readable is its hang-up.
+    wait.cancelled = [fd = fd_] { return tcp::PeerClosed(fd); };
+    return wait;
+  }
+
+  absl::Status Discard(uint64_t bytes) {
+    std::vector<uint8_t> sink(std::min<uint64_t>(bytes, 64 << 10));
+    while (bytes > 0) {
+      const size_t n = std::min<uint64_t>(bytes, sink.size());
+      STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(fd_, sink.data(), n));
+      bytes -= n;
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SendModel(const PullSnapshot& snapshot) {
+    wire::Reply reply;
+    reply.version = snapshot.version;
+    reply.global_epoch = snapshot.global_epoch;
+    reply.samples = snapshot.samples;
+    reply.sample_budget = snapshot.sample_budget;
+    reply.payload_bytes = snapshot.values->size() * sizeof(float);
+    uint8_t header[wire::kReplyBytes];
+    wire::EncodeReply(reply, header);
+    // Straight from the published model, which no one writes again while we hold it.
+    return tcp::SendAll(fd_, header, sizeof(header), snapshot.values->data(), reply.payload_bytes);
+  }
+
+  absl::Status SendRefusal(const absl::Status& status) {
+    std::string message(status.message().substr(0, wire::kMaxMessageBytes));
+    wire::Reply reply;
+    reply.code = static_cast<uint32_t>(status.code());
+    reply.message_bytes = static_cast<uint32_t>(message.size());
+    uint8_t header[wire::kReplyBytes];
+    wire::EncodeReply(reply, header);
+    return tcp::SendAll(fd_, header, sizeof(header), message.data(), message.size());
+  }
+
+  PartitionStore* const partition_;
+  const TcpPushPullServerOptions& options_;
+  const int fd_;
+  const int worker_;
+  // Reused from push to push while the layout stays: a fresh one would zero 4 bytes per weight.
+  std::unique_ptr<PushStaging> staging_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TcpPushPullServer>> TcpPushPullServer::Start(
+    PartitionStore* partition, TcpPushPullServerOptions options) {
+  STRATA_ASSIGN_OR_RETURN(const tcp::Ticket ticket, tcp::RandomTicket());
+  int port = 0;
+  STRATA_ASSIGN_OR_RETURN(const int fd, tcp::ListenTcp(options.listen_host, &port));
+  std::unique_ptr<TcpPushPullServer> server(
+      new TcpPushPullServer(partition, std::move(options), fd, port, ticket));
+  server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  return server;
+}
+
+TcpPushPullServer::~TcpPushPullServer() { Stop(); }
+
+void TcpPushPullServer::Stop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) return;
+  stopping_ = true;
+  // shutdown() wakes the threads blocked in accept and recv; the fds close once they are joined.
+  shutdown(listen_fd_, SHUT_RDWR);
+  for (Connection& c : connections_) shutdown(c.fd, SHUT_RDWR);
+  lock.unlock();
+  if (acceptor_.joinable()) acceptor_.join();
+  lock.lock();
+  for (Connection& c : connections_) {
+    if (c.thread.joinable()) {
+      lock.unlock();
+      c.thread.join();
+      lock.lock();
+    }
+    close(c.fd);
+  }
+  connections_.clear();
+  close(listen_fd_);
+}
+
+void TcpPushPullServer::ReapFinished(std::unique_lock<std::mutex>& lock) {
+  std::list<Connection> finished;
+  for (auto it = connections_.begin(); it != connections_.end();) {
+    auto next = std::next(it);
+    if (it->done) finished.splice(finished.end(), connections_, it);
+    it = next;
+  }
+  lock.unlock();
+  for (Connection& c : finished) {
+    c.thread.join();
+    close(c.fd);
+  }
+  lock.lock();
+}
+
+void TcpPushPullServer::AcceptLoop() {
+  for (;;) {
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) {
+      if (fd >= 0) close(fd);
+      return;
+    }
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) {
+        // Out of descriptors: let finished connections go before trying again.
+        ReapFinished(lock);
+        if (errno == EMFILE || errno == ENFILE) {
+          lock.unlock();
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+        continue;
+      }
+      spdlog::warn("push/pull data plane: accept failed ({}); it takes no more connections",
+                   std::strerror(errno));
+      return;
+    }
+    ReapFinished(lock);
+    if (static_cast<int>(connections_.size()) >= options_.max_connections) {
+      close(fd);  // a worker whose connection is refused falls back to gRPC
+      continue;
+    }
+    connections_.push_back(Connection{fd, false, {}});
+    Connection* c = &connections_.back();
+    c->thread = std::thread([this, c] { Serve(c); });
+  }
+}
+
+void TcpPushPullServer::Serve(Connection* c) {
+  const int fd = c->fd;
+  tcp::SetReceiveTimeout(fd, options_.hello_timeout);
+  uint8_t hello[tcp::kHelloBytes];
+  tcp::Ticket presented;
+  uint32_t sender = 0;
+  const bool admitted = tcp::ReceiveExact(fd, hello, sizeof(hello)).ok() &&
+                        tcp::DecodeHello(push_pull_wire::kHelloMagic, push_pull_wire::kVersion,
+                                         "push/pull", hello, &presented, &sender)
+                            .ok() &&
+                        tcp::SameTicket(presented, ticket_) &&
+                        sender < static_cast<uint32_t>(partition_->config().workers);
+  if (admitted) {
+    tcp::SetReceiveTimeout(fd, std::chrono::milliseconds(0));
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    Session(partition_, options_, fd, static_cast<int>(sender)).Run();
+  }
+  // The peer learns now that the connection is over; the descriptor is closed when the thread
+  // is joined (the next accept, or Stop).
+  shutdown(fd, SHUT_RDWR);
+  std::lock_guard<std::mutex> lock(mu_);
+  c->done = true;
+}
+
+}  // namespace strata

@@ -1,0 +1,83 @@
+// The parameter server's plain-TCP data plane (services/common/wire/push_pull_frame.h): the
+// per-step push/pull of every worker over one long-lived connection each, with the tensors read
+// straight into a reused staging buffer and the reply written straight from the published model,
+// so that no byte is copied in user space (gRPC's PushPull copies each one four times: encode,
+// serialise, parse, decode). Everything else the server does stays on gRPC, which also hands out
+// this plane: ParameterServer.DataPlane returns the port and the ticket, and only a caller that
+// passed the run token (or TLS) gets them. With TLS on the server opens no data plane at all,
+// because this one is not encrypted.
+//
+// A connection must present the ticket within the hello timeout; its requests then go through
+// the same checks and the same PartitionStore::Push and Pull as the gRPC service's, so the
+// consistency policies, budgets and refusals are the same. Bounds: the number of connections,
+// each request's payload (exactly the partition's size), and every wait (the worker's deadline,
+// at most max_wait; a worker that hangs up ends its wait).
+#pragma once
+
+#include <chrono>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include <absl/status/statusor.h>
+
+#include "services/common/wire/tcp_socket.h"
+#include "services/parameter_server/partition_store.h"
+
+namespace strata {
+
+struct TcpPushPullServerOptions {
+  std::string listen_host;  // on a port the kernel picks
+  int max_connections = 256;
+  std::chrono::milliseconds hello_timeout{10000};
+  std::chrono::milliseconds max_wait{std::chrono::minutes(10)};
+};
+
+class TcpPushPullServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<TcpPushPullServer>> Start(PartitionStore* partition,
+                                                                  TcpPushPullServerOptions options);
+  ~TcpPushPullServer();  // Stop()
+
+  int port() const { return port_; }
+  const tcp::Ticket& ticket() const { return ticket_; }
+
+  // Closes the listening socket and every connection and joins their threads. A connection
+  // waiting inside the store is released by PartitionStore::Shutdown (call it first) or by its
+  // deadline.
+  void Stop();
+
+ private:
+  struct Connection {
+    int fd = -1;
+    bool done = false;
+    std::thread thread;
+  };
+
+  TcpPushPullServer(PartitionStore* partition, TcpPushPullServerOptions options, int listen_fd,
+                    int port, const tcp::Ticket& ticket)
+      : partition_(partition),
+        options_(std::move(options)),
+        listen_fd_(listen_fd),
+        port_(port),
+        ticket_(ticket) {}
+
+  void AcceptLoop();
+  void Serve(Connection* connection);
+  // Joins the threads of connections that have ended; with mu_ held.
+  void ReapFinished(std::unique_lock<std::mutex>& lock);
+
+  PartitionStore* const partition_;
+  const TcpPushPullServerOptions options_;
+  const int listen_fd_;
+  const int port_;
+  const tcp::Ticket ticket_;
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::list<Connection> connections_;
+  bool stopping_ = false;
+};
+
+}  // namespace strata

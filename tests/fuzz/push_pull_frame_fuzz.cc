@@ -1,0 +1,83 @@
+// The parameter server's plain-TCP data plane (services/common/wire/push_pull_frame.h): what a
+// server reads from anyone who connects to its data port, and what a worker reads back. The input
+// is a connection's byte stream: a hello, then request headers each followed by the payload it
+// declares (or as much of it as is left); the same bytes are also read as reply headers.
+// Checked:
+//   - no request is accepted whose payload is not whole floats within kMaxPayloadBytes, or that
+//     carries a payload as a pull or none as an exchange (the server reads exactly that many
+//     bytes into the partition's staging);
+//   - no reply is accepted with an unknown status code, a message over kMaxMessageBytes, a payload
+//     that is not whole floats within the bound, or a model alongside an error;
+//   - whatever is accepted encodes again to a header that decodes to the same fields.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include <absl/strings/str_cat.h>
+
+#include "services/common/wire/push_pull_frame.h"
+#include "services/common/wire/tcp_socket.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace strata::push_pull_wire {
+namespace {
+
+bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
+
+void CheckRequest(const Request& r) {
+  FUZZ_CHECK(r.payload_bytes % sizeof(float) == 0 && r.payload_bytes <= kMaxPayloadBytes,
+             absl::StrCat("a request of ", r.payload_bytes, " bytes"));
+  FUZZ_CHECK((r.kind == RequestKind::kPull) == (r.payload_bytes == 0),
+             "a pull with a payload or an exchange without one");
+  uint8_t again[kRequestBytes];
+  EncodeRequest(r, again);
+  Request back;
+  FUZZ_CHECK(DecodeRequest(again, &back).ok(), "an accepted request encoded again is refused");
+  FUZZ_CHECK(back.kind == r.kind && back.worker == r.worker && back.version == r.version &&
+                 back.clock == r.clock && back.samples == r.samples && SameBits(back.lr, r.lr) &&
+                 back.layout_fingerprint == r.layout_fingerprint &&
+                 back.payload_bytes == r.payload_bytes && back.deadline_ms == r.deadline_ms,
+             "an accepted request encoded again decodes differently");
+}
+
+void CheckReply(const Reply& r) {
+  FUZZ_CHECK(r.code <= 16, absl::StrCat("status code ", r.code));
+  FUZZ_CHECK(r.message_bytes <= kMaxMessageBytes, absl::StrCat("a message of ", r.message_bytes));
+  FUZZ_CHECK(r.payload_bytes % sizeof(float) == 0 && r.payload_bytes <= kMaxPayloadBytes,
+             absl::StrCat("a reply of ", r.payload_bytes, " bytes"));
+  FUZZ_CHECK(r.code == 0 || r.payload_bytes == 0, "an error reply with a model");
+  uint8_t again[kReplyBytes];
+  EncodeReply(r, again);
+  Reply back;
+  FUZZ_CHECK(DecodeReply(again, &back).ok(), "an accepted reply encoded again is refused");
+  FUZZ_CHECK(back.code == r.code && back.message_bytes == r.message_bytes &&
+                 back.version == r.version && SameBits(back.global_epoch, r.global_epoch) &&
+                 back.samples == r.samples && back.sample_budget == r.sample_budget &&
+                 back.payload_bytes == r.payload_bytes,
+             "an accepted reply encoded again decodes differently");
+}
+
+}  // namespace
+}  // namespace strata::push_pull_wire
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  using namespace strata::push_pull_wire;
+  namespace tcp = strata::tcp;
+  if (size < tcp::kHelloBytes) return 0;
+  tcp::Ticket ticket;
+  uint32_t sender = 0;
+  (void)tcp::DecodeHello(kHelloMagic, kVersion, "push/pull", data, &ticket, &sender);
+  for (size_t at = tcp::kHelloBytes; size - at >= kReplyBytes; at += kReplyBytes) {
+    Reply reply;
+    if (DecodeReply(data + at, &reply).ok()) CheckReply(reply);
+  }
+  size_t at = tcp::kHelloBytes;
+  while (size - at >= kRequestBytes) {
+    Request request;
+    if (!DecodeRequest(data + at, &request).ok()) return 0;  // the server ends the connection
+    CheckRequest(request);
+    at += kRequestBytes;
+    at += static_cast<size_t>(std::min<uint64_t>(request.payload_bytes, size - at));
+  }
+  return 0;
+}
