@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -73,8 +74,9 @@ struct PullSnapshot {
   double global_epoch = 0;
   int64_t samples = 0, sample_budget = 0;
   std::shared_ptr<const PartitionLayout> layout;
-  // The model at `version`, shared rather than copied: a published model is never written
-  // again, so a pull encodes it outside the lock while the next update goes into another buffer.
+  // The model at `version`, shared rather than copied: a published model is not written while a
+  // pull holds it, so a pull encodes it outside the lock while the next update goes into another
+  // buffer (an update writes in place only when no pull holds the model).
   std::shared_ptr<const std::vector<float>> values;
 };
 
@@ -136,8 +138,14 @@ class PartitionStore {
   // `requested_lr` > 0 replaces the policy's base rate (a push's own); the schedule applies.
   SgdOptions SgdForNextUpdate(double requested_lr = 0) const;
   // One SGD step with `update` (gradients then buffers), then a new version; INVALID_ARGUMENT
-  // and no change at all if the step would leave a weight or momentum non-finite.
-  absl::Status ApplyUpdate(const float* update, int64_t samples, double requested_lr);
+  // and no change at all if the step would leave a weight or momentum non-finite. `update_bound`
+  // bounds the update's magnitudes (infinity: unknown); with it, a step that provably cannot
+  // overflow runs in place when no pull holds the published model, which saves a stream of
+  // memory traffic (docs/benchmarks.md).
+  absl::Status ApplyUpdate(const float* update, int64_t samples, double requested_lr,
+                           double update_bound = std::numeric_limits<double>::infinity());
+  // No pull holds the published model: only values_ and model_buffers_ refer to it.
+  bool PublishedModelIsFree() const;
 
   const PartitionConfig config_;
   const std::unique_ptr<ConsistencyPolicy> policy_;
@@ -149,6 +157,10 @@ class PartitionStore {
   std::shared_ptr<std::vector<float>> values_;
   std::vector<std::shared_ptr<std::vector<float>>> model_buffers_;
   std::vector<float> velocity_, scratch_velocity_;  // scratch: ApplyUpdate's next momentum
+  // Upper bounds on |weight| and |momentum| over the parameters (infinity: unknown), kept from
+  // step to step without a pass over the model (SgdStepCannotOverflow).
+  double weight_bound_ = std::numeric_limits<double>::infinity();
+  double velocity_bound_ = std::numeric_limits<double>::infinity();
   int64_t version_ = 0, pushes_ = 0, rejected_ = 0, samples_ = 0;
   int64_t waited_pulls_ = 0, max_clock_gap_ = 0, discarded_pushes_ = 0;
   double last_lr_ = -1;  // rate of the last update applied; -1 before any

@@ -40,6 +40,7 @@ absl::StatusOr<void*> PushStaging::Destination(const TensorSpec& spec) {
 
 float* PushStaging::WholeDestination() {
   std::fill(seen_.begin(), seen_.end(), true);
+  scanned_ = false;
   return values_.data();
 }
 
@@ -64,7 +65,7 @@ absl::Status CheckPushMeta(const PushMeta& meta, int workers) {
   return absl::OkStatus();
 }
 
-absl::Status PushStaging::Validate() const {
+absl::Status PushStaging::Validate() {
   for (size_t i = 0; i < seen_.size(); ++i) {
     if (!seen_[i]) {
       return absl::InvalidArgumentError(
@@ -73,7 +74,9 @@ absl::Status PushStaging::Validate() const {
   }
   // A NaN or Inf would poison the model for every worker. One vectorised pass over the whole
   // push; only a push that holds one is searched again, to name the tensor and element.
-  if (AllFinite(values_.data(), values_.size())) return absl::OkStatus();
+  if (!scanned_) max_abs_ = MaxAbsOrInfinity(values_.data(), values_.size());
+  scanned_ = false;  // a reused staging is scanned again unless its next push notes it
+  if (std::isfinite(max_abs_)) return absl::OkStatus();
   for (const auto& e : layout_->entries) {
     const float* p = values_.data() + e.offset;
     const size_t n = static_cast<size_t>(e.spec.numel());

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,8 +47,17 @@ class PushStaging {
   // The whole push in one piece, in layout order (the plain-TCP data plane reads it straight in):
   // every tensor counts as present.
   float* WholeDestination();
+  // The largest magnitude of the values, found while they arrived (infinity: a NaN or Inf among
+  // them); Validate then does not scan them again.
+  void NoteScanned(float max_abs) {
+    max_abs_ = max_abs;
+    scanned_ = true;
+  }
   // After the stream ended: every tensor present, every value finite.
-  absl::Status Validate() const;
+  absl::Status Validate();
+  // After Validate succeeded: the largest magnitude in the push (what lets the store prove that
+  // applying it cannot overflow); infinity before.
+  float max_abs() const { return max_abs_; }
   size_t total_bytes() const { return layout_->total_floats * sizeof(float); }
 
   const PartitionLayout& layout() const { return *layout_; }
@@ -58,6 +68,8 @@ class PushStaging {
   std::shared_ptr<const PartitionLayout> layout_;
   std::vector<float> values_;
   std::vector<bool> seen_;
+  float max_abs_ = std::numeric_limits<float>::infinity();
+  bool scanned_ = false;
 };
 
 }  // namespace strata

@@ -12,6 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "services/common/base/status.h"
+#include "services/common/ml/sgd.h"
 #include "services/common/wire/push_pull_frame.h"
 
 namespace strata {
@@ -83,10 +84,21 @@ class Session {
     if (staging_ == nullptr || &staging_->layout() != layout->get()) {
       staging_ = std::make_unique<PushStaging>(*layout);
     }
-    if (!tcp::ReceiveExact(fd_, staging_->WholeDestination(), request.payload_bytes).ok()) {
-      *connection_broke = true;
-      return absl::UnavailableError("the pushing worker went away");
+    // In pieces that stay in the cache, each scanned for its largest magnitude (and any NaN or
+    // Inf) as soon as it lands: PushStaging::Validate then needs no pass of its own.
+    float* into = staging_->WholeDestination();
+    const size_t floats = request.payload_bytes / sizeof(float);
+    constexpr size_t kPieceFloats = 64 << 10;
+    float largest = 0;
+    for (size_t at = 0; at < floats; at += kPieceFloats) {
+      const size_t n = std::min(kPieceFloats, floats - at);
+      if (!tcp::ReceiveExact(fd_, into + at, n * sizeof(float)).ok()) {
+        *connection_broke = true;
+        return absl::UnavailableError("the pushing worker went away");
+      }
+      largest = std::max(largest, MaxAbsOrInfinity(into + at, n));
     }
+    staging_->NoteScanned(largest);
     const PushMeta meta{worker_, request.version, request.clock, request.samples, request.lr};
     STRATA_RETURN_IF_ERROR(CheckPushMeta(meta, partition_->config().workers));
     STRATA_RETURN_IF_ERROR(

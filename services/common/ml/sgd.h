@@ -31,15 +31,23 @@ bool SgdStepInto(const float* params, const float* grads, const float* velocity,
 
 // 1 if `x` is an infinity or a NaN (all exponent bits set), else 0. An integer test, so a loop
 // that ORs it over a buffer vectorises; a float sum or std::isfinite with an early exit does not
-// (the parameter server runs it over every push, see docs/benchmarks.md).
+// (SgdStepInto runs it over every value it writes).
 inline uint32_t NonFinite(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof bits);
   return (bits & 0x7f800000u) == 0x7f800000u;
 }
 
-// True if none of the `n` values is an infinity or a NaN.
-bool AllFinite(const float* values, size_t n);
+// The largest |x| of the `n` values (0 for none), or infinity if any is an infinity or a NaN.
+// One pass over integer bit patterns, which order like the magnitudes and vectorise.
+float MaxAbsOrInfinity(const float* values, size_t n);
+
+// Whether a step with these options can overflow, given upper bounds on |p|, |v| and |g| over
+// the buffers; if not, *p_bound and *v_bound become bounds on |p| and |v| after it. A step that
+// cannot overflow leaves finite inputs finite, so it may run in place (SgdStep) where otherwise
+// only SgdStepInto, which checks its results, is safe.
+bool SgdStepCannotOverflow(const SgdOptions& options, double g_bound, double* p_bound,
+                           double* v_bound);
 
 // Learning rates a request may carry. Far above any rate SGD trains with (the large-batch
 // recipes stay below ~50), low enough that a typo or a hostile 1e300 (inf once cast to float)
