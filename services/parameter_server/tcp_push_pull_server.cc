@@ -115,7 +115,8 @@ class Session {
     }
     WaitOptions wait;
     wait.deadline = std::chrono::system_clock::now() + budget;
-    // The worker sends nothing while it waits for its reply: anything readable is its hang-up.
+    // The worker sends nothing while it waits for its reply; its hang-up reads as the end of the
+    // stream.
     wait.cancelled = [fd = fd_] { return tcp::PeerClosed(fd); };
     return wait;
   }
@@ -260,6 +261,7 @@ void TcpPushPullServer::Serve(Connection* c) {
                         sender < static_cast<uint32_t>(partition_->config().workers);
   if (admitted) {
     tcp::SetReceiveTimeout(fd, std::chrono::milliseconds(0));
+    tcp::SetSendTimeout(fd, options_.send_timeout);
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     Session(partition_, options_, fd, static_cast<int>(sender)).Run();

@@ -10,8 +10,8 @@
 // A connection must present the ticket within the hello timeout; its requests then go through
 // the same checks and the same PartitionStore::Push and Pull as the gRPC service's, so the
 // consistency policies, budgets and refusals are the same. Bounds: the number of connections,
-// each request's payload (exactly the partition's size), and every wait (the worker's deadline,
-// at most max_wait; a worker that hangs up ends its wait).
+// each request's payload (exactly the partition's size), every wait (the worker's deadline, at
+// most max_wait; a worker that hangs up ends its wait) and every reply (send_timeout).
 #pragma once
 
 #include <chrono>
@@ -32,6 +32,9 @@ struct TcpPushPullServerOptions {
   std::string listen_host;  // on a port the kernel picks
   int max_connections = 256;
   std::chrono::milliseconds hello_timeout{10000};
+  // A worker that does not take its reply within this long is cut off: it would hold a thread
+  // and a copy of the model.
+  std::chrono::milliseconds send_timeout{60000};
   std::chrono::milliseconds max_wait{std::chrono::minutes(10)};
 };
 

@@ -215,6 +215,7 @@ absl::Status PartitionClients::OpenDataPlane(ServerLink& s, bool* usable) {
     return decline(sent.message());
   }
   tcp::SetReceiveTimeout(*fd, options_.deadline);
+  tcp::SetSendTimeout(*fd, options_.deadline);
   s.data_fd = *fd;
   *usable = true;
   return absl::OkStatus();
@@ -269,6 +270,10 @@ absl::Status PartitionClients::CallDataPlane(ServerLink& s, const PushFields* fi
     if (absl::Status got = tcp::ReceiveExact(s.data_fd, message.data(), message.size());
         !got.ok()) {
       return broken(got);
+    }
+    // Printable ASCII only: the message goes on into logs and into protobuf strings.
+    for (char& c : message) {
+      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
     }
     return Annotate(absl::Status(static_cast<absl::StatusCode>(reply.code), message),
                     s.context(what));

@@ -153,6 +153,9 @@ absl::Status SendParts(int fd, std::vector<iovec> parts) {
     const ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        return absl::DeadlineExceededError("send: the peer took nothing in time");
+      }
       return Errno("send");
     }
     auto sent = static_cast<size_t>(n);
@@ -197,10 +200,20 @@ absl::Status ReceiveExact(int fd, void* out, size_t bytes) {
   return absl::OkStatus();
 }
 
-void SetReceiveTimeout(int fd, std::chrono::milliseconds timeout) {
+namespace {
+void SetTimeout(int fd, int option, std::chrono::milliseconds timeout) {
   const timeval limit{static_cast<time_t>(timeout.count() / 1000),
                       static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  setsockopt(fd, SOL_SOCKET, option, &limit, sizeof(limit));
+}
+}  // namespace
+
+void SetReceiveTimeout(int fd, std::chrono::milliseconds timeout) {
+  SetTimeout(fd, SO_RCVTIMEO, timeout);
+}
+
+void SetSendTimeout(int fd, std::chrono::milliseconds timeout) {
+  SetTimeout(fd, SO_SNDTIMEO, timeout);
 }
 
 bool PeerClosed(int fd) {

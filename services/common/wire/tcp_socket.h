@@ -55,6 +55,9 @@ absl::Status SendAll(int fd, const void* a, size_t a_bytes, const void* b, size_
 absl::Status ReceiveExact(int fd, void* out, size_t bytes);
 // Bounds each blocking receive on `fd`; zero: no bound.
 void SetReceiveTimeout(int fd, std::chrono::milliseconds timeout);
+// Bounds each blocking send on `fd` (a peer that stops reading); zero: no bound. A send that
+// times out is DeadlineExceeded.
+void SetSendTimeout(int fd, std::chrono::milliseconds timeout);
 // True once the peer has closed its side (or the connection broke), without consuming anything.
 bool PeerClosed(int fd);
 
