@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Scaling curves for docs/benchmarks.md: training samples/s against the number of workers for ring
-# all-reduce (strata-bench-allreduce-train: N processes, Unix-socket ring, random 1x28x28 inputs)
+# all-reduce (strata-bench-allreduce-train: N processes, ring over the plain TCP link as strata-worker
+# uses it by default, random 1x28x28 inputs)
 # and for ASP push/pull (strata-bench-ps train: 1 strata-ps and N strata-worker processes on
 # Fashion-MNIST), then ASP against the number of parameter servers at a fixed worker count. Global
 # batch 128 split over the workers, 1 LibTorch thread per worker. The points of one round run one
@@ -26,7 +27,7 @@ EOF
 for round in $(seq "$rounds"); do
   for n in "${workers[@]}"; do
     r=$("$build/bin/strata-bench-allreduce-train" --arch "$arch" --world "$n" --steps 40 \
-        --transport unix | rate)
+        --transport plain-tcp | rate)
     echo "round $round allreduce workers=$n samples_per_s=$r" | tee -a "$out/all.txt"
     r=$("$build/bin/strata-bench-ps" train --config "$out/job.yaml" --workers "$n" --partitions 1 \
         --warmup-s 5 --window-s 10 --bin-dir "$build/bin" | rate)
