@@ -205,7 +205,9 @@ int main(int argc, char** argv) {
   strata::ParameterPartition state(config);
   // The per-step push/pull over plain TCP (tcp_push_pull_server.h); the rest stays on gRPC.
   std::unique_ptr<strata::TcpPushPullServer> data_plane;
-  if (strata::ChannelsUseTls()) {
+  if (spec->strategy.ps_link != "tcp") {
+    spdlog::info("strategy.ps_link {}: no plain-TCP data plane", spec->strategy.ps_link);
+  } else if (strata::ChannelsUseTls()) {
     spdlog::info("TLS is on: push/pull stays on gRPC (the plain-TCP data plane is not encrypted)");
   } else {
     strata::TcpPushPullServerOptions plane;

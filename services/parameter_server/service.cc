@@ -307,8 +307,8 @@ grpc::Status ParameterServerService::DataPlane(grpc::ServerContext*,
                                                v1::DataPlaneOffer* reply) {
   if (options_.data_plane == nullptr) {
     return ToGrpcStatus(absl::FailedPreconditionError(
-        "this parameter server has no plain-TCP data plane (TLS is on, or it could not listen): "
-        "use PushPull"));
+        "this parameter server has no plain-TCP data plane (TLS is on, its job says "
+        "strategy.ps_link: grpc, or it could not listen): use PushPull"));
   }
   if (request->sender() >= static_cast<uint32_t>(partition_->config().workers)) {
     return ToGrpcStatus(absl::InvalidArgumentError(

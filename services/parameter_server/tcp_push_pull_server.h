@@ -5,7 +5,7 @@
 // serialise, parse, decode). Everything else the server does stays on gRPC, which also hands out
 // this plane: ParameterServer.DataPlane returns the port and the ticket, and only a caller that
 // passed the run token (or TLS) gets them. With TLS on the server opens no data plane at all,
-// because this one is not encrypted.
+// because this one is not encrypted; nor when its job says strategy.ps_link: grpc.
 //
 // A connection must present the ticket within the hello timeout; its requests then go through
 // the same checks and the same PartitionStore::Push and Pull as the gRPC service's, so the

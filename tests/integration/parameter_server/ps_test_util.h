@@ -46,11 +46,13 @@ class ScratchDir {
   std::string path_;
 };
 
+// `more`: further sections of the spec, as YAML lines.
 inline std::string WriteJobSpec(const ScratchDir& dir, const std::string& training,
-                                const std::string& name = "job.yaml") {
+                                const std::string& name = "job.yaml",
+                                const std::string& more = "") {
   const std::string path = dir / name;
   const std::string yaml =
-      absl::StrCat("name: ps-test\nmodel: { arch: mlp }\ntraining: ", training, "\n");
+      absl::StrCat("name: ps-test\nmodel: { arch: mlp }\ntraining: ", training, "\n", more);
   EXPECT_TRUE(WriteFileAtomic(path, yaml).ok());
   return path;
 }

@@ -305,6 +305,41 @@ TEST_P(PsTrainingTest, ErrorsNameTheServer) {
   }
 }
 
+// A server that opens no data plane (its job says strategy.ps_link: grpc) answers DataPlane with
+// FAILED_PRECONDITION; a worker asking for the TCP link then trains over gRPC, step for step as
+// single-node SGD, instead of failing.
+TEST_P(PsTrainingTest, AWorkerFallsBackToGrpcWhenTheServerOffersNoDataPlane) {
+  config_ =
+      WriteJobSpec(dir_, kTraining, "grpc-job.yaml", "strategy: { kind: ps, ps_link: grpc }\n");
+  auto reference = MakeTrainer(kGlobalBatch);
+  auto worker = MakeTrainer(kGlobalBatch);
+  ASSERT_TRUE(reference && worker);
+  auto servers = LaunchServers(*worker, /*partitions=*/1, /*workers=*/1, "asp");
+  ASSERT_EQ(servers.size(), 1u);
+  {
+    auto stub = Connect(servers[0]);
+    grpc::ClientContext context;
+    context.set_deadline(TestDeadline());
+    v1::DataPlaneOffer offer;
+    grpc::Status s = stub->DataPlane(&context, v1::DataPlaneRequest(), &offer);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  }
+  auto sync = Sync(servers, 0, *worker);
+  ASSERT_TRUE(sync);
+  ASSERT_TRUE(sync->Start(*worker).ok());
+  reference->StartEpoch(0);
+  worker->StartEpoch(0);
+  for (int64_t b = 0; b < 4; ++b) {
+    ASSERT_TRUE(reference->ComputeGradients(b).ok());
+    reference->ApplyGradients(reference->SgdFor(0));
+    auto stats = worker->ComputeGradients(b);
+    ASSERT_TRUE(stats.ok());
+    absl::Status synced = sync->Step(*worker, {0, b, stats->examples}).status();
+    ASSERT_TRUE(synced.ok()) << synced;
+    ASSERT_LT(MaxDifference(*reference, *worker), 1e-6f) << "step " << b;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Links, PsTrainingTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "PlainTcp" : "Grpc";
