@@ -14,11 +14,8 @@
 // outside the buffer its header declares) ends the connection.
 #pragma once
 
-#include <array>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>

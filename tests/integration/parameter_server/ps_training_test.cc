@@ -59,6 +59,21 @@ float MaxDifference(Trainer& a, Trainer& b) {
   return worst;
 }
 
+// Batches [first, end) of epoch 0: local SGD on `reference`, push/pull on `worker`; after each
+// step the two models agree.
+void StepBesideTheReference(Trainer& reference, Trainer& worker, Synchroniser& sync, int64_t first,
+                            int64_t end) {
+  for (int64_t b = first; b < end; ++b) {
+    ASSERT_TRUE(reference.ComputeGradients(b).ok());
+    reference.ApplyGradients(reference.SgdFor(0));
+    auto stats = worker.ComputeGradients(b);
+    ASSERT_TRUE(stats.ok());
+    absl::Status synced = sync.Step(worker, {0, b, stats->examples}).status();
+    ASSERT_TRUE(synced.ok()) << synced;
+    ASSERT_LT(MaxDifference(reference, worker), 1e-6f) << "step " << b;
+  }
+}
+
 // The parameter is the link: true over the servers' plain-TCP data plane, false over gRPC.
 class PsTrainingTest : public ::testing::TestWithParam<bool> {
  protected:
@@ -249,15 +264,7 @@ TEST_P(PsTrainingTest, HandoverFromAWorkerCheckpointContinuesTheOptimizer) {
   ASSERT_TRUE(sync->Start(*worker).ok());
   EXPECT_EQ(MaxDifference(*reference, *worker), 0.0f) << "Start pulls the handed-over model";
   worker->StartEpoch(0);
-  for (int64_t b = 4; b < 8; ++b) {
-    ASSERT_TRUE(reference->ComputeGradients(b).ok());
-    reference->ApplyGradients(reference->SgdFor(0));
-    auto stats = worker->ComputeGradients(b);
-    ASSERT_TRUE(stats.ok());
-    absl::Status synced = sync->Step(*worker, {0, b, stats->examples}).status();
-    ASSERT_TRUE(synced.ok()) << synced;
-    ASSERT_LT(MaxDifference(*reference, *worker), 1e-6f) << "step " << b;
-  }
+  StepBesideTheReference(*reference, *worker, *sync, /*first=*/4, /*end=*/8);
 }
 
 TEST_P(PsTrainingTest, ErrorsNameTheServer) {
@@ -329,15 +336,7 @@ TEST_P(PsTrainingTest, AWorkerFallsBackToGrpcWhenTheServerOffersNoDataPlane) {
   ASSERT_TRUE(sync->Start(*worker).ok());
   reference->StartEpoch(0);
   worker->StartEpoch(0);
-  for (int64_t b = 0; b < 4; ++b) {
-    ASSERT_TRUE(reference->ComputeGradients(b).ok());
-    reference->ApplyGradients(reference->SgdFor(0));
-    auto stats = worker->ComputeGradients(b);
-    ASSERT_TRUE(stats.ok());
-    absl::Status synced = sync->Step(*worker, {0, b, stats->examples}).status();
-    ASSERT_TRUE(synced.ok()) << synced;
-    ASSERT_LT(MaxDifference(*reference, *worker), 1e-6f) << "step " << b;
-  }
+  StepBesideTheReference(*reference, *worker, *sync, /*first=*/0, /*end=*/4);
 }
 
 INSTANTIATE_TEST_SUITE_P(Links, PsTrainingTest, ::testing::Bool(),
