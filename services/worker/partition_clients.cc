@@ -254,7 +254,7 @@ absl::Status PartitionClients::CallDataPlane(ServerLink& s, const PushFields* fi
       parts.push_back({const_cast<float*>(from), r.floats * sizeof(float)});
     }
   }
-  if (absl::Status sent = tcp::SendParts(s.data_fd, std::move(parts)); !sent.ok()) {
+  if (absl::Status sent = tcp::SendParts(s.data_fd, parts.data(), parts.size()); !sent.ok()) {
     return broken(sent);
   }
   uint8_t raw[wire::kReplyBytes];

@@ -142,14 +142,14 @@ absl::StatusOr<int> DialTcp(const std::string& host, int port, std::chrono::mill
   return fd;
 }
 
-absl::Status SendParts(int fd, std::vector<iovec> parts) {
+absl::Status SendParts(int fd, iovec* parts, size_t count) {
   size_t first = 0;
-  while (first < parts.size() && parts[first].iov_len == 0) ++first;
-  while (first < parts.size()) {
+  while (first < count && parts[first].iov_len == 0) ++first;
+  while (first < count) {
     msghdr message{};
-    message.msg_iov = parts.data() + first;
+    message.msg_iov = parts + first;
     // IOV_MAX bounds one call; the loop sends the rest.
-    message.msg_iovlen = std::min<size_t>(parts.size() - first, 1024);
+    message.msg_iovlen = std::min<size_t>(count - first, 1024);
     const ssize_t n = sendmsg(fd, &message, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EINTR) continue;
@@ -159,11 +159,11 @@ absl::Status SendParts(int fd, std::vector<iovec> parts) {
       return Errno("send");
     }
     auto sent = static_cast<size_t>(n);
-    while (first < parts.size() && sent >= parts[first].iov_len) {
+    while (first < count && sent >= parts[first].iov_len) {
       sent -= parts[first].iov_len;
       ++first;
     }
-    if (first < parts.size()) {
+    if (first < count) {
       parts[first].iov_base = static_cast<uint8_t*>(parts[first].iov_base) + sent;
       parts[first].iov_len -= sent;
     }
@@ -171,10 +171,10 @@ absl::Status SendParts(int fd, std::vector<iovec> parts) {
   return absl::OkStatus();
 }
 
+// No allocation: the ring's writer sends every frame through here.
 absl::Status SendAll(int fd, const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
-  std::vector<iovec> parts = {{const_cast<void*>(a), a_bytes}};
-  if (b_bytes > 0) parts.push_back({const_cast<void*>(b), b_bytes});
-  return SendParts(fd, std::move(parts));
+  iovec parts[2] = {{const_cast<void*>(a), a_bytes}, {const_cast<void*>(b), b_bytes}};
+  return SendParts(fd, parts, b_bytes > 0 ? 2 : 1);
 }
 
 absl::Status ReceiveExact(int fd, void* out, size_t bytes) {

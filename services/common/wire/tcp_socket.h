@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
-#include <vector>
 
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
@@ -46,8 +45,8 @@ absl::StatusOr<int> ListenTcp(const std::string& host, int* port);
 // A connected TCP socket to host:port, with TCP_NODELAY (acks and headers are small). Each
 // address tried may take up to `timeout` to answer.
 absl::StatusOr<int> DialTcp(const std::string& host, int port, std::chrono::milliseconds timeout);
-// Writes every part in full, in order (sendmsg, no SIGPIPE).
-absl::Status SendParts(int fd, std::vector<iovec> parts);
+// Writes every part in full, in order (sendmsg, no SIGPIPE). `parts` is used up as it goes.
+absl::Status SendParts(int fd, iovec* parts, size_t count);
 // Writes a[0..a_bytes) then b[0..b_bytes) in full.
 absl::Status SendAll(int fd, const void* a, size_t a_bytes, const void* b, size_t b_bytes);
 // Reads exactly `bytes`. An orderly close before the first byte is OutOfRange ("closed"); a
