@@ -7,7 +7,7 @@ cd "${1:-$(dirname "$0")/..}"
 # folder -> what its files may include besides the folder itself (folders, or single headers)
 declare -A allowed=(
   [services/common/base]=""
-  [services/common/config]="services/common/base"
+  [services/common/config]="services/common/base strata/v1"
   [services/common/wire]="services/common/base strata/v1"
   [services/common/ml]="services/common/base services/common/config services/common/wire"
   [services/common/process]="services/common/base services/common/wire"

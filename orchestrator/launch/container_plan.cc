@@ -32,6 +32,9 @@ std::string ManifestPath() { return absl::StrCat(kContainerRunDir, "/shards/mani
 RunPaths ContainerPaths() {
   RunPaths paths(kContainerRunDir);
   paths.job_yaml = kContainerJobSpec;  // read-only: a bind mount or a ConfigMap
+  // Kubernetes overlays change the replica counts after rendering, and the per-worker numbers
+  // depend on them: each container resolves the spec with the counts it is given instead.
+  paths.job_resolved.clear();
   return paths;
 }
 

@@ -21,6 +21,7 @@
 #include "services/common/base/files.h"
 #include "services/common/base/run_paths.h"
 #include "services/common/base/status.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/shard_index.h"
 #include "services/common/wire/tls_certificates.h"
@@ -165,6 +166,12 @@ absl::Status RunDriver::Prepare() {
     PrepareResume();
   } else {
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecToYaml(spec_)));
+  }
+  // Resolved once, here: every service this run starts reads this file (a resumed run writes it
+  // again, from the spec it resumes).
+  if (!paths_.job_resolved.empty()) {
+    STRATA_ASSIGN_OR_RETURN(v1::ResolvedJob resolved, ResolveJob(spec_));
+    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_resolved, ResolvedJobText(resolved)));
   }
   // A fresh secret per run, whatever this process's environment holds: the orchestrator's channels
   // carry it and ChildProcess hands it to every service in the child's environment only. Not a

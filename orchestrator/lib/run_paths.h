@@ -11,6 +11,7 @@ struct RunPaths {
   explicit RunPaths(std::string dir)
       : root(std::move(dir)),
         job_yaml(root + "/job.yaml"),
+        job_resolved(root + "/job.resolved.txtpb"),
         shards(root + "/shards"),
         checkpoints(root + "/checkpoints"),
         logs(root + "/logs"),
@@ -26,6 +27,9 @@ struct RunPaths {
 
   std::string root;
   std::string job_yaml;        // resolved spec, defaults filled in
+  // The resolved job every service reads (services/common/config/resolved_job.h). Empty in a
+  // container plan: there each container resolves job_yaml itself (docs/architecture.md).
+  std::string job_resolved;
   std::string shards;          // manifest.json + shard-<rank>.idx
   std::string checkpoints;     // switch-step<S>.ckpt, init.ckpt
   std::string logs;            // one log per service

@@ -31,10 +31,12 @@ using Clock = std::chrono::steady_clock;
 std::atomic<bool> g_signalled{false};
 void OnSignal(int) { g_signalled = true; }
 
-absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const JobSpec& spec, int threads) {
-  STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(DatasetOptionsFor(spec.dataset, spec.training.seed)));
+absl::StatusOr<std::unique_ptr<Trainer>> MakeTrainer(const v1::ResolvedJob& job, int threads) {
+  STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(DatasetOptionsFor(job)));
   ConfigureTorchThreads(threads);
-  TrainerOptions options = TrainerOptions::FromJobSpec(spec);
+  // The model a worker builds from the job's seed; the evaluator only scores it.
+  TrainerOptions options = TrainerOptions::ForWorker(job);
+  options.threads = threads;
   options.augment = false;
   return Trainer::Create(options, std::make_shared<const Dataset>(std::move(dataset)));
 }
@@ -254,8 +256,8 @@ absl::StatusOr<Checkpoint> TensorsToCheckpoint(std::vector<NamedTensor> tensors,
   return c;
 }
 
-absl::StatusOr<std::string> DescribeJob(const JobSpec& spec) {
-  STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(spec, 1));
+absl::StatusOr<std::string> DescribeJob(const v1::ResolvedJob& job) {
+  STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(job, 1));
   nlohmann::json tensors = nlohmann::json::array();
   for (const FlatEntry& e : trainer->parameters().entries()) {
     tensors.push_back({{"name", e.spec.name}, {"shape", e.spec.shape}, {"kind", "parameter"}});
@@ -263,8 +265,8 @@ absl::StatusOr<std::string> DescribeJob(const JobSpec& spec) {
   for (const FlatEntry& e : trainer->buffers().entries()) {
     tensors.push_back({{"name", e.spec.name}, {"shape", e.spec.shape}, {"kind", "buffer"}});
   }
-  nlohmann::json out = {{"arch", spec.model.arch},
-                        {"dataset", spec.dataset.name},
+  nlohmann::json out = {{"arch", ModelArchText(job.arch())},
+                        {"dataset", DatasetNameText(job.dataset().name())},
                         {"train_examples", trainer->dataset().train.size()},
                         {"test_examples", trainer->dataset().test.size()},
                         {"parameters", trainer->parameter_count()},
@@ -273,13 +275,13 @@ absl::StatusOr<std::string> DescribeJob(const JobSpec& spec) {
   return out.dump(2);
 }
 
-absl::Status WriteInitialCheckpoint(const JobSpec& spec, const std::string& path) {
-  STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(spec, 1));
+absl::Status WriteInitialCheckpoint(const v1::ResolvedJob& job, const std::string& path) {
+  STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(job, 1));
   return WriteCheckpoint(path, trainer->ToCheckpoint(0, 0, 0));
 }
 
 absl::Status RunEvaluator(const EvaluatorOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(options.spec, options.threads));
+  STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(options.job, options.threads));
   EvaluatorService service(options, trainer.get());
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(options.listen, {&service}, &port);
@@ -289,7 +291,7 @@ absl::Status RunEvaluator(const EvaluatorOptions& options) {
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(options.port_file, std::to_string(port) + "\n"));
   }
   spdlog::info("evaluator serving on port {} ({} held-out examples, model {})", port,
-               trainer->dataset().test.size(), options.spec.model.arch);
+               trainer->dataset().test.size(), ModelArchText(options.job.arch()));
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   while (!service.stopping() && !g_signalled) {

@@ -11,7 +11,7 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/config/job_spec.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/wire/checkpoint.h"
 #include "services/common/wire/tensor.h"
 #include "strata/v1/evaluator.pb.h"
@@ -19,7 +19,7 @@
 namespace strata {
 
 struct EvaluatorOptions {
-  JobSpec spec;
+  v1::ResolvedJob job;
   std::string listen = "127.0.0.1:0";
   std::string port_file;
   int threads = 1;  // intra-op threads: the evaluator shares the cores with the workers
@@ -34,11 +34,11 @@ absl::Status RunEvaluator(const EvaluatorOptions& options);
 
 // `strata-evaluator --describe`: the model's tensors (what the parameter servers partition) and
 // the data set's sizes, as JSON. The orchestrator does not link LibTorch; this answers for it.
-absl::StatusOr<std::string> DescribeJob(const JobSpec& spec);
+absl::StatusOr<std::string> DescribeJob(const v1::ResolvedJob& job);
 
 // `--write-init-checkpoint`: the initial model of the job (the seed's weights), so that parameter
 // servers of a pure `ps` job start from the same model a worker would build.
-absl::Status WriteInitialCheckpoint(const JobSpec& spec, const std::string& path);
+absl::Status WriteInitialCheckpoint(const v1::ResolvedJob& job, const std::string& path);
 
 // The fetched tensors as a checkpoint a Trainer loads: names are sorted into parameters and
 // buffers by the model's own layout; an unknown name is an error naming it.

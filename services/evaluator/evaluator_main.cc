@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 
 #include "services/common/base/logging.h"
+#include "services/common/config/job_flags.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/tls_flags.h"
 #include "services/evaluator/evaluator.h"
@@ -16,13 +17,11 @@
 int main(int argc, char** argv) {
   prctl(PR_SET_PDEATHSIG, SIGTERM);  // never outlive the orchestrator
   CLI::App app{"Strata evaluator"};
-  std::string config, log_file, init_checkpoint;
-  std::vector<std::string> overrides;
+  std::string log_file, init_checkpoint;
   bool describe = false;
   int fetch_deadline_s = 60;
   strata::EvaluatorOptions options;
-  app.add_option("--config", config, "job spec (YAML)")->required()->check(CLI::ExistingFile);
-  app.add_option("--set", overrides, "override a job-spec key (key=value)");
+  strata::JobFlags job_flags(&app, "an evaluator");
   app.add_option("--listen", options.listen, "address to serve on (port 0 = pick a free one)");
   app.add_option("--port-file", options.port_file, "write the bound port here once serving");
   app.add_option("--log-file", log_file, "log file (in addition to stderr)");
@@ -53,13 +52,13 @@ int main(int argc, char** argv) {
     }
   }
 
-  auto spec = strata::LoadJobSpec(config, overrides);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "strata-evaluator: %s\n", std::string(spec.status().message()).c_str());
+  auto job = strata::LoadServiceJob(job_flags.Source());
+  if (!job.ok()) {
+    std::fprintf(stderr, "strata-evaluator: %s\n", std::string(job.status().message()).c_str());
     return 2;
   }
   if (describe) {
-    auto text = strata::DescribeJob(*spec);
+    auto text = strata::DescribeJob(*job);
     if (!text.ok()) {
       std::fprintf(stderr, "strata-evaluator: %s\n", std::string(text.status().message()).c_str());
       return 1;
@@ -68,7 +67,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!init_checkpoint.empty()) {
-    absl::Status s = strata::WriteInitialCheckpoint(*spec, init_checkpoint);
+    absl::Status s = strata::WriteInitialCheckpoint(*job, init_checkpoint);
     if (!s.ok()) {
       std::fprintf(stderr, "strata-evaluator: %s\n", std::string(s.message()).c_str());
       return 1;
@@ -76,7 +75,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   strata::InitLogging({"evaluator", log_file, "info"});
-  options.spec = *spec;
+  options.job = *std::move(job);
   options.fetch_deadline = std::chrono::seconds(fetch_deadline_s);
   absl::Status status = strata::RunEvaluator(options);
   if (!status.ok()) spdlog::error("{}", std::string(status.message()));

@@ -11,12 +11,15 @@ namespace {
 struct NamedMode {
   ConsistencyMode mode;
   const char* name;
+  v1::Consistency in_job;
 };
 
 constexpr NamedMode kModes[] = {
-    {ConsistencyMode::kAsp, "asp"},   {ConsistencyMode::kBsp, "bsp"},
-    {ConsistencyMode::kSsp, "ssp"},   {ConsistencyMode::kPdp, "pdp"},
-    {ConsistencyMode::kApdp, "apdp"},
+    {ConsistencyMode::kAsp, "asp", v1::CONSISTENCY_ASP},
+    {ConsistencyMode::kBsp, "bsp", v1::CONSISTENCY_BSP},
+    {ConsistencyMode::kSsp, "ssp", v1::CONSISTENCY_SSP},
+    {ConsistencyMode::kPdp, "pdp", v1::CONSISTENCY_PDP},
+    {ConsistencyMode::kApdp, "apdp", v1::CONSISTENCY_APDP},
 };
 
 }  // namespace
@@ -44,6 +47,22 @@ absl::StatusOr<ConsistencyMode> ConsistencyFromName(const std::string& name) {
   }
   return absl::InvalidArgumentError(absl::StrCat("consistency '", name, "' is not one of ",
                                                  absl::StrJoin(ConsistencyNames(), ", ")));
+}
+
+absl::StatusOr<ConsistencyMode> ConsistencyFromJob(v1::Consistency consistency) {
+  for (const NamedMode& m : kModes) {
+    if (consistency == m.in_job) return m.mode;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("the job names consistency ", static_cast<int>(consistency),
+                   ", which is none of ", absl::StrJoin(ConsistencyNames(), ", ")));
+}
+
+v1::Consistency ConsistencyToJob(ConsistencyMode mode) {
+  for (const NamedMode& m : kModes) {
+    if (m.mode == mode) return m.in_job;
+  }
+  return v1::CONSISTENCY_UNSPECIFIED;
 }
 
 std::string VersionWaitText(int worker, int64_t min_version, int64_t version) {

@@ -19,6 +19,8 @@
 #include <absl/status/statusor.h>
 #include <absl/types/span.h>
 
+#include "strata/v1/job.pb.h"
+
 namespace strata {
 
 enum class ConsistencyMode { kAsp, kBsp, kSsp, kPdp, kApdp };
@@ -29,6 +31,9 @@ const char* ConsistencyName(ConsistencyMode mode);
 // PDP and APDP: the server decides when workers send their updates (services/parameter_server/pdp).
 bool IsServerDecided(ConsistencyMode mode);
 absl::StatusOr<ConsistencyMode> ConsistencyFromName(const std::string& name);
+// The mode a resolved job names (proto/strata/v1/job.proto), and back (status replies).
+absl::StatusOr<ConsistencyMode> ConsistencyFromJob(v1::Consistency consistency);
+v1::Consistency ConsistencyToJob(ConsistencyMode mode);
 std::vector<std::string> ConsistencyNames();  // every mode's name, in enum order
 
 struct ConsistencyConfig {

@@ -81,6 +81,32 @@ absl::StatusOr<std::shared_ptr<PartitionLayout>> LayoutOf(
 
 }  // namespace
 
+absl::StatusOr<PartitionConfig> PartitionConfigFor(const v1::ResolvedJob& job, int partition,
+                                                   int64_t train_examples, int64_t sample_budget) {
+  PartitionConfig config;
+  config.partition = partition;
+  config.partitions = job.cluster().parameter_servers();
+  if (partition < 0 || partition >= config.partitions) {
+    return absl::InvalidArgumentError(absl::StrCat("partition ", partition, " is not in [0, ",
+                                                   config.partitions, ") (the job's servers)"));
+  }
+  config.workers = job.cluster().workers();
+  auto mode = ConsistencyFromJob(job.strategy().consistency());
+  if (!mode.ok()) return mode.status();
+  config.consistency = *mode;
+  config.staleness = job.strategy().staleness();
+  const v1::ResolvedTraining& t = job.training();
+  config.lr = t.lr();
+  config.momentum = t.momentum();
+  config.weight_decay = t.weight_decay();
+  config.lr_schedule.milestones.assign(t.lr_milestones().begin(), t.lr_milestones().end());
+  config.lr_schedule.gamma = t.lr_gamma();
+  config.lr_scale = job.strategy().server_lr_scale();
+  config.train_examples = train_examples;
+  config.sample_budget = sample_budget;
+  return config;
+}
+
 ConsistencyConfig ConsistencyConfigOf(const PartitionConfig& config) {
   return {config.workers, config.staleness, config.lr, config.lr_scale};
 }

@@ -26,6 +26,7 @@
 #include "services/common/wire/checkpoint.h"
 #include "services/parameter_server/consistency_policy.h"
 #include "services/parameter_server/push_staging.h"
+#include "strata/v1/job.pb.h"
 
 namespace strata {
 
@@ -46,6 +47,11 @@ struct PartitionConfig {
   // that the job is done. 0: no budget (each worker decides when it has trained enough).
   int64_t sample_budget = 0;
 };
+
+// Partition `partition` of a resolved job, given the facts the job learns while it runs: the
+// training-set size the sharder counted and the job's sample budget (0: none).
+absl::StatusOr<PartitionConfig> PartitionConfigFor(const v1::ResolvedJob& job, int partition,
+                                                   int64_t train_examples, int64_t sample_budget);
 
 // The part of the partition's configuration its consistency policy reads.
 ConsistencyConfig ConsistencyConfigOf(const PartitionConfig& config);

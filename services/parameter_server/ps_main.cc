@@ -19,7 +19,7 @@
 #include "services/common/base/files.h"
 #include "services/common/base/logging.h"
 #include "services/common/base/run_paths.h"
-#include "services/common/config/job_spec.h"
+#include "services/common/config/job_flags.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/tls_flags.h"
@@ -35,16 +35,16 @@ namespace {
 // mini-batch per worker, at most a quarter of the training points, the first candidate a quarter
 // of the probe window.
 absl::StatusOr<std::unique_ptr<strata::PullCoordinator>> MakeCoordinator(
-    const strata::JobSpec& spec, strata::ConsistencyMode mode, int workers, int64_t train_examples,
-    int64_t sample_budget, const std::string& run_dir) {
+    const strata::v1::ResolvedJob& job, const strata::PartitionConfig& config,
+    const std::string& run_dir) {
   strata::PullCoordinatorOptions o;
-  o.mode = mode;
+  o.mode = config.consistency;
+  const int workers = config.workers;
+  const int64_t train_examples = config.train_examples;
   o.workers = workers;
-  o.sample_budget = sample_budget;
-  // training.batch_size is the global batch: each worker's mini-batch is its share.
-  const int64_t floor =
-      static_cast<int64_t>(workers) * std::max(1, spec.training.batch_size / workers);
-  const int64_t k_star = spec.strategy.k_star;
+  o.sample_budget = config.sample_budget;
+  const int64_t floor = job.strategy().round_points();
+  const int64_t k_star = job.strategy().k_star();
   if (k_star > 0 && (k_star < workers || k_star > train_examples)) {
     return absl::InvalidArgumentError(absl::StrCat("strategy.k_star ", k_star, " must lie in [",
                                                    workers, ", ", train_examples,
@@ -53,10 +53,10 @@ absl::StatusOr<std::unique_ptr<strata::PullCoordinator>> MakeCoordinator(
   o.fixed_k_star = k_star;
   o.search.floor = std::min(floor, train_examples);
   o.search.probe_points = std::max<int64_t>(
-      1, static_cast<int64_t>(spec.strategy.probe_ratio * static_cast<double>(train_examples)));
+      1, static_cast<int64_t>(job.strategy().probe_ratio() * static_cast<double>(train_examples)));
   o.search.ceiling = std::max(o.search.floor, train_examples / 4);
-  o.search.start = spec.strategy.k_star_start > 0
-                       ? spec.strategy.k_star_start
+  o.search.start = job.strategy().k_star_start() > 0
+                       ? job.strategy().k_star_start()
                        : std::clamp(o.search.probe_points / 4, o.search.floor, o.search.ceiling);
   if (!run_dir.empty()) o.rounds_file = absl::StrCat(run_dir, "/", strata::kPdpRoundsFile);
   return strata::PullCoordinator::Create(o);
@@ -109,10 +109,9 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: all inherit it
 
   CLI::App app{"Strata parameter server: one partition of the model"};
-  std::string listen = "127.0.0.1:0", port_file, config_path, consistency, init_checkpoint, run_dir,
-              log_file;
-  int partition = 0, partitions = 1, workers = 1, staleness = -1;
-  double lr_scale = 0, checkpoint_every_s = 0;
+  std::string listen = "127.0.0.1:0", port_file, init_checkpoint, run_dir, log_file;
+  int partition = 0;
+  double checkpoint_every_s = 0;
   int checkpoint_every_epochs = 0;
   int64_t train_examples = 0, sample_budget = 0;
   app.add_option("--listen", listen, "address to serve on; port 0 picks a free port");
@@ -121,25 +120,13 @@ int main(int argc, char** argv) {
   app.add_option("--partition", partition, "this server's partition index")
       ->required()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--partitions", partitions, "number of partitions (servers)")
-      ->required()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--workers", workers, "number of workers pushing")
-      ->required()
-      ->check(CLI::PositiveNumber);
-  app.add_option("--config", config_path, "job spec (YAML): training.* and strategy.* defaults")
-      ->required()
-      ->check(CLI::ExistingFile);
-  app.add_option("--consistency", consistency,
-                 absl::StrCat(absl::StrJoin(strata::ConsistencyNames(), " | "),
-                              " (default: strategy.consistency)"))
-      ->check(CLI::IsMember(strata::ConsistencyNames()));
-  app.add_option("--staleness", staleness, "SSP bound (default: strategy.staleness)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option(
-         "--lr-scale", lr_scale,
-         "ASP/SSP per-worker lr = training.lr * X (default: strategy.ps_lr_scale, else 1/workers)")
-      ->check(CLI::PositiveNumber);
+  strata::JobFlags job_flags(&app, "a server");
+  job_flags.AddShorthand("--partitions", "cluster.parameter_servers", "number of servers");
+  job_flags.AddShorthand("--workers", "cluster.workers", "number of workers pushing");
+  job_flags.AddShorthand("--consistency", "strategy.consistency", "asp | bsp | ssp | pdp | apdp");
+  job_flags.AddShorthand("--staleness", "strategy.staleness", "SSP bound");
+  job_flags.AddShorthand("--lr-scale", "strategy.ps_lr_scale",
+                         "ASP/SSP per-worker lr = training.lr * X");
   app.add_option("--train-examples", train_examples,
                  "training-set size (global epoch = samples / M)")
       ->required()
@@ -174,39 +161,25 @@ int main(int argc, char** argv) {
   }
   if (absl::Status s = strata::InitServiceTls(tls); !s.ok()) return Fail(std::string(s.message()));
 
-  if (partition >= partitions)
-    return Fail(absl::StrCat("--partition ", partition, " must be < --partitions ", partitions));
   if ((checkpoint_every_s > 0 || checkpoint_every_epochs > 0 || resume) && run_dir.empty()) {
     return Fail("--checkpoint-every-s, --checkpoint-every-epochs and --resume need --run-dir");
   }
   strata::InitLogging({absl::StrCat("ps-", partition), log_file, "info"});
 
-  auto spec = strata::LoadJobSpec(config_path);
-  if (!spec.ok()) return Fail(std::string(spec.status().message()));
-  strata::PartitionConfig config;
-  config.partition = partition;
-  config.partitions = partitions;
-  config.workers = workers;
-  auto mode =
-      strata::ConsistencyFromName(consistency.empty() ? spec->strategy.consistency : consistency);
-  if (!mode.ok()) return Fail(std::string(mode.status().message()));
-  config.consistency = *mode;
-  config.staleness = staleness >= 0 ? staleness : spec->strategy.staleness;
-  config.lr = spec->training.lr;
-  config.momentum = spec->training.momentum;
-  config.weight_decay = spec->training.weight_decay;
-  config.lr_schedule = spec->training.lr_schedule;
-  config.lr_scale = lr_scale > 0                     ? lr_scale
-                    : spec->strategy.ps_lr_scale > 0 ? spec->strategy.ps_lr_scale
-                                                     : 1.0 / workers;
-  config.train_examples = train_examples;
-  config.sample_budget = sample_budget;
+  auto job = strata::LoadServiceJob(job_flags.Source());
+  if (!job.ok()) return Fail(std::string(job.status().message()));
+  auto partition_config =
+      strata::PartitionConfigFor(*job, partition, train_examples, sample_budget);
+  if (!partition_config.ok()) return Fail(std::string(partition_config.status().message()));
+  const strata::PartitionConfig& config = *partition_config;
+  const int partitions = config.partitions, workers = config.workers;
 
   strata::ParameterPartition state(config);
   // The per-step push/pull over plain TCP (tcp_push_pull_server.h); the rest stays on gRPC.
   std::unique_ptr<strata::TcpPushPullServer> data_plane;
-  if (spec->strategy.ps_link != "tcp") {
-    spdlog::info("strategy.ps_link {}: no plain-TCP data plane", spec->strategy.ps_link);
+  if (job->strategy().ps_link() != strata::v1::DATA_LINK_TCP) {
+    spdlog::info("strategy.ps_link {}: no plain-TCP data plane",
+                 strata::DataLinkText(job->strategy().ps_link()));
   } else if (strata::ChannelsUseTls()) {
     spdlog::info("TLS is on: push/pull stays on gRPC (the plain-TCP data plane is not encrypted)");
   } else {
@@ -231,8 +204,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<strata::PullCoordinator> coordinator;
   std::unique_ptr<strata::PullCoordinatorService> coordinator_service;
   if (strata::IsServerDecided(config.consistency) && partition == 0) {
-    auto made =
-        MakeCoordinator(*spec, config.consistency, workers, train_examples, sample_budget, run_dir);
+    auto made = MakeCoordinator(*job, config, run_dir);
     if (!made.ok()) return Fail(std::string(made.status().message()));
     coordinator = std::move(*made);
     coordinator_service = std::make_unique<strata::PullCoordinatorService>(coordinator.get());

@@ -13,20 +13,17 @@ namespace strata {
 
 absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::Launch(const PsProcessOptions& o) {
   static std::atomic<int> counter{0};
-  std::vector<std::string> args = {o.binary,
-                                   "--config",
-                                   o.config,
-                                   "--partition",
-                                   std::to_string(o.partition),
-                                   "--partitions",
-                                   std::to_string(o.partitions),
-                                   "--workers",
-                                   std::to_string(o.workers),
-                                   "--train-examples",
-                                   std::to_string(o.train_examples)};
-  if (!o.consistency.empty()) args.insert(args.end(), {"--consistency", o.consistency});
-  if (o.staleness >= 0) args.insert(args.end(), {"--staleness", std::to_string(o.staleness)});
-  if (o.lr_scale > 0) args.insert(args.end(), {"--lr-scale", absl::StrCat(o.lr_scale)});
+  std::vector<std::string> args = {o.binary, "--partition", std::to_string(o.partition),
+                                   "--train-examples", std::to_string(o.train_examples)};
+  if (!o.job.empty()) {
+    args.insert(args.end(), {"--job", o.job});
+  } else {
+    args.insert(args.end(), {"--config", o.config, "--partitions", std::to_string(o.partitions),
+                             "--workers", std::to_string(o.workers)});
+    if (!o.consistency.empty()) args.insert(args.end(), {"--consistency", o.consistency});
+    if (o.staleness >= 0) args.insert(args.end(), {"--staleness", std::to_string(o.staleness)});
+    if (o.lr_scale > 0) args.insert(args.end(), {"--lr-scale", absl::StrCat(o.lr_scale)});
+  }
   if (!o.init_checkpoint.empty()) args.insert(args.end(), {"--init-checkpoint", o.init_checkpoint});
   args.insert(args.end(), o.extra_args.begin(), o.extra_args.end());
   return LaunchService(std::move(args), o.work_dir,

@@ -19,7 +19,10 @@ namespace strata {
 struct PsProcessOptions {
   std::string binary;    // path to strata-ps
   std::string work_dir;  // receives the port file and the log (must exist)
-  std::string config;    // job spec
+  // The resolved job (--job), as `strata` starts a server; when set, `config`, `partitions`,
+  // `workers`, `consistency`, `staleness` and `lr_scale` are not passed.
+  std::string job;
+  std::string config;  // job spec (--config), resolved by the server itself
   int partition = 0, partitions = 1, workers = 1;
   int64_t train_examples = 1;
   std::string consistency;  // empty: the job spec's

@@ -25,22 +25,6 @@ WaitOptions WaitFor(grpc::ServerContext* context) {
   return wait;
 }
 
-v1::Consistency ToProto(ConsistencyMode mode) {
-  switch (mode) {
-    case ConsistencyMode::kAsp:
-      return v1::CONSISTENCY_ASP;
-    case ConsistencyMode::kBsp:
-      return v1::CONSISTENCY_BSP;
-    case ConsistencyMode::kSsp:
-      return v1::CONSISTENCY_SSP;
-    case ConsistencyMode::kPdp:
-      return v1::CONSISTENCY_PDP;
-    case ConsistencyMode::kApdp:
-      return v1::CONSISTENCY_APDP;
-  }
-  return v1::CONSISTENCY_UNSPECIFIED;
-}
-
 }  // namespace
 
 ParameterServerService::ParameterServerService(ParameterPartition* partition,
@@ -155,7 +139,7 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const v1::S
   reply->set_partition(c.partition);
   reply->set_partitions(c.partitions);
   reply->set_workers(c.workers);
-  reply->set_consistency(ToProto(c.consistency));
+  reply->set_consistency(ConsistencyToJob(c.consistency));
   reply->set_staleness(c.staleness);
   reply->set_loaded(s.loaded);
   reply->set_version(s.version);

@@ -91,7 +91,7 @@ class WorkerRunner {
     AllReduceSyncOptions o;
     o.ring.deadline = options_.deadline;
     o.source_rank = source_rank;
-    o.bucket_bytes = static_cast<size_t>(options_.spec.strategy.bucket_mb * (1 << 20));
+    o.bucket_bytes = static_cast<size_t>(options_.job.strategy().bucket_bytes());
     return o;
   }
 
@@ -103,20 +103,21 @@ class WorkerRunner {
     clients.rank = options_.rank;
     clients.deadline = options_.deadline;
     // Plain TCP unless the job asks for gRPC; with TLS on the servers offer no data plane.
-    clients.tcp_data_plane = options_.spec.strategy.ps_link == "tcp" && !ChannelsUseTls();
+    clients.tcp_data_plane =
+        options_.job.strategy().ps_link() == v1::DATA_LINK_TCP && !ChannelsUseTls();
     const absl::StatusOr<ConsistencyMode> mode =
-        ConsistencyFromName(options_.spec.strategy.consistency);
+        ConsistencyFromJob(options_.job.strategy().consistency());
     if (mode.ok() && IsServerDecided(*mode)) {
       PointRoundOptions rounds;
       rounds.clients = clients;
-      rounds.workers = options_.world;
+      rounds.workers = options_.world();
       rounds.asynchronous = *mode == ConsistencyMode::kApdp;
       return MakePointRoundSynchroniser(rounds, trainer);
     }
     PushPullOptions o;
     o.clients = clients;
     o.lr = lr;
-    o.pipeline = options_.spec.strategy.ps_pipeline > 0;
+    o.pipeline = options_.job.strategy().ps_pipeline() > 0;
     return MakePushPullSynchroniser(o, trainer);
   }
 
@@ -287,9 +288,9 @@ class WorkerRunner {
     std::unique_ptr<Synchroniser> sync;
     if (start.mode() == v1::SYNC_MODE_ALLREDUCE) {
       std::vector<std::string> peers(start.workers().begin(), start.workers().end());
-      if (static_cast<int>(peers.size()) != options_.world) {
+      if (static_cast<int>(peers.size()) != options_.world()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("Start names ", peers.size(), " workers, --world is ", options_.world));
+            absl::StrCat("Start names ", peers.size(), " workers, the job has ", options_.world()));
       }
       // A replacement joins a re-formed ring: its generation, and the model of the survivor
       // that completed the most steps (AwaitNewRing on the survivors).
@@ -409,7 +410,7 @@ class WorkerRunner {
     const int64_t steps_per_epoch = AgreedStepsPerEpoch(start, trainer);
     spdlog::info("training: mode {} ({}), {} examples, {} steps per epoch, {} epochs",
                  ModeName(start.mode()), sync->name(), trainer.shard_size(), steps_per_epoch,
-                 options_.spec.training.epochs);
+                 options_.job.training().epochs());
     int64_t step = FirstStep(start, steps_per_epoch);
     const int64_t first_epoch = step / steps_per_epoch;
     const int64_t first_batch = step % steps_per_epoch;
@@ -419,8 +420,8 @@ class WorkerRunner {
     // is spent, not after this worker's epochs: a fast worker keeps cycling its shard while a
     // slow one is still at it, as with TensorFlow's global step. The cap only guards against
     // servers that never report (a lone worker needs about `world` times its epochs).
-    const int64_t epochs = options_.spec.training.epochs;
-    const int64_t epoch_cap = 2 * epochs * std::max(options_.world, 1) + 1;
+    const int64_t epochs = options_.job.training().epochs();
+    const int64_t epoch_cap = 2 * epochs * std::max(options_.world(), 1) + 1;
     StepOutcome outcome;
     // Only servers with a budget let a worker run past the plan's epochs, so one that rejoins
     // past them trains under a budget, which its first reply will confirm.
@@ -506,8 +507,10 @@ class WorkerRunner {
 
   // The ring of an all-reduce job can be re-formed when recovery is on.
   bool MayReform() {
-    const JobSpec& spec = options_.spec;
-    if (spec.strategy.kind != "allreduce" || spec.recovery.restarts == 0) return false;
+    const v1::ResolvedJob& job = options_.job;
+    if (job.strategy().kind() != v1::STRATEGY_KIND_ALLREDUCE || job.recovery().restarts() == 0) {
+      return false;
+    }
     std::lock_guard<std::mutex> lock(state_->mu);
     return state_->status.mode() == v1::SYNC_MODE_ALLREDUCE;
   }
@@ -564,8 +567,10 @@ class WorkerRunner {
 
   // A broken ring can be survived: a switch job whose recovery is on, still in all-reduce.
   bool MayFallBack() {
-    const JobSpec& spec = options_.spec;
-    if (spec.strategy.kind != "switch" || spec.recovery.restarts == 0) return false;
+    const v1::ResolvedJob& job = options_.job;
+    if (job.strategy().kind() != v1::STRATEGY_KIND_SWITCH || job.recovery().restarts() == 0) {
+      return false;
+    }
     std::lock_guard<std::mutex> lock(state_->mu);
     return state_->status.mode() == v1::SYNC_MODE_ALLREDUCE;
   }
@@ -593,7 +598,7 @@ absl::StatusOr<std::vector<int64_t>> LoadShard(const WorkerOptions& options, siz
   }
   // Without a shard plan: every world-th example (what `mod` sharding gives).
   std::vector<int64_t> shard;
-  for (size_t e = static_cast<size_t>(options.rank); e < train_size; e += options.world) {
+  for (size_t e = static_cast<size_t>(options.rank); e < train_size; e += options.world()) {
     shard.push_back(static_cast<int64_t>(e));
   }
   return shard;
@@ -604,7 +609,8 @@ absl::StatusOr<std::vector<int64_t>> LoadShard(const WorkerOptions& options, siz
 absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeWorkerRing(const WorkerOptions& options) {
   // A push/pull job has no ring phase: it needs no data plane listening (the gRPC link costs
   // nothing until used).
-  if (options.spec.strategy.ring_link != "tcp" || options.spec.strategy.kind == "ps") {
+  const v1::ResolvedStrategy& strategy = options.job.strategy();
+  if (strategy.ring_link() != v1::DATA_LINK_TCP || strategy.kind() == v1::STRATEGY_KIND_PS) {
     return std::make_unique<RingAllReduce>(options.rank);
   }
   if (ChannelsUseTls()) {
@@ -623,14 +629,10 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeWorkerRing(const WorkerOption
 }  // namespace
 
 absl::Status RunWorker(const WorkerOptions& options) {
-  const JobSpec& spec = options.spec;
-  STRATA_ASSIGN_OR_RETURN(Dataset dataset,
-                          LoadDataset(DatasetOptionsFor(spec.dataset, spec.training.seed)));
+  STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(DatasetOptionsFor(options.job)));
   auto shared = std::make_shared<const Dataset>(std::move(dataset));
 
-  TrainerOptions trainer_options = TrainerOptions::FromJobSpec(spec);
-  trainer_options.batch_size = std::max(1, spec.training.batch_size / options.world);
-  trainer_options.threads = spec.cluster.threads_per_worker;
+  TrainerOptions trainer_options = TrainerOptions::ForWorker(options.job);
   STRATA_ASSIGN_OR_RETURN(trainer_options.shard, LoadShard(options, shared->train.size()));
   ConfigureTorchThreads(trainer_options.threads);
   // Every replica starts from the same weights: the model seed is the job's, not the rank's; the
@@ -642,7 +644,7 @@ absl::Status RunWorker(const WorkerOptions& options) {
   state.status.set_mode(v1::SYNC_MODE_UNSPECIFIED);
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<RingAllReduce> ring_owner, MakeWorkerRing(options));
   RingAllReduce& ring = *ring_owner;
-  WorkerService service(&state, options.world, options.run_dir,
+  WorkerService service(&state, options.world(), options.run_dir,
                         [&ring](const std::string& reason) { ring.Interrupt(reason); });
   int port = 0;
   std::vector<std::string> also_listen;
@@ -658,7 +660,7 @@ absl::Status RunWorker(const WorkerOptions& options) {
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(options.port_file, std::to_string(port) + "\n"));
   }
   spdlog::info("worker {}/{} serving on port {} ({} examples in shard, batch {})", options.rank,
-               options.world, port, trainer->shard_size(), trainer_options.batch_size);
+               options.world(), port, trainer->shard_size(), trainer_options.batch_size);
 
   WorkerRunner runner(options, &state, &ring);
   runner.Run(*trainer);

@@ -12,14 +12,13 @@
 
 #include <absl/status/status.h>
 
-#include "services/common/config/job_spec.h"
+#include "strata/v1/job.pb.h"
 
 namespace strata {
 
 struct WorkerOptions {
-  JobSpec spec;
+  v1::ResolvedJob job;  // what `strata` resolved (services/common/config/resolved_job.h)
   int rank = 0;
-  int world = 1;
   std::string shard_file;  // empty: the whole training split (or rank::world striding for tests)
   std::string listen = "127.0.0.1:0";
   // Also serve the ring here, e.g. "unix-abstract:NAME" for peers on the same machine (the local
@@ -33,6 +32,8 @@ struct WorkerOptions {
   // Rank 0 of a ring saves the model with its momentum to <run_dir>/checkpoints/ring.ckpt this
   // often while it trains in all-reduce: what `strata resume` continues from. 0: never.
   std::chrono::milliseconds ring_checkpoint_every{0};
+
+  int world() const { return job.cluster().workers(); }
 };
 
 // Runs the worker until Stop (or a fatal start-up error). Training errors do not end the process:

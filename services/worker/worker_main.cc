@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "services/common/base/logging.h"
+#include "services/common/config/job_flags.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/tls_flags.h"
 #include "services/worker/grpc_ring_link.h"
@@ -19,21 +20,16 @@ int main(int argc, char** argv) {
   // Process-wide allocator settings for the ring's gRPC receive buffers, before any thread starts.
   strata::TuneAllocatorForRing();
   CLI::App app{"Strata worker"};
-  std::string config, log_file;
-  std::vector<std::string> overrides;
-  int epochs = 0;
+  std::string log_file;
   int deadline_s = 120;
   strata::WorkerOptions options;
-  app.add_option("--config", config, "job spec (YAML)")->required()->check(CLI::ExistingFile);
+  strata::JobFlags job_flags(&app, "a worker");
   app.add_option("--rank", options.rank, "this worker's rank")
       ->required()
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--world", options.world, "number of workers")
-      ->required()
-      ->check(CLI::PositiveNumber);
+  job_flags.AddShorthand("--world", "cluster.workers", "number of workers");
+  job_flags.AddShorthand("--epochs", "training.epochs", "epochs to train");
   app.add_option("--shard-file", options.shard_file, "index file of this worker's shard");
-  app.add_option("--epochs", epochs, "override training.epochs")->check(CLI::PositiveNumber);
-  app.add_option("--set", overrides, "override a job-spec key (key=value)");
   app.add_option("--listen", options.listen, "address to serve on (port 0 = pick a free one)");
   app.add_option("--ring-listen", options.ring_listen,
                  "also serve the ring all-reduce here (e.g. unix-abstract:NAME)");
@@ -60,19 +56,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "strata-worker: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  if (options.rank >= options.world) {
-    std::fprintf(stderr, "strata-worker: --rank %d must be below --world %d\n", options.rank,
-                 options.world);
+  auto job = strata::LoadServiceJob(job_flags.Source());
+  if (!job.ok()) {
+    std::fprintf(stderr, "strata-worker: %s\n", std::string(job.status().message()).c_str());
+    return 2;
+  }
+  options.job = *std::move(job);
+  if (options.rank >= options.world()) {
+    std::fprintf(stderr, "strata-worker: --rank %d must be below the job's %d workers\n",
+                 options.rank, options.world());
     return 2;
   }
   strata::InitLogging({"worker-" + std::to_string(options.rank), log_file, "info"});
-  if (epochs > 0) overrides.push_back("training.epochs=" + std::to_string(epochs));
-  auto spec = strata::LoadJobSpec(config, overrides);
-  if (!spec.ok()) {
-    std::fprintf(stderr, "strata-worker: %s\n", std::string(spec.status().message()).c_str());
-    return 2;
-  }
-  options.spec = *spec;
   options.deadline = std::chrono::seconds(deadline_s);
   if (checkpoint_every_s > 0 && options.run_dir.empty()) {
     std::fprintf(stderr, "strata-worker: --checkpoint-every-s needs --run-dir\n");

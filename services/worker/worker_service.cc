@@ -46,8 +46,8 @@ grpc::Status WorkerService::Start(grpc::ServerContext*, const v1::StartRequest* 
   if (request->workers_size() > world_ ||
       (request->mode() == v1::SYNC_MODE_ALLREDUCE && request->workers_size() != world_ &&
        request->workers_size() > 0)) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-        "Start names ", request->workers_size(), " workers, this worker has --world ", world_)));
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("Start names ", request->workers_size(), " workers, the job has ", world_)));
   }
   if (request->ring_source_rank() < 0 || request->ring_source_rank() >= world_ ||
       (request->ring_generation() > 0 && request->mode() != v1::SYNC_MODE_ALLREDUCE)) {
@@ -244,8 +244,8 @@ grpc::Status WorkerService::ReformRing(grpc::ServerContext*, const v1::ReformRin
       (request->workers_size() != world_ || request->source_rank() < 0 ||
        request->source_rank() >= world_ || request->step() < 0 || request->generation() == 0)) {
     return ToGrpcStatus(absl::InvalidArgumentError(
-        absl::StrCat("ReformRing: ", request->workers_size(), " workers (this worker has --world ",
-                     world_, "), source_rank ", request->source_rank(), ", step ", request->step(),
+        absl::StrCat("ReformRing: ", request->workers_size(), " workers (the job has ", world_,
+                     "), source_rank ", request->source_rank(), ", step ", request->step(),
                      ", generation ", request->generation(),
                      ": the workers must number the world, the source lie in it, the "
                      "step be >= 0 and the generation > 0")));

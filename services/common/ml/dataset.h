@@ -10,6 +10,7 @@
 #include <absl/status/statusor.h>
 
 #include "services/common/config/job_spec.h"
+#include "services/common/config/resolved_job.h"
 
 namespace strata {
 
@@ -49,6 +50,8 @@ absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options);
 
 // The reader options that a job spec's dataset section asks for (`seed` seeds synthetic data).
 DatasetOptions DatasetOptionsFor(const DatasetSpec& dataset, uint64_t seed);
+// The same for a resolved job (what the services read).
+DatasetOptions DatasetOptionsFor(const v1::ResolvedJob& job);
 
 // The files a data set is read from, for fingerprints and for `strata validate`.
 absl::StatusOr<std::vector<std::string>> DatasetFiles(const DatasetOptions& options);

@@ -51,6 +51,21 @@ TrainerOptions TrainerOptions::FromJobSpec(const JobSpec& spec) {
   return o;
 }
 
+TrainerOptions TrainerOptions::ForWorker(const v1::ResolvedJob& job) {
+  TrainerOptions o;
+  const v1::ResolvedTraining& t = job.training();
+  o.arch = ModelArchText(job.arch());
+  o.batch_size = t.worker_batch();
+  o.lr = t.lr();
+  o.momentum = t.momentum();
+  o.weight_decay = t.weight_decay();
+  o.lr_schedule.milestones.assign(t.lr_milestones().begin(), t.lr_milestones().end());
+  o.lr_schedule.gamma = t.lr_gamma();
+  o.seed = t.seed();
+  o.threads = t.threads_per_worker();
+  return o;
+}
+
 struct Trainer::Impl {
   TrainerOptions options;
   std::shared_ptr<const Dataset> dataset;

@@ -15,6 +15,7 @@
 #include <absl/status/statusor.h>
 
 #include "services/common/config/job_spec.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/sgd.h"
 #include "services/common/wire/checkpoint.h"
@@ -36,6 +37,9 @@ struct TrainerOptions {
   int64_t eval_batch = 1000;
 
   static TrainerOptions FromJobSpec(const JobSpec& spec);
+  // One worker's trainer in a resolved job: its share of the global batch, the job's threads per
+  // worker. The shard is the caller's.
+  static TrainerOptions ForWorker(const v1::ResolvedJob& job);
 };
 
 struct StepStats {

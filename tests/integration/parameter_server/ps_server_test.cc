@@ -15,6 +15,8 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/strip.h>
 
+#include "services/common/base/files.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/ml/sgd.h"
 #include "services/common/wire/flat_layout.h"
 #include "services/common/wire/rpc_auth.h"
@@ -364,6 +366,55 @@ TEST_F(PsServerTest, IdleServerRefusesUntilLoadedThenKeepsOnlyItsPartitionWithMo
     ASSERT_NE(got, nullptr);
     for (int64_t k = 0; k < p.spec.numel(); ++k) EXPECT_FLOAT_EQ(got->floats()[k], p.floats()[k]);
   }
+}
+
+// What `strata` ships is what the server runs: numbers no resolution of this directory's YAML
+// would give (3 workers, SSP with staleness 5, a quarter of the lr per push) come back in its
+// status, so the server derived none of them itself.
+TEST_F(PsServerTest, AServerStartedFromAResolvedJobRunsTheNumbersItWasGiven) {
+  auto spec = LoadJobSpec(config_);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto job = ResolveJob(*spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  job->mutable_cluster()->set_workers(3);
+  job->mutable_strategy()->set_consistency(v1::CONSISTENCY_SSP);
+  job->mutable_strategy()->set_staleness(5);
+  job->mutable_strategy()->set_server_lr_scale(0.25);
+  const std::string path = dir_ / "job.resolved.txtpb";
+  ASSERT_TRUE(WriteFileAtomic(path, ResolvedJobText(*job)).ok());
+  PsProcessOptions o;
+  o.job = path;
+  o.init_checkpoint = checkpoint_;
+  auto ps = Launch(o);
+  ASSERT_NE(ps, nullptr);
+  auto stub = Connect(ps->address());
+  const v1::ServerStatus s = GetStatus(*stub);
+  EXPECT_EQ(s.workers(), 3);
+  EXPECT_EQ(s.consistency(), v1::CONSISTENCY_SSP);
+  EXPECT_EQ(s.staleness(), 5);
+  EXPECT_FLOAT_EQ(s.lr(), 0.1f * 0.25f);
+
+  // A resolved job takes no hand-start flag, and a file of another format starts nothing.
+  PsProcessOptions twice = o;
+  twice.binary = STRATA_PS_BINARY;
+  twice.work_dir = dir_.path();
+  twice.extra_args = {"--workers", "2"};
+  auto refused = PsProcess::Launch(twice);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find("--job excludes --workers"),
+            std::string::npos)
+      << refused.status();
+  job->set_format(kResolvedJobFormat + 1);
+  const std::string other = dir_ / "other.txtpb";
+  ASSERT_TRUE(WriteFileAtomic(other, ResolvedJobText(*job)).ok());
+  PsProcessOptions wrong = twice;
+  wrong.job = other;
+  wrong.extra_args.clear();
+  refused = PsProcess::Launch(wrong);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message()).find(other + ": resolved job refused: format"),
+            std::string::npos)
+      << refused.status();
 }
 
 TEST_F(PsServerTest, PartitionCheckpointRoundTripsAndRefusesAnotherPartition) {

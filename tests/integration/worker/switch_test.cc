@@ -494,7 +494,7 @@ TEST_F(SwitchTest, StartBeyondTheWorldAndCheckpointsOutsideTheRunAreRefused) {
     v1::StartReply reply;
     grpc::Status status = stub->Start(&context, start, &reply);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
-    EXPECT_NE(status.error_message().find("--world 1"), std::string::npos)
+    EXPECT_NE(status.error_message().find("the job has 1"), std::string::npos)
         << status.error_message();
   }
   // The refusal left the worker unstarted: a correct Start is still accepted.

@@ -30,16 +30,16 @@ TEST(ServicePlan, ServersThenWorkersThenTheEvaluatorWithTheirFlags) {
   EXPECT_EQ(services[0].name, "ps-0");
   EXPECT_EQ(services[0].role, ServiceRole::kParameterServer);
   EXPECT_EQ(absl::StrJoin(services[0].args, " "),
-            "--partition 0 --partitions 1 --workers 2 --config /runs/r/job.yaml --consistency asp "
-            "--staleness 3 --train-examples 6000 --sample-budget 60000 --run-dir /runs/r "
-            "--checkpoint-every-s 10 --resume");
+            "--partition 0 --job /runs/r/job.resolved.txtpb --train-examples 6000 "
+            "--sample-budget 60000 --run-dir /runs/r --checkpoint-every-s 10 --resume");
   EXPECT_EQ(services[1].name, "worker-0");
+  // The resolved job holds the world, the consistency, the staleness: no flag repeats them.
   EXPECT_EQ(absl::StrJoin(services[1].args, " "),
-            "--config /runs/r/job.yaml --rank 0 --world 2 --shard-file /runs/r/shards/shard-0.idx "
+            "--job /runs/r/job.resolved.txtpb --rank 0 --shard-file /runs/r/shards/shard-0.idx "
             "--run-dir /runs/r --checkpoint-every-s 10");
   // Only rank 0 saves the ring's model: the replicas are identical.
   EXPECT_EQ(absl::StrJoin(services[2].args, " "),
-            "--config /runs/r/job.yaml --rank 1 --world 2 --shard-file /runs/r/shards/shard-1.idx "
+            "--job /runs/r/job.resolved.txtpb --rank 1 --shard-file /runs/r/shards/shard-1.idx "
             "--run-dir /runs/r");
   EXPECT_TRUE(services[1].cpu_fractions.empty());
   EXPECT_EQ(services[2].cpu_fractions, std::vector<double>{0.5});  // worker 1 is the straggler
@@ -84,11 +84,15 @@ TEST(ServicePlan, APsJobsServersStartFromTheInitialModel) {
   const RunPaths paths("/runs/r");
   const std::vector<ServiceSpec> services = PlanServices(spec, paths, in);
   const std::string ps = absl::StrJoin(services[0].args, " ");
-  EXPECT_NE(ps.find("--lr-scale 0.25 --init-checkpoint /runs/r/checkpoints/init.ckpt"),
+  EXPECT_NE(ps.find("--run-dir /runs/r --init-checkpoint /runs/r/checkpoints/init.ckpt"),
             std::string::npos)
       << ps;
+  EXPECT_EQ(ps.find("--lr-scale"), std::string::npos) << ps;  // in the resolved job
   const TaskSpec init = InitCheckpointTask(paths, in.init_checkpoint);
   EXPECT_FALSE(init.record_launch);
+  EXPECT_EQ(
+      absl::StrJoin(init.args, " "),
+      "--job /runs/r/job.resolved.txtpb --write-init-checkpoint /runs/r/checkpoints/init.ckpt");
   EXPECT_EQ(ShardTask(paths).args.back(), "/runs/r/shards");
 }
 
