@@ -51,7 +51,7 @@ Node Service(const ContainerSpec& c, const RenderOptions& options, const Contain
     depends.Add(service, Node::Map().Add("condition", Node::Str(condition)));
   };
   if (c.role == ContainerRole::kParameterServer || c.role == ContainerRole::kWorker ||
-      c.role == ContainerRole::kOrchestrator) {
+      c.role == ContainerRole::kEvaluator || c.role == ContainerRole::kOrchestrator) {
     on("sharder", "service_completed_successfully");
   }
   if (c.role == ContainerRole::kOrchestrator) {

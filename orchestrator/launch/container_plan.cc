@@ -32,9 +32,7 @@ std::string ManifestPath() { return absl::StrCat(kContainerRunDir, "/shards/mani
 RunPaths ContainerPaths() {
   RunPaths paths(kContainerRunDir);
   paths.job_yaml = kContainerJobSpec;  // read-only: a bind mount or a ConfigMap
-  // Kubernetes overlays change the replica counts after rendering, and the per-worker numbers
-  // depend on them: each container resolves the spec with the counts it is given instead.
-  paths.job_resolved.clear();
+  paths.job_resolved = kContainerResolvedJob;
   return paths;
 }
 
@@ -81,8 +79,11 @@ std::vector<std::string> WithListen(const std::vector<std::string>& args) {
   return out;
 }
 
-bool Uses(const std::vector<std::string>& args, const std::string& value) {
-  return std::find(args.begin(), args.end(), value) != args.end();
+// The service reads or writes the shared run directory (its --run-dir, or the resolved job).
+bool UsesRunDir(const std::vector<std::string>& args) {
+  return std::any_of(args.begin(), args.end(), [](const std::string& a) {
+    return a == kContainerRunDir || a.rfind(absl::StrCat(kContainerRunDir, "/"), 0) == 0;
+  });
 }
 
 // The compose secret is a file; the services read the token from their environment only.
@@ -125,10 +126,7 @@ struct FlagValue {
 const std::vector<FlagValue>& TemplateValues() {
   static const auto* values = new std::vector<FlagValue>{
       {ContainerRole::kParameterServer, "--partition", "${JOB_COMPLETION_INDEX}"},
-      {ContainerRole::kParameterServer, "--partitions", "${STRATA_PARAMETER_SERVERS}"},
-      {ContainerRole::kParameterServer, "--workers", "${STRATA_WORKERS}"},
       {ContainerRole::kWorker, "--rank", "${JOB_COMPLETION_INDEX}"},
-      {ContainerRole::kWorker, "--world", "${STRATA_WORKERS}"},
       {ContainerRole::kWorker, "--shard-file",
        absl::StrCat(kContainerRunDir, "/shards/shard-${JOB_COMPLETION_INDEX}.idx")},
   };
@@ -164,19 +162,29 @@ std::string InitCheckpointPath() { return absl::StrCat(kContainerRunDir, "/check
 ContainerSpec Sharder(const JobSpec& spec, bool kubernetes) {
   TaskSpec task = ShardTask(ContainerPaths());
   std::vector<std::string> args = task.args;
-  if (kubernetes) args.insert(args.end(), {"--workers", "${STRATA_WORKERS}"});
+  // The job resolved once, with the replica counts the deployment has (a Kubernetes overlay may
+  // have changed them after rendering), for every other container to read.
+  std::vector<std::string> resolve = {kContainerJobSpec, "--out", kContainerResolvedJob};
+  if (kubernetes) {
+    args.insert(args.end(), {"--workers", "${STRATA_WORKERS}"});
+    resolve.insert(resolve.end(), {"--set", "cluster.workers=${STRATA_WORKERS}"});
+    if (spec.strategy.kind != "allreduce") {
+      resolve.insert(resolve.end(),
+                     {"--set", "cluster.parameter_servers=${STRATA_PARAMETER_SERVERS}"});
+    }
+  }
   ContainerSpec c;
   c.name = task.name;
   c.role = ContainerRole::kSharder;
   c.uses_run_dir = true;
+  // In this order: services that wait for the shard manifest then find the rest too.
+  c.script = absl::StrCat("set -eu\n", CommandLine("strata resolve", resolve));
   if (spec.strategy.kind == "ps") {
-    // The model first: services that wait for the shard manifest then find it too.
     const TaskSpec init = InitCheckpointTask(ContainerPaths(), InitCheckpointPath());
-    c.script = absl::StrCat("set -eu\nmkdir -p ", kContainerRunDir, "/checkpoints\n",
-                            CommandLine(init.binary, init.args), ExecLine(task.binary, args));
-  } else {
-    c.script = absl::StrCat("set -eu\n", ExecLine(task.binary, args));
+    absl::StrAppend(&c.script, "mkdir -p ", kContainerRunDir, "/checkpoints\n",
+                    CommandLine(init.binary, init.args));
   }
+  absl::StrAppend(&c.script, ExecLine(task.binary, args));
   return c;
 }
 
@@ -282,7 +290,7 @@ ContainerPlan PlanComposeContainers(const JobSpec& job) {
     c.role = RoleOf(s.role);
     c.serves = true;
     c.needs_token = true;
-    c.uses_run_dir = Uses(s.args, kContainerRunDir);
+    c.uses_run_dir = UsesRunDir(s.args);
     const std::vector<std::string> args = ReplaceTrainExamples(WithListen(s.args));
     c.script = absl::StrCat("set -eu\n", ComposeToken(),
                             ServiceBody(c.role, args, s.binary, /*wait_for_shards=*/false));
@@ -326,10 +334,10 @@ ContainerPlan PlanKubernetesContainers(const JobSpec& job, const KubernetesNames
     c.role = role;
     c.serves = true;
     c.needs_token = true;
-    c.uses_run_dir = Uses(s.args, kContainerRunDir);
+    c.uses_run_dir = UsesRunDir(s.args);
     const std::vector<std::string> args = ReplaceTrainExamples(Templated(role, WithListen(s.args)));
-    c.script = absl::StrCat("set -eu\n",
-                            ServiceBody(role, args, s.binary, role != ContainerRole::kEvaluator));
+    // Every role waits for the one-shot step: it writes the resolved job they all read.
+    c.script = absl::StrCat("set -eu\n", ServiceBody(role, args, s.binary, true));
     // One template per role: the role's quota of cluster.cpu, not a rank's own (see
     // kubernetes_render.cc on stragglers and worker speeds).
     const CpuSharesSpec& cpu = plan.spec.cluster.cpu;

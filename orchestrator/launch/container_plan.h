@@ -21,6 +21,8 @@ namespace strata {
 inline constexpr int kContainerPort = 50051;
 inline constexpr char kContainerRunDir[] = "/run/strata";
 inline constexpr char kContainerJobSpec[] = "/etc/strata/job.yaml";
+// Written by the one-shot step (`strata resolve`) before the shards; every service reads it.
+inline constexpr char kContainerResolvedJob[] = "/run/strata/job.resolved.txtpb";
 inline constexpr char kComposeTokenFile[] = "/run/secrets/strata_run_token";
 // The probe every image must ship: `strata-health HOST:PORT` exits 0 when the gRPC health
 // service (grpc.health.v1.Health) at that address answers SERVING.

@@ -5,40 +5,20 @@
 namespace strata {
 namespace {
 
-// How a service learns the job: the resolved job (a local run), or, in a container plan, the YAML
-// spec with the replica counts as flags, which the container resolves itself.
-std::vector<std::string> JobArgs(const RunPaths& paths) {
-  if (!paths.job_resolved.empty()) return {"--job", paths.job_resolved};
-  return {"--config", paths.job_yaml};
-}
-
 ServiceSpec ParameterServer(const JobSpec& spec, const RunPaths& paths, int p,
                             const ServicePlanInputs& in) {
   ServiceSpec s;
   s.name = absl::StrCat("ps-", p);
   s.role = ServiceRole::kParameterServer;
   s.binary = "strata-ps";
-  s.args = {"--partition", std::to_string(p)};
-  if (paths.job_resolved.empty()) {
-    s.args.insert(s.args.end(), {"--partitions", std::to_string(spec.cluster.parameter_servers),
-                                 "--workers", std::to_string(spec.cluster.workers)});
-  }
-  const std::vector<std::string> job = JobArgs(paths);
-  s.args.insert(s.args.end(), job.begin(), job.end());
-  if (paths.job_resolved.empty()) {
-    s.args.insert(s.args.end(), {"--consistency", spec.strategy.consistency, "--staleness",
-                                 std::to_string(spec.strategy.staleness)});
-  }
-  s.args.insert(s.args.end(),
-                {"--train-examples", std::to_string(in.train_examples),
-                 // The asynchronous phase's budget is global: workers keep cycling their shards
-                 // until the servers have applied the job's samples (docs/protocol.md, "Sample
-                 // budget").
-                 "--sample-budget", std::to_string(spec.training.epochs * in.train_examples),
-                 "--run-dir", paths.root});
-  if (paths.job_resolved.empty() && spec.strategy.ps_lr_scale > 0) {
-    s.args.insert(s.args.end(), {"--lr-scale", absl::StrCat(spec.strategy.ps_lr_scale)});
-  }
+  // The resolved job holds the servers, the workers, the consistency and the learning rates; the
+  // flags are this server's place and what the sharder found.
+  s.args = {"--partition", std::to_string(p), "--job", paths.job_resolved, "--train-examples",
+            std::to_string(in.train_examples),
+            // The asynchronous phase's budget is global: workers keep cycling their shards until
+            // the servers have applied the job's samples (docs/protocol.md, "Sample budget").
+            "--sample-budget", std::to_string(spec.training.epochs * in.train_examples),
+            "--run-dir", paths.root};
   if (!in.init_checkpoint.empty()) {
     s.args.insert(s.args.end(), {"--init-checkpoint", in.init_checkpoint});
   }
@@ -58,12 +38,8 @@ ServiceSpec Worker(const JobSpec& spec, const RunPaths& paths, int r, const Serv
   s.name = absl::StrCat("worker-", r);
   s.role = ServiceRole::kWorker;
   s.binary = "strata-worker";
-  s.args = JobArgs(paths);
-  s.args.insert(s.args.end(), {"--rank", std::to_string(r)});
-  if (paths.job_resolved.empty()) {
-    s.args.insert(s.args.end(), {"--world", std::to_string(spec.cluster.workers)});
-  }
-  s.args.insert(s.args.end(), {"--shard-file", ShardFile(paths, r), "--run-dir", paths.root});
+  s.args = {"--job",        paths.job_resolved,  "--rank",    std::to_string(r),
+            "--shard-file", ShardFile(paths, r), "--run-dir", paths.root};
   if (r == 0 && spec.strategy.kind != "ps" && spec.recovery.ring_checkpoint_s > 0) {
     // The ring's model, for `strata resume` (the replicas are identical, one copy is the state).
     s.args.insert(s.args.end(),
@@ -98,8 +74,7 @@ TaskSpec InitCheckpointTask(const RunPaths& paths, const std::string& checkpoint
   TaskSpec t;
   t.name = "init-checkpoint";
   t.binary = "strata-evaluator";
-  t.args = JobArgs(paths);
-  t.args.insert(t.args.end(), {"--write-init-checkpoint", checkpoint});
+  t.args = {"--job", paths.job_resolved, "--write-init-checkpoint", checkpoint};
   t.description = "writing the initial model";
   t.record_launch = false;
   return t;
@@ -118,8 +93,7 @@ std::vector<ServiceSpec> PlanServices(const JobSpec& spec, const RunPaths& paths
   evaluator.name = "evaluator";
   evaluator.role = ServiceRole::kEvaluator;
   evaluator.binary = "strata-evaluator";
-  evaluator.args = JobArgs(paths);
-  evaluator.args.insert(evaluator.args.end(), {"--threads", "1"});
+  evaluator.args = {"--job", paths.job_resolved, "--threads", "1"};
   if (spec.cluster.cpu.evaluator > 0) evaluator.cpu_fractions.push_back(spec.cluster.cpu.evaluator);
   services.push_back(evaluator);
   if (spec.security.tls != "off") {

@@ -168,8 +168,9 @@ absl::Status RunDriver::Prepare() {
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecToYaml(spec_)));
   }
   // Resolved once, here: every service this run starts reads this file (a resumed run writes it
-  // again, from the spec it resumes).
-  if (!paths_.job_resolved.empty()) {
+  // again, from the spec it resumes). In a container plan the platform's one-shot step wrote it,
+  // with the replica counts the deployment has.
+  if (!attached()) {
     STRATA_ASSIGN_OR_RETURN(v1::ResolvedJob resolved, ResolveJob(spec_));
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_resolved, ResolvedJobText(resolved)));
   }

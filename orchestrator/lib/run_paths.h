@@ -27,8 +27,7 @@ struct RunPaths {
 
   std::string root;
   std::string job_yaml;        // resolved spec, defaults filled in
-  // The resolved job every service reads (services/common/config/resolved_job.h). Empty in a
-  // container plan: there each container resolves job_yaml itself (docs/architecture.md).
+  // The resolved job every service reads (services/common/config/resolved_job.h).
   std::string job_resolved;
   std::string shards;          // manifest.json + shard-<rank>.idx
   std::string checkpoints;     // switch-step<S>.ckpt, init.ckpt

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "orchestrator/lib/job_checks.h"
+#include "services/common/config/resolved_job.h"
 #include "tests/integration/orchestrator/cli_test_util.h"
 
 namespace strata::testing {
@@ -168,6 +169,33 @@ TEST(Validate, RunRefusesALauncherItCannotDrive) {
   EXPECT_NE(run.exit_code, 0);
   EXPECT_NE(run.output.find("launcher.kind"), std::string::npos) << run.output;
   EXPECT_FALSE(Exists(dir + "/run"));
+  RunCommand("rm -rf " + dir);
+}
+
+// `strata resolve`: what a container plan's one-shot step runs with the deployed replica counts.
+TEST(Resolve, PrintsOrWritesTheJobAsServicesReadItWithTheCountsGiven) {
+  const std::string dir = MakeTempDir("resolve");
+  WriteText(dir + "/job.yaml", kValid);
+  CommandResult printed =
+      RunCommand(Strata() + " resolve " + dir + "/job.yaml --set cluster.workers=4");
+  ASSERT_EQ(printed.exit_code, 0) << printed.output;
+  EXPECT_NE(printed.output.find("worker_batch: 32"), std::string::npos) << printed.output;
+  EXPECT_NE(printed.output.find("kind: STRATEGY_KIND_SWITCH"), std::string::npos) << printed.output;
+  CommandResult written =
+      RunCommand(Strata() + " resolve " + dir + "/job.yaml --out " + dir + "/job.resolved.txtpb");
+  ASSERT_EQ(written.exit_code, 0) << written.output;
+  auto job = LoadResolvedJob(dir + "/job.resolved.txtpb");
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->training().worker_batch(), 64);
+  EXPECT_DOUBLE_EQ(job->strategy().server_lr_scale(), 0.5);
+  // A bad value is refused with its key and where it came from; nothing is written.
+  CommandResult bad =
+      RunCommand(Strata() + " resolve " + dir + "/job.yaml --set cluster.workers=0" + " --out " +
+                 dir + "/bad.txtpb");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("(from --set cluster.workers=0): cluster.workers"), std::string::npos)
+      << bad.output;
+  EXPECT_FALSE(Exists(dir + "/bad.txtpb"));
   RunCommand("rm -rf " + dir);
 }
 
