@@ -170,9 +170,9 @@ absl::Status RunDriver::Prepare() {
   // Resolved once, here: every service this run starts reads this file (a resumed run writes it
   // again, from the spec it resumes). In a container plan the platform's one-shot step wrote it,
   // with the replica counts the deployment has.
+  STRATA_ASSIGN_OR_RETURN(resolved_, ResolveJob(spec_));
   if (!attached()) {
-    STRATA_ASSIGN_OR_RETURN(v1::ResolvedJob resolved, ResolveJob(spec_));
-    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_resolved, ResolvedJobText(resolved)));
+    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_resolved, ResolvedJobText(resolved_)));
   }
   // A fresh secret per run, whatever this process's environment holds: the orchestrator's channels
   // carry it and ChildProcess hands it to every service in the child's environment only. Not a
@@ -272,7 +272,7 @@ absl::Status RunDriver::ShardData() {
     train_examples_ = static_cast<int64_t>(shard->examples);
     smallest = smallest < 0 ? n : std::min(smallest, n);
   }
-  view_.worker_batch = std::max(1, spec_.training.batch_size / spec_.cluster.workers);
+  view_.worker_batch = resolved_.training().worker_batch();
   view_.epochs = spec_.training.epochs;
   // Ring steps must line up: every worker runs as many steps as the smallest shard allows.
   view_.planned_steps_per_epoch =
@@ -355,9 +355,8 @@ absl::Status RunDriver::StartTraining() {
     start.add_parameter_servers(a);
   const bool push_pull = resume_ ? resume_->phase == "ps" : spec_.strategy.kind == "ps";
   start.set_mode(push_pull ? v1::SYNC_MODE_PS : v1::SYNC_MODE_ALLREDUCE);
-  const double scale =
-      spec_.strategy.ps_lr_scale > 0 ? spec_.strategy.ps_lr_scale : 1.0 / spec_.cluster.workers;
-  start.set_ps_learning_rate(static_cast<float>(spec_.training.lr * scale));
+  start.set_ps_learning_rate(
+      static_cast<float>(resolved_.training().lr() * resolved_.strategy().server_lr_scale()));
   start.set_steps_per_epoch(view_.planned_steps_per_epoch);
   start_request_ = start;
   const std::vector<int64_t> first_steps = resume_

@@ -24,6 +24,7 @@
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/control_server.h"
 #include "orchestrator/run/run_supervisor.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/wire/tls.h"
 
 namespace strata {
@@ -103,6 +104,9 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   const LocalRunOptions& options_;
   CheckedJob job_;
   const JobSpec& spec_;
+  // The job as the services read it, resolved in Prepare; the orchestrator's own per-worker
+  // figures come from it too, so that they cannot differ from the services'.
+  v1::ResolvedJob resolved_;
   RunPaths paths_;
   RunConsole console_;
   std::optional<ResumePoint> resume_;  // `strata resume`: where the run goes on

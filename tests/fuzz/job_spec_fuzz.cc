@@ -6,8 +6,10 @@
 //   - every error is placed, "FILE:LINE: key: what" or "(from --set K=V): key: what", on one
 //     line (ParseJobSpec joins them one per line);
 //   - a text that is no mapping leaves the spec at its defaults;
-//   - a spec accepted without errors is resolved to YAML (what `strata run` writes to job.yaml and
-//     hands to every service), and that YAML parses back, without errors, to the same spec.
+//   - a spec accepted without errors is resolved to YAML (what `strata run` writes to job.yaml),
+//     and that YAML parses back, without errors, to the same spec;
+//   - it also resolves to a ResolvedJob (what every service reads), whose text the services'
+//     reader accepts and reads back to the same message.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -18,6 +20,7 @@
 #include <absl/strings/str_split.h>
 
 #include "services/common/config/job_spec.h"
+#include "services/common/config/resolved_job.h"
 #include "tests/fuzz/fuzz_check.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -48,5 +51,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string twice = JobSpecToYaml(again.spec);
   FUZZ_CHECK(twice == resolved,
              "the resolved spec reads back differently:\n" + resolved + "\nthen:\n" + twice);
+
+  const absl::StatusOr<v1::ResolvedJob> job = ResolveJob(reading.spec);
+  FUZZ_CHECK(job.ok(), "an accepted spec does not resolve: " + job.status().ToString() +
+                           "\nspec:\n" + resolved);
+  const std::string job_text = ResolvedJobText(*job);
+  const absl::StatusOr<v1::ResolvedJob> read = ParseResolvedJob(job_text, "job.resolved.txtpb");
+  FUZZ_CHECK(read.ok(),
+             "a service refuses the resolved job: " + read.status().ToString() + "\n" + job_text);
+  FUZZ_CHECK(read->SerializeAsString() == job->SerializeAsString(),
+             "the resolved job reads back differently:\n" + job_text);
   return 0;
 }
