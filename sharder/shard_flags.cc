@@ -6,8 +6,9 @@ namespace {
 // Long names, in the order they are forwarded.
 const std::vector<std::string>& FlagNames() {
   static const std::vector<std::string> names = {
-      "config",  "dataset",        "data",           "label-set", "max-train", "workers", "method",
-      "clusters", "pca-components", "max-iterations", "pca-fit-examples", "seed",      "threads",   "out"};
+      "config",  "job",     "dataset",  "data",           "label-set",      "max-train",
+      "workers", "method",  "clusters", "pca-components", "max-iterations", "pca-fit-examples",
+      "seed",    "threads", "out"};
   return names;
 }
 
@@ -17,6 +18,9 @@ void AddShardFlags(CLI::App* app, ShardFlags* f) {
   // Positional or --config: `strata shard JOB.yaml --out DIR` reads like the other subcommands.
   app->add_option("--config,job_spec", f->config,
                   "job spec (YAML): dataset, sharding, cluster.workers and training.seed; flags override it");
+  app->add_option("--job", f->job,
+                  "instead of a job spec: the resolved job `strata` wrote (strata resolve); flags "
+                  "override it");
   app->add_option("--dataset", f->dataset, "fashion-mnist | mnist | cifar10 | cifar100 | synthetic");
   app->add_option("--data", f->data, "directory holding the data set files");
   app->add_option("--label-set", f->label_set, "cifar100 labels: fine (100 classes) or coarse (20)");
@@ -49,6 +53,7 @@ std::vector<std::string> ShardFlagsAsArgs(const ShardFlags& f) {
     }
   };
   add("config", f.config);
+  add("job", f.job);
   add("dataset", f.dataset);
   add("data", f.data);
   add("label-set", f.label_set);

@@ -14,6 +14,7 @@ namespace strata::shard {
 
 struct ShardFlags {
   std::string config;  // job spec: positional JOB.yaml or --config
+  std::string job;     // or the resolved job `strata` wrote (--job)
   std::string dataset, data, label_set, method, out;
   int workers = 0, clusters = 0, pca_components = 0, max_iterations = 0, threads = 0;
   uint64_t seed = 0;

@@ -7,6 +7,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "services/common/config/job_spec.h"
+#include "services/common/config/resolved_job.h"
 #include "sharder/clustering.h"
 #include "sharder/plan_writer.h"
 
@@ -15,7 +16,7 @@ namespace {
 
 // The settings a job can take from either source, with "unset" spelled as std::nullopt.
 struct JobSettings {
-  std::optional<std::string> config, dataset, data, label_set, method, out;
+  std::optional<std::string> config, job, dataset, data, label_set, method, out;
   std::optional<int> workers, clusters, pca_components, max_iterations, threads;
   std::optional<uint64_t> seed;
   std::optional<int64_t> max_train, pca_fit_examples;
@@ -30,7 +31,28 @@ absl::StatusOr<ShardJob> Resolve(const JobSettings& s) {
   ShardJob job;
   DatasetSpec dataset;  // the job spec's defaults
   uint64_t data_seed = 1;
-  if (s.config) {
+  if (s.config && s.job) {
+    return absl::InvalidArgumentError(
+        "give the job once: a job spec (JOB.yaml / --config) or --job");
+  }
+  if (s.job) {
+    // What `strata` resolved: the same numbers every service of the job reads.
+    auto resolved = LoadResolvedJob(*s.job);
+    if (!resolved.ok()) return resolved.status();
+    const v1::ResolvedDataset& d = resolved->dataset();
+    dataset.name = DatasetNameText(d.name());
+    dataset.path = d.path();
+    dataset.label_set = LabelSetText(d.label_set());
+    dataset.max_train = d.max_train();
+    const v1::ResolvedSharding& sharding = resolved->sharding();
+    job.plan.method = ShardMethodText(sharding.method());
+    job.plan.clusters = sharding.clusters();
+    job.plan.pca_components = sharding.pca_components();
+    job.plan.max_iterations = sharding.max_iterations();
+    job.plan.workers = resolved->cluster().workers();
+    job.plan.seed = resolved->training().seed();
+    data_seed = resolved->training().seed();
+  } else if (s.config) {
     auto spec = LoadJobSpec(*s.config);
     if (!spec.ok()) return spec.status();
     dataset = spec->dataset;
@@ -44,10 +66,12 @@ absl::StatusOr<ShardJob> Resolve(const JobSettings& s) {
     data_seed = spec->training.seed;
   } else {
     if (!s.dataset) {
-      return absl::InvalidArgumentError("dataset is required (--dataset, or a job spec: JOB.yaml / --config)");
+      return absl::InvalidArgumentError(
+          "dataset is required (--dataset, or a job spec: JOB.yaml / --config / --job)");
     }
     if (!s.workers) {
-      return absl::InvalidArgumentError("workers is required (--workers, or a job spec: JOB.yaml / --config)");
+      return absl::InvalidArgumentError(
+          "workers is required (--workers, or a job spec: JOB.yaml / --config / --job)");
     }
     if (s.seed) data_seed = *s.seed;
     if (*s.dataset != "fashion-mnist" && !s.data && *s.dataset != "synthetic") {
@@ -109,6 +133,7 @@ absl::StatusOr<ShardJob> ResolveShardJob(const shard::ShardFlags& f) {
     if (f.Given(name)) *target = value;
   };
   take("config", f.config, &s.config);
+  take("job", f.job, &s.job);
   take("dataset", f.dataset, &s.dataset);
   take("data", f.data, &s.data);
   take("label-set", f.label_set, &s.label_set);

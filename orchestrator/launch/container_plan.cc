@@ -166,7 +166,6 @@ ContainerSpec Sharder(const JobSpec& spec, bool kubernetes) {
   // have changed them after rendering), for every other container to read.
   std::vector<std::string> resolve = {kContainerJobSpec, "--out", kContainerResolvedJob};
   if (kubernetes) {
-    args.insert(args.end(), {"--workers", "${STRATA_WORKERS}"});
     resolve.insert(resolve.end(), {"--set", "cluster.workers=${STRATA_WORKERS}"});
     if (spec.strategy.kind != "allreduce") {
       resolve.insert(resolve.end(),

@@ -65,7 +65,7 @@ TaskSpec ShardTask(const RunPaths& paths) {
   TaskSpec t;
   t.name = "sharder";
   t.binary = "strata-sharder";
-  t.args = {"--config", paths.job_yaml, "--out", paths.shards};
+  t.args = {"--job", paths.job_resolved, "--out", paths.shards};
   t.description = "the sharder";
   return t;
 }

@@ -58,6 +58,15 @@ const Names<v1::DataLink>& DataLinkNames() {
   return names;
 }
 
+const Names<v1::ShardMethod>& ShardMethodNames() {
+  static const Names<v1::ShardMethod> names = {
+      {v1::SHARD_METHOD_RANDOM, "random"},
+      {v1::SHARD_METHOD_MOD, "mod"},
+      {v1::SHARD_METHOD_STRATIFIED, "stratified"},
+      {v1::SHARD_METHOD_DISTRIBUTION_AWARE, "distribution-aware"}};
+  return names;
+}
+
 template <typename Enum>
 std::string TextOf(const Names<Enum>& names, Enum value) {
   for (const auto& [e, text] : names) {
@@ -151,6 +160,10 @@ std::vector<std::string> Problems(const v1::ResolvedJob& job) {
   need(Known(DataLinkNames(), s.ring_link()), "strategy.ring_link", "is not a known link");
   need(Known(DataLinkNames(), s.ps_link()), "strategy.ps_link", "is not a known link");
   need(job.recovery().restarts() >= 0, "recovery.restarts", "must be >= 0");
+  const auto& sh = job.sharding();
+  need(Known(ShardMethodNames(), sh.method()), "sharding.method", "is not a known method");
+  need(sh.clusters() >= 1 && sh.pca_components() >= 1 && sh.max_iterations() >= 1,
+       "sharding.clusters, pca_components and max_iterations", "must be >= 1");
   return p;
 }
 
@@ -220,6 +233,13 @@ absl::StatusOr<v1::ResolvedJob> ResolveJob(const JobSpec& spec) {
   s->set_ps_link(ps_link);
 
   job.mutable_recovery()->set_restarts(spec.recovery.restarts);
+  v1::ResolvedSharding* sh = job.mutable_sharding();
+  v1::ShardMethod method = v1::SHARD_METHOD_UNSPECIFIED;
+  Lookup(ShardMethodNames(), "sharding.method", spec.sharding.method, &method, &errors);
+  sh->set_method(method);
+  sh->set_clusters(spec.sharding.clusters);
+  sh->set_pca_components(spec.sharding.pca_components);
+  sh->set_max_iterations(spec.sharding.max_iterations);
   if (errors.empty()) errors = Problems(job);
   if (!errors.empty()) {
     return absl::InvalidArgumentError(
@@ -285,5 +305,6 @@ std::string ConsistencyText(v1::Consistency consistency) {
   return TextOf(ConsistencyNames(), consistency);
 }
 std::string DataLinkText(v1::DataLink link) { return TextOf(DataLinkNames(), link); }
+std::string ShardMethodText(v1::ShardMethod method) { return TextOf(ShardMethodNames(), method); }
 
 }  // namespace strata

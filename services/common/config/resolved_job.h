@@ -49,5 +49,6 @@ std::string ModelArchText(v1::ModelArch arch);
 std::string StrategyKindText(v1::StrategyKind kind);
 std::string ConsistencyText(v1::Consistency consistency);
 std::string DataLinkText(v1::DataLink link);
+std::string ShardMethodText(v1::ShardMethod method);
 
 }  // namespace strata

@@ -128,12 +128,25 @@ TEST_F(SharderProcessTest, StrataShardFromAJobSpec) {
   EXPECT_EQ(ReadShards(out, 3).size(), 3u);
   EXPECT_FALSE(fs::exists(out / "shard-3.idx"));
 
-  // The orchestrator's call: strata-sharder --config RUN_DIR/job.yaml --out RUN_DIR/shards, with a
-  // flag overriding the spec. The same data, method and seed give the same plan.
+  // The orchestrator's call: strata-sharder --job RUN_DIR/job.resolved.txtpb --out RUN_DIR/shards
+  // (the spec resolved by `strata resolve`), or the spec itself, with a flag overriding it. The
+  // same data, method and seed give the same plan.
+  const fs::path resolved = dir_ / "job.resolved.txtpb";
+  r = Run({kStrata, "resolve", spec.string(), "--out", resolved.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
   const fs::path again = dir_ / "again";
-  r = Run({kSharder, "--config", spec.string(), "--out", again.string()});
+  r = Run({kSharder, "--job", resolved.string(), "--out", again.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(ReadShards(again, 3), ReadShards(out, 3));
+  EXPECT_EQ(Manifest(again)["parameters"]["clusters"], 12);
+  const fs::path from_yaml = dir_ / "from-yaml";
+  r = Run({kSharder, "--config", spec.string(), "--out", from_yaml.string()});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ReadShards(from_yaml, 3), ReadShards(out, 3));
+  r = Run({kSharder, "--config", spec.string(), "--job", resolved.string(), "--out",
+           (dir_ / "both").string()});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("give the job once"), std::string::npos) << r.err;
   const fs::path four = dir_ / "four";
   r = Run({kSharder, "--config", spec.string(), "--workers", "4", "--out", four.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
