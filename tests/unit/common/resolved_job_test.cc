@@ -25,6 +25,7 @@ model: { arch: resnet20 }
 training: { epochs: 3, batch_size: 100, lr: 0.05, lr_schedule: { milestones: [1, 2], gamma: 0.5 } }
 cluster: { workers: 3, parameter_servers: 2, threads_per_worker: 2 }
 strategy: { kind: switch, consistency: ssp, staleness: 4, bucket_mb: 0.5, ps_link: grpc }
+sharding: { method: distribution-aware, clusters: 12 }
 )");
   EXPECT_EQ(job.format(), kResolvedJobFormat);
   EXPECT_EQ(job.name(), "derived");
@@ -48,6 +49,10 @@ strategy: { kind: switch, consistency: ssp, staleness: 4, bucket_mb: 0.5, ps_lin
   EXPECT_EQ(job.strategy().ring_link(), v1::DATA_LINK_TCP);  // the default
   EXPECT_EQ(job.strategy().ps_link(), v1::DATA_LINK_GRPC);
   EXPECT_EQ(job.recovery().restarts(), 3);
+  EXPECT_EQ(job.sharding().method(), v1::SHARD_METHOD_DISTRIBUTION_AWARE);
+  EXPECT_EQ(ShardMethodText(job.sharding().method()), "distribution-aware");
+  EXPECT_EQ(job.sharding().clusters(), 12);
+  EXPECT_EQ(job.sharding().pca_components(), 50);  // the default
 }
 
 TEST(ResolvedJob, AGivenScaleAndABatchThatDoesNotDivide) {
