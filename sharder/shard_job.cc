@@ -39,11 +39,7 @@ absl::StatusOr<ShardJob> Resolve(const JobSettings& s) {
     // What `strata` resolved: the same numbers every service of the job reads.
     auto resolved = LoadResolvedJob(*s.job);
     if (!resolved.ok()) return resolved.status();
-    const v1::ResolvedDataset& d = resolved->dataset();
-    dataset.name = DatasetNameText(d.name());
-    dataset.path = d.path();
-    dataset.label_set = LabelSetText(d.label_set());
-    dataset.max_train = d.max_train();
+    dataset = DatasetSpecOf(*resolved);
     const v1::ResolvedSharding& sharding = resolved->sharding();
     job.plan.method = ShardMethodText(sharding.method());
     job.plan.clusters = sharding.clusters();

@@ -160,8 +160,7 @@ std::string InitCheckpointPath() { return absl::StrCat(kContainerRunDir, "/check
 // The one-shot step before the services: the sharder, and for a job on parameter servers from
 // the start the initial model the servers load (a worker would build the same from the seed).
 ContainerSpec Sharder(const JobSpec& spec, bool kubernetes) {
-  TaskSpec task = ShardTask(ContainerPaths());
-  std::vector<std::string> args = task.args;
+  const TaskSpec task = ShardTask(ContainerPaths());
   // The job resolved once, with the replica counts the deployment has (a Kubernetes overlay may
   // have changed them after rendering), for every other container to read.
   std::vector<std::string> resolve = {kContainerJobSpec, "--out", kContainerResolvedJob};
@@ -183,7 +182,7 @@ ContainerSpec Sharder(const JobSpec& spec, bool kubernetes) {
     absl::StrAppend(&c.script, "mkdir -p ", kContainerRunDir, "/checkpoints\n",
                     CommandLine(init.binary, init.args));
   }
-  absl::StrAppend(&c.script, ExecLine(task.binary, args));
+  absl::StrAppend(&c.script, ExecLine(task.binary, task.args));
   return c;
 }
 

@@ -8,6 +8,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "services/common/base/status.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/wire/flat_layout.h"
 #include "services/common/wire/push_pull_frame.h"
 
@@ -99,8 +100,7 @@ absl::StatusOr<PartitionConfig> PartitionConfigFor(const v1::ResolvedJob& job, i
   config.lr = t.lr();
   config.momentum = t.momentum();
   config.weight_decay = t.weight_decay();
-  config.lr_schedule.milestones.assign(t.lr_milestones().begin(), t.lr_milestones().end());
-  config.lr_schedule.gamma = t.lr_gamma();
+  config.lr_schedule = LrScheduleOf(t);
   config.lr_scale = job.strategy().server_lr_scale();
   config.train_examples = train_examples;
   config.sample_budget = sample_budget;

@@ -101,8 +101,10 @@ class Session {
     staging_->NoteScanned(largest);
     const PushMeta meta{worker_, request.version, request.clock, request.samples, request.lr};
     STRATA_RETURN_IF_ERROR(CheckPushMeta(meta, partition_->config().workers));
-    STRATA_RETURN_IF_ERROR(
-        Annotate(staging_->Validate(), absl::StrCat("push from worker ", worker_)));
+    // The message is built only for a refusal: this runs on every push.
+    if (absl::Status valid = staging_->Validate(); !valid.ok()) {
+      return Annotate(valid, absl::StrCat("push from worker ", worker_));
+    }
     STRATA_ASSIGN_OR_RETURN(const int64_t version, partition_->Push(meta, *staging_, wait));
     return partition_->Pull(worker_, version, wait);
   }

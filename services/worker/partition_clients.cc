@@ -247,7 +247,8 @@ absl::Status PartitionClients::CallDataPlane(ServerLink& s, const PushFields* fi
   request.deadline_ms = static_cast<uint64_t>(options_.deadline.count());
   uint8_t header[wire::kRequestBytes];
   wire::EncodeRequest(request, header);
-  std::vector<iovec> parts = {{header, sizeof(header)}};
+  std::vector<iovec>& parts = s.send_parts;
+  parts.assign(1, {header, sizeof(header)});
   if (fields != nullptr) {
     for (const ServerLink::Run& r : s.runs) {
       const float* from = (r.is_buffer ? x.buffers_out : x.gradients) + r.offset;

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/uio.h>
+
 #include <absl/status/statusor.h>
 
 #include "services/common/ml/trainer.h"
@@ -65,6 +67,8 @@ struct ServerLink {
   std::vector<Run> runs;
   size_t floats = 0;
   uint64_t fingerprint = 0;
+  // The iovecs of one request (header, then the runs), kept so a step allocates none.
+  std::vector<iovec> send_parts;
   std::string context(const char* what) const;
 };
 

@@ -297,6 +297,23 @@ absl::StatusOr<v1::ResolvedJob> LoadServiceJob(const ServiceJobSource& source) {
   return ResolveJob(*spec);
 }
 
+DatasetSpec DatasetSpecOf(const v1::ResolvedJob& job) {
+  DatasetSpec d;
+  d.name = DatasetNameText(job.dataset().name());
+  d.path = job.dataset().path();
+  d.label_set = LabelSetText(job.dataset().label_set());
+  d.max_train = job.dataset().max_train();
+  d.max_test = job.dataset().max_test();
+  return d;
+}
+
+LrScheduleSpec LrScheduleOf(const v1::ResolvedTraining& training) {
+  LrScheduleSpec schedule;
+  schedule.milestones.assign(training.lr_milestones().begin(), training.lr_milestones().end());
+  schedule.gamma = training.lr_gamma();
+  return schedule;
+}
+
 std::string DatasetNameText(v1::DatasetName name) { return TextOf(DatasetNames(), name); }
 std::string LabelSetText(v1::LabelSet set) { return TextOf(LabelSetNames(), set); }
 std::string ModelArchText(v1::ModelArch arch) { return TextOf(ModelArchNames(), arch); }

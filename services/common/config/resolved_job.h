@@ -41,6 +41,11 @@ struct ServiceJobSource {
 };
 absl::StatusOr<v1::ResolvedJob> LoadServiceJob(const ServiceJobSource& source);
 
+// The parts of a resolved job in the spec's own types, for the code that takes those (the data set
+// readers, the optimizer's schedule): one mapping, used by every process.
+DatasetSpec DatasetSpecOf(const v1::ResolvedJob& job);
+LrScheduleSpec LrScheduleOf(const v1::ResolvedTraining& training);
+
 // The spec's spelling of each enum ("fashion-mnist", "resnet20", "ssp", "tcp"), for messages,
 // logs and the libraries keyed by name.
 std::string DatasetNameText(v1::DatasetName name);

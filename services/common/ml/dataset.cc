@@ -294,14 +294,7 @@ DatasetOptions DatasetOptionsFor(const DatasetSpec& dataset, uint64_t seed) {
 }
 
 DatasetOptions DatasetOptionsFor(const v1::ResolvedJob& job) {
-  DatasetOptions options;
-  options.name = DatasetNameText(job.dataset().name());
-  options.path = job.dataset().path();
-  options.label_set = LabelSetText(job.dataset().label_set());
-  options.max_train = static_cast<size_t>(job.dataset().max_train());
-  options.max_test = static_cast<size_t>(job.dataset().max_test());
-  options.seed = job.training().seed();
-  return options;
+  return DatasetOptionsFor(DatasetSpecOf(job), job.training().seed());
 }
 
 absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options) {

@@ -59,8 +59,7 @@ TrainerOptions TrainerOptions::ForWorker(const v1::ResolvedJob& job) {
   o.lr = t.lr();
   o.momentum = t.momentum();
   o.weight_decay = t.weight_decay();
-  o.lr_schedule.milestones.assign(t.lr_milestones().begin(), t.lr_milestones().end());
-  o.lr_schedule.gamma = t.lr_gamma();
+  o.lr_schedule = LrScheduleOf(t);
   o.seed = t.seed();
   o.threads = t.threads_per_worker();
   return o;
