@@ -9,14 +9,14 @@
 // update when the server asks for it).
 #pragma once
 
+#include <sys/uio.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
-
-#include <sys/uio.h>
 
 #include <absl/status/statusor.h>
 
