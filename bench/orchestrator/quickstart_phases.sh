@@ -4,13 +4,13 @@
 # push/pull over each link, alternating in one command. Per run: samples/s of each phase
 # (summary.json), their ratio, the final accuracy and the handover; then medians per link.
 # Usage: bench/orchestrator/quickstart_phases.sh BUILD_DIR [RUNS] [LINKS]
-#   LINKS: the strategy.ps_link values to alternate (default "grpc tcp").
+#   LINKS: the strategy.ps_link values to alternate (default "tcp shm"; add grpc for the gRPC link).
 # Take flock /tmp/strata-bench.lock around it, and do not run it during a build.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD_DIR="${1:-build}"
 RUNS="${2:-3}"
-read -r -a LINKS <<<"${3:-grpc tcp}"
+read -r -a LINKS <<<"${3:-tcp shm}"
 OUT="$(mktemp -d /tmp/strata-bench-quickstart-XXXXXX)"
 trap 'rm -rf "$OUT"' EXIT
 for i in $(seq 1 "$RUNS"); do

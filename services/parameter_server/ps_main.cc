@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
   strata::ParameterPartition state(config);
   // The per-step push/pull over plain TCP (tcp_push_pull_server.h); the rest stays on gRPC.
   std::unique_ptr<strata::TcpPushPullServer> data_plane;
-  if (job->strategy().ps_link() != strata::v1::DATA_LINK_TCP) {
+  if (job->strategy().ps_link() == strata::v1::DATA_LINK_GRPC) {
     spdlog::info("strategy.ps_link {}: no plain-TCP data plane",
                  strata::DataLinkText(job->strategy().ps_link()));
   } else if (strata::ChannelsUseTls()) {

@@ -15,6 +15,7 @@ PushStaging::PushStaging(std::shared_ptr<const PartitionLayout> layout)
       seen_(layout_->entries.size(), false) {}
 
 absl::StatusOr<void*> PushStaging::Destination(const TensorSpec& spec) {
+  in_place_ = nullptr;
   auto it = layout_->index.find(spec.name);
   if (it == layout_->index.end()) {
     return absl::InvalidArgumentError(
@@ -41,7 +42,14 @@ absl::StatusOr<void*> PushStaging::Destination(const TensorSpec& spec) {
 float* PushStaging::WholeDestination() {
   std::fill(seen_.begin(), seen_.end(), true);
   scanned_ = false;
+  in_place_ = nullptr;
   return values_.data();
+}
+
+void PushStaging::ReadInPlace(const float* values) {
+  std::fill(seen_.begin(), seen_.end(), true);
+  scanned_ = false;
+  in_place_ = values;
 }
 
 absl::Status CheckPushMeta(const PushMeta& meta, int workers) {
@@ -74,11 +82,11 @@ absl::Status PushStaging::Validate() {
   }
   // A NaN or Inf would poison the model for every worker. One vectorised pass over the whole
   // push; only a push that holds one is searched again, to name the tensor and element.
-  if (!scanned_) max_abs_ = MaxAbsOrInfinity(values_.data(), values_.size());
+  if (!scanned_) max_abs_ = MaxAbsOrInfinity(values(), values_.size());
   scanned_ = false;  // a reused staging is scanned again unless its next push notes it
   if (std::isfinite(max_abs_)) return absl::OkStatus();
   for (const auto& e : layout_->entries) {
-    const float* p = values_.data() + e.offset;
+    const float* p = values() + e.offset;
     const size_t n = static_cast<size_t>(e.spec.numel());
     for (size_t k = 0; k < n; ++k) {
       if (!std::isfinite(p[k])) {

@@ -154,6 +154,9 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const v1::S
   reply->set_bytes(static_cast<int64_t>(s.bytes));
   reply->set_sample_budget(s.sample_budget);
   reply->set_discarded_pushes(s.discarded_pushes);
+  if (options_.data_plane != nullptr) {
+    reply->set_shared_memory_exchanges(options_.data_plane->shared_exchanges());
+  }
   for (int64_t v : s.staleness_histogram) reply->add_staleness_histogram(v);
   for (int64_t v : s.clocks) reply->add_clocks(v);
   for (const auto& t : s.tensors) reply->add_tensors(t);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include <absl/strings/str_cat.h>
@@ -14,6 +15,7 @@
 #include "services/common/base/status.h"
 #include "services/common/ml/sgd.h"
 #include "services/common/wire/push_pull_frame.h"
+#include "services/common/wire/shared_region.h"
 
 namespace strata {
 namespace {
@@ -23,8 +25,13 @@ namespace wire = push_pull_wire;
 // One worker's connection after its hello: answers its requests in order, one at a time.
 class Session {
  public:
-  Session(PartitionStore* partition, const TcpPushPullServerOptions& options, int fd, int worker)
-      : partition_(partition), options_(options), fd_(fd), worker_(worker) {}
+  Session(PartitionStore* partition, const TcpPushPullServerOptions& options, int fd, int worker,
+          std::atomic<int64_t>* shared_exchanges)
+      : partition_(partition),
+        options_(options),
+        fd_(fd),
+        worker_(worker),
+        shared_exchanges_(shared_exchanges) {}
 
   // Until the worker hangs up, the connection breaks, or a header cannot be read (the refusal
   // is sent, then the connection ends: what follows it cannot be found). A request refused after
@@ -40,6 +47,10 @@ class Session {
         (void)SendRefusal(decoded);
         return;
       }
+      if (request.kind == wire::RequestKind::kShareMemory) {
+        if (!Share(request).ok()) return;
+        continue;
+      }
       bool connection_broke = false;
       absl::StatusOr<PullSnapshot> answer = Answer(request, &connection_broke);
       if (connection_broke) return;
@@ -50,7 +61,7 @@ class Session {
         if (!SendRefusal(answer.status()).ok()) return;
         continue;
       }
-      if (!SendModel(*answer).ok()) return;
+      if (!SendModel(*answer, request.kind == wire::RequestKind::kExchangeShared).ok()) return;
     }
   }
 
@@ -68,15 +79,23 @@ class Session {
       usable = absl::InvalidArgumentError(absl::StrCat("a request from worker ", request.worker,
                                                        " on worker ", worker_, "'s connection"));
     }
-    if (usable.ok() && request.kind == wire::RequestKind::kExchange &&
+    const bool shared = request.kind == wire::RequestKind::kExchangeShared;
+    if (usable.ok() && request.kind != wire::RequestKind::kPull &&
         request.payload_bytes != (*layout)->total_floats * sizeof(float)) {
       usable = absl::InvalidArgumentError(
           absl::StrCat("push from worker ", worker_, " of ", request.payload_bytes,
                        " bytes; this partition holds ", (*layout)->total_floats * sizeof(float)));
     }
+    if (usable.ok() && shared &&
+        (region_ == nullptr || region_->area_bytes() != request.payload_bytes)) {
+      usable = absl::FailedPreconditionError(
+          "a shared-memory exchange without a shared region of the partition's size on this "
+          "connection (send a share request first)");
+    }
     if (!usable.ok()) {
       // Read what was sent, so that the worker is reading when the refusal comes.
-      if (!Discard(request.payload_bytes).ok()) *connection_broke = true;
+      const uint64_t on_socket = wire::PayloadOnSocket(request.kind) ? request.payload_bytes : 0;
+      if (!Discard(on_socket).ok()) *connection_broke = true;
       return usable;
     }
     if (request.kind == wire::RequestKind::kPull) return partition_->Pull(worker_, 0, wait);
@@ -84,21 +103,30 @@ class Session {
     if (staging_ == nullptr || &staging_->layout() != layout->get()) {
       staging_ = std::make_unique<PushStaging>(*layout);
     }
-    // In pieces that stay in the cache, each scanned for its largest magnitude (and any NaN or
-    // Inf) as soon as it lands: PushStaging::Validate then needs no pass of its own.
-    float* into = staging_->WholeDestination();
     const size_t floats = request.payload_bytes / sizeof(float);
-    constexpr size_t kPieceFloats = 64 << 10;
-    float largest = 0;
-    for (size_t at = 0; at < floats; at += kPieceFloats) {
-      const size_t n = std::min(kPieceFloats, floats - at);
-      if (!tcp::ReceiveExact(fd_, into + at, n * sizeof(float)).ok()) {
-        *connection_broke = true;
-        return absl::UnavailableError("the pushing worker went away");
+    if (shared) {
+      // Scanned and applied where the worker wrote it, with no copy: the worker waits for its
+      // reply meanwhile (and one that could write the region while it does could as well write
+      // this process's memory; shared_region.h).
+      const auto* pushed = reinterpret_cast<const float*>(region_->push_area());
+      staging_->ReadInPlace(pushed);
+      staging_->NoteScanned(MaxAbsOrInfinity(pushed, floats));
+    } else {
+      // In pieces that stay in the cache, each scanned for its largest magnitude (and any NaN or
+      // Inf) as soon as it lands: PushStaging::Validate then needs no pass of its own.
+      float* into = staging_->WholeDestination();
+      constexpr size_t kPieceFloats = 64 << 10;
+      float largest = 0;
+      for (size_t at = 0; at < floats; at += kPieceFloats) {
+        const size_t n = std::min(kPieceFloats, floats - at);
+        if (!tcp::ReceiveExact(fd_, into + at, n * sizeof(float)).ok()) {
+          *connection_broke = true;
+          return absl::UnavailableError("the pushing worker went away");
+        }
+        largest = std::max(largest, MaxAbsOrInfinity(into + at, n));
       }
-      largest = std::max(largest, MaxAbsOrInfinity(into + at, n));
+      staging_->NoteScanned(largest);
     }
-    staging_->NoteScanned(largest);
     const PushMeta meta{worker_, request.version, request.clock, request.samples, request.lr};
     STRATA_RETURN_IF_ERROR(CheckPushMeta(meta, partition_->config().workers));
     // The message is built only for a refusal: this runs on every push.
@@ -133,7 +161,34 @@ class Session {
     return absl::OkStatus();
   }
 
-  absl::Status SendModel(const PullSnapshot& snapshot) {
+  // A share request: a region sized for the partition (kept for the connection's life, so asking
+  // again returns the same one), offered in the reply. Refused when there is nothing to size it
+  // by; the worker then keeps its tensors on the socket.
+  absl::Status Share(const wire::Request& request) {
+    absl::StatusOr<std::shared_ptr<const PartitionLayout>> layout = partition_->CurrentLayout();
+    absl::Status usable = layout.status();
+    if (usable.ok() && static_cast<int64_t>(request.worker) != worker_) {
+      usable = absl::InvalidArgumentError(absl::StrCat("a request from worker ", request.worker,
+                                                       " on worker ", worker_, "'s connection"));
+    }
+    const size_t bytes = usable.ok() ? (*layout)->total_floats * sizeof(float) : 0;
+    if (usable.ok() && (region_ == nullptr || region_->area_bytes() != bytes)) {
+      region_.reset();
+      absl::StatusOr<std::unique_ptr<SharedRegion>> created = SharedRegion::Create(bytes);
+      if (created.ok()) region_ = std::move(*created);
+      usable = created.status();
+    }
+    if (!usable.ok()) return SendRefusal(usable);
+    wire::Reply reply;
+    reply.payload_bytes = wire::kShareOfferBytes;
+    uint8_t header[wire::kReplyBytes];
+    wire::EncodeReply(reply, header);
+    uint8_t offer[wire::kShareOfferBytes];
+    wire::EncodeShareOffer(region_->offer(), offer);
+    return tcp::SendAll(fd_, header, sizeof(header), offer, sizeof(offer));
+  }
+
+  absl::Status SendModel(const PullSnapshot& snapshot, bool shared) {
     wire::Reply reply;
     reply.version = snapshot.version;
     reply.global_epoch = snapshot.global_epoch;
@@ -142,6 +197,11 @@ class Session {
     reply.payload_bytes = snapshot.values->size() * sizeof(float);
     uint8_t header[wire::kReplyBytes];
     wire::EncodeReply(reply, header);
+    if (shared) {
+      std::memcpy(region_->reply_area(), snapshot.values->data(), reply.payload_bytes);
+      shared_exchanges_->fetch_add(1, std::memory_order_relaxed);
+      return tcp::SendAll(fd_, header, sizeof(header), nullptr, 0);
+    }
     // Straight from the published model, which no one writes again while we hold it.
     return tcp::SendAll(fd_, header, sizeof(header), snapshot.values->data(), reply.payload_bytes);
   }
@@ -160,8 +220,11 @@ class Session {
   const TcpPushPullServerOptions& options_;
   const int fd_;
   const int worker_;
+  std::atomic<int64_t>* const shared_exchanges_;
   // Reused from push to push while the layout stays: a fresh one would zero 4 bytes per weight.
   std::unique_ptr<PushStaging> staging_;
+  // The connection's shared region, once the worker asked for one (kShareMemory).
+  std::unique_ptr<SharedRegion> region_;
 };
 
 }  // namespace
@@ -266,7 +329,7 @@ void TcpPushPullServer::Serve(Connection* c) {
     tcp::SetSendTimeout(fd, options_.send_timeout);
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    Session(partition_, options_, fd, static_cast<int>(sender)).Run();
+    Session(partition_, options_, fd, static_cast<int>(sender), &shared_exchanges_).Run();
   }
   // The peer learns now that the connection is over; the descriptor is closed when the thread
   // is joined (the next accept, or Stop).

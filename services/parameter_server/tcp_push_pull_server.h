@@ -12,8 +12,13 @@
 // consistency policies, budgets and refusals are the same. Bounds: the number of connections,
 // each request's payload (exactly the partition's size), every wait (the worker's deadline, at
 // most max_wait; a worker that hangs up ends its wait) and every reply (send_timeout).
+//
+// A worker on this host may ask for a shared region (services/common/wire/shared_region.h): one
+// per connection, sized for the partition, through which its exchanges then move the tensors
+// while the socket carries only the headers; the push is checked and applied where it lies.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <list>
 #include <memory>
@@ -46,6 +51,8 @@ class TcpPushPullServer {
 
   int port() const { return port_; }
   const tcp::Ticket& ticket() const { return ticket_; }
+  // Exchanges answered through a shared region (workers on this host), for the status.
+  int64_t shared_exchanges() const { return shared_exchanges_.load(std::memory_order_relaxed); }
 
   // Closes the listening socket and every connection and joins their threads. A connection
   // waiting inside the store is released by PartitionStore::Shutdown (call it first) or by its
@@ -81,6 +88,7 @@ class TcpPushPullServer {
   std::mutex mu_;
   std::list<Connection> connections_;
   bool stopping_ = false;
+  std::atomic<int64_t> shared_exchanges_{0};
 };
 
 }  // namespace strata

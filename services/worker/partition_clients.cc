@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 #include <thread>
 
 #include <absl/strings/str_cat.h>
@@ -217,7 +218,51 @@ absl::Status PartitionClients::OpenDataPlane(ServerLink& s, bool* usable) {
   tcp::SetReceiveTimeout(*fd, options_.deadline);
   tcp::SetSendTimeout(*fd, options_.deadline);
   s.data_fd = *fd;
+  s.region.reset();
+  s.share_asked = false;
   *usable = true;
+  return absl::OkStatus();
+}
+
+absl::Status PartitionClients::AttachSharedRegion(ServerLink& s) {
+  namespace wire = push_pull_wire;
+  wire::Request request;
+  request.kind = wire::RequestKind::kShareMemory;
+  request.worker = static_cast<uint32_t>(options_.rank);
+  request.layout_fingerprint = s.fingerprint;
+  request.deadline_ms = static_cast<uint64_t>(options_.deadline.count());
+  uint8_t header[wire::kRequestBytes];
+  wire::EncodeRequest(request, header);
+  STRATA_RETURN_IF_ERROR(tcp::SendAll(s.data_fd, header, sizeof(header), nullptr, 0));
+  uint8_t raw[wire::kReplyBytes];
+  STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(s.data_fd, raw, sizeof(raw)));
+  wire::Reply reply;
+  STRATA_RETURN_IF_ERROR(wire::DecodeReply(raw, &reply));
+  if (reply.code != 0) {
+    // Refused (nothing loaded yet, say): the tensors stay on the socket.
+    std::string message(reply.message_bytes, '\0');
+    STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(s.data_fd, message.data(), message.size()));
+    spdlog::info("{} shares no memory (code {}); tensors go over TCP",
+                 s.context("the data plane of"), reply.code);
+    return absl::OkStatus();
+  }
+  if (reply.payload_bytes != wire::kShareOfferBytes) {
+    return absl::InternalError(absl::StrCat("a share reply of ", reply.payload_bytes,
+                                            " bytes, not an offer of ", wire::kShareOfferBytes));
+  }
+  uint8_t offer[wire::kShareOfferBytes];
+  STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(s.data_fd, offer, sizeof(offer)));
+  absl::StatusOr<std::unique_ptr<SharedRegion>> region =
+      SharedRegion::Attach(wire::DecodeShareOffer(offer), s.floats * sizeof(float));
+  if (!region.ok()) {
+    // Another host, container or pid namespace: the usual case between machines.
+    spdlog::info("{} is not on this host ({}); tensors go over TCP", s.context("the data plane of"),
+                 std::string(region.status().message()));
+    return absl::OkStatus();
+  }
+  s.region = std::move(*region);
+  spdlog::info("{} is on this host; tensors move through shared memory",
+               s.context("the data plane of"));
   return absl::OkStatus();
 }
 
@@ -229,12 +274,24 @@ absl::Status PartitionClients::CallDataPlane(ServerLink& s, const PushFields* fi
   auto broken = [&](const absl::Status& why) {
     close(s.data_fd);
     s.data_fd = -1;
+    s.region.reset();
     const bool closed = why.code() == absl::StatusCode::kOutOfRange;
     return Annotate(closed ? absl::UnavailableError("the server closed the connection") : why,
                     s.context(what));
   };
+  // Only exchanges use the region; a pull (at the start, after a restart) stays on the socket.
+  // The region is asked for before the connection's first exchange rather than when it opens:
+  // by then a pull has answered, so the server holds the model it sizes the region by (at the
+  // switch, the connection opens while the servers are still loading the handover).
+  if (fields != nullptr && options_.shared_memory && !s.share_asked && s.floats > 0) {
+    s.share_asked = true;
+    if (absl::Status attached = AttachSharedRegion(s); !attached.ok()) return broken(attached);
+  }
+  const bool shared = fields != nullptr && s.region != nullptr;
   wire::Request request;
-  request.kind = fields != nullptr ? wire::RequestKind::kExchange : wire::RequestKind::kPull;
+  request.kind = fields == nullptr ? wire::RequestKind::kPull
+                 : shared          ? wire::RequestKind::kExchangeShared
+                                   : wire::RequestKind::kExchange;
   request.worker = static_cast<uint32_t>(options_.rank);
   if (fields != nullptr) {
     request.version = fields->version >= 0 ? fields->version : s.installed_version;
@@ -249,7 +306,14 @@ absl::Status PartitionClients::CallDataPlane(ServerLink& s, const PushFields* fi
   wire::EncodeRequest(request, header);
   std::vector<iovec>& parts = s.send_parts;
   parts.assign(1, {header, sizeof(header)});
-  if (fields != nullptr) {
+  if (shared) {
+    uint8_t* into = s.region->push_area();
+    for (const ServerLink::Run& r : s.runs) {
+      const float* from = (r.is_buffer ? x.buffers_out : x.gradients) + r.offset;
+      std::memcpy(into, from, r.floats * sizeof(float));
+      into += r.floats * sizeof(float);
+    }
+  } else if (fields != nullptr) {
     for (const ServerLink::Run& r : s.runs) {
       const float* from = (r.is_buffer ? x.buffers_out : x.gradients) + r.offset;
       parts.push_back({const_cast<float*>(from), r.floats * sizeof(float)});
@@ -284,10 +348,14 @@ absl::Status PartitionClients::CallDataPlane(ServerLink& s, const PushFields* fi
         absl::StrCat("the reply holds ", reply.payload_bytes, " bytes, this worker's partition ",
                      s.floats * sizeof(float), ": the server holds a different model")));
   }
+  const uint8_t* shared_reply = shared ? s.region->reply_area() : nullptr;
   for (const ServerLink::Run& r : s.runs) {
     float* into = (r.is_buffer ? x.buffers_in : x.parameters_in) + r.offset;
-    if (absl::Status got = tcp::ReceiveExact(s.data_fd, into, r.floats * sizeof(float));
-        !got.ok()) {
+    if (shared) {
+      std::memcpy(into, shared_reply, r.floats * sizeof(float));
+      shared_reply += r.floats * sizeof(float);
+    } else if (absl::Status got = tcp::ReceiveExact(s.data_fd, into, r.floats * sizeof(float));
+               !got.ok()) {
       return broken(got);
     }
   }

@@ -21,6 +21,7 @@
 #include <absl/status/statusor.h>
 
 #include "services/common/ml/trainer.h"
+#include "services/common/wire/shared_region.h"
 #include "services/common/wire/tensor.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 
@@ -35,6 +36,10 @@ struct PartitionClientsOptions {
   // services/parameter_server/tcp_push_pull_server.h) instead of gRPC streams. A server that
   // offers none, or whose data plane cannot be reached, is served over gRPC (with a warning).
   bool tcp_data_plane = false;
+  // With the data plane: ask each server for a shared region (services/common/wire/
+  // shared_region.h) and, where the server runs on this host, move the tensors through it; the
+  // socket then carries only the headers. Servers elsewhere are served over TCP as before.
+  bool shared_memory = false;
 };
 
 // One model tensor as the worker holds it: trainable parameters live in the trainer's fused
@@ -64,6 +69,8 @@ struct ServerLink {
   };
   int data_fd = -1;
   bool data_plane_declined = false;
+  std::unique_ptr<SharedRegion> region;  // set while the connection moves tensors through it
+  bool share_asked = false;              // this connection has asked for a region
   std::vector<Run> runs;
   size_t floats = 0;
   uint64_t fingerprint = 0;
@@ -145,6 +152,10 @@ class PartitionClients {
   // over gRPC), then one request and its reply. An exchange sends x.gradients and
   // x.buffers_out; a pull (fields == nullptr) sends nothing. Any failure closes the connection.
   absl::Status OpenDataPlane(ServerLink& s, bool* usable);
+  // Before a connection's first exchange: asks for a shared region and attaches it if the server
+  // is on this host (s.region); a server elsewhere leaves s.region empty. Errors are the
+  // connection's.
+  absl::Status AttachSharedRegion(ServerLink& s);
   absl::Status CallDataPlane(ServerLink& s, const PushFields* fields, const ExchangeBuffers& x);
 
   const PartitionClientsOptions options_;

@@ -102,9 +102,12 @@ class WorkerRunner {
     clients.servers.assign(servers.begin(), servers.end());
     clients.rank = options_.rank;
     clients.deadline = options_.deadline;
-    // Plain TCP unless the job asks for gRPC; with TLS on the servers offer no data plane.
+    // Plain TCP (with shared memory for servers on this host under shm) unless the job asks for
+    // gRPC; with TLS on the servers offer no data plane.
+    const v1::DataLink link = options_.job.strategy().ps_link();
     clients.tcp_data_plane =
-        options_.job.strategy().ps_link() == v1::DATA_LINK_TCP && !ChannelsUseTls();
+        (link == v1::DATA_LINK_TCP || link == v1::DATA_LINK_SHARED_MEMORY) && !ChannelsUseTls();
+    clients.shared_memory = clients.tcp_data_plane && link == v1::DATA_LINK_SHARED_MEMORY;
     const absl::StatusOr<ConsistencyMode> mode =
         ConsistencyFromJob(options_.job.strategy().consistency());
     if (mode.ok() && IsServerDecided(*mode)) {

@@ -66,6 +66,13 @@ TEST_F(ComposeRun, QuickstartRunsAsAComposeProjectSwitchesLiveAndLeavesNothing) 
                               "orchestrator"}) {
     EXPECT_TRUE(Exists(dir + "/logs/" + service + ".log")) << service;
   }
+  // Containers do not share a pid namespace: the workers find the server's shared region out of
+  // reach and keep the tensors on the TCP connection.
+  for (const char* worker : {"worker-0", "worker-1"}) {
+    const std::string log = Slurp(dir + "/logs/" + std::string(worker) + ".log");
+    EXPECT_NE(log.find("is not on this host"), std::string::npos) << log;
+    EXPECT_EQ(log.find("tensors move through shared memory"), std::string::npos) << log;
+  }
   EXPECT_EQ(Leftovers(dir), "");
   EXPECT_FALSE(Exists(dir + "/compose/run-token")) << "the token outlived the run";
 }

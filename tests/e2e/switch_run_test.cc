@@ -44,6 +44,12 @@ strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
   for (const char* log : {"sharder", "ps-0", "worker-0", "worker-1", "evaluator"}) {
     EXPECT_TRUE(Exists(run_dir + "/logs/" + log + ".log")) << log;
   }
+  // Local processes share a host: after the switch the tensors go through shared memory.
+  for (const char* log : {"worker-0", "worker-1"}) {
+    EXPECT_NE(Slurp(run_dir + "/logs/" + log + ".log").find("tensors move through shared memory"),
+              std::string::npos)
+        << log;
+  }
 
   // events.jsonl: the switch decided by the rule and done, with the servers holding the last
   // all-reduce model (compared tensor by tensor before any worker pushed).

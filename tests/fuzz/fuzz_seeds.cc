@@ -248,6 +248,12 @@ void PushPullFrameSeeds(const fs::path& dir) {
   Write(dir, "empty-exchange", hello + request(K::kExchange, 0));
   Write(dir, "ragged-payload", hello + request(K::kExchange, 6));
   Write(dir, "bad-magic", hello + std::string(wire::kRequestBytes, '\x5a'));
+  // Shared memory: a share, then an exchange whose payload is in the region (only its header on
+  // the socket), then a pull; and a share that claims a payload.
+  Write(dir, "share-then-shared-exchange",
+        hello + request(K::kShareMemory, 0) +
+            request(K::kExchangeShared, 16).substr(0, wire::kRequestBytes) + request(K::kPull, 0));
+  Write(dir, "share-with-payload", hello + request(K::kShareMemory, 8));
 }
 
 void JobSpecSeeds(const fs::path& dir, const fs::path& configs) {

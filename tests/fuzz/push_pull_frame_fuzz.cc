@@ -4,8 +4,9 @@
 // declares (or as much of it as is left); the same bytes are also read as reply headers.
 // Checked:
 //   - no request is accepted whose payload is not whole floats within kMaxPayloadBytes, or that
-//     carries a payload as a pull or none as an exchange (the server reads exactly that many
-//     bytes into the partition's staging);
+//     carries a payload as a pull or share request or none as an exchange (the server reads
+//     exactly that many bytes into the partition's staging, from the socket or, for a shared
+//     exchange, from the shared region); no request of a kind outside the four;
 //   - no reply is accepted with an unknown status code, a message over kMaxMessageBytes, a payload
 //     that is not whole floats within the bound, or a model alongside an error;
 //   - whatever is accepted encodes again to a header that decodes to the same fields.
@@ -27,8 +28,13 @@ bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(a)) == 0; 
 void CheckRequest(const Request& r) {
   FUZZ_CHECK(r.payload_bytes % sizeof(float) == 0 && r.payload_bytes <= kMaxPayloadBytes,
              absl::StrCat("a request of ", r.payload_bytes, " bytes"));
-  FUZZ_CHECK((r.kind == RequestKind::kPull) == (r.payload_bytes == 0),
-             "a pull with a payload or an exchange without one");
+  const bool exchange = r.kind == RequestKind::kExchange || r.kind == RequestKind::kExchangeShared;
+  FUZZ_CHECK(exchange || r.kind == RequestKind::kPull || r.kind == RequestKind::kShareMemory,
+             absl::StrCat("a request of kind ", static_cast<uint32_t>(r.kind)));
+  FUZZ_CHECK(exchange != (r.payload_bytes == 0),
+             "a pull or share with a payload, or an exchange without one");
+  FUZZ_CHECK(PayloadOnSocket(r.kind) == (r.kind == RequestKind::kExchange),
+             "a payload on the socket for a request that has none there");
   uint8_t again[kRequestBytes];
   EncodeRequest(r, again);
   Request back;
@@ -77,7 +83,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!DecodeRequest(data + at, &request).ok()) return 0;  // the server ends the connection
     CheckRequest(request);
     at += kRequestBytes;
-    at += static_cast<size_t>(std::min<uint64_t>(request.payload_bytes, size - at));
+    const uint64_t on_socket = PayloadOnSocket(request.kind) ? request.payload_bytes : 0;
+    at += static_cast<size_t>(std::min<uint64_t>(on_socket, size - at));
   }
   return 0;
 }

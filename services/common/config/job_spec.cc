@@ -443,7 +443,7 @@ bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
       return v >= 0 && v <= 1024 ? std::string() : absl::StrCat("must be in [0, 1024], got ", v);
     });
     r.Field<std::string>(n, "strategy", "ring_link", &s.ring_link, Among({"grpc", "tcp"}));
-    r.Field<std::string>(n, "strategy", "ps_link", &s.ps_link, Among({"grpc", "tcp"}));
+    r.Field<std::string>(n, "strategy", "ps_link", &s.ps_link, Among({"grpc", "tcp", "shm"}));
     if (s.kind == "allreduce" && r.Given("strategy.ps_link") && !r.Refused("strategy.ps_link")) {
       r.Error(r.Where("strategy.ps_link"), "strategy.ps_link",
               "applies to push/pull with parameter servers, which strategy.kind allreduce does "
@@ -745,7 +745,7 @@ std::string JobSpecToYaml(const JobSpec& s) {
   if (st.bucket_mb > 0) out << YAML::Key << "bucket_mb" << YAML::Value << st.bucket_mb;
   // Only when not the default, so that resolved specs of other jobs read as before.
   if (st.ring_link != "tcp") out << YAML::Key << "ring_link" << YAML::Value << st.ring_link;
-  if (st.ps_link != "tcp") out << YAML::Key << "ps_link" << YAML::Value << st.ps_link;
+  if (st.ps_link != "shm") out << YAML::Key << "ps_link" << YAML::Value << st.ps_link;
   out << YAML::EndMap;
   out << YAML::Key << "launcher" << YAML::Value << YAML::BeginMap << YAML::Key << "kind"
       << YAML::Value << s.launcher.kind << YAML::Key << "ring_transport" << YAML::Value

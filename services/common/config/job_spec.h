@@ -101,9 +101,11 @@ struct StrategySpec {
   // on, the ring stays on gRPC (the TCP connection is not encrypted).
   std::string ring_link = "tcp";
   // How the per-step push/pull travels: "tcp" (one plain TCP connection per worker and server,
-  // gRPC only to find it; services/parameter_server/tcp_push_pull_server.h) or "grpc" (a gRPC
-  // stream per step). With TLS on, push/pull stays on gRPC.
-  std::string ps_link = "tcp";
+  // gRPC only to find it; services/parameter_server/tcp_push_pull_server.h), "shm" (the same
+  // connection, with the tensors in a shared-memory region when worker and server share a host;
+  // services/common/wire/shared_region.h) or "grpc" (a gRPC stream per step). With TLS on,
+  // push/pull stays on gRPC.
+  std::string ps_link = "shm";
 };
 
 struct LauncherSpec {

@@ -54,7 +54,8 @@ const Names<v1::Consistency>& ConsistencyNames() {
 }
 const Names<v1::DataLink>& DataLinkNames() {
   static const Names<v1::DataLink> names = {{v1::DATA_LINK_TCP, "tcp"},
-                                            {v1::DATA_LINK_GRPC, "grpc"}};
+                                            {v1::DATA_LINK_GRPC, "grpc"},
+                                            {v1::DATA_LINK_SHARED_MEMORY, "shm"}};
   return names;
 }
 
@@ -157,7 +158,8 @@ std::vector<std::string> Problems(const v1::ResolvedJob& job) {
   need(s.ps_pipeline() == 0 || s.ps_pipeline() == 1, "strategy.ps_pipeline", "must be 0 or 1");
   need(s.bucket_bytes() >= 0 && s.bucket_bytes() <= (int64_t{1} << 30), "strategy.bucket_bytes",
        "must lie in [0, 1 GiB]");
-  need(Known(DataLinkNames(), s.ring_link()), "strategy.ring_link", "is not a known link");
+  need(Known(DataLinkNames(), s.ring_link()) && s.ring_link() != v1::DATA_LINK_SHARED_MEMORY,
+       "strategy.ring_link", "is not a ring link (tcp or grpc)");
   need(Known(DataLinkNames(), s.ps_link()), "strategy.ps_link", "is not a known link");
   need(job.recovery().restarts() >= 0, "recovery.restarts", "must be >= 0");
   const auto& sh = job.sharding();

@@ -71,8 +71,8 @@ absl::Status DecodeRequest(const uint8_t in[kRequestBytes], Request* r) {
                                                    kVersion));
   }
   const uint32_t kind = Get32(in + kKindAt);
-  if (kind != static_cast<uint32_t>(RequestKind::kExchange) &&
-      kind != static_cast<uint32_t>(RequestKind::kPull)) {
+  if (kind < static_cast<uint32_t>(RequestKind::kExchange) ||
+      kind > static_cast<uint32_t>(RequestKind::kExchangeShared)) {
     return absl::InvalidArgumentError(absl::StrCat("push/pull request of unknown kind ", kind));
   }
   r->kind = static_cast<RequestKind>(kind);
@@ -85,10 +85,12 @@ absl::Status DecodeRequest(const uint8_t in[kRequestBytes], Request* r) {
   r->payload_bytes = Get64(in + kRequestPayloadAt);
   r->deadline_ms = Get64(in + kDeadlineAt);
   if (absl::Status s = CheckPayload("push/pull request", r->payload_bytes); !s.ok()) return s;
-  if ((r->kind == RequestKind::kPull) != (r->payload_bytes == 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(r->kind == RequestKind::kPull ? "a pull" : "an exchange", " request with ",
-                     r->payload_bytes, " bytes of payload (a pull has none, an exchange some)"));
+  const bool exchange =
+      r->kind == RequestKind::kExchange || r->kind == RequestKind::kExchangeShared;
+  if (exchange == (r->payload_bytes == 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        exchange ? "an exchange" : "a pull or share", " request with ", r->payload_bytes,
+        " bytes of payload (an exchange has some, a pull or share none)"));
   }
   return absl::OkStatus();
 }
@@ -135,6 +137,22 @@ absl::Status DecodeReply(const uint8_t in[kReplyBytes], Reply* r) {
     return absl::InvalidArgumentError("a push/pull error reply that carries a model");
   }
   return absl::OkStatus();
+}
+
+void EncodeShareOffer(const SharedRegionOffer& offer, uint8_t out[kShareOfferBytes]) {
+  Put32(out, offer.pid);
+  Put32(out + 4, offer.fd);
+  Put64(out + 8, offer.region_bytes);
+  std::copy(offer.nonce.begin(), offer.nonce.end(), out + 16);
+}
+
+SharedRegionOffer DecodeShareOffer(const uint8_t in[kShareOfferBytes]) {
+  SharedRegionOffer offer;
+  offer.pid = Get32(in);
+  offer.fd = Get32(in + 4);
+  offer.region_bytes = Get64(in + 8);
+  std::copy(in + 16, in + 48, offer.nonce.begin());
+  return offer;
 }
 
 void LayoutFingerprint::Mix(const void* data, size_t bytes) {

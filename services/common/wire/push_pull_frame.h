@@ -9,6 +9,11 @@
 //            order); a pull has no payload
 //   reply    64-byte header, then either the partition's weights and buffer values in the same
 //            order (code 0), or a UTF-8 message of at most 64 KiB (code: an absl::StatusCode)
+// A worker on the server's host may move the tensors through shared memory instead
+// (services/common/wire/shared_region.h): it asks once with a share request (no payload), whose
+// reply carries a 48-byte offer instead of a model; then each shared exchange announces the
+// partition's size in payload_bytes but sends it in the region's push area, and its reply
+// announces the model's size and leaves it in the reply area: nothing follows either header.
 // Both ends know the tensors, so the payload carries no names or shapes: the request names the
 // layout by its fingerprint (names, shapes, kinds, in order) and the server refuses one that is
 // not its own. A refused request (its payload read whole) leaves the connection usable. A header
@@ -22,11 +27,20 @@
 
 #include <absl/status/status.h>
 
+#include "services/common/wire/shared_region.h"
 #include "services/common/wire/tensor.h"
 
 namespace strata::push_pull_wire {
 
-enum class RequestKind : uint32_t { kExchange = 1, kPull = 2 };
+enum class RequestKind : uint32_t {
+  kExchange = 1,
+  kPull = 2,
+  kShareMemory = 3,     // asks for a shared region; the reply's payload is its offer
+  kExchangeShared = 4,  // an exchange whose tensors are in the shared region, both ways
+};
+
+// Whether the request's payload_bytes follow its header on the socket.
+inline bool PayloadOnSocket(RequestKind kind) { return kind == RequestKind::kExchange; }
 
 constexpr uint32_t kHelloMagic = 0x50525453;  // "STRP"
 constexpr uint32_t kVersion = 1;
@@ -34,6 +48,7 @@ constexpr size_t kRequestBytes = 80;
 constexpr size_t kReplyBytes = 64;
 constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 30;
 constexpr uint32_t kMaxMessageBytes = 64 << 10;
+constexpr size_t kShareOfferBytes = 48;
 
 struct Request {
   RequestKind kind = RequestKind::kExchange;
@@ -61,6 +76,11 @@ void EncodeRequest(const Request& request, uint8_t out[kRequestBytes]);
 absl::Status DecodeRequest(const uint8_t in[kRequestBytes], Request* request);
 void EncodeReply(const Reply& reply, uint8_t out[kReplyBytes]);
 absl::Status DecodeReply(const uint8_t in[kReplyBytes], Reply* reply);
+
+// The reply payload of a share request: pid, descriptor, region size, the region's first 32
+// bytes (SharedRegionOffer).
+void EncodeShareOffer(const SharedRegionOffer& offer, uint8_t out[kShareOfferBytes]);
+SharedRegionOffer DecodeShareOffer(const uint8_t in[kShareOfferBytes]);
 
 // A 64-bit FNV-1a digest of a partition's tensors in order: name, shape, and whether each is a
 // buffer. Equal on both ends when they cut the same model by the same plan.

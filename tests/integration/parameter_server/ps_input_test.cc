@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -332,9 +333,40 @@ TEST_F(PsInputTest, TheTcpDataPlaneRefusesWhatAHostileClientSendsAndKeepsServing
     ASSERT_TRUE(c.SendRaw(header, sizeof(header)).ok());
     ASSERT_TRUE(c.SendRaw(good.data(), good.size() * sizeof(float) / 2).ok());
   }
+  {  // Shared memory: the same checks, and nothing is read from the socket that is not there.
+    DataPlaneClient c(port, ticket);
+    auto unoffered = SharedRegion::Create(floats * sizeof(float));  // not the server's
+    ASSERT_TRUE(unoffered.ok()) << unoffered.status();
+    auto a = c.CallShared(exchange, **unoffered, good);
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kFailedPrecondition) << a.status;
+    EXPECT_NE(a.status.message().find("share request first"), std::string::npos) << a.status;
+
+    auto region = c.Share(fingerprint.value(), floats * sizeof(float));
+    ASSERT_TRUE(region.ok()) << region.status();
+    std::vector<float> poisoned = good;
+    poisoned[3] = std::numeric_limits<float>::infinity();
+    a = c.CallShared(exchange, **region, poisoned);
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+    EXPECT_NE(a.status.message().find("fc1.weight"), std::string::npos) << a.status;
+
+    push_pull_wire::Request wrong_size = exchange;
+    wrong_size.payload_bytes = 8;
+    a = c.CallShared(wrong_size, **region, good);
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+    EXPECT_NE(a.status.message().find("this partition holds"), std::string::npos) << a.status;
+
+    auto other_worker = c.Share(fingerprint.value(), floats * sizeof(float), /*worker=*/3);
+    EXPECT_EQ(other_worker.status().code(), absl::StatusCode::kInvalidArgument)
+        << other_worker.status();
+    // An offer is not a model: the region comes back the same when asked again.
+    auto again = c.Share(fingerprint.value(), floats * sizeof(float));
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ((*again)->offer().fd, (*region)->offer().fd);
+  }
   const v1::ServerStatus status = GetStatus(*stub);
   EXPECT_EQ(status.pushes(), 0);
-  EXPECT_GE(status.rejected_pushes(), 4);
+  EXPECT_GE(status.rejected_pushes(), 6);
+  EXPECT_EQ(status.shared_memory_exchanges(), 0);
 
   // Still serving: an ordinary exchange is applied and answered with the new model.
   DataPlaneClient c(port, ticket);
@@ -344,6 +376,24 @@ TEST_F(PsInputTest, TheTcpDataPlaneRefusesWhatAHostileClientSendsAndKeepsServing
   ASSERT_EQ(a.model.size(), floats);
   for (float v : a.model) ASSERT_TRUE(std::isfinite(v));
   EXPECT_NE(a.model[0], before.tensors[0].floats()[0]);
+
+  // And through a shared region, on the same connection: the model of version 7 comes back in
+  // the region, equal to what a pull over the socket then reads.
+  auto region = c.Share(fingerprint.value(), floats * sizeof(float));
+  ASSERT_TRUE(region.ok()) << region.status();
+  push_pull_wire::Request next = exchange;
+  next.version = 6;
+  auto shared = c.CallShared(next, **region, good);
+  ASSERT_TRUE(shared.status.ok()) << shared.status;
+  EXPECT_EQ(shared.reply.version, 7);
+  push_pull_wire::Request pull;
+  pull.kind = push_pull_wire::RequestKind::kPull;
+  pull.layout_fingerprint = fingerprint.value();
+  auto pulled = c.Call(pull);
+  ASSERT_TRUE(pulled.status.ok()) << pulled.status;
+  EXPECT_EQ(pulled.model, shared.model);
+  EXPECT_NE(shared.model, a.model);
+  EXPECT_EQ(GetStatus(*stub).shared_memory_exchanges(), 1);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -256,7 +257,9 @@ class DataPlaneClient {
     return tcp::SendAll(fd_, header, sizeof(header), payload.data(),
                         payload.size() * sizeof(float));
   }
-  Answer Receive() {
+  // `region`: the request was a shared exchange, and a model is read from the region's reply
+  // area instead of the socket.
+  Answer Receive(const SharedRegion* region = nullptr) {
     Answer a;
     uint8_t raw[push_pull_wire::kReplyBytes];
     absl::Status got = tcp::ReceiveExact(fd_, raw, sizeof(raw));
@@ -273,8 +276,42 @@ class DataPlaneClient {
       return a;
     }
     a.model.resize(a.reply.payload_bytes / sizeof(float));
+    if (region != nullptr) {
+      EXPECT_LE(a.reply.payload_bytes, region->area_bytes());
+      if (a.reply.payload_bytes <= region->area_bytes()) {
+        std::memcpy(a.model.data(), region->reply_area(), a.reply.payload_bytes);
+      }
+      return a;
+    }
     EXPECT_TRUE(tcp::ReceiveExact(fd_, a.model.data(), a.reply.payload_bytes).ok());
     return a;
+  }
+  // Asks for a shared region sized `area_bytes` and attaches it; the error is the server's
+  // refusal or the attach's.
+  absl::StatusOr<std::unique_ptr<SharedRegion>> Share(uint64_t fingerprint, size_t area_bytes,
+                                                      uint32_t worker = 0) {
+    push_pull_wire::Request r;
+    r.kind = push_pull_wire::RequestKind::kShareMemory;
+    r.worker = worker;
+    r.layout_fingerprint = fingerprint;
+    Answer a = Call(r);
+    if (!a.status.ok()) return a.status;
+    if (a.reply.payload_bytes != push_pull_wire::kShareOfferBytes) {
+      return absl::InternalError("a share reply without an offer");
+    }
+    return SharedRegion::Attach(
+        push_pull_wire::DecodeShareOffer(reinterpret_cast<const uint8_t*>(a.model.data())),
+        area_bytes);
+  }
+  // A shared exchange: `payload` goes into the region's push area, the model comes back in its
+  // reply area.
+  Answer CallShared(push_pull_wire::Request r, const SharedRegion& region,
+                    const std::vector<float>& payload) {
+    std::memcpy(region.push_area(), payload.data(),
+                std::min(payload.size() * sizeof(float), region.area_bytes()));
+    r.kind = push_pull_wire::RequestKind::kExchangeShared;
+    if (absl::Status sent = Send(r, {}); !sent.ok()) return {sent, {}, {}, true};
+    return Receive(&region);
   }
   Answer Call(const push_pull_wire::Request& r, const std::vector<float>& payload = {}) {
     if (absl::Status sent = Send(r, payload); !sent.ok()) return {sent, {}, {}, true};

@@ -75,7 +75,16 @@ void StepBesideTheReference(Trainer& reference, Trainer& worker, Synchroniser& s
 }
 
 // The parameter is the link: true over the servers' plain-TCP data plane, false over gRPC.
-class PsTrainingTest : public ::testing::TestWithParam<bool> {
+// How the workers' push/pull travels: gRPC streams, the plain-TCP data plane, or that plane with
+// the tensors in shared memory (the servers run on this host).
+enum class Link { kGrpc, kTcp, kSharedMemory };
+
+void UseLink(Link link, PartitionClientsOptions* clients) {
+  clients->tcp_data_plane = link != Link::kGrpc;
+  clients->shared_memory = link == Link::kSharedMemory;
+}
+
+class PsTrainingTest : public ::testing::TestWithParam<Link> {
  protected:
   static void SetUpTestSuite() { ConfigureTorchThreads(1); }
   void SetUp() override {
@@ -114,7 +123,7 @@ class PsTrainingTest : public ::testing::TestWithParam<bool> {
     PushPullOptions o;
     o.clients.servers = servers;
     o.clients.rank = rank;
-    o.clients.tcp_data_plane = GetParam();
+    UseLink(GetParam(), &o.clients);
     auto s = MakePushPullSynchroniser(o, trainer);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
@@ -204,6 +213,8 @@ TEST_P(PsTrainingTest, AspOneWorkerOneServerReproducesSingleNodeSgdStepForStep) 
   EXPECT_EQ(s.version(), step);
   EXPECT_EQ(s.completed_epochs(), 2);
   EXPECT_FLOAT_EQ(s.lr(), 0.025f) << "the milestone after epoch 1 halves the lr";
+  // Under shm every exchange went through the region (the server is on this host), else none.
+  EXPECT_EQ(s.shared_memory_exchanges(), GetParam() == Link::kSharedMemory ? step : 0);
 }
 
 TEST_P(PsTrainingTest, BspTwoWorkersReproduceTheGlobalBatchAndThreeServersGiveTheSameModel) {
@@ -276,7 +287,7 @@ TEST_P(PsTrainingTest, ErrorsNameTheServer) {
     PushPullOptions o;
     o.clients.servers = {servers[0], "127.0.0.1:1"};
     o.clients.deadline = std::chrono::seconds(10);
-    o.clients.tcp_data_plane = GetParam();
+    UseLink(GetParam(), &o.clients);
     auto sync = MakePushPullSynchroniser(o, *worker);
     ASSERT_TRUE(sync.ok());
     absl::Status s = (*sync)->Start(*worker);
@@ -297,7 +308,7 @@ TEST_P(PsTrainingTest, ErrorsNameTheServer) {
     ASSERT_TRUE(ps.ok()) << ps.status();
     PushPullOptions po;
     po.clients.servers = {(*ps)->address()};
-    po.clients.tcp_data_plane = GetParam();
+    UseLink(GetParam(), &po.clients);
     auto sync = MakePushPullSynchroniser(po, *worker);
     ASSERT_TRUE(sync.ok());
     absl::Status s = (*sync)->Start(*worker);
@@ -306,7 +317,7 @@ TEST_P(PsTrainingTest, ErrorsNameTheServer) {
               absl::string_view::npos)
         << s;
     // gRPC names the tensor; the data plane carries no names, only the layout's fingerprint.
-    EXPECT_NE(s.message().find(GetParam() ? "different model" : "fc1.weight"),
+    EXPECT_NE(s.message().find(GetParam() != Link::kGrpc ? "different model" : "fc1.weight"),
               absl::string_view::npos)
         << s;
   }
@@ -339,9 +350,18 @@ TEST_P(PsTrainingTest, AWorkerFallsBackToGrpcWhenTheServerOffersNoDataPlane) {
   StepBesideTheReference(*reference, *worker, *sync, /*first=*/0, /*end=*/4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Links, PsTrainingTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "PlainTcp" : "Grpc";
+INSTANTIATE_TEST_SUITE_P(Links, PsTrainingTest,
+                         ::testing::Values(Link::kGrpc, Link::kTcp, Link::kSharedMemory),
+                         [](const ::testing::TestParamInfo<Link>& info) {
+                           switch (info.param) {
+                             case Link::kGrpc:
+                               return "Grpc";
+                             case Link::kTcp:
+                               return "PlainTcp";
+                             case Link::kSharedMemory:
+                               return "SharedMemory";
+                           }
+                           return "Unknown";
                          });
 
 }  // namespace

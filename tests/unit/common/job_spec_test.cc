@@ -1,9 +1,12 @@
 #include "services/common/config/job_spec.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 namespace strata {
 namespace {
+
+using ::testing::HasSubstr;
 
 TEST(JobSpec, DefaultsAndValues) {
   auto spec = ParseJobSpec(R"(
@@ -132,10 +135,17 @@ TEST(JobSpec, PsLinkTravelsThroughTheResolvedSpecOnlyWhenNotTheDefault) {
   auto again = ParseJobSpec(JobSpecToYaml(*grpc), "resolved.yaml");
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->strategy.ps_link, "grpc");
-  auto tcp = ParseJobSpec("name: b\n", "j.yaml");
+  auto tcp = ParseJobSpec("name: b\nstrategy: { kind: switch, ps_link: tcp }\n", "j.yaml");
   ASSERT_TRUE(tcp.ok()) << tcp.status();
-  EXPECT_EQ(tcp->strategy.ps_link, "tcp");
-  EXPECT_EQ(JobSpecToYaml(*tcp).find("ps_link"), std::string::npos);
+  again = ParseJobSpec(JobSpecToYaml(*tcp), "resolved.yaml");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->strategy.ps_link, "tcp");
+  auto shm = ParseJobSpec("name: b\n", "j.yaml");
+  ASSERT_TRUE(shm.ok()) << shm.status();
+  EXPECT_EQ(shm->strategy.ps_link, "shm");
+  EXPECT_EQ(JobSpecToYaml(*shm).find("ps_link"), std::string::npos);
+  auto ring = ParseJobSpec("name: b\nstrategy: { kind: switch, ring_link: shm }\n", "j.yaml");
+  EXPECT_THAT(std::string(ring.status().message()), HasSubstr("strategy.ring_link"));
 }
 
 TEST(JobSpec, PdpAndApdpCarryTheirKStarKeysThroughTheResolvedSpec) {

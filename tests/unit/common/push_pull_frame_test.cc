@@ -77,6 +77,44 @@ TEST(PushPullFrame, RequestsThatDoNotFitTheirKindAreRefused) {
   EXPECT_THAT(std::string(DecodeRequest(raw, &back).message()), HasSubstr("unknown kind 7"));
 }
 
+TEST(PushPullFrame, SharedMemoryRequestsFollowTheSameRules) {
+  Request back;
+  Request r = AnExchange();
+  r.kind = RequestKind::kExchangeShared;  // announces the size it leaves in the region
+  ASSERT_TRUE(Decoded(r, &back).ok());
+  EXPECT_EQ(back.kind, RequestKind::kExchangeShared);
+  EXPECT_EQ(back.payload_bytes, r.payload_bytes);
+  EXPECT_FALSE(PayloadOnSocket(back.kind));
+  EXPECT_TRUE(PayloadOnSocket(RequestKind::kExchange));
+  r.payload_bytes = 0;
+  EXPECT_THAT(std::string(Decoded(r, &back).message()), HasSubstr("an exchange"));
+  r.kind = RequestKind::kShareMemory;
+  EXPECT_TRUE(Decoded(r, &back).ok());
+  r.payload_bytes = 8;
+  EXPECT_THAT(std::string(Decoded(r, &back).message()), HasSubstr("a pull or share"));
+  uint8_t raw[kRequestBytes];
+  EncodeRequest(AnExchange(), raw);
+  raw[8] = 5;  // one past the last kind
+  EXPECT_THAT(std::string(DecodeRequest(raw, &back).message()), HasSubstr("unknown kind 5"));
+  raw[8] = 0;
+  EXPECT_THAT(std::string(DecodeRequest(raw, &back).message()), HasSubstr("unknown kind 0"));
+}
+
+TEST(PushPullFrame, AShareOfferRoundTrips) {
+  SharedRegionOffer offer;
+  offer.pid = 4242;
+  offer.fd = 17;
+  offer.region_bytes = (uint64_t{1} << 33) + 4096;
+  for (size_t i = 0; i < offer.nonce.size(); ++i) offer.nonce[i] = static_cast<uint8_t>(7 * i + 1);
+  uint8_t raw[kShareOfferBytes];
+  EncodeShareOffer(offer, raw);
+  const SharedRegionOffer back = DecodeShareOffer(raw);
+  EXPECT_EQ(back.pid, offer.pid);
+  EXPECT_EQ(back.fd, offer.fd);
+  EXPECT_EQ(back.region_bytes, offer.region_bytes);
+  EXPECT_EQ(back.nonce, offer.nonce);
+}
+
 TEST(PushPullFrame, RepliesRoundTripAndLiesAreRefused) {
   Reply r;
   r.version = 12;

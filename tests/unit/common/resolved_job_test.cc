@@ -127,6 +127,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadText{"NanLr", "lr: 0.1", "lr: nan", "training.lr must be finite and > 0"},
         BadText{"NoKind", "kind: STRATEGY_KIND_ALLREDUCE", "kind: STRATEGY_KIND_UNSPECIFIED",
                 "strategy.kind is not a known strategy"},
+        BadText{"SharedMemoryRing", "ring_link: DATA_LINK_TCP",
+                "ring_link: DATA_LINK_SHARED_MEMORY", "strategy.ring_link is not a ring link"},
         BadText{"Truncated", "recovery {", "recovery {{", "job.resolved.txtpb:"}),
     [](const auto& info) { return info.param.name; });
 
