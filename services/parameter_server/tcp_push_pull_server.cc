@@ -75,10 +75,7 @@ class Session {
           "the worker's partition of the model differs from this server's (other tensor names, "
           "shapes or partition plan): the server holds a different model");
     }
-    if (usable.ok() && static_cast<int64_t>(request.worker) != worker_) {
-      usable = absl::InvalidArgumentError(absl::StrCat("a request from worker ", request.worker,
-                                                       " on worker ", worker_, "'s connection"));
-    }
+    if (usable.ok()) usable = CheckWorker(request);
     const bool shared = request.kind == wire::RequestKind::kExchangeShared;
     if (usable.ok() && request.kind != wire::RequestKind::kPull &&
         request.payload_bytes != (*layout)->total_floats * sizeof(float)) {
@@ -137,6 +134,13 @@ class Session {
     return partition_->Pull(worker_, version, wait);
   }
 
+  // A connection speaks for the worker whose hello opened it.
+  absl::Status CheckWorker(const wire::Request& request) const {
+    if (static_cast<int64_t>(request.worker) == worker_) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("a request from worker ", request.worker,
+                                                   " on worker ", worker_, "'s connection"));
+  }
+
   WaitOptions WaitFor(const wire::Request& request) const {
     auto budget = options_.max_wait;
     if (request.deadline_ms > 0) {
@@ -167,10 +171,7 @@ class Session {
   absl::Status Share(const wire::Request& request) {
     absl::StatusOr<std::shared_ptr<const PartitionLayout>> layout = partition_->CurrentLayout();
     absl::Status usable = layout.status();
-    if (usable.ok() && static_cast<int64_t>(request.worker) != worker_) {
-      usable = absl::InvalidArgumentError(absl::StrCat("a request from worker ", request.worker,
-                                                       " on worker ", worker_, "'s connection"));
-    }
+    if (usable.ok()) usable = CheckWorker(request);
     const size_t bytes = usable.ok() ? (*layout)->total_floats * sizeof(float) : 0;
     if (usable.ok() && (region_ == nullptr || region_->area_bytes() != bytes)) {
       region_.reset();
