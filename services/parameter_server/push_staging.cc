@@ -47,8 +47,7 @@ float* PushStaging::WholeDestination() {
 }
 
 void PushStaging::ReadInPlace(const float* values) {
-  std::fill(seen_.begin(), seen_.end(), true);
-  scanned_ = false;
+  WholeDestination();
   in_place_ = values;
 }
 

@@ -34,6 +34,26 @@ absl::Status FinishCall(const absl::Status& received, bool reply_ended,
   return Annotate(received, what);
 }
 
+// The reply header that follows a request on the data plane and, for a refusal, its message as
+// *refused (printable ASCII only: it goes on into logs and into protobuf strings). An error is the
+// connection's: it is in an unknown state afterwards.
+absl::Status ReceiveReply(int fd, push_pull_wire::Reply* reply, absl::Status* refused) {
+  uint8_t raw[push_pull_wire::kReplyBytes];
+  STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(fd, raw, sizeof(raw)));
+  if (absl::Status decoded = push_pull_wire::DecodeReply(raw, reply); !decoded.ok()) {
+    return absl::InternalError(decoded.message());
+  }
+  *refused = absl::OkStatus();
+  if (reply->code == 0) return absl::OkStatus();
+  std::string message(reply->message_bytes, '\0');
+  STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(fd, message.data(), message.size()));
+  for (char& c : message) {
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
+  }
+  *refused = absl::Status(static_cast<absl::StatusCode>(reply->code), message);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string ServerLink::context(const char* what) const {
@@ -224,24 +244,26 @@ absl::Status PartitionClients::OpenDataPlane(ServerLink& s, bool* usable) {
   return absl::OkStatus();
 }
 
-absl::Status PartitionClients::AttachSharedRegion(ServerLink& s) {
-  namespace wire = push_pull_wire;
-  wire::Request request;
-  request.kind = wire::RequestKind::kShareMemory;
+push_pull_wire::Request PartitionClients::RequestTo(const ServerLink& s,
+                                                    push_pull_wire::RequestKind kind) const {
+  push_pull_wire::Request request;
+  request.kind = kind;
   request.worker = static_cast<uint32_t>(options_.rank);
   request.layout_fingerprint = s.fingerprint;
   request.deadline_ms = static_cast<uint64_t>(options_.deadline.count());
+  return request;
+}
+
+absl::Status PartitionClients::AttachSharedRegion(ServerLink& s) {
+  namespace wire = push_pull_wire;
   uint8_t header[wire::kRequestBytes];
-  wire::EncodeRequest(request, header);
+  wire::EncodeRequest(RequestTo(s, wire::RequestKind::kShareMemory), header);
   STRATA_RETURN_IF_ERROR(tcp::SendAll(s.data_fd, header, sizeof(header), nullptr, 0));
-  uint8_t raw[wire::kReplyBytes];
-  STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(s.data_fd, raw, sizeof(raw)));
   wire::Reply reply;
-  STRATA_RETURN_IF_ERROR(wire::DecodeReply(raw, &reply));
-  if (reply.code != 0) {
+  absl::Status refused;
+  STRATA_RETURN_IF_ERROR(ReceiveReply(s.data_fd, &reply, &refused));
+  if (!refused.ok()) {
     // Refused (nothing loaded yet, say): the tensors stay on the socket.
-    std::string message(reply.message_bytes, '\0');
-    STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(s.data_fd, message.data(), message.size()));
     spdlog::info("{} shares no memory (code {}); tensors go over TCP",
                  s.context("the data plane of"), reply.code);
     return absl::OkStatus();
@@ -288,11 +310,9 @@ absl::Status PartitionClients::CallDataPlane(ServerLink& s, const PushFields* fi
     if (absl::Status attached = AttachSharedRegion(s); !attached.ok()) return broken(attached);
   }
   const bool shared = fields != nullptr && s.region != nullptr;
-  wire::Request request;
-  request.kind = fields == nullptr ? wire::RequestKind::kPull
-                 : shared          ? wire::RequestKind::kExchangeShared
-                                   : wire::RequestKind::kExchange;
-  request.worker = static_cast<uint32_t>(options_.rank);
+  wire::Request request = RequestTo(s, fields == nullptr ? wire::RequestKind::kPull
+                                       : shared          ? wire::RequestKind::kExchangeShared
+                                                         : wire::RequestKind::kExchange);
   if (fields != nullptr) {
     request.version = fields->version >= 0 ? fields->version : s.installed_version;
     request.clock = fields->clock;
@@ -300,8 +320,6 @@ absl::Status PartitionClients::CallDataPlane(ServerLink& s, const PushFields* fi
     request.lr = fields->lr;
     request.payload_bytes = s.floats * sizeof(float);
   }
-  request.layout_fingerprint = s.fingerprint;
-  request.deadline_ms = static_cast<uint64_t>(options_.deadline.count());
   uint8_t header[wire::kRequestBytes];
   wire::EncodeRequest(request, header);
   std::vector<iovec>& parts = s.send_parts;
@@ -322,27 +340,12 @@ absl::Status PartitionClients::CallDataPlane(ServerLink& s, const PushFields* fi
   if (absl::Status sent = tcp::SendParts(s.data_fd, parts.data(), parts.size()); !sent.ok()) {
     return broken(sent);
   }
-  uint8_t raw[wire::kReplyBytes];
-  if (absl::Status got = tcp::ReceiveExact(s.data_fd, raw, sizeof(raw)); !got.ok()) {
+  wire::Reply reply;
+  absl::Status refused;
+  if (absl::Status got = ReceiveReply(s.data_fd, &reply, &refused); !got.ok()) {
     return broken(got);
   }
-  wire::Reply reply;
-  if (absl::Status decoded = wire::DecodeReply(raw, &reply); !decoded.ok()) {
-    return broken(absl::InternalError(decoded.message()));
-  }
-  if (reply.code != 0) {
-    std::string message(reply.message_bytes, '\0');
-    if (absl::Status got = tcp::ReceiveExact(s.data_fd, message.data(), message.size());
-        !got.ok()) {
-      return broken(got);
-    }
-    // Printable ASCII only: the message goes on into logs and into protobuf strings.
-    for (char& c : message) {
-      if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) > 0x7e) c = '?';
-    }
-    return Annotate(absl::Status(static_cast<absl::StatusCode>(reply.code), message),
-                    s.context(what));
-  }
+  if (!refused.ok()) return Annotate(refused, s.context(what));
   if (reply.payload_bytes != s.floats * sizeof(float)) {
     return broken(absl::FailedPreconditionError(
         absl::StrCat("the reply holds ", reply.payload_bytes, " bytes, this worker's partition ",

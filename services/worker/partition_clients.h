@@ -21,6 +21,7 @@
 #include <absl/status/statusor.h>
 
 #include "services/common/ml/trainer.h"
+#include "services/common/wire/push_pull_frame.h"
 #include "services/common/wire/shared_region.h"
 #include "services/common/wire/tensor.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
@@ -156,6 +157,8 @@ class PartitionClients {
   // is on this host (s.region); a server elsewhere leaves s.region empty. Errors are the
   // connection's.
   absl::Status AttachSharedRegion(ServerLink& s);
+  // A data-plane request of `kind` from this worker to `s`: its layout, its deadline.
+  push_pull_wire::Request RequestTo(const ServerLink& s, push_pull_wire::RequestKind kind) const;
   absl::Status CallDataPlane(ServerLink& s, const PushFields* fields, const ExchangeBuffers& x);
 
   const PartitionClientsOptions options_;
