@@ -8,6 +8,7 @@ namespace strata::cli {
 // Each Add*Command adds a subcommand to `app` whose callback sets *exit_code.
 void AddShardCommand(CLI::App& app, int* exit_code);
 void AddValidateCommand(CLI::App& app, int* exit_code);
+void AddKeysCommand(CLI::App& app, int* exit_code);
 void AddResolveCommand(CLI::App& app, int* exit_code);
 void AddRunCommand(CLI::App& app, int* exit_code);
 void AddResumeCommand(CLI::App& app, int* exit_code);

@@ -7,8 +7,8 @@
 
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/kubernetes_submission.h"
-#include "orchestrator/lib/run_paths.h"
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 
 namespace strata::cli {
 namespace {

@@ -43,7 +43,7 @@ int Render(const RenderArgs& a) {
   if (absl::Status s = WriteRenderedFiles(a.out, files); !s.ok()) {
     return fail(std::string(s.message()));
   }
-  std::printf("%s: %zu file(s) for %s written to %s (docs/deploy.md)\n", spec->name.c_str(),
+  std::printf("%s: %zu file(s) for %s written to %s (docs/deploy.md)\n", spec->name().c_str(),
               files.size(), a.launcher.c_str(), a.out.c_str());
   return 0;
 }

@@ -3,7 +3,7 @@
 
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/report.h"
-#include "orchestrator/lib/run_paths.h"
+#include "services/common/base/run_directory.h"
 
 namespace strata::cli {
 

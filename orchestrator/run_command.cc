@@ -28,7 +28,7 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
     JobCheckOptions check;
     check.overrides = options->overrides;
     auto job = LoadAndCheckJob(options->job_path, check);
-    if (job.ok() && job->spec.launcher.kind == "compose") {
+    if (job.ok() && job->launcher().kind() == v1::LAUNCHER_KIND_COMPOSE) {
       ComposeRunOptions compose;
       compose.job_path = options->job_path;
       compose.overrides = options->overrides;

@@ -11,12 +11,12 @@
 
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/kubernetes_submission.h"
-#include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/pdp_rounds.h"
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/control_server.h"
 #include "services/common/base/files.h"
 #include "services/common/base/metrics.h"
+#include "services/common/base/run_directory.h"
 
 namespace strata::cli {
 namespace {

@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   strata::cli::AddValidateCommand(app, &exit_code);
+  strata::cli::AddKeysCommand(app, &exit_code);
   strata::cli::AddResolveCommand(app, &exit_code);
   strata::cli::AddShardCommand(app, &exit_code);
   strata::cli::AddRunCommand(app, &exit_code);

@@ -11,11 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include "orchestrator/commands.h"
-#include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/control_server.h"
 #include "services/common/base/files.h"
 #include "services/common/base/metrics.h"
+#include "services/common/base/run_directory.h"
 
 namespace strata::cli {
 namespace {

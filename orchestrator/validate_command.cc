@@ -3,6 +3,7 @@
 
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/job_checks.h"
+#include "services/common/config/job_keys.h"
 
 namespace strata::cli {
 
@@ -22,10 +23,10 @@ void AddValidateCommand(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
-    const JobSpec& s = checked->spec;
+    const v1::ResolvedJob& s = *checked;
     std::printf("%s: ok — %s, %s on %s, %d epochs, %d worker(s), strategy %s\n", job->c_str(),
-                s.name.c_str(), s.model.arch.c_str(), s.dataset.name.c_str(), s.training.epochs,
-                s.cluster.workers, s.strategy.kind.c_str());
+                s.name().c_str(), Spelled(s.arch()).c_str(), Spelled(s.dataset().name()).c_str(),
+                s.training().epochs(), s.cluster().workers(), Spelled(s.strategy().kind()).c_str());
     *exit_code = 0;
   });
 }

@@ -9,11 +9,11 @@ declare -A allowed=(
   [services/common/base]=""
   [services/common/config]="services/common/base strata/v1"
   [services/common/wire]="services/common/base strata/v1"
-  [services/common/ml]="services/common/base services/common/config services/common/wire"
+  [services/common/ml]="services/common/base services/common/config services/common/wire strata/v1"
   [services/common/process]="services/common/base services/common/wire"
   # No LibTorch: of ml only the optimizer.
   [services/parameter_server]="services/common/base services/common/config services/common/wire services/common/ml/sgd.h strata/v1"
-  [services/worker]="services/common services/parameter_server strata/v1"
+  [services/worker]="services/common strata/v1"
   [services/evaluator]="services/common strata/v1"
   [services/health]="services/common grpc/health"
   [sharder]="services/common/base services/common/config services/common/wire services/common/ml strata/v1"

@@ -14,6 +14,8 @@
 #include <zlib.h>
 
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
+#include "services/common/config/job_keys.h"
 #include "services/common/wire/shard_index.h"
 
 namespace strata::sharder {
@@ -35,7 +37,7 @@ std::string Hex32(uint32_t v) { return absl::StrFormat("crc32:%08x", v); }
 
 // True if `dir` holds a manifest.json written by us: the only kind of directory we replace.
 bool IsShardPlanDirectory(const fs::path& dir) {
-  auto text = ReadFile((dir / "manifest.json").string());
+  auto text = ReadFile((dir / kShardManifestName).string());
   if (!text.ok()) return false;
   nlohmann::json manifest = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   return manifest.is_object() && manifest.value("format", "") == kManifestFormat;
@@ -60,18 +62,19 @@ absl::Status Publish(const fs::path& staged, const fs::path& target) {
     return absl::OkStatus();
   }
   if (!fs::is_directory(status)) {
-    return absl::FailedPreconditionError(absl::StrCat("--out ", target.string(),
-                                                      " exists and is not a directory; not replacing it"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--out ", target.string(), " exists and is not a directory; not replacing it"));
   }
   if (!fs::is_empty(target, ec) && !IsShardPlanDirectory(target)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--out ", target.string(), " exists and is not a shard plan (no manifest.json of ours); "
-        "not replacing it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("--out ", target.string(),
+                     " exists and is not a shard plan (no manifest.json of ours); "
+                     "not replacing it"));
   }
   // Swap the new plan in with one atomic exchange; the old one ends up at `staged`.
   if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
-    return absl::InternalError(absl::StrCat("cannot replace ", target.string(), ": ",
-                                            std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot replace ", target.string(), ": ", std::strerror(errno)));
   }
   fs::remove_all(staged, ec);
   return absl::OkStatus();
@@ -79,18 +82,17 @@ absl::Status Publish(const fs::path& staged, const fs::path& target) {
 
 }  // namespace
 
-std::string ShardFileName(int worker) { return absl::StrCat("shard-", worker, ".idx"); }
-
 absl::StatusOr<PlanProvenance> FingerprintDataset(const DatasetOptions& options) {
   PlanProvenance p;
   p.dataset = options;
   auto files = DatasetFiles(options);
   if (!files.ok()) return files.status();
   uint32_t combined = 0;
-  if (options.name == "synthetic") {
-    combined = Crc32Update(0, absl::StrCat("synthetic/", options.synthetic_train, "/",
-                                           options.synthetic_classes, "/", options.synthetic_subclusters,
-                                           "/", options.synthetic_dim, "/", options.seed));
+  if (options.name == v1::DATASET_SYNTHETIC) {
+    combined =
+        Crc32Update(0, absl::StrCat("synthetic/", options.synthetic_train, "/",
+                                    options.synthetic_classes, "/", options.synthetic_subclusters,
+                                    "/", options.synthetic_dim, "/", options.seed));
   }
   for (const std::string& path : *files) {
     auto bytes = ReadFile(path);
@@ -113,39 +115,40 @@ nlohmann::ordered_json BuildManifest(const ShardPlan& plan, const PlanProvenance
   json m;
   m["format"] = kManifestFormat;
   m["version"] = kManifestVersion;
-  m["method"] = o.method;
+  m["method"] = Spelled(o.method);
   json parameters = {{"workers", o.workers}};
-  if (o.method == "distribution-aware") {
+  if (o.method == v1::SHARD_METHOD_DISTRIBUTION_AWARE) {
     parameters["clusters"] = o.clusters;
     parameters["pca_components"] = o.pca_components;
     parameters["max_iterations"] = o.max_iterations;
-    parameters["pca_fit_examples"] =
-        o.pca_fit_examples > 0 && o.pca_fit_examples < plan.examples ? o.pca_fit_examples : plan.examples;
+    parameters["pca_fit_examples"] = o.pca_fit_examples > 0 && o.pca_fit_examples < plan.examples
+                                         ? o.pca_fit_examples
+                                         : plan.examples;
   }
-  if (provenance.dataset.name == "cifar100") parameters["label_set"] = provenance.dataset.label_set;
+  if (provenance.dataset.name == v1::DATASET_CIFAR100) {
+    parameters["label_set"] = Spelled(provenance.dataset.label_set);
+  }
   m["parameters"] = parameters;
   m["seed"] = o.seed;
   json files = json::array();
   for (const DatasetFile& f : provenance.files) {
-    files.push_back({{"path", f.path}, {"bytes", f.bytes}, {"crc32", absl::StrFormat("%08x", f.crc32)}});
+    files.push_back(
+        {{"path", f.path}, {"bytes", f.bytes}, {"crc32", absl::StrFormat("%08x", f.crc32)}});
   }
-  m["dataset"] = {{"name", provenance.dataset.name},
-                  {"path", provenance.dataset.path},
-                  {"fingerprint", provenance.fingerprint},
-                  {"files", files},
-                  {"max_train", provenance.dataset.max_train},
-                  {"num_classes", plan.num_classes}};
+  m["dataset"] = {{"name", Spelled(provenance.dataset.name)},  {"path", provenance.dataset.path},
+                  {"fingerprint", provenance.fingerprint},     {"files", files},
+                  {"max_train", provenance.dataset.max_train}, {"num_classes", plan.num_classes}};
   m["examples"] = plan.examples;
   m["class_counts"] = plan.class_totals;
   json shards = json::array();
   for (int w = 0; w < o.workers; ++w) {
     shards.push_back({{"worker", w},
-                      {"file", ShardFileName(w)},
+                      {"file", ShardIndexName(w)},
                       {"count", plan.shards[w].size()},
                       {"class_counts", plan.shard_class_counts[w]}});
   }
   m["shards"] = shards;
-  if (o.method == "distribution-aware") {
+  if (o.method == v1::SHARD_METHOD_DISTRIBUTION_AWARE) {
     json clusters = json::array();
     for (const ClusterSummary& c : plan.clusters) {
       clusters.push_back({{"size", c.size}, {"broadcast", c.broadcast}});
@@ -179,8 +182,8 @@ absl::Status WriteShardPlan(const std::string& out_dir, const ShardPlan& plan,
   if (absl::Status s = MakeDirs(parent.string()); !s.ok()) return s;
 
   static std::atomic<int> counter{0};
-  const fs::path staged = parent / absl::StrCat(".", target.filename().string(), ".tmp-", ::getpid(),
-                                                "-", counter.fetch_add(1));
+  const fs::path staged = parent / absl::StrCat(".", target.filename().string(), ".tmp-",
+                                                ::getpid(), "-", counter.fetch_add(1));
   std::error_code ec;
   fs::remove_all(staged, ec);
   if (!fs::create_directory(staged, ec)) {
@@ -188,11 +191,11 @@ absl::Status WriteShardPlan(const std::string& out_dir, const ShardPlan& plan,
   }
   auto write_all = [&]() -> absl::Status {
     for (int w = 0; w < plan.options.workers; ++w) {
-      absl::Status s = WriteShardIndex((staged / ShardFileName(w)).string(), plan.shards[w],
+      absl::Status s = WriteShardIndex((staged / ShardIndexName(w)).string(), plan.shards[w],
                                        static_cast<uint64_t>(plan.examples));
       if (!s.ok()) return s;
     }
-    absl::Status s = WriteFileAtomic((staged / "manifest.json").string(),
+    absl::Status s = WriteFileAtomic((staged / kShardManifestName).string(),
                                      BuildManifest(plan, provenance).dump(2) + "\n");
     if (!s.ok()) return s;
     SyncDirectory(staged);

@@ -28,7 +28,7 @@ struct DatasetFile {
 
 // Where the examples came from, so a worker (or a person) can tell whether a plan fits the data.
 struct PlanProvenance {
-  DatasetOptions dataset;  // name, path, label_set, max_train, synthetic settings
+  DatasetOptions dataset;   // name, path, label_set, max_train, synthetic settings
   std::string fingerprint;  // "crc32:<8 hex digits>" over the files (or the synthetic settings)
   std::vector<DatasetFile> files;
   std::vector<std::pair<std::string, double>> extra_phase_seconds;  // e.g. {"load", 0.4}, first
@@ -38,8 +38,6 @@ struct PlanProvenance {
 absl::StatusOr<PlanProvenance> FingerprintDataset(const DatasetOptions& options);
 
 nlohmann::ordered_json BuildManifest(const ShardPlan& plan, const PlanProvenance& provenance);
-
-std::string ShardFileName(int worker);  // "shard-<worker>.idx"
 
 // Writes the plan into `out_dir` (its parents are created). If `out_dir` exists it must be an
 // empty directory or an earlier shard plan: anything else is refused and left untouched.

@@ -6,6 +6,8 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "services/common/base/status.h"
+#include "services/common/config/job_keys.h"
 #include "services/common/config/job_spec.h"
 #include "services/common/config/resolved_job.h"
 #include "sharder/clustering.h"
@@ -27,39 +29,27 @@ void Take(const std::optional<T>& value, T* target) {
   if (value) *target = *value;
 }
 
+// `what` spelled `text` as its enum, or the error that names the spellings there are.
+template <typename Enum>
+absl::StatusOr<Enum> Spelling(const std::string& what, const std::string& text) {
+  if (std::optional<Enum> e = EnumFromSpelling<Enum>(text)) return *e;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown ", what, " '", text, "' (known: ", Spellings<Enum>(), ")"));
+}
+
 absl::StatusOr<ShardJob> Resolve(const JobSettings& s) {
   ShardJob job;
-  DatasetSpec dataset;  // the job spec's defaults
-  uint64_t data_seed = 1;
   if (s.config && s.job) {
     return absl::InvalidArgumentError(
         "give the job once: a job spec (JOB.yaml / --config) or --job");
   }
-  if (s.job) {
-    // What `strata` resolved: the same numbers every service of the job reads.
-    auto resolved = LoadResolvedJob(*s.job);
+  // The job's settings (what `strata` resolved, or a spec read the same way), else the spec's
+  // defaults; the flags override either.
+  v1::ResolvedJob base = DefaultJob();
+  if (s.job || s.config) {
+    auto resolved = s.job ? LoadResolvedJob(*s.job) : LoadJobSpec(*s.config);
     if (!resolved.ok()) return resolved.status();
-    dataset = DatasetSpecOf(*resolved);
-    const v1::ResolvedSharding& sharding = resolved->sharding();
-    job.plan.method = ShardMethodText(sharding.method());
-    job.plan.clusters = sharding.clusters();
-    job.plan.pca_components = sharding.pca_components();
-    job.plan.max_iterations = sharding.max_iterations();
-    job.plan.workers = resolved->cluster().workers();
-    job.plan.seed = resolved->training().seed();
-    data_seed = resolved->training().seed();
-  } else if (s.config) {
-    auto spec = LoadJobSpec(*s.config);
-    if (!spec.ok()) return spec.status();
-    dataset = spec->dataset;
-    job.plan.method = spec->sharding.method;
-    job.plan.clusters = spec->sharding.clusters;
-    job.plan.pca_components = spec->sharding.pca_components;
-    job.plan.max_iterations = spec->sharding.max_iterations;
-    job.plan.workers = spec->cluster.workers;
-    job.plan.seed = spec->training.seed;
-    // Workers generate synthetic data from training.seed; the plan must index the same examples.
-    data_seed = spec->training.seed;
+    base = *std::move(resolved);
   } else {
     if (!s.dataset) {
       return absl::InvalidArgumentError(
@@ -69,17 +59,43 @@ absl::StatusOr<ShardJob> Resolve(const JobSettings& s) {
       return absl::InvalidArgumentError(
           "workers is required (--workers, or a job spec: JOB.yaml / --config / --job)");
     }
-    if (s.seed) data_seed = *s.seed;
     if (*s.dataset != "fashion-mnist" && !s.data && *s.dataset != "synthetic") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--data is required for dataset '", *s.dataset, "' (the directory of its files)"));
+      return absl::InvalidArgumentError(absl::StrCat("--data is required for dataset '", *s.dataset,
+                                                     "' (the directory of its files)"));
     }
   }
-  Take(s.dataset, &dataset.name);
-  Take(s.data, &dataset.path);
-  Take(s.label_set, &dataset.label_set);
-  Take(s.max_train, &dataset.max_train);
-  Take(s.method, &job.plan.method);
+  // Workers generate synthetic data from training.seed; the plan must index the same examples.
+  job.dataset = DatasetOptionsFor(base);
+  const v1::ResolvedSharding& sharding = base.sharding();
+  job.plan.method = sharding.method();
+  job.plan.clusters = sharding.clusters();
+  job.plan.pca_components = sharding.pca_components();
+  job.plan.max_iterations = sharding.max_iterations();
+  job.plan.workers = base.cluster().workers();
+  job.plan.seed = base.training().seed();
+  if (s.dataset) {
+    STRATA_ASSIGN_OR_RETURN(job.dataset.name, Spelling<v1::DatasetName>("dataset", *s.dataset));
+  }
+  if (s.label_set) {
+    std::optional<v1::LabelSet> set = EnumFromSpelling<v1::LabelSet>(*s.label_set);
+    if (!set) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("label_set must be fine or coarse, got '", *s.label_set, "'"));
+    }
+    job.dataset.label_set = *set;
+  }
+  if (s.method) {
+    STRATA_ASSIGN_OR_RETURN(job.plan.method,
+                            Spelling<v1::ShardMethod>("sharding method", *s.method));
+  }
+  Take(s.data, &job.dataset.path);
+  if (s.max_train) {
+    if (*s.max_train < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("max_train must be >= 0, got ", *s.max_train));
+    }
+    job.dataset.max_train = static_cast<size_t>(*s.max_train);
+  }
+  if (!s.job && !s.config && s.seed) job.dataset.seed = *s.seed;
   Take(s.workers, &job.plan.workers);
   Take(s.clusters, &job.plan.clusters);
   Take(s.pca_components, &job.plan.pca_components);
@@ -91,23 +107,11 @@ absl::StatusOr<ShardJob> Resolve(const JobSettings& s) {
     return absl::InvalidArgumentError("the plan directory is required (--out DIR)");
   }
   job.out_dir = *s.out;
-  if (dataset.max_train < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("max_train must be >= 0, got ", dataset.max_train));
-  }
   if (job.threads < 0) {
     return absl::InvalidArgumentError(absl::StrCat("threads must be >= 0, got ", job.threads));
   }
-  if (dataset.label_set != "fine" && dataset.label_set != "coarse") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("label_set must be fine or coarse, got '", dataset.label_set, "'"));
-  }
-  job.dataset.name = dataset.name;
-  job.dataset.path = dataset.path;
-  job.dataset.label_set = dataset.label_set;
-  job.dataset.max_train = static_cast<size_t>(dataset.max_train);
   // The sharder never reads the test split; one example keeps the reader's checks cheap.
   job.dataset.max_test = 1;
-  job.dataset.seed = data_seed;
   // Options that need no data are checked before the (slow) load.
   if (absl::Status st = ValidateShardPlanOptions(job.plan, std::numeric_limits<int64_t>::max(),
                                                  std::numeric_limits<int64_t>::max());

@@ -6,6 +6,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 
+#include "services/common/config/job_keys.h"
 #include "sharder/clustering.h"
 #include "sharder/distribution_aware.h"
 #include "sharder/simple_methods.h"
@@ -19,26 +20,20 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-const std::vector<std::string>& KnownShardMethods() {
-  static const std::vector<std::string> methods = {"random", "mod", "stratified",
-                                                   "distribution-aware"};
-  return methods;
-}
-
 absl::Status ValidateShardPlanOptions(const ShardPlanOptions& o, int64_t examples,
                                       int64_t example_floats) {
-  const auto& known = KnownShardMethods();
-  if (std::find(known.begin(), known.end(), o.method) == known.end()) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown sharding method '", o.method,
-                                                   "' (known: ", absl::StrJoin(known, ", "), ")"));
+  if (o.method == v1::SHARD_METHOD_UNSPECIFIED || !v1::ShardMethod_IsValid(o.method)) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown sharding method ",
+                                                   static_cast<int>(o.method),
+                                                   " (known: ", Spellings<v1::ShardMethod>(), ")"));
   }
   if (o.workers < 1) {
     return absl::InvalidArgumentError(absl::StrCat("workers must be >= 1, got ", o.workers));
   }
   if (o.workers > examples) {
-    return absl::InvalidArgumentError(absl::StrCat("workers (", o.workers,
-                                                   ") is more than the examples in the training split (",
-                                                   examples, "): some worker would get nothing"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("workers (", o.workers, ") is more than the examples in the training split (",
+                     examples, "): some worker would get nothing"));
   }
   if (o.clusters < 1) {
     return absl::InvalidArgumentError(absl::StrCat("clusters must be >= 1, got ", o.clusters));
@@ -55,11 +50,11 @@ absl::Status ValidateShardPlanOptions(const ShardPlanOptions& o, int64_t example
     return absl::InvalidArgumentError(
         absl::StrCat("pca_fit_examples must be >= 0 (0 = all examples), got ", o.pca_fit_examples));
   }
-  if (o.method == "distribution-aware") {
+  if (o.method == v1::SHARD_METHOD_DISTRIBUTION_AWARE) {
     if (o.clusters > examples) {
-      return absl::InvalidArgumentError(absl::StrCat("clusters (", o.clusters,
-                                                     ") is more than the examples in the training split (",
-                                                     examples, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("clusters (", o.clusters,
+                       ") is more than the examples in the training split (", examples, ")"));
     }
     if (o.pca_components > example_floats) {
       return absl::InvalidArgumentError(absl::StrCat("pca_components (", o.pca_components,
@@ -85,17 +80,18 @@ absl::StatusOr<ShardPlan> MakeShardPlan(const DatasetSplit& split, int64_t examp
   plan.class_totals.assign(num_classes, 0);
   for (int32_t label : split.labels) {
     if (label < 0 || label >= num_classes) {
-      return absl::InvalidArgumentError(absl::StrCat("label ", label, " outside 0..", num_classes - 1));
+      return absl::InvalidArgumentError(
+          absl::StrCat("label ", label, " outside 0..", num_classes - 1));
     }
     ++plan.class_totals[label];
   }
 
   auto start = std::chrono::steady_clock::now();
-  if (options.method == "random") {
+  if (options.method == v1::SHARD_METHOD_RANDOM) {
     plan.shards = RandomShards(n, options.workers, options.seed);
-  } else if (options.method == "mod") {
+  } else if (options.method == v1::SHARD_METHOD_MOD) {
     plan.shards = ModShards(n, options.workers);
-  } else if (options.method == "stratified") {
+  } else if (options.method == v1::SHARD_METHOD_STRATIFIED) {
     plan.shards = StratifiedShards(split.labels, num_classes, options.workers, options.seed);
   } else {
     ClusteringOptions c;
@@ -120,8 +116,9 @@ absl::StatusOr<ShardPlan> MakeShardPlan(const DatasetSplit& split, int64_t examp
   for (int w = 0; w < options.workers; ++w) {
     for (int64_t example : plan.shards[w]) ++plan.shard_class_counts[w][split.labels[example]];
   }
-  plan.phase_seconds.emplace_back(options.method == "distribution-aware" ? "split" : "plan",
-                                  SecondsSince(start));
+  plan.phase_seconds.emplace_back(
+      options.method == v1::SHARD_METHOD_DISTRIBUTION_AWARE ? "split" : "plan",
+      SecondsSince(start));
   return plan;
 }
 

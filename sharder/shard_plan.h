@@ -15,10 +15,8 @@
 
 namespace strata::sharder {
 
-const std::vector<std::string>& KnownShardMethods();
-
 struct ShardPlanOptions {
-  std::string method = "stratified";  // random | mod | stratified | distribution-aware
+  v1::ShardMethod method = v1::SHARD_METHOD_STRATIFIED;
   int workers = 0;
   // distribution-aware only
   int clusters = 20;
@@ -38,8 +36,8 @@ struct ShardPlan {
   ShardPlanOptions options;
   int64_t examples = 0;
   int num_classes = 0;
-  std::vector<int64_t> class_totals;                    // per class, over the whole split
-  std::vector<std::vector<int64_t>> shards;             // per worker, ascending example indices
+  std::vector<int64_t> class_totals;                     // per class, over the whole split
+  std::vector<std::vector<int64_t>> shards;              // per worker, ascending example indices
   std::vector<std::vector<int64_t>> shard_class_counts;  // per worker, per class
   // distribution-aware only
   std::vector<int32_t> cluster_of;  // per example: its KMeans neighbourhood

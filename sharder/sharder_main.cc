@@ -14,12 +14,13 @@
 #include <string>
 #include <thread>
 
-#include <CLI/CLI.hpp>
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "services/common/base/files.h"
 #include "services/common/base/logging.h"
+#include "services/common/config/job_keys.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/tls_flags.h"
@@ -54,8 +55,9 @@ int RunOnce(const strata::shard::ShardFlags& flags) {
   if (!manifest.ok()) return Fail(std::string(manifest.status().message()));
   const auto& m = *manifest;
   std::printf("strata-sharder: %s plan of %lld %s examples over %d workers written to %s\n",
-              m["method"].get<std::string>().c_str(), static_cast<long long>(m["examples"].get<int64_t>()),
-              job->dataset.name.c_str(), job->plan.workers, job->out_dir.c_str());
+              m["method"].get<std::string>().c_str(),
+              static_cast<long long>(m["examples"].get<int64_t>()),
+              strata::Spelled(job->dataset.name).c_str(), job->plan.workers, job->out_dir.c_str());
   std::string phases;
   for (const auto& [phase, seconds] : m["seconds"].items()) {
     absl::StrAppend(&phases, phases.empty() ? "" : ", ", phase, " ", seconds.get<double>(), " s");

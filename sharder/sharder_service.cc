@@ -1,10 +1,12 @@
 #include "sharder/sharder_service.h"
+#include "services/common/config/job_keys.h"
 
 #include <filesystem>
 
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
+#include "services/common/base/run_directory.h"
 #include "services/common/base/run_paths.h"
 #include "services/common/base/status.h"
 #include "sharder/shard_job.h"
@@ -31,13 +33,15 @@ grpc::Status SharderService::Shard(grpc::ServerContext* context, const v1::Shard
   }
   auto job = ResolveShardJob(confined);
   if (!job.ok()) {
-    spdlog::warn("refused Shard request from {}: {}", context->peer(), std::string(job.status().message()));
+    spdlog::warn("refused Shard request from {}: {}", context->peer(),
+                 std::string(job.status().message()));
     return ToGrpcStatus(job.status());
   }
   std::lock_guard<std::mutex> lock(planning_);
-  if (context->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued");
-  spdlog::info("planning {} over {} workers of {} into {}", job->plan.method, job->plan.workers,
-               job->dataset.name, job->out_dir);
+  if (context->IsCancelled())
+    return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued");
+  spdlog::info("planning {} over {} workers of {} into {}", Spelled(job->plan.method),
+               job->plan.workers, Spelled(job->dataset.name), job->out_dir);
   auto manifest = RunShardJob(*job);
   if (!manifest.ok()) {
     spdlog::warn("Shard request failed: {}", std::string(manifest.status().message()));
@@ -45,7 +49,7 @@ grpc::Status SharderService::Shard(grpc::ServerContext* context, const v1::Shard
   }
   const nlohmann::ordered_json& m = *manifest;
   reply->set_out_dir(job->out_dir);
-  reply->set_manifest_path((std::filesystem::path(job->out_dir) / "manifest.json").string());
+  reply->set_manifest_path((std::filesystem::path(job->out_dir) / kShardManifestName).string());
   reply->set_method(m["method"].get<std::string>());
   reply->set_examples(m["examples"].get<int64_t>());
   reply->set_dataset_fingerprint(m["dataset"]["fingerprint"].get<std::string>());

@@ -9,6 +9,7 @@
 
 #include <absl/status/statusor.h>
 
+#include "services/common/config/job_keys.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/trainer.h"
 
@@ -18,7 +19,7 @@ inline absl::StatusOr<std::unique_ptr<Trainer>> MakeBenchTrainer(const std::stri
                                                                  int threads, uint64_t data_seed) {
   ConfigureTorchThreads(threads);
   TrainerOptions o;
-  o.arch = arch;
+  o.arch = EnumFromSpelling<v1::ModelArch>(arch).value_or(v1::MODEL_ARCH_UNSPECIFIED);
   o.batch_size = batch;
   o.lr = 0.1;
   o.momentum = 0.9;

@@ -28,6 +28,7 @@
 
 #include "services/common/base/files.h"
 #include "services/common/base/status.h"
+#include "services/common/config/job_keys.h"
 #include "services/common/config/job_spec.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/wire/checkpoint.h"
@@ -242,8 +243,8 @@ absl::StatusOr<int64_t> TotalSteps(std::vector<std::unique_ptr<v1::Worker::Stub>
 }
 
 absl::Status RunTrain(const TrainOptions& o) {
-  STRATA_ASSIGN_OR_RETURN(JobSpec spec, LoadJobSpec(o.config));
-  DatasetOptions data = DatasetOptionsFor(spec.dataset, spec.training.seed);
+  STRATA_ASSIGN_OR_RETURN(v1::ResolvedJob job, LoadJobSpec(o.config));
+  DatasetOptions data = DatasetOptionsFor(job);
   data.max_test = 1;  // only the training split's size is needed
   STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(data));
   const std::string ckpt = o.work_dir + "/init.ckpt";
@@ -301,7 +302,7 @@ absl::Status RunTrain(const TrainOptions& o) {
   std::this_thread::sleep_for(std::chrono::duration<double>(o.window_s));
   STRATA_ASSIGN_OR_RETURN(int64_t steps1, TotalSteps(stubs));
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  const int per_worker_batch = std::max(1, spec.training.batch_size / o.workers);
+  const int per_worker_batch = std::max<int>(1, job.training().global_batch() / o.workers);
   const double samples_per_s = static_cast<double>(steps1 - steps0) * per_worker_batch / seconds;
   for (auto& stub : stubs) {
     grpc::ClientContext context;
@@ -312,8 +313,9 @@ absl::Status RunTrain(const TrainOptions& o) {
   std::printf(
       "train arch=%s workers=%d partitions=%d global_batch=%d steps=%lld window_s=%.1f "
       "samples_per_s=%.0f\n",
-      spec.model.arch.c_str(), o.workers, o.partitions, spec.training.batch_size,
-      static_cast<long long>(steps1 - steps0), seconds, samples_per_s);
+      Spelled(job.arch()).c_str(), o.workers, o.partitions,
+      static_cast<int>(job.training().global_batch()), static_cast<long long>(steps1 - steps0),
+      seconds, samples_per_s);
   std::fflush(stdout);
   return absl::OkStatus();
 }

@@ -84,19 +84,19 @@ Node Service(const ContainerSpec& c, const RenderOptions& options, const Contain
 
 }  // namespace
 
-RenderedFiles RenderCompose(const JobSpec& spec, const RenderOptions& options) {
-  const ContainerPlan plan = PlanComposeContainers(spec);
+RenderedFiles RenderCompose(const v1::ResolvedJob& job, const RenderOptions& options) {
+  const ContainerPlan plan = PlanComposeContainers(job);
   Node doc = Node::Map();
   doc.Comment(absl::StrCat(
-      "Job '", spec.name, "' for docker-compose (v1 1.29+, file format 3.9), written by\n",
+      "Job '", job.name(), "' for docker-compose (v1 1.29+, file format 3.9), written by\n",
       "`strata render --launcher compose`: render again after changing the job spec rather than\n",
       "editing this file. Run it with (naming the service attaches to it alone, so the one-shot\n",
-      "sharder's exit does not end the project):\n",
-      "  openssl rand -hex 32 > ", kTokenFile, "   # the run token, read by every service\n",
+      "sharder's exit does not end the project):\n", "  openssl rand -hex 32 > ", kTokenFile,
+      "   # the run token, read by every service\n",
       "  docker-compose up --exit-code-from orchestrator orchestrator\n",
-      "  docker-compose down --volumes\n",
-      "The image (", options.image, ") holds the strata binaries, the `", kHealthProbe,
-      "` probe and the\n", "data set at dataset.path. See docs/deploy.md."));
+      "  docker-compose down --volumes\n", "The image (", options.image,
+      ") holds the strata binaries, the `", kHealthProbe, "` probe and the\n",
+      "data set at dataset.path. See docs/deploy.md."));
   doc.Add("version", Node::Str("3.9"));
   Node services = Node::Map();
   for (const ContainerSpec& c : plan.containers) services.Add(c.name, Service(c, options, plan));
@@ -113,7 +113,7 @@ RenderedFiles RenderCompose(const JobSpec& spec, const RenderOptions& options) {
   RenderedFiles files;
   files["docker-compose.yml"] = yaml::Emit(doc);
   files["job.yaml"] =
-      absl::StrCat("# The resolved job spec of '", spec.name,
+      absl::StrCat("# The resolved job spec of '", job.name(),
                    "' as the containers read it (written by `strata render`).\n", plan.job_yaml,
                    plan.job_yaml.empty() || plan.job_yaml.back() == '\n' ? "" : "\n");
   files[".gitignore"] =

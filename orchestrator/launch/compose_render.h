@@ -8,11 +8,11 @@
 #pragma once
 
 #include "orchestrator/launch/render_files.h"
-#include "services/common/config/job_spec.h"
+#include "strata/v1/job.pb.h"
 
 namespace strata {
 
 // docker-compose.yml, job.yaml and .gitignore (which keeps the token file out of git).
-RenderedFiles RenderCompose(const JobSpec& spec, const RenderOptions& options);
+RenderedFiles RenderCompose(const v1::ResolvedJob& job, const RenderOptions& options);
 
 }  // namespace strata

@@ -4,44 +4,31 @@
 #include <cctype>
 #include <cmath>
 
-#include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_replace.h>
 
 #include "orchestrator/launch/service_plan.h"
-#include "orchestrator/lib/run_paths.h"
+#include "services/common/base/run_directory.h"
+#include "services/common/config/job_spec.h"
+#include "services/common/config/resolved_job.h"
 
 namespace strata {
 namespace {
 
-// The training-set size is known only once the sharder has run. The plan is built with this
-// stand-in, and every flag value that is a multiple of it (the size, the sample budget) becomes a
-// shell expression over $TRAIN_EXAMPLES. A prime far above any real count, so no other value is
-// ever mistaken for one.
-constexpr int64_t kTrainExamplesStandIn = 1000000007;
-
-// The manifest is written with two-space indentation (sharder/plan_writer.cc); its top-level
-// "examples" is the training-set size.
-constexpr char kReadTrainExamples[] =
-    "TRAIN_EXAMPLES=$(sed -n 's/^  \"examples\": \\([0-9][0-9]*\\),$/\\1/p' \"$manifest\")\n"
-    "[ -n \"$TRAIN_EXAMPLES\" ] || { echo \"no training-set size in $manifest\" >&2; exit 1; }\n";
-
-std::string ManifestPath() { return absl::StrCat(kContainerRunDir, "/shards/manifest.json"); }
-
-RunPaths ContainerPaths() {
+RunPaths ContainerPathsOf() {
   RunPaths paths(kContainerRunDir);
   paths.job_yaml = kContainerJobSpec;  // read-only: a bind mount or a ConfigMap
   paths.job_resolved = kContainerResolvedJob;
   return paths;
 }
 
-JobSpec ContainerSpecOf(const JobSpec& spec, const std::string& launcher) {
-  JobSpec s = spec;
-  s.launcher.kind = launcher;
+v1::ResolvedJob ContainerJobOf(const v1::ResolvedJob& job, v1::LauncherKind launcher) {
+  v1::ResolvedJob j = job;
+  j.mutable_launcher()->set_kind(launcher);
   // Abstract Unix sockets do not cross network namespaces: the ring uses the service address.
-  s.launcher.ring_transport = "tcp";
-  return s;
+  j.mutable_launcher()->set_ring_transport(v1::RING_TRANSPORT_TCP);
+  return j;
 }
 
 std::string ListenAddress() { return absl::StrCat("0.0.0.0:", kContainerPort); }
@@ -61,16 +48,6 @@ std::string CommandLine(const std::string& binary, const std::vector<std::string
 
 std::string ExecLine(const std::string& binary, const std::vector<std::string>& args) {
   return absl::StrCat("exec ", CommandLine(binary, args));
-}
-
-std::vector<std::string> ReplaceTrainExamples(std::vector<std::string> args) {
-  for (std::string& a : args) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(a, &v) || v <= 0 || v % kTrainExamplesStandIn != 0) continue;
-    const int64_t k = v / kTrainExamplesStandIn;
-    a = k == 1 ? "${TRAIN_EXAMPLES}" : absl::StrCat("$((", k, " * TRAIN_EXAMPLES))");
-  }
-  return args;
 }
 
 std::vector<std::string> WithListen(const std::vector<std::string>& args) {
@@ -96,21 +73,23 @@ const char* WaitForShards() {
          "until [ -f \"$manifest\" ]; do sleep 2; done\n";
 }
 
-std::string ManifestLine() { return absl::StrCat("manifest=", ManifestPath(), "\n"); }
+std::string ManifestLine() {
+  return absl::StrCat("manifest=", ContainerPathsOf().ShardManifest(), "\n");
+}
 
 // The CPU quota the service plan gives a service (cluster.stragglers, cluster.cpu); a worker
 // without one gets its intra-op threads' worth.
-double CpusOf(const JobSpec& spec, const ServiceSpec& s) {
+double CpusOf(const v1::ResolvedJob& job, const ServiceSpec& s) {
   if (!s.cpu_fractions.empty()) {
     return *std::min_element(s.cpu_fractions.begin(), s.cpu_fractions.end());
   }
-  return s.role == ServiceRole::kWorker ? spec.cluster.threads_per_worker : 0;
+  return s.role == ServiceRole::kWorker ? job.training().threads_per_worker() : 0;
 }
 
-std::string CpuNote(const JobSpec& spec, const ServiceSpec& s, double cpus) {
+std::string CpuNote(const v1::ResolvedJob& job, const ServiceSpec& s, double cpus) {
   if (s.cpu_fractions.empty()) return "";
-  for (const StragglerSpec& st : spec.cluster.stragglers) {
-    if (s.role == ServiceRole::kWorker && s.name == absl::StrCat("worker-", st.worker)) {
+  for (const v1::ResolvedStraggler& st : job.cluster().stragglers()) {
+    if (s.role == ServiceRole::kWorker && s.name == absl::StrCat("worker-", st.worker())) {
       return absl::StrCat("A straggler (cluster.stragglers): ", CpuQuantity(cpus), " of a core.");
     }
   }
@@ -128,7 +107,7 @@ const std::vector<FlagValue>& TemplateValues() {
       {ContainerRole::kParameterServer, "--partition", "${JOB_COMPLETION_INDEX}"},
       {ContainerRole::kWorker, "--rank", "${JOB_COMPLETION_INDEX}"},
       {ContainerRole::kWorker, "--shard-file",
-       absl::StrCat(kContainerRunDir, "/shards/shard-${JOB_COMPLETION_INDEX}.idx")},
+       ContainerPathsOf().At(run_files::ShardIndex("${JOB_COMPLETION_INDEX}"))},
   };
   return *values;
 }
@@ -155,18 +134,18 @@ ContainerRole RoleOf(ServiceRole role) {
 }
 
 // Where a `ps` job's servers find the initial model (the one-shot step writes it).
-std::string InitCheckpointPath() { return absl::StrCat(kContainerRunDir, "/checkpoints/init.ckpt"); }
+std::string InitCheckpointPath() { return ContainerPathsOf().InitCheckpoint(); }
 
 // The one-shot step before the services: the sharder, and for a job on parameter servers from
 // the start the initial model the servers load (a worker would build the same from the seed).
-ContainerSpec Sharder(const JobSpec& spec, bool kubernetes) {
-  const TaskSpec task = ShardTask(ContainerPaths());
+ContainerSpec Sharder(const v1::ResolvedJob& job, bool kubernetes) {
+  const TaskSpec task = ShardTask(ContainerPathsOf());
   // The job resolved once, with the replica counts the deployment has (a Kubernetes overlay may
   // have changed them after rendering), for every other container to read.
   std::vector<std::string> resolve = {kContainerJobSpec, "--out", kContainerResolvedJob};
   if (kubernetes) {
     resolve.insert(resolve.end(), {"--set", "cluster.workers=${STRATA_WORKERS}"});
-    if (spec.strategy.kind != "allreduce") {
+    if (UsesServers(job)) {
       resolve.insert(resolve.end(),
                      {"--set", "cluster.parameter_servers=${STRATA_PARAMETER_SERVERS}"});
     }
@@ -177,8 +156,8 @@ ContainerSpec Sharder(const JobSpec& spec, bool kubernetes) {
   c.uses_run_dir = true;
   // In this order: services that wait for the shard manifest then find the rest too.
   c.script = absl::StrCat("set -eu\n", CommandLine("strata resolve", resolve));
-  if (spec.strategy.kind == "ps") {
-    const TaskSpec init = InitCheckpointTask(ContainerPaths(), InitCheckpointPath());
+  if (job.strategy().kind() == v1::STRATEGY_KIND_PS) {
+    const TaskSpec init = InitCheckpointTask(ContainerPathsOf(), InitCheckpointPath());
     absl::StrAppend(&c.script, "mkdir -p ", kContainerRunDir, "/checkpoints\n",
                     CommandLine(init.binary, init.args));
   }
@@ -186,23 +165,17 @@ ContainerSpec Sharder(const JobSpec& spec, bool kubernetes) {
   return c;
 }
 
-ServicePlanInputs ContainerPlanInputs(const JobSpec& spec) {
+ServicePlanInputs ContainerPlanInputs(const v1::ResolvedJob& job) {
   ServicePlanInputs inputs;
-  inputs.train_examples = kTrainExamplesStandIn;
-  if (spec.strategy.kind == "ps") inputs.init_checkpoint = InitCheckpointPath();
+  if (job.strategy().kind() == v1::STRATEGY_KIND_PS) inputs.init_checkpoint = InitCheckpointPath();
   return inputs;
 }
 
 // The body of a service's script after the token lines.
-std::string ServiceBody(ContainerRole role, const std::vector<std::string>& args,
-                        const std::string& binary, bool wait_for_shards) {
+std::string ServiceBody(const std::vector<std::string>& args, const std::string& binary,
+                        bool wait_for_shards) {
   std::string out;
-  const bool needs_examples = std::any_of(args.begin(), args.end(), [](const std::string& a) {
-    return a.find("TRAIN_EXAMPLES") != std::string::npos;
-  });
-  if (needs_examples || wait_for_shards) out += ManifestLine();
-  if (wait_for_shards) out += WaitForShards();
-  if (needs_examples) out += kReadTrainExamples;
+  if (wait_for_shards) out += ManifestLine() + WaitForShards();
   return out + ExecLine(binary, args);
 }
 
@@ -274,26 +247,26 @@ const std::vector<TemplatedFlag>& KubernetesTemplatedFlags() {
   return *flags;
 }
 
-ContainerPlan PlanComposeContainers(const JobSpec& job) {
+ContainerPlan PlanComposeContainers(const v1::ResolvedJob& job) {
   ContainerPlan plan;
-  plan.spec = ContainerSpecOf(job, "compose");
-  plan.job_yaml = JobSpecToYaml(plan.spec);
-  plan.containers.push_back(Sharder(plan.spec, false));
-  const ServicePlanInputs inputs = ContainerPlanInputs(plan.spec);
+  plan.job = ContainerJobOf(job, v1::LAUNCHER_KIND_COMPOSE);
+  plan.job_yaml = JobSpecYaml(plan.job);
+  plan.containers.push_back(Sharder(plan.job, false));
+  const ServicePlanInputs inputs = ContainerPlanInputs(plan.job);
   std::vector<std::string> servers, workers;
   const std::string port = absl::StrCat(":", kContainerPort);
-  for (const ServiceSpec& s : PlanServices(plan.spec, ContainerPaths(), inputs)) {
+  for (const ServiceSpec& s : PlanServices(plan.job, ContainerPathsOf(), inputs)) {
     ContainerSpec c;
     c.name = s.name;
     c.role = RoleOf(s.role);
     c.serves = true;
     c.needs_token = true;
     c.uses_run_dir = UsesRunDir(s.args);
-    const std::vector<std::string> args = ReplaceTrainExamples(WithListen(s.args));
+    // Compose starts the services once the one-shot step has ended (depends_on).
     c.script = absl::StrCat("set -eu\n", ComposeToken(),
-                            ServiceBody(c.role, args, s.binary, /*wait_for_shards=*/false));
-    c.cpus = CpusOf(plan.spec, s);
-    c.note = CpuNote(plan.spec, s, c.cpus);
+                            ServiceBody(WithListen(s.args), s.binary, /*wait_for_shards=*/false));
+    c.cpus = CpusOf(plan.job, s);
+    c.note = CpuNote(plan.job, s, c.cpus);
     if (s.role == ServiceRole::kWorker) workers.push_back(s.name + port);
     if (s.role == ServiceRole::kParameterServer) servers.push_back(s.name + port);
     plan.containers.push_back(std::move(c));
@@ -311,14 +284,14 @@ ContainerPlan PlanComposeContainers(const JobSpec& job) {
   return plan;
 }
 
-ContainerPlan PlanKubernetesContainers(const JobSpec& job, const KubernetesNames& names) {
+ContainerPlan PlanKubernetesContainers(const v1::ResolvedJob& job, const KubernetesNames& names) {
   ContainerPlan plan;
-  plan.spec = ContainerSpecOf(job, "kubernetes");
-  plan.job_yaml = JobSpecToYaml(plan.spec);
-  plan.containers.push_back(Sharder(plan.spec, true));
-  const ServicePlanInputs inputs = ContainerPlanInputs(plan.spec);
+  plan.job = ContainerJobOf(job, v1::LAUNCHER_KIND_KUBERNETES);
+  plan.job_yaml = JobSpecYaml(plan.job);
+  plan.containers.push_back(Sharder(plan.job, true));
+  const ServicePlanInputs inputs = ContainerPlanInputs(plan.job);
   bool has_servers = false, has_worker = false, has_evaluator = false;
-  for (const ServiceSpec& s : PlanServices(plan.spec, ContainerPaths(), inputs)) {
+  for (const ServiceSpec& s : PlanServices(plan.job, ContainerPathsOf(), inputs)) {
     const ContainerRole role = RoleOf(s.role);
     bool& seen = role == ContainerRole::kParameterServer ? has_servers
                  : role == ContainerRole::kWorker        ? has_worker
@@ -333,16 +306,16 @@ ContainerPlan PlanKubernetesContainers(const JobSpec& job, const KubernetesNames
     c.serves = true;
     c.needs_token = true;
     c.uses_run_dir = UsesRunDir(s.args);
-    const std::vector<std::string> args = ReplaceTrainExamples(Templated(role, WithListen(s.args)));
     // Every role waits for the one-shot step: it writes the resolved job they all read.
-    c.script = absl::StrCat("set -eu\n", ServiceBody(role, args, s.binary, true));
+    c.script =
+        absl::StrCat("set -eu\n", ServiceBody(Templated(role, WithListen(s.args)), s.binary, true));
     // One template per role: the role's quota of cluster.cpu, not a rank's own (see
     // kubernetes_render.cc on stragglers and worker speeds).
-    const CpuSharesSpec& cpu = plan.spec.cluster.cpu;
-    c.cpus = role == ContainerRole::kParameterServer ? cpu.parameter_server
-             : role == ContainerRole::kEvaluator     ? cpu.evaluator
-             : cpu.worker > 0                        ? cpu.worker
-                                                     : plan.spec.cluster.threads_per_worker;
+    const v1::ResolvedCpuShares& cpu = plan.job.cluster().cpu();
+    c.cpus = role == ContainerRole::kParameterServer ? cpu.parameter_server()
+             : role == ContainerRole::kEvaluator     ? cpu.evaluator()
+             : cpu.worker() > 0                      ? cpu.worker()
+                                                     : plan.job.training().threads_per_worker();
     plan.containers.push_back(std::move(c));
   }
   const std::string port = absl::StrCat(":", kContainerPort);

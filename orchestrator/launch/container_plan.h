@@ -4,9 +4,9 @@
 // `/bin/sh -c`. The role flags come from the same service plan the local launcher uses
 // (service_plan.h); this file only adds what containers change: a fixed port on every address
 // (each container has its own network namespace), peers named by DNS, the run directory and the
-// job spec at fixed paths, the run token from the launcher's secret, and the training-set size
-// read from the sharder's manifest when a server starts (it is not known when rendering). Pure:
-// builds text from the job spec alone.
+// job spec at fixed paths and the run token from the launcher's secret. What the job learns while
+// it runs (the training-set size) the services read from the shared run directory, as they do
+// locally. Pure: builds text from the resolved job alone.
 #pragma once
 
 #include <string>
@@ -14,7 +14,7 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/config/job_spec.h"
+#include "strata/v1/job.pb.h"
 
 namespace strata {
 
@@ -61,20 +61,20 @@ struct KubernetesNames {
 absl::StatusOr<KubernetesNames> MakeKubernetesNames(const std::string& job_name);
 
 struct ContainerPlan {
-  JobSpec spec;          // as the containers see it: launcher.kind set, the ring over TCP
-  std::string job_yaml;  // that spec as YAML, mounted at kContainerJobSpec
+  v1::ResolvedJob job;   // as the containers see it: launcher.kind set, the ring over TCP
+  std::string job_yaml;  // that job as YAML, mounted at kContainerJobSpec
   // The sharder, the servers, the workers, the evaluator, the orchestrator, in that order.
   std::vector<ContainerSpec> containers;
 };
 
 // Compose: one container per instance, peers by service name, the token from the compose secret.
-ContainerPlan PlanComposeContainers(const JobSpec& spec);
+ContainerPlan PlanComposeContainers(const v1::ResolvedJob& job);
 
 // Kubernetes: one template per role. Replica counts come from $STRATA_WORKERS and
 // $STRATA_PARAMETER_SERVERS (the topology ConfigMap, so that an overlay can change them in one
 // place), the rank and the partition from $JOB_COMPLETION_INDEX (workers and servers are Indexed
 // Jobs), the token from the Secret through the environment.
-ContainerPlan PlanKubernetesContainers(const JobSpec& spec, const KubernetesNames& names);
+ContainerPlan PlanKubernetesContainers(const v1::ResolvedJob& job, const KubernetesNames& names);
 
 // The flags whose values differ between instances of one role, and what the Kubernetes templates
 // put there instead; a test checks that the service plan has no other per-instance flag.

@@ -11,8 +11,8 @@
 
 #include "orchestrator/launch/container_plan.h"
 #include "orchestrator/launch/yaml_text.h"
-#include "orchestrator/lib/job_checks.h"
 #include "services/common/base/status.h"
+#include "services/common/config/resolved_job.h"
 
 namespace strata {
 namespace {
@@ -38,47 +38,47 @@ Resources WorkerResources(double cpus, const std::string& memory_request,
   return {CpuQuantity(cpus), CpuQuantity(cpus), memory_request, memory_limit};
 }
 
-Profile BaseProfile(const JobSpec& spec) {
+Profile BaseProfile(const v1::ResolvedJob& job) {
   Profile p;
-  p.workers = spec.cluster.workers;
-  p.parameter_servers = spec.cluster.parameter_servers;
+  p.workers = job.cluster().workers();
+  p.parameter_servers = job.cluster().parameter_servers();
   // cluster.threads_per_worker cores each: the worker's intra-op threads, no more, no less.
-  p.worker = WorkerResources(spec.cluster.threads_per_worker, "1Gi", "2Gi");
+  p.worker = WorkerResources(job.training().threads_per_worker(), "1Gi", "2Gi");
   p.ps = {"500m", "1", "512Mi", "1Gi"};
   return p;
 }
 
-Profile SmallProfile(const JobSpec& spec) {
-  Profile p = BaseProfile(spec);
-  p.workers = std::max(1, spec.cluster.workers / 2);
+Profile SmallProfile(const v1::ResolvedJob& job) {
+  Profile p = BaseProfile(job);
+  p.workers = std::max(1, job.cluster().workers() / 2);
   p.parameter_servers = 1;
-  p.worker = {CpuQuantity(spec.cluster.threads_per_worker / 2.0),
-              CpuQuantity(spec.cluster.threads_per_worker), "512Mi", "1Gi"};
+  p.worker = {CpuQuantity(job.training().threads_per_worker() / 2.0),
+              CpuQuantity(job.training().threads_per_worker()), "512Mi", "1Gi"};
   p.ps = {"250m", "1", "256Mi", "512Mi"};
   return p;
 }
 
-Profile LargeProfile(const JobSpec& spec) {
-  Profile p = BaseProfile(spec);
-  p.workers = spec.cluster.workers * 2;
-  p.parameter_servers = spec.cluster.parameter_servers * 2;
+Profile LargeProfile(const v1::ResolvedJob& job) {
+  Profile p = BaseProfile(job);
+  p.workers = job.cluster().workers() * 2;
+  p.parameter_servers = job.cluster().parameter_servers() * 2;
   // No more servers than tensors to partition (job_checks.h).
-  if (auto tensors = ModelTensorCount(spec.model.arch)) {
+  if (auto tensors = BuiltinModelTensors(job.arch())) {
     p.parameter_servers = std::min(p.parameter_servers, *tensors);
   }
-  p.worker = WorkerResources(spec.cluster.threads_per_worker, "2Gi", "4Gi");
+  p.worker = WorkerResources(job.training().threads_per_worker(), "2Gi", "4Gi");
   p.ps = {"1", "2", "1Gi", "2Gi"};
   return p;
 }
 
 class Builder {
  public:
-  Builder(const JobSpec& spec, const KubernetesNames& names, const RenderOptions& options)
-      : spec_(spec),
+  Builder(const v1::ResolvedJob& job, const KubernetesNames& names, const RenderOptions& options)
+      : job_(job),
         names_(names),
         options_(options),
-        plan_(PlanKubernetesContainers(spec, names)),
-        servers_(spec.strategy.kind != "allreduce") {}
+        plan_(PlanKubernetesContainers(job, names)),
+        servers_(UsesServers(job)) {}
 
   RenderedFiles Render() {
     RenderedFiles files;
@@ -96,8 +96,8 @@ class Builder {
         yaml::EmitAll({HeadlessService(names_.ring(), "worker"), Workers(Base())});
     files["base/evaluator.yaml"] = yaml::EmitAll({EvaluatorService(), Evaluator()});
     files["base/orchestrator.yaml"] = yaml::Emit(Orchestrator(false));
-    AddOverlay("small", SmallProfile(spec_), &files);
-    AddOverlay("large", LargeProfile(spec_), &files);
+    AddOverlay("small", SmallProfile(job_), &files);
+    AddOverlay("large", LargeProfile(job_), &files);
     return files;
   }
 
@@ -109,9 +109,9 @@ class Builder {
     if (overlay.empty()) {
       p = Base();
     } else if (overlay == "small") {
-      p = SmallProfile(spec_);
+      p = SmallProfile(job_);
     } else if (overlay == "large") {
-      p = LargeProfile(spec_);
+      p = LargeProfile(job_);
     } else {
       return absl::InvalidArgumentError(
           absl::StrCat("unknown overlay '", overlay, "': use small or large (none: the base)"));
@@ -141,14 +141,14 @@ class Builder {
 
  private:
   std::string JobYaml() const {
-    return absl::StrCat("# The resolved job spec of '", spec_.name,
+    return absl::StrCat("# The resolved job spec of '", job_.name(),
                         "' as the containers read it (written by `strata render`).\n",
                         plan_.job_yaml, plan_.job_yaml.back() == '\n' ? "" : "\n");
   }
 
   // The base profile with the job's own CPU quotas (cluster.cpu) where it sets them.
   Profile Base() const {
-    Profile p = BaseProfile(spec_);
+    Profile p = BaseProfile(job_);
     if (const double w = Container(ContainerRole::kWorker).cpus; w > 0) {
       p.worker.cpu_request = p.worker.cpu_limit = CpuQuantity(w);
     }
@@ -366,10 +366,11 @@ class Builder {
     Node o = IndexedJob({names_.workers(), "worker", ContainerRole::kWorker, p.workers,
                          "STRATA_WORKERS", "Rank", "worker", names_.ring(), p.worker});
     std::vector<std::string> per_rank;
-    for (const StragglerSpec& s : spec_.cluster.stragglers) {
-      per_rank.push_back(absl::StrCat("worker ", s.worker, " at ", CpuQuantity(s.cpu_fraction)));
+    for (const v1::ResolvedStraggler& s : job_.cluster().stragglers()) {
+      per_rank.push_back(
+          absl::StrCat("worker ", s.worker(), " at ", CpuQuantity(s.cpu_fraction())));
     }
-    if (!spec_.cluster.worker_speeds.empty()) per_rank.push_back("cluster.worker_speeds");
+    if (job_.cluster().worker_speeds_size() > 0) per_rank.push_back("cluster.worker_speeds");
     if (!per_rank.empty()) {
       o.Comment(absl::StrCat(
           "Per-rank CPU quotas (", absl::StrJoin(per_rank, ", "), ") are not applied here: one\n",
@@ -501,7 +502,7 @@ class Builder {
   Node BaseKustomization() const {
     Node k = Node::Map();
     k.Comment(absl::StrCat(
-        "Job '", spec_.name, "' for Kubernetes (1.24+: gRPC probes), written by `strata render\n",
+        "Job '", job_.name(), "' for Kubernetes (1.24+: gRPC probes), written by `strata render\n",
         "--launcher kubernetes`: render again after changing the job spec rather than editing.\n",
         "Before `kubectl apply -k` (this directory or an overlay):\n",
         "  openssl rand -hex 32 > base/", kTokenFile, "   # the run token, read by every service\n",
@@ -520,7 +521,7 @@ class Builder {
                   .Add("files", Node::Strs({"job.yaml"})));
     maps.Push(Node::Map()
                   .Add("name", Node::Str(names_.topology()))
-                  .Add("literals", TopologyLiterals(BaseProfile(spec_))),
+                  .Add("literals", TopologyLiterals(BaseProfile(job_))),
               "Replica counts every container reads; the overlays change them.");
     k.Add("configMapGenerator", std::move(maps));
     Node secret = Node::Map();
@@ -541,7 +542,7 @@ class Builder {
     const std::string dir = absl::StrCat("overlays/", name, "/");
     Node k = Node::Map();
     k.Comment(absl::StrCat(
-        "The ", name, " variant of job '", spec_.name, "': ", p.workers, " worker(s)",
+        "The ", name, " variant of job '", job_.name(), "': ", p.workers, " worker(s)",
         servers_ ? absl::StrCat(", ", p.parameter_servers, " parameter server(s)") : std::string(),
         ".\n`kubectl apply -k ", dir.substr(0, dir.size() - 1), "` (after creating base/",
         kTokenFile, ")."));
@@ -581,7 +582,7 @@ class Builder {
     (*files)[dir + "kustomization.yaml"] = yaml::Emit(k);
   }
 
-  const JobSpec& spec_;
+  const v1::ResolvedJob& job_;
   const KubernetesNames& names_;
   const RenderOptions& options_;
   const ContainerPlan plan_;
@@ -590,17 +591,18 @@ class Builder {
 
 }  // namespace
 
-absl::StatusOr<RenderedFiles> RenderKubernetes(const JobSpec& spec, const RenderOptions& options) {
-  STRATA_ASSIGN_OR_RETURN(KubernetesNames names, MakeKubernetesNames(spec.name));
-  return Builder(spec, names, options).Render();
+absl::StatusOr<RenderedFiles> RenderKubernetes(const v1::ResolvedJob& job,
+                                               const RenderOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(KubernetesNames names, MakeKubernetesNames(job.name()));
+  return Builder(job, names, options).Render();
 }
 
-absl::StatusOr<KubernetesSubmission> RenderKubernetesSubmission(const JobSpec& spec,
+absl::StatusOr<KubernetesSubmission> RenderKubernetesSubmission(const v1::ResolvedJob& job,
                                                                 const RenderOptions& options,
                                                                 const std::string& overlay,
                                                                 const std::string& run_token) {
-  STRATA_ASSIGN_OR_RETURN(KubernetesNames names, MakeKubernetesNames(spec.name));
-  return Builder(spec, names, options).Submission(overlay, run_token);
+  STRATA_ASSIGN_OR_RETURN(KubernetesNames names, MakeKubernetesNames(job.name()));
+  return Builder(job, names, options).Submission(overlay, run_token);
 }
 
 int AddOwnerReferences(const OwnerJob& owner, std::vector<yaml::Node>* objects) {

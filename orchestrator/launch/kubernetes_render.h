@@ -1,15 +1,15 @@
 // `strata render --launcher kubernetes`: a kustomize base and two overlays for one job
 // (docs/deploy.md). base/: the job spec as a ConfigMap, the replica counts as a second ConfigMap
 // (`<job>-topology`, which the overlays change), the parameter servers as an Indexed Job
-// (partition = JOB_COMPLETION_INDEX) behind a headless Service, the workers as an Indexed Job (rank = JOB_COMPLETION_INDEX) with a headless
-// Service for the ring, the evaluator as a Pod behind a Service, the orchestrator as a Job whose
-// init container is the sharder, the run directory as a ReadWriteMany claim, a NetworkPolicy
-// that admits only the job's own pods, and the run token as a Secret generated from a file the
-// user creates (never in the rendered files). overlays/small and overlays/large change the
-// replica counts and resources. Owner references need the orchestrator Job's UID, which exists
-// only once the Job is created: the owned objects carry an annotation naming their owner, which
-// `strata submit` turns into an owner reference (AddOwnerReferences); by hand, `kubectl delete
-// -k` removes the lot. Pure.
+// (partition = JOB_COMPLETION_INDEX) behind a headless Service, the workers as an Indexed Job (rank
+// = JOB_COMPLETION_INDEX) with a headless Service for the ring, the evaluator as a Pod behind a
+// Service, the orchestrator as a Job whose init container is the sharder, the run directory as a
+// ReadWriteMany claim, a NetworkPolicy that admits only the job's own pods, and the run token as a
+// Secret generated from a file the user creates (never in the rendered files). overlays/small and
+// overlays/large change the replica counts and resources. Owner references need the orchestrator
+// Job's UID, which exists only once the Job is created: the owned objects carry an annotation
+// naming their owner, which `strata submit` turns into an owner reference (AddOwnerReferences); by
+// hand, `kubectl delete -k` removes the lot. Pure.
 #pragma once
 
 #include <string>
@@ -19,7 +19,7 @@
 
 #include "orchestrator/launch/render_files.h"
 #include "orchestrator/launch/yaml_text.h"
-#include "services/common/config/job_spec.h"
+#include "strata/v1/job.pb.h"
 
 namespace strata {
 
@@ -27,7 +27,8 @@ namespace strata {
 inline constexpr char kOwnerAnnotation[] = "strata.dev/owner-job";
 
 // InvalidArgument when the job's name leaves nothing for object names.
-absl::StatusOr<RenderedFiles> RenderKubernetes(const JobSpec& spec, const RenderOptions& options);
+absl::StatusOr<RenderedFiles> RenderKubernetes(const v1::ResolvedJob& job,
+                                               const RenderOptions& options);
 
 // The objects of one run as `strata submit` creates them (docs/deploy.md, "strata submit"): what
 // `kubectl kustomize` builds from base/ or an overlay of the rendered files, except that the
@@ -48,7 +49,7 @@ struct KubernetesSubmission {
 
 // `overlay`: "" (base/), "small" or "large"; InvalidArgument for any other, or when the job's
 // name leaves nothing for object names.
-absl::StatusOr<KubernetesSubmission> RenderKubernetesSubmission(const JobSpec& spec,
+absl::StatusOr<KubernetesSubmission> RenderKubernetesSubmission(const v1::ResolvedJob& job,
                                                                 const RenderOptions& options,
                                                                 const std::string& overlay,
                                                                 const std::string& run_token);

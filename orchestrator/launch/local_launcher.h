@@ -2,9 +2,9 @@
 // binds a free port and reports it in a port file under ports/; output goes to logs/<name>.log;
 // services with a CPU share get a cgroup quota, and the run is refused where the machine does
 // not allow it. Children die with the
-// orchestrator (ChildProcess), and StopAll signals whatever a Stop RPC left running. Each child gets
-// the run's token (rpc_auth.h) in its environment through ChildProcess; the command line recorded
-// in the `launched` event never holds it.
+// orchestrator (ChildProcess), and StopAll signals whatever a Stop RPC left running. Each child
+// gets the run's token (rpc_auth.h) in its environment through ChildProcess; the command line
+// recorded in the `launched` event never holds it.
 #pragma once
 
 #include <memory>
@@ -13,10 +13,10 @@
 
 #include "orchestrator/launch/cpu_limit.h"
 #include "orchestrator/launch/launcher.h"
-#include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_console.h"
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/controller.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/process/child_process.h"
 
 namespace strata {

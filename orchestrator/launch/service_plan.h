@@ -1,7 +1,7 @@
 // What a job runs, before any launcher is involved: the steps that run to completion (sharding the
 // data, the initial model of a pure ps job) and the services with their role flags — parameter
 // servers for ps and switch jobs, one worker per rank with its shard, and the evaluator — in the
-// order they start. Pure: built from the job spec and the run directory's layout alone.
+// order they start. Pure: built from the resolved job and the run directory's layout alone.
 #pragma once
 
 #include <cstdint>
@@ -9,20 +9,16 @@
 #include <vector>
 
 #include "orchestrator/launch/launcher.h"
-#include "orchestrator/lib/run_paths.h"
-#include "services/common/config/job_spec.h"
+#include "services/common/base/run_directory.h"
+#include "services/common/config/resolved_job.h"
 
 namespace strata {
-
-// The shard index file of `rank` under the run's shards directory.
-std::string ShardFile(const RunPaths& paths, int rank);
 
 TaskSpec ShardTask(const RunPaths& paths);
 // Writes the model a worker would build from the job's seed to `checkpoint`.
 TaskSpec InitCheckpointTask(const RunPaths& paths, const std::string& checkpoint);
 
 struct ServicePlanInputs {
-  int64_t train_examples = 0;   // from the sharder
   std::string init_checkpoint;  // ps jobs: where the servers' initial model is; else empty
   // launcher.ring_transport unix: worker r's ring listens on this prefix followed by r.
   std::string ring_socket_prefix;
@@ -32,7 +28,7 @@ struct ServicePlanInputs {
   std::string tls_dir;
 };
 
-std::vector<ServiceSpec> PlanServices(const JobSpec& spec, const RunPaths& paths,
+std::vector<ServiceSpec> PlanServices(const v1::ResolvedJob& job, const RunPaths& paths,
                                       const ServicePlanInputs& inputs);
 
 }  // namespace strata

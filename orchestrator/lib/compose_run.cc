@@ -96,14 +96,15 @@ std::string ProjectName(const std::string& run_dir) {
 std::optional<std::string> MakeImageScript(const std::string& bin_dir) {
   const std::filesystem::path repo = std::filesystem::path(bin_dir).parent_path().parent_path();
   const std::filesystem::path script = repo / "scripts" / "make-image.sh";
-  if (::access(script.c_str(), X_OK) == 0 && std::filesystem::exists(repo / "docker" / "Dockerfile"))
+  if (::access(script.c_str(), X_OK) == 0 &&
+      std::filesystem::exists(repo / "docker" / "Dockerfile"))
     return script.string();
   return std::nullopt;
 }
 
 class ComposeRun {
  public:
-  ComposeRun(const ComposeRunOptions& options, CheckedJob job, std::string run_dir)
+  ComposeRun(const ComposeRunOptions& options, v1::ResolvedJob job, std::string run_dir)
       : options_(options), job_(std::move(job)), dir_(std::move(run_dir)) {}
 
   int Run();
@@ -131,7 +132,7 @@ class ComposeRun {
   }
 
   const ComposeRunOptions& options_;
-  CheckedJob job_;
+  v1::ResolvedJob job_;
   std::string dir_;
   std::string project_;
   std::string docker_, compose_;
@@ -151,7 +152,7 @@ int ComposeRun::Run() {
   compose_ = *compose;
   project_ = ProjectName(dir_);
   tools_log_ = dir_ + "/compose/docker-calls.log";
-  for (const ContainerSpec& c : PlanComposeContainers(job_.spec).containers) {
+  for (const ContainerSpec& c : PlanComposeContainers(job_).containers) {
     services_.push_back(c.name);
   }
   if (absl::Status s = Render(); !s.ok()) return Refuse(std::string(s.message()));
@@ -174,7 +175,7 @@ int ComposeRun::Run() {
   ::sigaction(SIGHUP, &sa, nullptr);
 
   Say(absl::StrFormat("strata run: %s on docker-compose (project %s, image %s); run directory %s",
-                      job_.spec.name, project_, options_.image, dir_));
+                      job_.name(), project_, options_.image, dir_));
   const int up = Up();
   CollectRecord();
   TearDown();
@@ -190,8 +191,9 @@ int ComposeRun::Run() {
                  up, dir_.c_str(), dir_.c_str());
     return up == 2 || up == 130 ? up : 1;
   }
-  Say(absl::StrCat("results in ", dir_, " (the project's containers, network and volume are "
-                                        "removed)"));
+  Say(absl::StrCat("results in ", dir_,
+                   " (the project's containers, network and volume are "
+                   "removed)"));
   return 0;
 }
 
@@ -203,7 +205,7 @@ absl::Status ComposeRun::Render() {
   ::chmod(compose_dir.c_str(), 0700);
   RenderOptions render;
   render.image = options_.image;
-  if (absl::Status s = WriteRenderedFiles(compose_dir, RenderCompose(job_.spec, render)); !s.ok())
+  if (absl::Status s = WriteRenderedFiles(compose_dir, RenderCompose(job_, render)); !s.ok())
     return s;
   absl::StatusOr<std::string> token = GenerateRunToken();
   if (!token.ok()) return token.status();
@@ -220,11 +222,12 @@ int ComposeRun::EnsureImage() {
   std::optional<std::string> script = MakeImageScript(options_.bin_dir);
   if (!script) {
     return Refuse(absl::StrCat("the image ", options_.image, " is not in the Docker daemon (",
-                               DockerHostText(), "): build it with `make image` or name another "
+                               DockerHostText(),
+                               "): build it with `make image` or name another "
                                "with --image; nothing was run"));
   }
-  Say(absl::StrCat("the image ", options_.image, " is missing: building it from ",
-                   options_.bin_dir, " (", *script, " --prebuilt; a minute or two)"));
+  Say(absl::StrCat("the image ", options_.image, " is missing: building it from ", options_.bin_dir,
+                   " (", *script, " --prebuilt; a minute or two)"));
   auto build = RunTool({*script, "--prebuilt", options_.bin_dir, "--tag", options_.image},
                        dir_ + "/compose/image-build.log", options_.image_build_timeout);
   if (!build.ok() || !build->ok()) {
@@ -241,8 +244,8 @@ int ComposeRun::EnsureImage() {
 int ComposeRun::Up() {
   SpawnOptions o;
   o.name = "docker-compose";
-  o.argv = Compose({"up", "--no-color", "--no-log-prefix", "--exit-code-from",
-                    kOrchestratorService, kOrchestratorService});
+  o.argv = Compose({"up", "--no-color", "--no-log-prefix", "--exit-code-from", kOrchestratorService,
+                    kOrchestratorService});
   o.log_path = dir_ + "/compose/up.log";
   auto child = ChildProcess::Spawn(o);
   if (!child.ok()) {
@@ -293,8 +296,8 @@ void ComposeRun::CollectRecord() {
   for (const std::string& service : services_) {
     auto logs = RunTool(Compose({"logs", "--no-color", "--no-log-prefix", service}),
                         tools_log_ + ".logs", options_.tool_timeout);
-    if (logs.ok()) WriteFileAtomic(absl::StrCat(dir_, "/logs/", service, ".log"), logs->output)
-                       .IgnoreError();
+    if (logs.ok())
+      WriteFileAtomic(absl::StrCat(dir_, "/logs/", service, ".log"), logs->output).IgnoreError();
   }
   std::remove((tools_log_ + ".logs").c_str());  // the output is in logs/ already
 }
@@ -305,11 +308,12 @@ void ComposeRun::TearDown() {
   auto down = RunTool(Compose({"down", "--volumes", "--remove-orphans", "--timeout", "10"}),
                       tools_log_, options_.teardown_timeout);
   if (!down.ok() || !down->ok()) {
-    std::fprintf(stderr,
-                 "strata run: docker-compose down failed; remove the project by hand: "
-                 "docker-compose -p %s -f %s/compose/docker-compose.yml down --volumes\n%s\n",
-                 project_.c_str(), dir_.c_str(),
-                 down.ok() ? OutputTail(down->output, 400).c_str() : down.status().ToString().c_str());
+    std::fprintf(
+        stderr,
+        "strata run: docker-compose down failed; remove the project by hand: "
+        "docker-compose -p %s -f %s/compose/docker-compose.yml down --volumes\n%s\n",
+        project_.c_str(), dir_.c_str(),
+        down.ok() ? OutputTail(down->output, 400).c_str() : down.status().ToString().c_str());
   }
   std::remove((dir_ + "/compose/run-token").c_str());  // after `down`, which reads the file
 }
@@ -325,7 +329,7 @@ int RunComposeJob(const ComposeRunOptions& options) {
                  options.job_path.c_str(), std::string(job.status().message()).c_str());
     return 2;
   }
-  const std::string dir = options.out_dir.empty() ? DefaultRunDir(job->spec.name) : options.out_dir;
+  const std::string dir = options.out_dir.empty() ? DefaultRunDir(job->name()) : options.out_dir;
   if (std::filesystem::exists(dir + "/job.yaml") || std::filesystem::exists(dir + "/compose")) {
     std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());
     return 2;

@@ -12,14 +12,9 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/config/job_spec.h"
+#include "strata/v1/job.pb.h"
 
 namespace strata {
-
-struct CheckedJob {
-  JobSpec spec;
-  std::string yaml_text;  // the file as read (before --set)
-};
 
 struct JobCheckOptions {
   std::vector<std::string> overrides;  // --set key=value
@@ -28,22 +23,13 @@ struct JobCheckOptions {
 
 // Parses and checks the job spec at `path`; the error lists every problem, one per line: the
 // schema's first, then these checks (each skipped when the schema refused one of its inputs).
-absl::StatusOr<CheckedJob> LoadAndCheckJob(const std::string& path, const JobCheckOptions& options);
+absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
+                                                const JobCheckOptions& options);
 
 // What `strata render` and `strata submit` check: the schema, and the one check beyond it that
 // concerns any machine (no more servers than tensors). The data files are not looked for: they
 // live in the image, not on the machine that renders.
-absl::StatusOr<JobSpec> LoadContainerJob(const std::string& path,
-                                         const std::vector<std::string>& overrides);
-
-// The number of tensors the parameter servers partition (trainable parameters, then float
-// buffers) for each model of services/common/ml/models.cc. The orchestrator does not link LibTorch,
-// so this is a table; tests/integration/orchestrator checks it against `strata-evaluator
-// --describe`.
-std::optional<int> ModelTensorCount(const std::string& arch);
-
-// 1-based line of the dotted `key` ("dataset.path", "cluster.stragglers[0].worker") in the YAML
-// text, or 0 when the key is not in the text (a default or a --set value).
-int KeyLine(const std::string& yaml_text, const std::string& key);
+absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
+                                                 const std::vector<std::string>& overrides);
 
 }  // namespace strata

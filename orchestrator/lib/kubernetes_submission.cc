@@ -25,8 +25,8 @@
 #include "orchestrator/launch/kubernetes_state.h"
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
-#include "orchestrator/lib/run_paths.h"
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/base/status.h"
 #include "services/common/wire/rpc_auth.h"
 
@@ -145,11 +145,6 @@ std::string UtcNow() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
   return buf;
-}
-
-bool FileExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
 }
 
 // A file only its owner may read (the run token, the Secret): created with mode 0600, never
@@ -579,10 +574,9 @@ int SubmitKubernetesJob(const SubmitOptions& options) {
   auto files = RenderKubernetes(*spec, options.render);
   if (!files.ok()) return usage(std::string(files.status().message()));
 
-  const SubmissionPaths paths(
-      options.out_dir.empty()
-          ? absl::StrCat(DefaultRunDir(spec->name), "/kubernetes")
-          : options.out_dir);
+  const SubmissionPaths paths(options.out_dir.empty()
+                                  ? absl::StrCat(DefaultRunDir(spec->name()), "/kubernetes")
+                                  : options.out_dir);
   if (FileExists(paths.record)) {
     return usage(absl::StrCat(paths.root, " already holds a submission; choose another --out"));
   }
@@ -600,7 +594,7 @@ int SubmitKubernetesJob(const SubmitOptions& options) {
   }
 
   SubmissionRecord record;
-  record.name = spec->name;
+  record.name = spec->name();
   record.instance = objects->instance;
   record.job = objects->job_name;
   record.namespace_name = options.namespace_name;
@@ -613,7 +607,7 @@ int SubmitKubernetesJob(const SubmitOptions& options) {
   if (!kubectl.ok()) return usage(std::string(kubectl.status().message()));
 
   std::printf("strata submit: %s (overlay %s, image %s) with %s; submission directory %s\n",
-              spec->name.c_str(), options.overlay.empty() ? "base" : options.overlay.c_str(),
+              spec->name().c_str(), options.overlay.empty() ? "base" : options.overlay.c_str(),
               options.render.image.c_str(), kubectl_path->c_str(), paths.root.c_str());
   std::fflush(stdout);
   InstallSignalHandlers();

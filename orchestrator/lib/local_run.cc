@@ -13,6 +13,7 @@
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/resume_point.h"
 #include "orchestrator/lib/run_driver.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/wire/rpc_auth.h"
 
 namespace strata {
@@ -28,9 +29,10 @@ std::string Timestamp() {
 }
 
 // False, having said which one, when a service binary the job needs is not in `bin_dir`.
-bool HaveServiceBinaries(const char* command, const JobSpec& spec, const std::string& bin_dir) {
+bool HaveServiceBinaries(const char* command, const v1::ResolvedJob& job,
+                         const std::string& bin_dir) {
   std::vector<std::string> needed = {"strata-sharder", "strata-worker", "strata-evaluator"};
-  if (spec.strategy.kind != "allreduce") needed.push_back("strata-ps");
+  if (UsesServers(job)) needed.push_back("strata-ps");
   for (const std::string& bin : needed) {
     const std::string path = absl::StrCat(bin_dir, "/", bin);
     if (::access(path.c_str(), X_OK) != 0) {
@@ -69,9 +71,8 @@ int RunLocalJob(const LocalRunOptions& options) {
                  options.job_path.c_str(), std::string(job.status().message()).c_str());
     return 2;
   }
-  const JobSpec& spec = job->spec;
-  if (!HaveServiceBinaries("strata run", spec, options.bin_dir)) return 2;
-  std::string dir = options.out_dir.empty() ? DefaultRunDir(spec.name) : options.out_dir;
+  if (!HaveServiceBinaries("strata run", *job, options.bin_dir)) return 2;
+  std::string dir = options.out_dir.empty() ? DefaultRunDir(job->name()) : options.out_dir;
   if (FileExists(dir + "/job.yaml")) {
     std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());
     return 2;
@@ -94,15 +95,15 @@ int ResumeLocalJob(const LocalRunOptions& options) {
             : "not a run directory (no job.yaml)");
     return 2;
   }
-  if (job->spec.launcher.kind != "local") {
+  if (job->launcher().kind() != v1::LAUNCHER_KIND_LOCAL) {
     std::fprintf(stderr,
                  "strata resume: %s ran with launcher.kind %s; only local runs are resumed here "
                  "(containers are restarted by their platform); nothing was launched\n",
-                 paths.root.c_str(), job->spec.launcher.kind.c_str());
+                 paths.root.c_str(), Spelled(job->launcher().kind()).c_str());
     return 2;
   }
-  if (!HaveServiceBinaries("strata resume", job->spec, options.bin_dir)) return 2;
-  auto point = FindResumePoint(paths, job->spec);
+  if (!HaveServiceBinaries("strata resume", *job, options.bin_dir)) return 2;
+  auto point = FindResumePoint(paths, *job);
   if (!point.ok()) {
     std::fprintf(stderr, "strata resume: %s; nothing was launched\n",
                  std::string(point.status().message()).c_str());
@@ -124,7 +125,7 @@ int SuperviseJob(const LocalRunOptions& options) {
                  options.job_path.c_str(), std::string(job.status().message()).c_str());
     return 2;
   }
-  const JobSpec& spec = job->spec;
+  const v1::ResolvedJob& spec = *job;
   const AttachedServices& given = *options.attached;
   std::vector<std::string> errors;
   auto count = [&](const char* flag, size_t got, int want, const char* key) {
@@ -133,11 +134,10 @@ int SuperviseJob(const LocalRunOptions& options) {
           absl::StrFormat("%s gives %d address(es) but the job has %s = %d", flag, got, key, want));
     }
   };
-  count("--workers", given.workers.size(), spec.cluster.workers, "cluster.workers");
+  count("--workers", given.workers.size(), spec.cluster().workers(), "cluster.workers");
   count("--parameter-servers", given.parameter_servers.size(),
-        spec.strategy.kind == "allreduce" ? 0 : spec.cluster.parameter_servers,
-        spec.strategy.kind == "allreduce" ? "(strategy.kind allreduce) servers"
-                                          : "cluster.parameter_servers");
+        UsesServers(spec) ? spec.cluster().parameter_servers() : 0,
+        UsesServers(spec) ? "cluster.parameter_servers" : "(strategy.kind allreduce) servers");
   if (given.evaluator.empty()) errors.push_back("--evaluator is required");
   if (!errors.empty()) {
     std::fprintf(stderr, "strata supervise: nothing was started:\n%s\n",

@@ -10,14 +10,13 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
-#include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_record.h"
 #include "services/common/base/files.h"
 #include "services/common/base/metrics.h"
+#include "services/common/base/run_directory.h"
 
 namespace strata {
 namespace {
-
 
 struct Series {
   std::string label, color;
@@ -167,8 +166,8 @@ std::string RenderReportHtml(const ReportInput& in) {
   if (!in.summary.is_null()) {
     html += "<h2>Summary</h2><table>";
     for (auto it = in.summary.begin(); it != in.summary.end(); ++it) {
-      absl::StrAppend(&html, "<tr><th>", HtmlEscape(it.key()), "</th><td>", HtmlEscape(it.value().dump()),
-                      "</td></tr>");
+      absl::StrAppend(&html, "<tr><th>", HtmlEscape(it.key()), "</th><td>",
+                      HtmlEscape(it.value().dump()), "</td></tr>");
     }
     html += "</table>";
   } else {
@@ -193,7 +192,8 @@ std::string RenderReportHtml(const ReportInput& in) {
   }
   html += "</table><h2>Events</h2><pre>";
   for (const auto& e : in.events) absl::StrAppend(&html, HtmlEscape(e.dump()), "\n");
-  absl::StrAppend(&html, "</pre><h2>Job</h2><pre>", HtmlEscape(in.job_yaml), "</pre></body></html>\n");
+  absl::StrAppend(&html, "</pre><h2>Job</h2><pre>", HtmlEscape(in.job_yaml),
+                  "</pre></body></html>\n");
   return html;
 }
 

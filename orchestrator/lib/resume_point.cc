@@ -1,5 +1,7 @@
 #include "orchestrator/lib/resume_point.h"
 
+#include "services/common/config/resolved_job.h"
+
 #include <signal.h>
 
 #include <algorithm>
@@ -27,10 +29,6 @@ bool Exists(const std::string& path) {
   return std::filesystem::exists(path, ec);
 }
 
-std::string ServerCheckpoint(const RunPaths& paths, int partition) {
-  return absl::StrCat(paths.checkpoints, "/ps-", partition, ".ckpt");
-}
-
 }  // namespace
 
 std::vector<int64_t> ResumePoint::StepsByRank(int workers) const {
@@ -42,7 +40,7 @@ std::vector<int64_t> ResumePoint::StepsByRank(int workers) const {
   return steps;
 }
 
-absl::StatusOr<ResumePoint> FindResumePoint(const RunPaths& paths, const JobSpec& spec) {
+absl::StatusOr<ResumePoint> FindResumePoint(const RunPaths& paths, const v1::ResolvedJob& job) {
   if (!Exists(paths.job_yaml)) {
     return absl::NotFoundError(
         absl::StrCat(paths.root, " is not a run directory (no job.yaml): nothing to resume"));
@@ -98,14 +96,13 @@ absl::StatusOr<ResumePoint> FindResumePoint(const RunPaths& paths, const JobSpec
     }
   }
 
-  const bool servers = spec.strategy.kind != "allreduce";
   std::vector<std::string> saved, missing;
-  if (servers) {
-    for (int p = 0; p < spec.cluster.parameter_servers; ++p) {
-      (Exists(ServerCheckpoint(paths, p)) ? saved : missing).push_back(ServerCheckpoint(paths, p));
+  if (UsesServers(job)) {
+    for (int p = 0; p < job.cluster().parameter_servers(); ++p) {
+      (Exists(paths.ServerCheckpoint(p)) ? saved : missing).push_back(paths.ServerCheckpoint(p));
     }
   }
-  if (spec.strategy.kind == "ps" || point.switch_done) {
+  if (job.strategy().kind() == v1::STRATEGY_KIND_PS || point.switch_done) {
     point.phase = "ps";
     // A ps job stopped before its servers' first save starts from the initial model again; a
     // switch job's servers saved at once when the handover gave them the model.
@@ -124,7 +121,7 @@ absl::StatusOr<ResumePoint> FindResumePoint(const RunPaths& paths, const JobSpec
   }
   point.phase = "allreduce";
   point.stale_server_checkpoints = saved;
-  const std::string ring = absl::StrCat(paths.root, "/", kRingCheckpointFile);
+  const std::string ring = paths.RingCheckpoint();
   if (Exists(ring)) {
     auto c = ReadCheckpoint(ring);
     if (!c.ok()) {

@@ -2,9 +2,9 @@
 // (the services died with it), or the run was interrupted or failed. Everything is read from what
 // the run left in its directory: the record says which phase training was in (events.jsonl: was
 // the switch done?) and how far each worker got (status.json, rewritten each second), and the
-// checkpoints hold the model: worker 0's ring checkpoint in all-reduce (services/common/
-// run_paths.h, kRingCheckpointFile), the servers' own saves (checkpoints/ps-<p>.ckpt) once the
-// workers push and pull. docs/user-guide.md, "Resuming a run", is the user's side of this.
+// checkpoints hold the model: worker 0's ring checkpoint in all-reduce, the servers' own saves
+// once the workers push and pull (services/common/base/run_directory.h names both).
+// docs/user-guide.md, "Resuming a run", is the user's side of this.
 #pragma once
 
 #include <cstdint>
@@ -14,9 +14,9 @@
 
 #include <absl/status/statusor.h>
 
-#include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_record.h"
-#include "services/common/config/job_spec.h"
+#include "services/common/base/run_directory.h"
+#include "strata/v1/job.pb.h"
 
 namespace strata {
 
@@ -47,6 +47,6 @@ struct ResumePoint {
 //   FAILED_PRECONDITION  the run finished, or its orchestrator still runs, or the servers'
 //                        saves the push/pull phase needs are missing or incomplete;
 //   DATA_LOSS            a checkpoint that does not read back.
-absl::StatusOr<ResumePoint> FindResumePoint(const RunPaths& paths, const JobSpec& spec);
+absl::StatusOr<ResumePoint> FindResumePoint(const RunPaths& paths, const v1::ResolvedJob& job);
 
 }  // namespace strata

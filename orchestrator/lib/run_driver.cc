@@ -21,6 +21,7 @@
 #include "services/common/base/files.h"
 #include "services/common/base/run_paths.h"
 #include "services/common/base/status.h"
+#include "services/common/config/job_spec.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/shard_index.h"
@@ -53,16 +54,6 @@ void InstallSignalHandlers() {
 }
 
 }  // namespace
-
-std::string StrategyText(const StrategySpec& s) {
-  if (s.kind == "ps") return absl::StrCat("ps (", s.consistency, ")");
-  if (s.kind == "switch") {
-    return s.rule == "at_fraction" ? absl::StrCat("switch (at_fraction ", s.at_fraction, ")")
-                                   : absl::StrCat("switch (empirical, window ", s.window,
-                                                  ", threshold ", s.threshold_percent, "%)");
-  }
-  return s.kind;
-}
 
 absl::StatusOr<std::vector<ServiceExit>> RunDriver::CheckProcesses() {
   STRATA_RETURN_IF_ERROR(CheckSignal(failure_));
@@ -121,7 +112,7 @@ int RunDriver::Run() {
   }
   const v1::EvalMetrics& final_metrics = eval_->final_metrics();
   std::printf("done: %s in %.1f s, final val_acc %.4f, val_loss %.4f%s; results in %s\n",
-              spec_.name.c_str(), SecondsBetween(start_, finish_), final_metrics.val_acc(),
+              job_.name().c_str(), SecondsBetween(start_, finish_), final_metrics.val_acc(),
               final_metrics.val_loss(),
               switched()
                   ? absl::StrFormat(", switched at epoch %.2f (handover %.3f s)",
@@ -135,11 +126,12 @@ int RunDriver::Run() {
 
 absl::Status RunDriver::Execute() {
   STRATA_RETURN_IF_ERROR(Prepare());
-  console_.Say(absl::StrFormat(
-      "%s: %s: %s on %s, strategy %s, %d worker(s), %d parameter server(s); run "
-      "directory %s",
-      command(), spec_.name, spec_.model.arch, spec_.dataset.name, StrategyText(spec_.strategy),
-      spec_.cluster.workers, UsesServers() ? spec_.cluster.parameter_servers : 0, paths_.root));
+  console_.Say(
+      absl::StrFormat("%s: %s: %s on %s, strategy %s, %d worker(s), %d parameter server(s); run "
+                      "directory %s",
+                      command(), job_.name(), Spelled(job_.arch()), Spelled(job_.dataset().name()),
+                      StrategyText(job_.strategy()), job_.cluster().workers(),
+                      UsesServers(job_) ? job_.cluster().parameter_servers() : 0, paths_.root));
   if (resume_) {
     console_.Say(
         resume_->phase == "ps"
@@ -165,14 +157,13 @@ absl::Status RunDriver::Prepare() {
   if (resume_) {
     PrepareResume();
   } else {
-    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecToYaml(spec_)));
+    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecYaml(job_)));
   }
-  // Resolved once, here: every service this run starts reads this file (a resumed run writes it
-  // again, from the spec it resumes). In a container plan the platform's one-shot step wrote it,
-  // with the replica counts the deployment has.
-  STRATA_ASSIGN_OR_RETURN(resolved_, ResolveJob(spec_));
+  // Every service this run starts reads this file (a resumed run writes it again, from the spec
+  // it resumes). In a container plan the platform's one-shot step wrote it, with the replica
+  // counts the deployment has.
   if (!attached()) {
-    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_resolved, ResolvedJobText(resolved_)));
+    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_resolved, ResolvedJobText(job_)));
   }
   // A fresh secret per run, whatever this process's environment holds: the orchestrator's channels
   // carry it and ChildProcess hands it to every service in the child's environment only. Not a
@@ -187,7 +178,7 @@ absl::Status RunDriver::Prepare() {
   } else {
     STRATA_ASSIGN_OR_RETURN(auth.token, GenerateRunToken());
   }
-  if (spec_.security.tls != "off") {
+  if (TlsOn(job_)) {
     STRATA_ASSIGN_OR_RETURN(auth.tls, PrepareTls());
   }
   SetRpcAuth(std::move(auth));
@@ -198,14 +189,14 @@ absl::Status RunDriver::Prepare() {
     launcher_ = std::make_unique<LocalLauncher>(options_.bin_dir, paths_.root, *record_, console_,
                                                 failure_);
   }
-  nlohmann::json started = {{"name", spec_.name},
+  nlohmann::json started = {{"name", job_.name()},
                             {"job", options_.job_path},
                             {"overrides", options_.overrides},
-                            {"tls", spec_.security.tls},
+                            {"tls", Spelled(job_.security().tls())},
                             {"orchestrator_pid", ::getpid()}};
   if (resume_) {
     started["phase"] = resume_->phase;
-    started["steps"] = resume_->StepsByRank(spec_.cluster.workers);
+    started["steps"] = resume_->StepsByRank(job_.cluster().workers());
     started["checkpoint"] = resume_->checkpoint;
     started["resume"] = resume_->earlier_resumes + 1;
     started["removed"] = resume_->stale_server_checkpoints;
@@ -221,22 +212,22 @@ absl::Status RunDriver::Prepare() {
 // certificates made for this run alone in the run directory (docs/security.md, "Transport
 // security"). This process is a client only: it loads the CA and, under mutual, the client pair.
 absl::StatusOr<TlsMaterial> RunDriver::PrepareTls() {
-  const SecuritySpec& security = spec_.security;
+  const v1::ResolvedSecurity& security = job_.security();
   TlsSettings settings;
-  STRATA_ASSIGN_OR_RETURN(settings.mode, TlsModeFromName(security.tls));
-  settings.server_name = security.tls_server_name;
-  if (!security.tls_dir.empty()) {
+  STRATA_ASSIGN_OR_RETURN(settings.mode, TlsModeFromName(Spelled(security.tls())));
+  settings.server_name = security.tls_server_name();
+  if (!security.tls_dir().empty()) {
     // Absolute, so that services started in another working directory find the same files.
     std::error_code ec;
-    tls_dir_ = std::filesystem::absolute(security.tls_dir, ec).lexically_normal().string();
-    if (ec) tls_dir_ = security.tls_dir;
+    tls_dir_ = std::filesystem::absolute(security.tls_dir(), ec).lexically_normal().string();
+    if (ec) tls_dir_ = security.tls_dir();
   } else if (attached()) {
     return absl::FailedPreconditionError(
         "security.tls without security.tls_dir: the services were started elsewhere, so "
         "certificates made here would not be theirs; give the directory they use");
   } else {
     RunCertificateOptions options;
-    options.server_name = security.tls_server_name;
+    options.server_name = security.tls_server_name();
     STRATA_RETURN_IF_ERROR(WriteRunCertificates(paths_.tls, options));
     tls_dir_ = std::filesystem::absolute(paths_.tls).lexically_normal().string();
     tls_generated_ = true;
@@ -264,16 +255,16 @@ absl::Status RunDriver::ShardData() {
                                               [this] { return CheckSignal(failure_); }));
   }
   int64_t smallest = -1;
-  for (int r = 0; r < spec_.cluster.workers; ++r) {
-    auto shard = ReadShardIndexFile(ShardFile(paths_, r));
+  for (int r = 0; r < job_.cluster().workers(); ++r) {
+    auto shard = ReadShardIndexFile(paths_.ShardIndex(r));
     if (!shard.ok()) return failure_.Fail("sharder", shard.status());
     const int64_t n = static_cast<int64_t>(shard->indices.size());
     shard_sizes_.push_back(n);
     train_examples_ = static_cast<int64_t>(shard->examples);
     smallest = smallest < 0 ? n : std::min(smallest, n);
   }
-  view_.worker_batch = resolved_.training().worker_batch();
-  view_.epochs = spec_.training.epochs;
+  view_.worker_batch = job_.training().worker_batch();
+  view_.epochs = job_.training().epochs();
   // Ring steps must line up: every worker runs as many steps as the smallest shard allows.
   view_.planned_steps_per_epoch =
       std::max<int64_t>(1, (smallest + view_.worker_batch - 1) / view_.worker_batch);
@@ -282,16 +273,16 @@ absl::Status RunDriver::ShardData() {
                                             {"shard_sizes", shard_sizes_},
                                             {"train_examples", train_examples_},
                                             {"steps_per_epoch", view_.planned_steps_per_epoch},
-                                            {"method", spec_.sharding.method}});
+                                            {"method", Spelled(job_.sharding().method())}});
   if (attached() || resume_) {  // the sharder ran before; its time is not ours to report
     console_.Say(absl::StrFormat(
         "the sharder's plan: %d training examples (%s) in %d shard(s); %d steps per epoch",
-        train_examples_, spec_.sharding.method, spec_.cluster.workers,
+        train_examples_, Spelled(job_.sharding().method()), job_.cluster().workers(),
         view_.planned_steps_per_epoch));
   } else {
     console_.Say(absl::StrFormat(
         "sharded %d training examples (%s) into %d shard(s) in %.1f s; %d steps per epoch",
-        train_examples_, spec_.sharding.method, spec_.cluster.workers, secs,
+        train_examples_, Spelled(job_.sharding().method()), job_.cluster().workers(), secs,
         view_.planned_steps_per_epoch));
   }
   return absl::OkStatus();
@@ -299,11 +290,10 @@ absl::Status RunDriver::ShardData() {
 
 absl::Status RunDriver::LaunchServices() {
   ServicePlanInputs inputs;
-  inputs.train_examples = train_examples_;
-  if (spec_.strategy.kind == "ps") {
+  if (job_.strategy().kind() == v1::STRATEGY_KIND_PS) {
     // Servers of a pure ps job start from the model a worker would build from the job's seed
     // (a resumed one from their own saves, if they made any: ps_main.cc's --resume).
-    inputs.init_checkpoint = paths_.checkpoints + "/init.ckpt";
+    inputs.init_checkpoint = paths_.InitCheckpoint();
     if (!resume_ || !FileExists(inputs.init_checkpoint)) {
       STRATA_RETURN_IF_ERROR(launcher_->RunTask(InitCheckpointTask(paths_, inputs.init_checkpoint),
                                                 options_.startup_timeout,
@@ -316,7 +306,7 @@ absl::Status RunDriver::LaunchServices() {
   inputs.ring_socket_prefix =
       absl::StrCat("unix-abstract:strata-", getpid(), "-",
                    std::filesystem::path(paths_.root).filename().string(), "-worker-");
-  for (const ServiceSpec& service : PlanServices(spec_, paths_, inputs)) {
+  for (const ServiceSpec& service : PlanServices(job_, paths_, inputs)) {
     STRATA_RETURN_IF_ERROR(launcher_->Start(service));
   }
   return absl::OkStatus();
@@ -353,10 +343,11 @@ absl::Status RunDriver::StartTraining() {
   }
   for (const std::string& a : Addresses(ServiceRole::kParameterServer))
     start.add_parameter_servers(a);
-  const bool push_pull = resume_ ? resume_->phase == "ps" : spec_.strategy.kind == "ps";
+  const bool push_pull =
+      resume_ ? resume_->phase == "ps" : job_.strategy().kind() == v1::STRATEGY_KIND_PS;
   start.set_mode(push_pull ? v1::SYNC_MODE_PS : v1::SYNC_MODE_ALLREDUCE);
   start.set_ps_learning_rate(
-      static_cast<float>(resolved_.training().lr() * resolved_.strategy().server_lr_scale()));
+      static_cast<float>(job_.training().lr() * job_.strategy().server_lr_scale()));
   start.set_steps_per_epoch(view_.planned_steps_per_epoch);
   start_request_ = start;
   const std::vector<int64_t> first_steps = resume_
@@ -366,7 +357,7 @@ absl::Status RunDriver::StartTraining() {
     v1::StartRequest mine = start;
     mine.set_first_step(first_steps[r]);
     if (resume_ && !push_pull && !resume_->checkpoint.empty()) {
-      mine.set_init_checkpoint(kRingCheckpointFile);  // relative to the run directory
+      mine.set_init_checkpoint(run_files::kRingCheckpoint);  // relative to the run directory
     }
     absl::Status s = client_->StartWorker(r, mine, options_.rpc_timeout);
     if (!s.ok()) return failure_.Fail(absl::StrCat("worker-", r), s);
@@ -383,8 +374,9 @@ absl::Status RunDriver::StartTraining() {
 absl::Status RunDriver::Supervise() {
   const std::vector<std::string> server_addresses = Addresses(ServiceRole::kParameterServer);
   const std::vector<std::string> worker_addresses = Addresses(ServiceRole::kWorker);
-  policy_ = std::make_unique<SwitchPolicy>(spec_.strategy, spec_.training.epochs, record_.get());
-  if (spec_.strategy.kind == "switch" && !switched_before_resume()) {
+  policy_ =
+      std::make_unique<SwitchPolicy>(job_.strategy(), job_.training().epochs(), record_.get());
+  if (job_.strategy().kind() == v1::STRATEGY_KIND_SWITCH && !switched_before_resume()) {
     SwitchControllerOptions o;
     o.server_addresses = server_addresses;
     o.checkpoint_dir = paths_.checkpoints;
@@ -393,7 +385,7 @@ absl::Status RunDriver::Supervise() {
     switcher_ = std::make_unique<SwitchController>(o, *client_, *this, failure_);
   }
   EvalSchedulerOptions e;
-  e.epochs = spec_.training.epochs;
+  e.epochs = job_.training().epochs();
   if (resume_) e.evaluated_epochs = resume_->evaluated_epochs;
   e.worker_address = worker_addresses.front();
   e.server_addresses = server_addresses;
@@ -406,9 +398,9 @@ absl::Status RunDriver::Supervise() {
   eval_ = std::make_unique<EvalScheduler>(e, *client_, *record_, console_, phase_);
   // Only where this process runs the services itself (containers are restarted by their
   // platform).
-  if (!attached() && spec_.recovery.restarts > 0) {
+  if (!attached() && job_.recovery().restarts() > 0) {
     RecoveryOptions r;
-    r.max_restarts = spec_.recovery.restarts;
+    r.max_restarts = job_.recovery().restarts();
     r.rejoin_timeout = options_.startup_timeout;
     r.rpc_timeout = options_.rpc_timeout;
     r.ps_start = start_request_;
@@ -418,7 +410,7 @@ absl::Status RunDriver::Supervise() {
     recovery_ = std::make_unique<ServiceRecovery>(r, *launcher_, *client_, *record_, failure_);
   }
   SupervisorOptions so;
-  so.switch_job = spec_.strategy.kind == "switch";
+  so.switch_job = job_.strategy().kind() == v1::STRATEGY_KIND_SWITCH;
   so.worker_addresses = worker_addresses;
   so.status_timeout = std::min(options_.rpc_timeout, std::chrono::milliseconds(5000));
   so.unresponsive_timeout = options_.unresponsive_timeout;
@@ -476,7 +468,7 @@ void RunDriver::PrepareResume() {
   for (const std::string& stale : resume_->stale_server_checkpoints) std::remove(stale.c_str());
   // A killed run could not remove its own certificates; their services are gone, and the resumed
   // run makes a new CA (PrepareTls), which refuses a directory that still holds the old one.
-  if (spec_.security.tls != "off" && spec_.security.tls_dir.empty()) {
+  if (TlsOn(job_) && job_.security().tls_dir().empty()) {
     std::filesystem::remove_all(paths_.tls, ec);
   }
   // The run's clock goes on from where it stopped, so that the record's wall_s never runs back;

@@ -19,27 +19,20 @@
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
 #include "orchestrator/lib/resume_point.h"
-#include "orchestrator/lib/run_paths.h"
 #include "orchestrator/record/run_console.h"
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/control_server.h"
 #include "orchestrator/run/run_supervisor.h"
+#include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/wire/tls.h"
 
 namespace strata {
 
-inline bool FileExists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 inline double SecondsBetween(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// The strategy as the run's first line and status.json say it: "switch (at_fraction 0.5)".
-std::string StrategyText(const StrategySpec& s);
 
 // One run: prepares the run directory, shards the data and launches the services as children
 // (or, attached, finds the sharder's output and the services' addresses; or, resumed, the shards
@@ -49,11 +42,10 @@ std::string StrategyText(const StrategySpec& s);
 // writes about itself (status.json, summary.json, the progress line).
 class RunDriver final : public SupervisorHost, public SwitchEvents {
  public:
-  RunDriver(const LocalRunOptions& options, CheckedJob job, std::string run_dir,
+  RunDriver(const LocalRunOptions& options, v1::ResolvedJob job, std::string run_dir,
             std::optional<ResumePoint> resume = std::nullopt)
       : options_(options),
         job_(std::move(job)),
-        spec_(job_.spec),
         paths_(std::move(run_dir)),
         console_(options.quiet),
         resume_(std::move(resume)) {}
@@ -90,7 +82,6 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   // Serves the control channel; a run without it still works through the files.
   void StartControlServer();
   v1::RunInfo RunInfoNow() const;
-  bool UsesServers() const { return spec_.strategy.kind != "allreduce"; }
   bool attached() const { return options_.attached.has_value(); }
   const char* command() const {
     return attached() ? "strata supervise" : resume_ ? "strata resume" : "strata run";
@@ -102,11 +93,10 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   void PrepareResume();
 
   const LocalRunOptions& options_;
-  CheckedJob job_;
-  const JobSpec& spec_;
-  // The job as the services read it, resolved in Prepare; the orchestrator's own per-worker
-  // figures come from it too, so that they cannot differ from the services'.
-  v1::ResolvedJob resolved_;
+  // The job as the services read it (written to the run directory in Prepare); the
+  // orchestrator's own per-worker figures come from it too, so that they cannot differ from the
+  // services'.
+  v1::ResolvedJob job_;
   RunPaths paths_;
   RunConsole console_;
   std::optional<ResumePoint> resume_;  // `strata resume`: where the run goes on

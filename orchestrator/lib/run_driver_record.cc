@@ -43,21 +43,21 @@ void RunDriver::Finish(const std::string& state) {
 
 void RunDriver::ShowProgress(const ClusterView& view, Clock::time_point now) {
   if (console_.progress_live()) {
-    const double f = view.GlobalEpochFraction() / spec_.training.epochs;
+    const double f = view.GlobalEpochFraction() / job_.training().epochs();
     const double elapsed = SecondsBetween(train_start_, now);
     // The pace is this process's: a resumed run started at `f0`, not at 0.
-    const double f0 = static_cast<double>(StepsBeforeResume()) /
-                      std::max<double>(1, static_cast<double>(spec_.cluster.workers) *
-                                              view_.planned_steps_per_epoch *
-                                              spec_.training.epochs);
+    const double f0 =
+        static_cast<double>(StepsBeforeResume()) /
+        std::max<double>(1, static_cast<double>(job_.cluster().workers()) *
+                                view_.planned_steps_per_epoch * job_.training().epochs());
     const double eta = f - f0 > 0.01 ? elapsed * (1 - f) / (f - f0) : NAN;
     const auto& last = eval_->last_metrics();
     std::string metrics =
         last ? absl::StrFormat("val_loss %.4f val_acc %.4f", last->val_loss(), last->val_acc())
              : "val --";
     console_.Progress(absl::StrFormat("epoch %.2f/%d %s %-9s %s  %5.0f samples/s  ETA %s",
-                                      view.GlobalEpochFraction(), spec_.training.epochs, Bar(f, 20),
-                                      phase_.name, metrics, view.SamplesPerSecond(),
+                                      view.GlobalEpochFraction(), job_.training().epochs(),
+                                      Bar(f, 20), phase_.name, metrics, view.SamplesPerSecond(),
                                       Duration(eta)));
   }
   if (now - last_status_write_ > std::chrono::seconds(1)) {  // status.json about once a second
@@ -69,14 +69,14 @@ void RunDriver::ShowProgress(const ClusterView& view, Clock::time_point now) {
 void RunDriver::WriteStatus() {
   RunStatusSnapshot s;
   s.state = state_;
-  s.name = spec_.name;
+  s.name = job_.name();
   s.orchestrator_pid = ::getpid();
   // Gone with the run: a finished run's status names no socket.
   if (control_ && state_ == "running") s.control_socket = control_->socket_path();
-  s.strategy = StrategyText(spec_.strategy);
+  s.strategy = StrategyText(job_.strategy());
   s.phase = phase_.name;
   s.epoch = view_.GlobalEpochFraction();
-  s.epochs = spec_.training.epochs;
+  s.epochs = job_.training().epochs();
   s.samples_per_s = view_.SamplesPerSecond();
   s.switched = switched();
   if (eval_ && eval_->last_metrics()) {
@@ -89,12 +89,12 @@ void RunDriver::WriteStatus() {
   s.workers = view_.workers;
   record_->WriteStatus(StatusJson(s));
   std::lock_guard<std::mutex> lock(run_info_mu_);
-  run_info_.set_name(spec_.name);
+  run_info_.set_name(job_.name());
   run_info_.set_run_dir(paths_.root);
   run_info_.set_pid(::getpid());
   run_info_.set_strategy(s.strategy);
   run_info_.set_phase(s.phase);
-  run_info_.set_switch_job(spec_.strategy.kind == "switch");
+  run_info_.set_switch_job(job_.strategy().kind() == v1::STRATEGY_KIND_SWITCH);
   run_info_.set_switched(s.switched || switched_before_resume());
   run_info_.set_switch_in_progress(switcher_ && switcher_->in_progress());
 }
@@ -108,7 +108,7 @@ void RunDriver::WriteSummary(const std::string& state) {
     const int64_t earlier = StepsBeforeResume();
     if (switched()) {
       const SwitchOutcome& o = *switcher_->outcome();
-      const int64_t before = o.switch_step * static_cast<int64_t>(spec_.cluster.workers);
+      const int64_t before = o.switch_step * static_cast<int64_t>(job_.cluster().workers());
       s.samples_per_s["allreduce"] = (before - earlier) * samples_per_step /
                                      std::max(1e-9, SecondsBetween(train_start_, o.paused));
       s.samples_per_s["ps"] = (view_.TotalSteps() - before) * samples_per_step /
@@ -124,7 +124,7 @@ void RunDriver::WriteSummary(const std::string& state) {
       const v1::WorkerStatus& w = view_.workers[rank];
       nlohmann::json rates = nlohmann::json::object();
       if (switched()) {
-        rates["allreduce"] = s.samples_per_s["allreduce"].get<double>() / spec_.cluster.workers;
+        rates["allreduce"] = s.samples_per_s["allreduce"].get<double>() / job_.cluster().workers();
         rates["ps"] = w.samples_per_s();
       } else {
         rates[phase_.name] = w.samples_per_s();
@@ -140,16 +140,16 @@ void RunDriver::WriteSummary(const std::string& state) {
                                               done.handover_s.value_or(0)};
     }
   }
-  s.name = spec_.name;
+  s.name = job_.name();
   s.state = state;
   if (failure_.failed()) s.error = std::string(failure_.status().message());
   s.failed_process = failure_.process();
-  s.strategy = StrategyText(spec_.strategy);
-  s.arch = spec_.model.arch;
-  s.dataset = spec_.dataset.name;
-  s.workers = spec_.cluster.workers;
-  s.parameter_servers = UsesServers() ? spec_.cluster.parameter_servers : 0;
-  s.epochs_planned = spec_.training.epochs;
+  s.strategy = StrategyText(job_.strategy());
+  s.arch = Spelled(job_.arch());
+  s.dataset = Spelled(job_.dataset().name());
+  s.workers = job_.cluster().workers();
+  s.parameter_servers = UsesServers(job_) ? job_.cluster().parameter_servers() : 0;
+  s.epochs_planned = job_.training().epochs();
   if (eval_ && eval_->last_metrics()) {
     s.epochs = eval_->last_metrics()->epoch();
     s.last_val_acc = eval_->last_metrics()->val_acc();
@@ -171,7 +171,7 @@ void RunDriver::WriteSummary(const std::string& state) {
 int64_t RunDriver::StepsBeforeResume() const {
   if (!resume_) return 0;
   int64_t total = 0;
-  for (int64_t steps : resume_->StepsByRank(spec_.cluster.workers)) total += steps;
+  for (int64_t steps : resume_->StepsByRank(job_.cluster().workers())) total += steps;
   return total;
 }
 

@@ -3,8 +3,8 @@
 #include <array>
 #include <utility>
 
-#include "orchestrator/lib/run_paths.h"
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 
 namespace strata {
 namespace {

@@ -12,9 +12,11 @@ std::optional<SwitchTrigger> SwitchPolicy::OnEvaluation(int64_t epoch, const std
                                                         double val_loss, bool rule_open) {
   if (phase != "allreduce") return std::nullopt;
   allreduce_losses_.push_back(val_loss);
-  if (strategy_.kind != "switch" || strategy_.rule != "empirical" || !rule_open)
+  if (strategy_.kind() != v1::STRATEGY_KIND_SWITCH ||
+      strategy_.rule() != v1::SWITCH_RULE_EMPIRICAL || !rule_open) {
     return std::nullopt;
-  EmpiricalSwitchRule rule({strategy_.window, strategy_.threshold_percent});
+  }
+  EmpiricalSwitchRule rule({strategy_.window(), strategy_.threshold_percent()});
   SwitchDecision d = rule.Decide(allreduce_losses_);
   if (record_ != nullptr) {
     record_->Event(RunEvent::kSwitchRule,
@@ -27,14 +29,17 @@ std::optional<SwitchTrigger> SwitchPolicy::OnEvaluation(int64_t epoch, const std
   t.kind = TriggerKind::kEmpirical;
   t.epoch = epoch;
   t.reason = d.reason;
-  t.empirical = EmpiricalTriggerDetails{*d.s_percent, strategy_.threshold_percent, strategy_.window,
-                                        allreduce_losses_};
+  t.empirical = EmpiricalTriggerDetails{*d.s_percent, strategy_.threshold_percent(),
+                                        strategy_.window(), allreduce_losses_};
   return t;
 }
 
 std::optional<SwitchTrigger> SwitchPolicy::Observe(const ClusterView& view) const {
-  if (strategy_.kind != "switch" || strategy_.rule != "at_fraction") return std::nullopt;
-  AtFractionSwitchRule rule(strategy_.at_fraction, epochs_);
+  if (strategy_.kind() != v1::STRATEGY_KIND_SWITCH ||
+      strategy_.rule() != v1::SWITCH_RULE_AT_FRACTION) {
+    return std::nullopt;
+  }
+  AtFractionSwitchRule rule(strategy_.at_fraction(), epochs_);
   const int64_t target = rule.SwitchEpoch() * view.StepsPerEpoch();
   const int64_t lead =
       view.SwitchMargin() + static_cast<int64_t>(std::ceil(0.3 / view.StepSeconds()));
@@ -44,7 +49,7 @@ std::optional<SwitchTrigger> SwitchPolicy::Observe(const ClusterView& view) cons
   t.epoch = view.GlobalEpoch();
   t.target_step = target;
   t.reason = rule.Decide(rule.SwitchEpoch()).reason;
-  t.at_fraction = AtFractionTriggerDetails{strategy_.at_fraction, rule.SwitchEpoch()};
+  t.at_fraction = AtFractionTriggerDetails{strategy_.at_fraction(), rule.SwitchEpoch()};
   return t;
 }
 

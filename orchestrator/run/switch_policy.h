@@ -11,14 +11,14 @@
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/cluster_view.h"
 #include "orchestrator/run/switch_trigger.h"
-#include "services/common/config/job_spec.h"
+#include "strata/v1/job.pb.h"
 
 namespace strata {
 
 class SwitchPolicy {
  public:
   // `record` receives the empirical rule's verdict after each all-reduce evaluation.
-  SwitchPolicy(const StrategySpec& strategy, int epochs, RunRecord* record)
+  SwitchPolicy(const v1::ResolvedStrategy& strategy, int epochs, RunRecord* record)
       : strategy_(strategy), epochs_(epochs), record_(record) {}
 
   // A finished evaluation. `rule_open`: the run may still switch (a settled switch ends the rule).
@@ -32,7 +32,7 @@ class SwitchPolicy {
   static SwitchTrigger RingBroken(const ClusterView& view, int rank, const std::string& how);
 
  private:
-  StrategySpec strategy_;
+  v1::ResolvedStrategy strategy_;
   int epochs_;
   RunRecord* record_;
   std::vector<double> allreduce_losses_;

@@ -21,13 +21,13 @@
 #include <absl/strings/str_split.h>
 
 #include "orchestrator/lib/job_checks.h"
-#include "orchestrator/lib/run_paths.h"
 #include "orchestrator/sweep/sweep_plan.h"
 #include "orchestrator/sweep/sweep_report.h"
 #include "orchestrator/sweep/sweep_results.h"
 #include "orchestrator/sweep/sweep_spec.h"
 #include "services/common/base/files.h"
 #include "services/common/base/metrics.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/process/child_process.h"
 
 namespace strata::sweep {
@@ -186,7 +186,7 @@ CellCheck CheckCells(const SweepSpec& spec) {
     }
     check.overrides.push_back(absl::StrCat("training.seed=", spec.seeds.front()));
     auto job = LoadAndCheckJob(spec.base_path, check);
-    out.epochs.push_back(job.ok() ? job->spec.training.epochs : 0);
+    out.epochs.push_back(job.ok() ? job->training().epochs() : 0);
     if (job.ok()) continue;
     for (absl::string_view view : absl::StrSplit(job.status().message(), '\n', absl::SkipEmpty())) {
       const std::string line(view);

@@ -265,8 +265,8 @@ absl::StatusOr<std::string> DescribeJob(const v1::ResolvedJob& job) {
   for (const FlatEntry& e : trainer->buffers().entries()) {
     tensors.push_back({{"name", e.spec.name}, {"shape", e.spec.shape}, {"kind", "buffer"}});
   }
-  nlohmann::json out = {{"arch", ModelArchText(job.arch())},
-                        {"dataset", DatasetNameText(job.dataset().name())},
+  nlohmann::json out = {{"arch", Spelled(job.arch())},
+                        {"dataset", Spelled(job.dataset().name())},
                         {"train_examples", trainer->dataset().train.size()},
                         {"test_examples", trainer->dataset().test.size()},
                         {"parameters", trainer->parameter_count()},
@@ -291,7 +291,7 @@ absl::Status RunEvaluator(const EvaluatorOptions& options) {
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(options.port_file, std::to_string(port) + "\n"));
   }
   spdlog::info("evaluator serving on port {} ({} held-out examples, model {})", port,
-               trainer->dataset().test.size(), ModelArchText(options.job.arch()));
+               trainer->dataset().test.size(), Spelled(options.job.arch()));
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   while (!service.stopping() && !g_signalled) {

@@ -19,22 +19,13 @@
 #include <absl/status/statusor.h>
 #include <absl/types/span.h>
 
+#include "services/common/config/resolved_job.h"
 #include "strata/v1/job.pb.h"
 
 namespace strata {
 
-enum class ConsistencyMode { kAsp, kBsp, kSsp, kPdp, kApdp };
-
-// The names used by job specs, flags and checkpoints ("asp", "bsp", "ssp", "pdp", "apdp"); this
-// is the only place that spells them.
-const char* ConsistencyName(ConsistencyMode mode);
-// PDP and APDP: the server decides when workers send their updates (services/parameter_server/pdp).
-bool IsServerDecided(ConsistencyMode mode);
-absl::StatusOr<ConsistencyMode> ConsistencyFromName(const std::string& name);
-// The mode a resolved job names (proto/strata/v1/job.proto), and back (status replies).
-absl::StatusOr<ConsistencyMode> ConsistencyFromJob(v1::Consistency consistency);
-v1::Consistency ConsistencyToJob(ConsistencyMode mode);
-std::vector<std::string> ConsistencyNames();  // every mode's name, in enum order
+// The modes are v1::Consistency, spelled ("asp", "bsp", "ssp", "pdp", "apdp") where job.proto
+// declares them (Spelled, services/common/config/job_keys.h).
 
 struct ConsistencyConfig {
   int workers = 1;
@@ -83,7 +74,7 @@ class ConsistencyPolicy {
  public:
   virtual ~ConsistencyPolicy() = default;
 
-  virtual ConsistencyMode mode() const = 0;
+  virtual v1::Consistency mode() const = 0;
 
   // A model of `floats` values (gradients then buffers) was loaded: anything gathered before
   // belongs to the old model and is dropped.
@@ -115,7 +106,7 @@ class ConsistencyPolicy {
 // The text of a pull that waits only for a version (ASP, and observers in every mode).
 std::string VersionWaitText(int worker, int64_t min_version, int64_t version);
 
-std::unique_ptr<ConsistencyPolicy> MakeConsistencyPolicy(ConsistencyMode mode,
+std::unique_ptr<ConsistencyPolicy> MakeConsistencyPolicy(v1::Consistency mode,
                                                          const ConsistencyConfig& config);
 
 }  // namespace strata

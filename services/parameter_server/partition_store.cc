@@ -83,7 +83,7 @@ absl::StatusOr<std::shared_ptr<PartitionLayout>> LayoutOf(
 }  // namespace
 
 absl::StatusOr<PartitionConfig> PartitionConfigFor(const v1::ResolvedJob& job, int partition,
-                                                   int64_t train_examples, int64_t sample_budget) {
+                                                   int64_t train_examples) {
   PartitionConfig config;
   config.partition = partition;
   config.partitions = job.cluster().parameter_servers();
@@ -92,18 +92,17 @@ absl::StatusOr<PartitionConfig> PartitionConfigFor(const v1::ResolvedJob& job, i
                                                    config.partitions, ") (the job's servers)"));
   }
   config.workers = job.cluster().workers();
-  auto mode = ConsistencyFromJob(job.strategy().consistency());
-  if (!mode.ok()) return mode.status();
-  config.consistency = *mode;
+  config.consistency = job.strategy().consistency();
   config.staleness = job.strategy().staleness();
   const v1::ResolvedTraining& t = job.training();
   config.lr = t.lr();
   config.momentum = t.momentum();
   config.weight_decay = t.weight_decay();
-  config.lr_schedule = LrScheduleOf(t);
+  config.lr_milestones.assign(t.lr_milestones().begin(), t.lr_milestones().end());
+  config.lr_gamma = t.lr_gamma();
   config.lr_scale = job.strategy().server_lr_scale();
   config.train_examples = train_examples;
-  config.sample_budget = sample_budget;
+  config.sample_budget = job.training().epochs() * train_examples;
   return config;
 }
 
@@ -188,7 +187,7 @@ Checkpoint PartitionStore::ToCheckpoint() const {
              {"partition", config_.partition},
              {"partitions", config_.partitions},
              {"samples", samples_},
-             {"consistency", ConsistencyName(policy_->mode())}};
+             {"consistency", Spelled(policy_->mode())}};
   if (layout_ == nullptr) return c;
   auto add = [&](TensorKind kind, const PartitionLayout::Entry& e, const std::vector<float>& from) {
     CheckpointEntry entry{kind, NamedTensor::Zeros(e.spec)};
@@ -223,7 +222,8 @@ SgdOptions PartitionStore::SgdForNextUpdate(double requested_lr) const {
   // A worker may ask for its own rate (Worker.Switch's lr); the schedule applies to it all the
   // same.
   const double base = requested_lr > 0 ? requested_lr : policy_->BaseLearningRate();
-  return {static_cast<float>(ScheduledLearningRate(base, config_.lr_schedule, GlobalEpoch())),
+  return {static_cast<float>(
+              ScheduledLearningRate(base, config_.lr_milestones, config_.lr_gamma, GlobalEpoch())),
           static_cast<float>(config_.momentum), static_cast<float>(config_.weight_decay)};
 }
 

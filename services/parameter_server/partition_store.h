@@ -21,7 +21,6 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/config/job_spec.h"
 #include "services/common/ml/sgd.h"
 #include "services/common/wire/checkpoint.h"
 #include "services/parameter_server/consistency_policy.h"
@@ -34,12 +33,13 @@ struct PartitionConfig {
   int partition = 0;
   int partitions = 1;
   int workers = 1;
-  ConsistencyMode consistency = ConsistencyMode::kAsp;
+  v1::Consistency consistency = v1::CONSISTENCY_ASP;
   int staleness = 3;  // SSP only
   double lr = 0.1;    // training.lr (BSP applies it to the averaged gradient)
   double momentum = 0.9;
   double weight_decay = 0.0;
-  LrScheduleSpec lr_schedule;
+  std::vector<int32_t> lr_milestones;  // epochs after which lr *= lr_gamma
+  double lr_gamma = 0.1;
   double lr_scale = 1.0;       // ASP/SSP: each push is applied with lr * lr_scale
   int64_t train_examples = 1;  // global epoch = samples / train_examples
   // The job's budget of samples applied, all workers together (epochs x train_examples); once
@@ -48,10 +48,11 @@ struct PartitionConfig {
   int64_t sample_budget = 0;
 };
 
-// Partition `partition` of a resolved job, given the facts the job learns while it runs: the
-// training-set size the sharder counted and the job's sample budget (0: none).
+// Partition `partition` of a resolved job, given the training-set size the sharder counted. The
+// sample budget is the job's: training.epochs passes over the training set, all workers together
+// (docs/protocol.md, "Sample budget").
 absl::StatusOr<PartitionConfig> PartitionConfigFor(const v1::ResolvedJob& job, int partition,
-                                                   int64_t train_examples, int64_t sample_budget);
+                                                   int64_t train_examples);
 
 // The part of the partition's configuration its consistency policy reads.
 ConsistencyConfig ConsistencyConfigOf(const PartitionConfig& config);

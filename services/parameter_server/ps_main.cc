@@ -18,10 +18,11 @@
 
 #include "services/common/base/files.h"
 #include "services/common/base/logging.h"
-#include "services/common/base/run_paths.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/config/job_flags.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/rpc_auth.h"
+#include "services/common/wire/shard_index.h"
 #include "services/common/wire/tls_flags.h"
 #include "services/parameter_server/partition.h"
 #include "services/parameter_server/pdp/coordinator_service.h"
@@ -58,7 +59,7 @@ absl::StatusOr<std::unique_ptr<strata::PullCoordinator>> MakeCoordinator(
   o.search.start = job.strategy().k_star_start() > 0
                        ? job.strategy().k_star_start()
                        : std::clamp(o.search.probe_points / 4, o.search.floor, o.search.ceiling);
-  if (!run_dir.empty()) o.rounds_file = absl::StrCat(run_dir, "/", strata::kPdpRoundsFile);
+  if (!run_dir.empty()) o.rounds_file = absl::StrCat(run_dir, "/", strata::run_files::kPdpRounds);
   return strata::PullCoordinator::Create(o);
 }
 
@@ -111,9 +112,10 @@ int main(int argc, char** argv) {
   CLI::App app{"Strata parameter server: one partition of the model"};
   std::string listen = "127.0.0.1:0", port_file, init_checkpoint, run_dir, log_file;
   int partition = 0;
-  double checkpoint_every_s = 0;
   int checkpoint_every_epochs = 0;
-  int64_t train_examples = 0, sample_budget = 0;
+  // -1: what the job and the run directory say.
+  int64_t train_examples = 0, sample_budget = -1;
+  double checkpoint_every_s = -1;
   app.add_option("--listen", listen, "address to serve on; port 0 picks a free port");
   app.add_option("--port-file", port_file,
                  "file that receives the bound port (written atomically)");
@@ -128,12 +130,13 @@ int main(int argc, char** argv) {
   job_flags.AddShorthand("--lr-scale", "strategy.ps_lr_scale",
                          "ASP/SSP per-worker lr = training.lr * X");
   app.add_option("--train-examples", train_examples,
-                 "training-set size (global epoch = samples / M)")
-      ->required()
+                 "training-set size (global epoch = samples / M); default: the sharder's count in "
+                 "<run-dir>/shards/manifest.json")
       ->check(CLI::PositiveNumber);
   app.add_option("--sample-budget", sample_budget,
                  "samples the job applies in all, all workers together; then pushes are discarded "
-                 "and workers told to stop (default 0: none, each worker stops by itself)")
+                 "and workers told to stop (default: training.epochs x the training-set size; "
+                 "0: none, each worker stops by itself)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--init-checkpoint", init_checkpoint,
                  "load this checkpoint (whole model or partition) at start")
@@ -143,7 +146,8 @@ int main(int argc, char** argv) {
                  "save the partition each time E more global epochs complete (needs --run-dir)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--checkpoint-every-s", checkpoint_every_s,
-                 "save the partition every S seconds (needs --run-dir)")
+                 "save the partition every S seconds (needs --run-dir; default with --run-dir: "
+                 "the job's recovery.server_checkpoint_s)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--log-file", log_file, "also log to this file");
   bool resume = false;
@@ -168,9 +172,20 @@ int main(int argc, char** argv) {
 
   auto job = strata::LoadServiceJob(job_flags.Source());
   if (!job.ok()) return Fail(std::string(job.status().message()));
-  auto partition_config =
-      strata::PartitionConfigFor(*job, partition, train_examples, sample_budget);
+  // What the job learned while it ran is in the run directory: the sharder counted the training
+  // set before any server started.
+  if (train_examples == 0) {
+    if (run_dir.empty()) return Fail("give --train-examples, or --run-dir of a sharded run");
+    auto plan = strata::ReadShardPlanFacts(strata::RunPaths(run_dir).ShardManifest());
+    if (!plan.ok()) return Fail(std::string(plan.status().message()));
+    train_examples = plan->examples;
+  }
+  if (checkpoint_every_s < 0) {
+    checkpoint_every_s = run_dir.empty() ? 0 : job->recovery().server_checkpoint_s();
+  }
+  auto partition_config = strata::PartitionConfigFor(*job, partition, train_examples);
   if (!partition_config.ok()) return Fail(std::string(partition_config.status().message()));
+  if (sample_budget >= 0) partition_config->sample_budget = sample_budget;
   const strata::PartitionConfig& config = *partition_config;
   const int partitions = config.partitions, workers = config.workers;
 
@@ -179,7 +194,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<strata::TcpPushPullServer> data_plane;
   if (job->strategy().ps_link() == strata::v1::DATA_LINK_GRPC) {
     spdlog::info("strategy.ps_link {}: no plain-TCP data plane",
-                 strata::DataLinkText(job->strategy().ps_link()));
+                 strata::Spelled(job->strategy().ps_link()));
   } else if (strata::ChannelsUseTls()) {
     spdlog::info("TLS is on: push/pull stays on gRPC (the plain-TCP data plane is not encrypted)");
   } else {
@@ -203,7 +218,7 @@ int main(int argc, char** argv) {
   strata::ParameterServerService service(&state, service_options);
   std::unique_ptr<strata::PullCoordinator> coordinator;
   std::unique_ptr<strata::PullCoordinatorService> coordinator_service;
-  if (strata::IsServerDecided(config.consistency) && partition == 0) {
+  if (strata::ServerDecidesPulls(config.consistency) && partition == 0) {
     auto made = MakeCoordinator(*job, config, run_dir);
     if (!made.ok()) return Fail(std::string(made.status().message()));
     coordinator = std::move(*made);
@@ -237,7 +252,7 @@ int main(int argc, char** argv) {
       "(staleness {}), lr {} x {}, {} training examples{}",
       partition, partitions, port,
       data_plane ? absl::StrCat("TCP port ", data_plane->port()) : std::string("gRPC"), workers,
-      strata::ConsistencyName(config.consistency), config.staleness, config.lr, config.lr_scale,
+      strata::Spelled(config.consistency), config.staleness, config.lr, config.lr_scale,
       train_examples, state.loaded() ? "" : "; idle until LoadCheckpoint");
   if (coordinator) {
     spdlog::info("deciding the rounds of the {} workers: {}", workers, coordinator->SearchText());

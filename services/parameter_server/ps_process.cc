@@ -13,8 +13,13 @@ namespace strata {
 
 absl::StatusOr<std::unique_ptr<PsProcess>> PsProcess::Launch(const PsProcessOptions& o) {
   static std::atomic<int> counter{0};
-  std::vector<std::string> args = {o.binary, "--partition", std::to_string(o.partition),
-                                   "--train-examples", std::to_string(o.train_examples)};
+  std::vector<std::string> args = {o.binary,
+                                   "--partition",
+                                   std::to_string(o.partition),
+                                   "--train-examples",
+                                   std::to_string(o.train_examples),
+                                   "--sample-budget",
+                                   std::to_string(o.sample_budget)};
   if (!o.job.empty()) {
     args.insert(args.end(), {"--job", o.job});
   } else {
@@ -56,8 +61,8 @@ void PsProcess::Kill() {
 
 absl::StatusOr<int> PsProcess::WaitForExit(std::chrono::milliseconds deadline) {
   if (!child_->WaitFor(deadline)) {
-    return absl::DeadlineExceededError(absl::StrCat("strata-ps (pid ", child_->pid(),
-                                                    ") still running after ", deadline.count(), " ms"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "strata-ps (pid ", child_->pid(), ") still running after ", deadline.count(), " ms"));
   }
   return child_->exit_code();
 }

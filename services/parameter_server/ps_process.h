@@ -25,6 +25,9 @@ struct PsProcessOptions {
   std::string config;  // job spec (--config), resolved by the server itself
   int partition = 0, partitions = 1, workers = 1;
   int64_t train_examples = 1;
+  // Samples the servers apply before they tell the workers to stop; 0: none (a test decides when
+  // its workers stop).
+  int64_t sample_budget = 0;
   std::string consistency;  // empty: the job spec's
   int staleness = -1;       // < 0: the job spec's
   double lr_scale = 0;      // 0: default
@@ -54,7 +57,8 @@ class PsProcess {
   void Kill();
 
  private:
-  PsProcess(std::unique_ptr<ChildProcess> child, int port) : child_(std::move(child)), port_(port) {}
+  PsProcess(std::unique_ptr<ChildProcess> child, int port)
+      : child_(std::move(child)), port_(port) {}
   std::unique_ptr<ChildProcess> child_;
   int port_ = 0;
 };

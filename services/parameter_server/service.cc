@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/base/run_paths.h"
 #include "services/common/base/status.h"
 #include "services/common/wire/checkpoint.h"
@@ -139,7 +140,7 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const v1::S
   reply->set_partition(c.partition);
   reply->set_partitions(c.partitions);
   reply->set_workers(c.workers);
-  reply->set_consistency(ConsistencyToJob(c.consistency));
+  reply->set_consistency(c.consistency);
   reply->set_staleness(c.staleness);
   reply->set_loaded(s.loaded);
   reply->set_version(s.version);
@@ -188,8 +189,8 @@ grpc::Status ParameterServerService::WatchProgress(grpc::ServerContext* context,
 
 std::string ParameterServerService::DefaultCheckpointPath() const {
   if (options_.run_dir.empty()) return "";
-  return absl::StrCat(options_.run_dir, "/checkpoints/ps-", partition_->config().partition,
-                      ".ckpt");
+  return absl::StrCat(options_.run_dir, "/",
+                      run_files::ServerCheckpoint(partition_->config().partition));
 }
 
 absl::StatusOr<v1::CheckpointReply> ParameterServerService::Save(const std::string& requested) {

@@ -5,11 +5,12 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
 #include <absl/strings/str_format.h>
+#include <CLI/CLI.hpp>
 
 #include "services/common/base/files.h"
 #include "services/common/base/metrics.h"
+#include "services/common/config/job_keys.h"
 #include "services/common/config/job_spec.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/trainer.h"
@@ -31,9 +32,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> overrides;
   bool quiet = false;
   app.add_option("--config", config, "job spec (YAML)")->required()->check(CLI::ExistingFile);
-  app.add_option("--out", out_dir, "output directory (metrics.jsonl, job.yaml, summary.json)")->required();
+  app.add_option("--out", out_dir, "output directory (metrics.jsonl, job.yaml, summary.json)")
+      ->required();
   app.add_option("--epochs", epochs, "override training.epochs")->check(CLI::PositiveNumber);
-  app.add_option("--threads", threads, "override training.threads (0 = all cores)")->check(CLI::NonNegativeNumber);
+  app.add_option("--threads", threads, "override training.threads (0 = all cores)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--set", overrides, "override a job-spec key, e.g. --set training.lr=0.05");
   app.add_flag("--quiet", quiet, "print only the final line");
   CLI11_PARSE(app, argc, argv);
@@ -43,18 +46,19 @@ int main(int argc, char** argv) {
   auto spec = strata::LoadJobSpec(config, overrides);
   if (!spec.ok()) return Fail(spec.status());
 
-  auto dataset = strata::LoadDataset(strata::DatasetOptionsFor(spec->dataset, spec->training.seed));
+  auto dataset = strata::LoadDataset(strata::DatasetOptionsFor(*spec));
   if (!dataset.ok()) return Fail(dataset.status());
   auto shared_dataset = std::make_shared<const strata::Dataset>(std::move(*dataset));
 
-  const int used_threads = strata::ConfigureTorchThreads(spec->training.threads);
-  auto trainer = strata::Trainer::Create(strata::TrainerOptions::FromJobSpec(*spec), shared_dataset);
+  const int used_threads = strata::ConfigureTorchThreads(spec->training().threads());
+  auto trainer =
+      strata::Trainer::Create(strata::TrainerOptions::ForSingleProcess(*spec), shared_dataset);
   if (!trainer.ok()) return Fail(trainer.status());
 
   if (absl::Status s = strata::MakeDirs(out_dir); !s.ok()) return Fail(s);
   const std::string metrics_path = out_dir + "/metrics.jsonl";
   std::remove(metrics_path.c_str());  // a fresh run replaces earlier results in this directory
-  if (absl::Status s = strata::WriteFileAtomic(out_dir + "/job.yaml", strata::JobSpecToYaml(*spec));
+  if (absl::Status s = strata::WriteFileAtomic(out_dir + "/job.yaml", strata::JobSpecYaml(*spec));
       !s.ok()) {
     return Fail(s);
   }
@@ -63,23 +67,26 @@ int main(int argc, char** argv) {
 
   const strata::Dataset& d = *shared_dataset;
   if (!quiet) {
-    std::printf("strata-train: %s — %s (%lld parameters) on %s (%zu train / %zu test), batch %d, %d thread%s\n",
-                spec->name.c_str(), spec->model.arch.c_str(),
-                static_cast<long long>((*trainer)->parameter_count()), d.name.c_str(),
-                d.train.size(), d.test.size(), spec->training.batch_size, used_threads,
-                used_threads == 1 ? "" : "s");
+    std::printf(
+        "strata-train: %s — %s (%lld parameters) on %s (%zu train / %zu test), batch %d, %d "
+        "thread%s\n",
+        spec->name().c_str(), strata::Spelled(spec->arch()).c_str(),
+        static_cast<long long>((*trainer)->parameter_count()), d.name.c_str(), d.train.size(),
+        d.test.size(), static_cast<int>(spec->training().global_batch()), used_threads,
+        used_threads == 1 ? "" : "s");
     std::fflush(stdout);
   }
   strata::ProgressLine progress(!quiet);
   const auto start = std::chrono::steady_clock::now();
-  const int total_epochs = spec->training.epochs;
+  const int total_epochs = spec->training().epochs();
   strata::EpochResult last;
   for (int epoch = 0; epoch < total_epochs; ++epoch) {
     auto result = (*trainer)->TrainEpoch(epoch, [&](int64_t step, int64_t steps, double loss) {
       if (step % 10 != 0 && step != steps) return;
       progress.Update(absl::StrFormat("epoch %d/%d %s %lld/%lld  train_loss %.4f", epoch + 1,
                                       total_epochs, strata::Bar(double(step) / steps, 24),
-                                      static_cast<long long>(step), static_cast<long long>(steps), loss));
+                                      static_cast<long long>(step), static_cast<long long>(steps),
+                                      loss));
     });
     progress.Clear();
     if (!result.ok()) return Fail(result.status());
@@ -97,19 +104,26 @@ int main(int argc, char** argv) {
                                         {"wall_s", wall_s}});
     if (!s.ok()) return Fail(s);
     if (!quiet) {
-      std::printf("epoch %2lld/%d  lr %.4g  train_loss %.4f  val_loss %.4f  val_acc %.4f  %6.0f samples/s  %.1f s\n",
-                  static_cast<long long>(result->epoch), total_epochs, result->lr,
-                  result->train_loss, result->val_loss, result->val_acc, result->samples_per_s,
-                  wall_s);
+      std::printf(
+          "epoch %2lld/%d  lr %.4g  train_loss %.4f  val_loss %.4f  val_acc %.4f  %6.0f samples/s  "
+          "%.1f s\n",
+          static_cast<long long>(result->epoch), total_epochs, result->lr, result->train_loss,
+          result->val_loss, result->val_acc, result->samples_per_s, wall_s);
       std::fflush(stdout);
     }
   }
-  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  nlohmann::json summary = {{"name", spec->name},       {"arch", spec->model.arch},
-                            {"epochs", total_epochs},   {"final_val_acc", last.val_acc},
-                            {"final_val_loss", last.val_loss}, {"final_train_loss", last.train_loss},
-                            {"wall_s", wall_s},         {"threads", used_threads}};
-  if (absl::Status s = strata::WriteFileAtomic(out_dir + "/summary.json", summary.dump(2) + "\n"); !s.ok()) {
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  nlohmann::json summary = {{"name", spec->name()},
+                            {"arch", strata::Spelled(spec->arch())},
+                            {"epochs", total_epochs},
+                            {"final_val_acc", last.val_acc},
+                            {"final_val_loss", last.val_loss},
+                            {"final_train_loss", last.train_loss},
+                            {"wall_s", wall_s},
+                            {"threads", used_threads}};
+  if (absl::Status s = strata::WriteFileAtomic(out_dir + "/summary.json", summary.dump(2) + "\n");
+      !s.ok()) {
     return Fail(s);
   }
   std::printf("done: %d epochs in %.1f s, final val_acc %.4f, val_loss %.4f; results in %s\n",

@@ -18,8 +18,10 @@
 #include <spdlog/spdlog.h>
 
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/base/run_paths.h"
 #include "services/common/base/status.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/sgd.h"
 #include "services/common/ml/trainer.h"
@@ -27,7 +29,6 @@
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/shard_index.h"
 #include "services/common/wire/tensor_codec.h"
-#include "services/parameter_server/consistency_policy.h"
 #include "services/worker/allreduce_sync.h"
 #include "services/worker/point_round_sync.h"
 #include "services/worker/push_pull_sync.h"
@@ -108,13 +109,12 @@ class WorkerRunner {
     clients.tcp_data_plane =
         (link == v1::DATA_LINK_TCP || link == v1::DATA_LINK_SHARED_MEMORY) && !ChannelsUseTls();
     clients.shared_memory = clients.tcp_data_plane && link == v1::DATA_LINK_SHARED_MEMORY;
-    const absl::StatusOr<ConsistencyMode> mode =
-        ConsistencyFromJob(options_.job.strategy().consistency());
-    if (mode.ok() && IsServerDecided(*mode)) {
+    const v1::Consistency mode = options_.job.strategy().consistency();
+    if (ServerDecidesPulls(mode)) {
       PointRoundOptions rounds;
       rounds.clients = clients;
       rounds.workers = options_.world();
-      rounds.asynchronous = *mode == ConsistencyMode::kApdp;
+      rounds.asynchronous = mode == v1::CONSISTENCY_APDP;
       return MakePointRoundSynchroniser(rounds, trainer);
     }
     PushPullOptions o;
@@ -188,9 +188,10 @@ class WorkerRunner {
                                                                   const absl::Status& why,
                                                                   int64_t epoch, int64_t step,
                                                                   int64_t steps_per_epoch) {
-    spdlog::warn("the ring broke after step {}: {}; holding the model of step {} for the "
-                 "parameter servers",
-                 step, std::string(why.message()), step);
+    spdlog::warn(
+        "the ring broke after step {}: {}; holding the model of step {} for the "
+        "parameter servers",
+        step, std::string(why.message()), step);
     STRATA_RETURN_IF_ERROR(KeepHandoverModel(trainer, epoch, step, steps_per_epoch).status());
     {
       std::lock_guard<std::mutex> lock(state_->mu);
@@ -245,7 +246,7 @@ class WorkerRunner {
     if (options_.rank == 0) {
       STRATA_RETURN_IF_ERROR(MakeDirs(options_.run_dir + "/checkpoints"));
       const std::string path =
-          absl::StrCat(options_.run_dir, "/checkpoints/switch-step", step, ".ckpt");
+          absl::StrCat(options_.run_dir, "/", run_files::SwitchCheckpoint(step));
       STRATA_RETURN_IF_ERROR(WriteFileAtomic(path, *model));
       spdlog::info("switch: wrote {}", path);
     }
@@ -370,7 +371,7 @@ class WorkerRunner {
       if (state_->status.mode() != v1::SYNC_MODE_ALLREDUCE) return;
     }
     next_ring_checkpoint_ = now + options_.ring_checkpoint_every;
-    const std::string path = absl::StrCat(options_.run_dir, "/", kRingCheckpointFile);
+    const std::string path = absl::StrCat(options_.run_dir, "/", run_files::kRingCheckpoint);
     absl::Status s = MakeDirs(std::filesystem::path(path).parent_path().string());
     if (s.ok()) s = WriteCheckpoint(path, trainer.ToCheckpoint(step / steps_per_epoch, step, step));
     if (!s.ok())
@@ -429,8 +430,8 @@ class WorkerRunner {
     // Only servers with a budget let a worker run past the plan's epochs, so one that rejoins
     // past them trains under a budget, which its first reply will confirm.
     outcome.has_budget = first_epoch >= epochs;
-    for (int64_t epoch = first_epoch; !outcome.budget_spent &&
-                            (epoch < epochs || (outcome.has_budget && epoch < epoch_cap));
+    for (int64_t epoch = first_epoch;
+         !outcome.budget_spent && (epoch < epochs || (outcome.has_budget && epoch < epoch_cap));
          ++epoch) {
       trainer.StartEpoch(epoch);
       double loss_sum = 0;
@@ -479,9 +480,10 @@ class WorkerRunner {
     }
     STRATA_RETURN_IF_ERROR(sync->Drain(trainer));
     if (outcome.has_budget && !outcome.budget_spent) {
-      spdlog::warn("stopped after {} passes over the shard without the servers reporting the "
-                   "sample budget spent",
-                   epoch_cap);
+      spdlog::warn(
+          "stopped after {} passes over the shard without the servers reporting the "
+          "sample budget spent",
+          epoch_cap);
     }
     return absl::OkStatus();
   }

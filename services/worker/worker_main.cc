@@ -9,6 +9,7 @@
 
 #include "services/common/base/logging.h"
 #include "services/common/config/job_flags.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/tls_flags.h"
 #include "services/worker/grpc_ring_link.h"
@@ -38,10 +39,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-file", log_file, "log file (in addition to stderr)");
   app.add_option("--deadline-s", deadline_s, "deadline of every blocking operation, seconds")
       ->check(CLI::PositiveNumber);
-  double checkpoint_every_s = 0;
+  double checkpoint_every_s = -1;  // -1: the job's
   app.add_option("--checkpoint-every-s", checkpoint_every_s,
                  "rank 0: save the all-reduce model to <run-dir>/checkpoints/ring.ckpt this often "
-                 "(what strata resume continues from); 0: never")
+                 "(what strata resume continues from); 0: never; default with --run-dir: the "
+                 "job's recovery.ring_checkpoint_s")
       ->check(CLI::NonNegativeNumber);
   bool insecure_no_auth = false;
   app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
@@ -72,6 +74,14 @@ int main(int argc, char** argv) {
   if (checkpoint_every_s > 0 && options.run_dir.empty()) {
     std::fprintf(stderr, "strata-worker: --checkpoint-every-s needs --run-dir\n");
     return 2;
+  }
+  // The ring's model is the same on every replica: rank 0's copy is the state `strata resume`
+  // continues from.
+  if (checkpoint_every_s < 0) {
+    checkpoint_every_s =
+        options.rank == 0 && !options.run_dir.empty() && strata::UsesRing(options.job)
+            ? options.job.recovery().ring_checkpoint_s()
+            : 0;
   }
   options.ring_checkpoint_every =
       std::chrono::milliseconds(static_cast<int64_t>(checkpoint_every_s * 1000));

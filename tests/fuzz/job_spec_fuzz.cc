@@ -5,11 +5,13 @@
 // fuzzer reaches the overrides too; a seed without NUL is a plain file. Checked:
 //   - every error is placed, "FILE:LINE: key: what" or "(from --set K=V): key: what", on one
 //     line (ParseJobSpec joins them one per line);
-//   - a text that is no mapping leaves the spec at its defaults;
-//   - a spec accepted without errors is resolved to YAML (what `strata run` writes to job.yaml),
-//     and that YAML parses back, without errors, to the same spec;
-//   - it also resolves to a ResolvedJob (what every service reads), whose text the services'
-//     reader accepts and reads back to the same message.
+//   - a text that is no mapping leaves the job at its defaults;
+//   - an accepted spec has no problem the services' own check of the table would find
+//     (ResolvedJobProblems): the reader and the checker walk the same table of keys;
+//   - it is written as YAML (what `strata run` writes to job.yaml), and that YAML parses back,
+//     without errors, to the same job, byte for byte;
+//   - its text (what every service reads) is accepted by the services' reader and reads back to
+//     the same message.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -37,29 +39,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                error);
     FUZZ_CHECK(error.find('\n') == std::string::npos, error);  // ParseJobSpec: one per line
   }
-  const std::string defaults = JobSpecToYaml(JobSpec{});
+  const std::string defaults = DefaultJob().SerializeAsString();
   if (!reading.mapping_read) {
-    FUZZ_CHECK(JobSpecToYaml(reading.spec) == defaults, "a spec from text that is no mapping");
+    FUZZ_CHECK(reading.job.SerializeAsString() == defaults, "a job from text that is no mapping");
   }
   if (!reading.errors.empty()) return 0;
 
-  const std::string resolved = JobSpecToYaml(reading.spec);
-  const JobSpecReading again = ReadJobSpec(resolved, "job.yaml");
-  FUZZ_CHECK(again.errors.empty(), "the resolved spec is refused:\n" +
-                                       absl::StrJoin(again.errors, "\n") + "\nresolved:\n" +
-                                       resolved);
-  const std::string twice = JobSpecToYaml(again.spec);
-  FUZZ_CHECK(twice == resolved,
-             "the resolved spec reads back differently:\n" + resolved + "\nthen:\n" + twice);
+  const std::vector<std::string> problems = ResolvedJobProblems(reading.job);
+  FUZZ_CHECK(problems.empty(), "an accepted spec breaks the table: " +
+                                   absl::StrJoin(problems, "; ") + "\nspec:\n" + text);
+  const std::string yaml = JobSpecYaml(reading.job);
+  const JobSpecReading again = ReadJobSpec(yaml, "job.yaml");
+  FUZZ_CHECK(again.errors.empty(), "the written spec is refused:\n" +
+                                       absl::StrJoin(again.errors, "\n") + "\nwritten:\n" + yaml);
+  FUZZ_CHECK(again.job.SerializeAsString() == reading.job.SerializeAsString(),
+             "the written spec reads back to another job:\n" + yaml);
+  FUZZ_CHECK(JobSpecYaml(again.job) == yaml, "the written spec is written differently:\n" + yaml);
 
-  const absl::StatusOr<v1::ResolvedJob> job = ResolveJob(reading.spec);
-  FUZZ_CHECK(job.ok(), "an accepted spec does not resolve: " + job.status().ToString() +
-                           "\nspec:\n" + resolved);
-  const std::string job_text = ResolvedJobText(*job);
+  const std::string job_text = ResolvedJobText(reading.job);
   const absl::StatusOr<v1::ResolvedJob> read = ParseResolvedJob(job_text, "job.resolved.txtpb");
   FUZZ_CHECK(read.ok(),
              "a service refuses the resolved job: " + read.status().ToString() + "\n" + job_text);
-  FUZZ_CHECK(read->SerializeAsString() == job->SerializeAsString(),
+  FUZZ_CHECK(read->SerializeAsString() == reading.job.SerializeAsString(),
              "the resolved job reads back differently:\n" + job_text);
   return 0;
 }

@@ -12,7 +12,7 @@ namespace strata::testing {
 
 inline std::shared_ptr<const Dataset> FashionMnistSubset(size_t max_train, size_t max_test) {
   DatasetOptions options;
-  options.name = "fashion-mnist";
+  options.name = v1::DATASET_FASHION_MNIST;
   options.path = "/usr/share/datasets/fashion-mnist";
   options.max_train = max_train;
   options.max_test = max_test;

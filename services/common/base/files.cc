@@ -112,4 +112,9 @@ absl::Status MakeDirs(const std::string& path) {
   return absl::OkStatus();
 }
 
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
 }  // namespace strata

@@ -23,6 +23,9 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, size_t max_bytes =
 // Writes `contents` to `path` through a temporary file in the same directory.
 absl::Status WriteFileAtomic(const std::string& path, std::string_view contents);
 
+// True if something (a file, a directory, a link that resolves) is at `path`.
+bool FileExists(const std::string& path);
+
 // Creates the directory and its parents; ok if it exists.
 absl::Status MakeDirs(const std::string& path);
 

@@ -15,13 +15,6 @@
 
 namespace strata {
 
-// Where rank 0 of a ring saves the all-reduce model for `strata resume`, relative to the run
-// directory.
-inline constexpr char kRingCheckpointFile[] = "checkpoints/ring.ckpt";
-// Where partition 0's server records the rounds of a pdp or apdp job (one JSON line each),
-// relative to the run directory.
-inline constexpr char kPdpRoundsFile[] = "pdp-rounds.jsonl";
-
 // The absolute, symlink-free form of `requested` (relative paths are taken from `run_dir`), or
 //   FAILED_PRECONDITION  `run_dir` is empty (the service was started without --run-dir),
 //   INVALID_ARGUMENT     `requested` is empty or holds a NUL byte,

@@ -1,25 +1,29 @@
 #include "services/common/config/job_spec.h"
 
-#include <cctype>
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <set>
 
 #include <absl/strings/escaping.h>
+#include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 #include <yaml-cpp/yaml.h>
 
 #include "services/common/base/files.h"
+#include "services/common/config/job_keys.h"
+#include "services/common/config/resolved_job.h"
 
 namespace strata {
 namespace {
 
-bool OneOf(const std::string& v, const std::vector<std::string>& allowed) {
-  return std::find(allowed.begin(), allowed.end(), v) != allowed.end();
-}
+using google::protobuf::EnumValueDescriptor;
+using google::protobuf::FieldDescriptor;
+using google::protobuf::Message;
+using google::protobuf::Reflection;
 
 // One `--set` assignment and the nodes it put into the tree (its value, and the sections and keys
 // it had to create): a problem with any of them is blamed on the assignment, never on a line of
@@ -56,6 +60,10 @@ std::string WhereIn(const JobSpecReading& reading, const std::string& key) {
   return reading.origin;
 }
 
+std::string Join(const std::string& path, const std::string& key) {
+  return path.empty() ? key : absl::StrCat(path, ".", key);
+}
+
 // Messages quote what the file says (values, keys); a line break or an escape sequence in one
 // would split the one-line message or reach a terminal raw (found with the job-spec fuzz target).
 // Control characters are written as C escapes instead ("\n", "\x1b").
@@ -72,7 +80,234 @@ std::string Printable(const std::string& text) {
   return out;
 }
 
-// Walks the YAML tree, fills the spec and collects every problem with its key and place.
+// The sections of the spec as the table lays them out: each section's keys and subsections, in
+// table order ("" is the top level; a list of mappings is a section of its items' keys).
+class Sections {
+ public:
+  static const Sections& Get() {
+    static const Sections* s = new Sections();
+    return *s;
+  }
+  const std::vector<std::string>& Children(const std::string& section) const {
+    static const std::vector<std::string> none;
+    auto it = children_.find(section);
+    return it == children_.end() ? none : it->second;
+  }
+
+ private:
+  Sections() {
+    for (const JobKey& key : JobKeys()) {
+      // Every section on the way to the key, then the key, each once, in order of appearance.
+      std::string section;
+      std::string rest = key.IsListItem() ? key.ListPath() : key.Section();
+      std::vector<std::string> parts;
+      if (!rest.empty()) parts = absl::StrSplit(rest, '.');
+      for (const std::string& part : parts) {
+        Add(section, part);
+        section = Join(section, part);
+      }
+      Add(section, key.Name());
+    }
+  }
+  void Add(const std::string& section, const std::string& child) {
+    std::vector<std::string>& list = children_[section];
+    if (std::find(list.begin(), list.end(), child) == list.end()) list.push_back(child);
+  }
+  std::map<std::string, std::vector<std::string>> children_;
+};
+
+// A value as YAML gave it: its text, and its number for numeric fields.
+struct Scalar {
+  std::string text;
+  double number = 0;
+  const EnumValueDescriptor* enum_value = nullptr;
+};
+
+// What a field of `key`'s type is called in messages.
+const char* TypeName(const FieldDescriptor* f) {
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_STRING:
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return "a string";
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return "true or false";
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      return "a number";
+    default:
+      return "an integer";
+  }
+}
+
+std::string Describe(const YAML::Node& node) {
+  if (node.IsScalar()) return node.Scalar();
+  if (node.IsSequence()) return "a list";
+  if (node.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+template <typename T>
+bool DecodeAs(const YAML::Node& node, double* number) {
+  T v;
+  if (!YAML::convert<T>::decode(node, v)) return false;
+  *number = static_cast<double>(v);
+  return true;
+}
+
+// Decodes `node` as a value of `key`'s field: "" or the problem (type, finiteness, control
+// characters, an enum spelling not allowed).
+std::string Decode(const JobKey& key, const YAML::Node& node, Scalar* out) {
+  const FieldDescriptor* f = key.leaf();
+  const std::string type_problem =
+      absl::StrCat("expected ", TypeName(f), ", got '", Describe(node), "'");
+  if (!node.IsScalar()) return type_problem;
+  out->text = node.Scalar();
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return DecodeAs<int32_t>(node, &out->number) ? "" : type_problem;
+    case FieldDescriptor::CPPTYPE_INT64:
+      return DecodeAs<int64_t>(node, &out->number) ? "" : type_problem;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return DecodeAs<uint32_t>(node, &out->number) ? "" : type_problem;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return DecodeAs<uint64_t>(node, &out->number) ? "" : type_problem;
+    case FieldDescriptor::CPPTYPE_BOOL: {
+      bool b;
+      if (!YAML::convert<bool>::decode(node, b)) return type_problem;
+      out->number = b ? 1 : 0;
+      return "";
+    }
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      if (!DecodeAs<double>(node, &out->number)) return type_problem;
+      // yaml-cpp reads .inf and .nan as numbers; no setting of a job means either.
+      if (!std::isfinite(out->number)) {
+        return absl::StrCat("must be a finite number, got '", node.Scalar(), "'");
+      }
+      return "";
+    case FieldDescriptor::CPPTYPE_STRING:
+    case FieldDescriptor::CPPTYPE_ENUM:
+      // No setting is spelled with control characters, and yaml-cpp's emitter writes some
+      // unquoted (a trailing carriage return), so the job.yaml every service reads would hold
+      // another value ("data\r" read back as "data"; found with the job-spec fuzz target).
+      for (char c : out->text) {
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
+          return "may not hold control characters (line breaks, tabs, escapes)";
+        }
+      }
+      if (f->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
+        std::vector<std::string> names = key.allowed;
+        if (names.empty()) {
+          for (int i = 0; i < f->enum_type()->value_count(); ++i) {
+            if (std::string s = Spelled(f->enum_type()->value(i)); !s.empty()) names.push_back(s);
+          }
+        }
+        if (std::find(names.begin(), names.end(), out->text) != names.end()) {
+          out->enum_value = EnumBySpelling(f->enum_type(), out->text);
+        }
+        if (out->enum_value == nullptr) {
+          return absl::StrCat("'", out->text, "' is not one of ", absl::StrJoin(names, ", "));
+        }
+      }
+      return "";
+    default:
+      return type_problem;
+  }
+}
+
+// "" or why `number` is outside `key`'s range.
+std::string RangeProblem(const JobKey& key, double number) {
+  const bool below = key.min && (key.min_open ? number <= *key.min : number < *key.min);
+  const bool above = key.max && (key.max_open ? number >= *key.max : number > *key.max);
+  if (!below && !above) return "";
+  const bool integer = key.leaf()->cpp_type() != FieldDescriptor::CPPTYPE_DOUBLE;
+  if (integer && key.min && key.max && *key.max - *key.min == 1) {
+    return absl::StrCat("must be ", *key.min, " or ", *key.max, ", got ", number);
+  }
+  return absl::StrCat("must be ", key.RangeText(), ", got ", number);
+}
+
+// Stores `value` into `f` of `message` (added to the list when the field is repeated).
+void Store(Message* message, const FieldDescriptor* f, const Scalar& value) {
+  const Reflection* r = message->GetReflection();
+  const bool add = f->is_repeated();
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      add ? r->AddInt32(message, f, static_cast<int32_t>(value.number))
+          : r->SetInt32(message, f, static_cast<int32_t>(value.number));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      add ? r->AddInt64(message, f, static_cast<int64_t>(value.number))
+          : r->SetInt64(message, f, static_cast<int64_t>(value.number));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      add ? r->AddUInt32(message, f, static_cast<uint32_t>(value.number))
+          : r->SetUInt32(message, f, static_cast<uint32_t>(value.number));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      // Through the text, not the double: a seed needs all 64 bits.
+      const uint64_t v = std::stoull(value.text, nullptr, 0);
+      add ? r->AddUInt64(message, f, v) : r->SetUInt64(message, f, v);
+      break;
+    }
+    case FieldDescriptor::CPPTYPE_BOOL:
+      add ? r->AddBool(message, f, value.number != 0) : r->SetBool(message, f, value.number != 0);
+      break;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      add ? r->AddDouble(message, f, value.number) : r->SetDouble(message, f, value.number);
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      add ? r->AddFloat(message, f, static_cast<float>(value.number))
+          : r->SetFloat(message, f, static_cast<float>(value.number));
+      break;
+    case FieldDescriptor::CPPTYPE_STRING:
+      add ? r->AddString(message, f, value.text) : r->SetString(message, f, value.text);
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM:
+      add ? r->AddEnum(message, f, value.enum_value) : r->SetEnum(message, f, value.enum_value);
+      break;
+    default:
+      break;
+  }
+}
+
+// The message holding `key`'s value, made on the way: the job's own sections, or `item` for a
+// key of a list's item.
+Message* Holder(const JobKey& key, Message* job, Message* item) {
+  if (item != nullptr) return item;
+  Message* m = job;
+  for (size_t i = 0; i + 1 < key.chain.size(); ++i) {
+    m = m->GetReflection()->MutableMessage(m, key.chain[i]);
+  }
+  return m;
+}
+
+const Message* Holder(const JobKey& key, const Message& job, const Message* item) {
+  if (item != nullptr) return item;
+  const Message* m = &job;
+  for (size_t i = 0; i + 1 < key.chain.size(); ++i) {
+    m = &m->GetReflection()->GetMessage(*m, key.chain[i]);
+  }
+  return m;
+}
+
+// Every per-worker figure that follows from the keys, computed once, here.
+void Derive(v1::ResolvedJob* job) {
+  const int workers = std::max(1, job->cluster().workers());
+  v1::ResolvedTraining* t = job->mutable_training();
+  // training.batch_size is the global batch: each worker's mini-batch is its share.
+  const int64_t worker_batch = std::max<int64_t>(1, t->global_batch() / workers);
+  t->set_worker_batch(worker_batch);
+  v1::ResolvedStrategy* s = job->mutable_strategy();
+  // ASP/SSP apply each worker's push on its own: 1 / workers keeps the step of n pushes that of
+  // one global-batch step (docs/algorithms.md).
+  s->set_server_lr_scale(s->ps_lr_scale() > 0 ? s->ps_lr_scale() : 1.0 / workers);
+  s->set_round_points(static_cast<int64_t>(workers) * worker_batch);
+  s->set_bucket_bytes(static_cast<int64_t>(std::llround(s->bucket_mb() * (1 << 20))));
+}
+
+// Walks the YAML tree by the table, fills the job and collects every problem with its key and
+// place.
 class SpecReader {
  public:
   explicit SpecReader(JobSpecReading* out) : out_(out) {}
@@ -103,31 +338,33 @@ class SpecReader {
     return absl::StrCat("(from --set ", assignment, ")");
   }
 
-  std::string Where(const std::string& key) const { return WhereIn(*out_, key); }
-  bool Refused(const std::string& key) const { return out_->Refused(key); }
-  bool Given(const std::string& key) const { return out_->sources.count(key) > 0; }
-
-  // `refuse`: the value of `key` is not taken (the spec keeps its default), so later checks that
+  // `refuse`: the value of `key` is not taken (the job keeps its default), so later checks that
   // depend on it stay silent instead of reporting consequences of the default.
   void Error(const std::string& where, const std::string& key, const std::string& what,
              bool refuse = true) {
     out_->errors.push_back(Printable(absl::StrCat(where, ": ", key, ": ", what)));
     if (refuse) out_->refused.insert(key);
   }
-  void Error(const YAML::Node& at, const std::string& key, const std::string& what) {
-    Error(Locate(at), key, what);
+
+  // The top level, then every section and key the table knows, in table order.
+  bool ReadRoot(const YAML::Node& root) {
+    if (!Map(root, "", Sections::Get().Children(""))) return false;
+    ReadSection(root, "");
+    return true;
   }
 
+ private:
   // Checks that `node` is a map whose keys are all in `allowed`, each once, and records where
   // every key is. yaml-cpp keeps duplicate keys and answers lookups with the first, so the walk
   // over the pairs is the only place a duplicate shows.
-  bool Map(const YAML::Node& node, const std::string& path, const std::set<std::string>& allowed) {
+  bool Map(const YAML::Node& node, const std::string& path, const std::vector<std::string>& keys) {
     if (!node.IsDefined() || node.IsNull()) return false;
     const std::string name = path.empty() ? "(top level)" : path;
     if (!node.IsMap()) {
       Error(path.empty() ? Locate(node) : At(path, node), name, "expected a mapping of keys");
       return false;
     }
+    const std::set<std::string> allowed(keys.begin(), keys.end());
     std::map<std::string, YAML::Node> seen;
     for (const auto& kv : node) {
       const std::string key = kv.first.Scalar();
@@ -153,406 +390,177 @@ class SpecReader {
     return true;
   }
 
-  template <typename T>
-  void Field(const YAML::Node& map, const std::string& path, const char* key, T* out,
-             const std::function<std::string(const T&)>& check = {}) {
-    const YAML::Node node = map[key];
+  void ReadSection(const YAML::Node& map, const std::string& section) {
+    for (const std::string& child : Sections::Get().Children(section)) {
+      const std::string full = Join(section, child);
+      const JobKey* key = FindJobKey(full);
+      const YAML::Node node = map[child];
+      if (key != nullptr && key->IsListOfMappings()) {
+        ReadList(map, *key);
+      } else if (key != nullptr) {
+        ReadKey(map, *key, full, nullptr);
+      } else if (Map(node, full, Sections::Get().Children(full))) {
+        ReadSection(node, full);
+      }
+    }
+  }
+
+  // A list of mappings: each item a small section of its own ("cluster.stragglers[0].worker").
+  void ReadList(const YAML::Node& map, const JobKey& list) {
+    const YAML::Node node = map[list.Name()];
     if (!node.IsDefined()) return;
-    const std::string full = Join(path, key);
+    const std::vector<std::string>& keys = Sections::Get().Children(list.path);
+    if (node.IsNull()) {
+      Error(At(list.path, node), list.path, "has no value (write [] for none)");
+      return;
+    }
+    if (!node.IsSequence()) {
+      Error(At(list.path, node), list.path,
+            absl::StrCat("expected a list of {", absl::StrJoin(keys, ", "), "}"));
+      return;
+    }
+    Message* holder = Holder(list, &out_->job, nullptr);
+    holder->GetReflection()->ClearField(holder, list.leaf());
+    for (size_t i = 0; i < node.size(); ++i) {
+      const std::string path = absl::StrCat(list.path, "[", i, "]");
+      if (!Map(node[i], path, keys)) continue;
+      Message* item = holder->GetReflection()->AddMessage(holder, list.leaf());
+      // The item's defaults first, then what it says.
+      for (const std::string& name : keys) {
+        const JobKey& k = *FindJobKey(absl::StrCat(list.path, "[].", name));
+        if (!k.default_yaml.empty()) {
+          Scalar d;
+          Decode(k, YAML::Load(k.default_yaml), &d);
+          Store(item, k.leaf(), d);
+        }
+      }
+      for (const std::string& name : keys) {
+        const JobKey& k = *FindJobKey(absl::StrCat(list.path, "[].", name));
+        if (k.required && !node[i][name].IsDefined()) {
+          Error(Locate(node[i]), Join(path, name), "is required");
+        }
+        ReadKey(node[i], k, Join(path, name), item);
+      }
+    }
+  }
+
+  // One key of `map`: type, range and check, then stored. `full` is its path as messages say it.
+  void ReadKey(const YAML::Node& map, const JobKey& key, const std::string& full, Message* item) {
+    const YAML::Node node = map[key.Name()];
+    if (!node.IsDefined()) return;
     const std::string where = At(full, node);
+    const FieldDescriptor* f = key.leaf();
+    if (f->is_repeated()) {
+      if (node.IsNull()) {
+        Error(where, full, "has no value (write [] for none)");
+        return;
+      }
+      if (!node.IsSequence()) {
+        Error(where, full,
+              absl::StrCat("expected a list of ", key.IsNumber() ? "numbers" : "values"));
+        return;
+      }
+      Message* holder = Holder(key, &out_->job, item);
+      holder->GetReflection()->ClearField(holder, f);
+      for (size_t i = 0; i < node.size(); ++i) {
+        const std::string element = absl::StrCat(full, "[", i, "]");
+        Scalar value;
+        std::string problem = Decode(key, node[i], &value);
+        if (problem.empty() && key.IsNumber()) problem = RangeProblem(key, value.number);
+        if (!problem.empty()) {
+          // An element of the wrong type is named by its place; the list is refused.
+          Error(Locate(node[i]), element,
+                absl::StartsWith(problem, "expected") ? absl::StrCat("expected ", TypeName(f))
+                                                      : problem);
+          out_->refused.insert(full);
+          continue;
+        }
+        Store(holder, f, value);
+      }
+      return;
+    }
     if (node.IsNull()) {
       Error(where, full, "has no value (give one, or leave the key out for the default)");
       return;
     }
-    T value;
-    if (!node.IsScalar() || !YAML::convert<T>::decode(node, value)) {
-      Error(where, full, absl::StrCat("expected ", TypeName<T>(), ", got '", Describe(node), "'"));
+    Scalar value;
+    std::string problem = Decode(key, node, &value);
+    if (problem.empty() && key.IsNumber()) problem = RangeProblem(key, value.number);
+    if (problem.empty() && key.check != nullptr) problem = key.check(value.text, value.number);
+    if (!problem.empty()) {
+      Error(where, full, problem);
       return;
     }
-    if constexpr (std::is_floating_point_v<T>) {
-      // yaml-cpp reads .inf and .nan as numbers; no setting of a job means either.
-      if (!std::isfinite(value)) {
-        Error(where, full, absl::StrCat("must be a finite number, got '", node.Scalar(), "'"));
-        return;
-      }
-    }
-    if constexpr (std::is_same_v<T, std::string>) {
-      // No setting is spelled with control characters, and yaml-cpp's emitter writes some
-      // unquoted (a trailing carriage return), so the resolved job.yaml every service reads
-      // would hold another value ("data\r" read back as "data"; found with the job-spec fuzz
-      // target).
-      for (char c : value) {
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
-          Error(where, full, "may not hold control characters (line breaks, tabs, escapes)");
-          return;
-        }
-      }
-    }
-    if (check) {
-      std::string problem = check(value);
-      if (!problem.empty()) {
-        Error(where, full, problem);
-        return;
-      }
-    }
-    *out = value;
+    Store(Holder(key, &out_->job, item), f, value);
   }
 
-  template <typename T>
-  void List(const YAML::Node& map, const std::string& path, const char* key, std::vector<T>* out) {
-    const YAML::Node node = map[key];
-    if (!node.IsDefined()) return;
-    const std::string full = Join(path, key);
-    if (node.IsNull()) {
-      Error(At(full, node), full, "has no value (write [] for none)");
-      return;
-    }
-    if (!node.IsSequence()) {
-      Error(At(full, node), full, absl::StrCat("expected a list of ", TypeName<T>()));
-      return;
-    }
-    out->clear();
-    for (size_t i = 0; i < node.size(); ++i) {
-      T value;
-      if (!node[i].IsScalar() || !YAML::convert<T>::decode(node[i], value)) {
-        Error(node[i], absl::StrCat(full, "[", i, "]"), absl::StrCat("expected ", TypeName<T>()));
-        continue;
-      }
-      out->push_back(value);
-    }
-  }
-
-  static std::string Join(const std::string& path, const std::string& key) {
-    return path.empty() ? key : absl::StrCat(path, ".", key);
-  }
-
- private:
   // The place of `key`'s value: where Map() found the key, else the node itself.
   std::string At(const std::string& key, const YAML::Node& node) const {
     if (auto it = out_->sources.find(key); it != out_->sources.end()) return it->second;
     return Locate(node);
   }
 
-  template <typename T>
-  static const char* TypeName() {
-    if constexpr (std::is_same_v<T, std::string>) return "a string";
-    if constexpr (std::is_same_v<T, bool>) return "true or false";
-    if constexpr (std::is_integral_v<T>) return "an integer";
-    return "a number";
-  }
-  static std::string Describe(const YAML::Node& node) {
-    if (node.IsScalar()) return node.Scalar();
-    if (node.IsSequence()) return "a list";
-    if (node.IsMap()) return "a mapping";
-    return "nothing";
-  }
-
   JobSpecReading* out_;
   std::vector<OverrideNodes> overrides_;
 };
 
-std::function<std::string(const int&)> AtLeast(int min) {
-  return
-      [min](const int& v) { return v < min ? absl::StrCat("must be >= ", min, ", got ", v) : ""; };
-}
-std::function<std::string(const double&)> NonNegative() {
-  return [](const double& v) { return v < 0 ? absl::StrCat("must be >= 0, got ", v) : ""; };
-}
-std::function<std::string(const std::string&)> Among(std::vector<std::string> allowed) {
-  return [allowed](const std::string& v) {
-    return OneOf(v, allowed)
-               ? std::string()
-               : absl::StrCat("'", v, "' is not one of ", absl::StrJoin(allowed, ", "));
+// The rules between keys, each skipped when one of its inputs was refused: its default would make
+// the message about a value nobody wrote.
+void CheckAcrossKeys(SpecReader& r, JobSpecReading* out) {
+  v1::ResolvedJob& job = out->job;
+  auto error = [&](const std::string& key, const std::string& what) {
+    r.Error(out->Where(key), key, what);
   };
-}
-
-// A host name as a certificate's subject alternative name holds it: dot-separated labels of
-// letters, digits and '-', none empty or starting or ending with '-'.
-std::function<std::string(const std::string&)> DnsName() {
-  return [](const std::string& v) {
-    const std::string problem = absl::StrCat(
-        "'", v, "' is not a host name (labels of letters, digits and '-', separated by dots)");
-    if (v.empty() || v.size() > 253) return problem;
-    for (absl::string_view label : absl::StrSplit(v, '.')) {
-      if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
-        return problem;
-      }
-      for (char c : label) {
-        if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return problem;
-      }
-    }
-    return std::string();
-  };
-}
-
-// Returns false when `root` is not a mapping (nothing could be read).
-// cluster.cpu and cluster.worker_speeds: each process's own CPU quota, so that an emulated
-// cluster's speeds come from the spec and not from contention for the machine's cores.
-void ReadCpuShares(const YAML::Node& cluster, SpecReader& r, ClusterSpec* c) {
-  // More than 64 cores for one process is surely a typo for a fraction.
-  auto cores = [](const double& v) {
-    return v >= 0 && v <= 64 ? std::string() : absl::StrCat("must be in [0, 64] cores, got ", v);
-  };
-  if (YAML::Node cpu = cluster["cpu"];
-      r.Map(cpu, "cluster.cpu", {"worker", "parameter_server", "evaluator"})) {
-    r.Field<double>(cpu, "cluster.cpu", "worker", &c->cpu.worker, cores);
-    r.Field<double>(cpu, "cluster.cpu", "parameter_server", &c->cpu.parameter_server, cores);
-    r.Field<double>(cpu, "cluster.cpu", "evaluator", &c->cpu.evaluator, cores);
+  // `at_fraction` given means that rule unless a rule is named.
+  if (out->Given("strategy.at_fraction") && !out->Given("strategy.rule")) {
+    job.mutable_strategy()->set_rule(v1::SWITCH_RULE_AT_FRACTION);
   }
-  r.List<double>(cluster, "cluster", "worker_speeds", &c->worker_speeds);
-  for (size_t i = 0; i < c->worker_speeds.size(); ++i) {
-    const double v = c->worker_speeds[i];
-    if (!(std::isfinite(v) && v > 0 && v <= 64)) {
-      const std::string key = absl::StrCat("cluster.worker_speeds[", i, "]");
-      r.Error(cluster["worker_speeds"][i], key, absl::StrCat("must be in (0, 64], got ", v));
-    }
-  }
-}
-
-bool ReadSpec(const YAML::Node& root, SpecReader& r, JobSpec* spec) {
-  if (!r.Map(root, "",
-             {"name", "dataset", "model", "training", "cluster", "sharding", "strategy", "launcher",
-              "recovery", "security"})) {
-    return false;
-  }
-  r.Field<std::string>(root, "", "name", &spec->name, [](const std::string& v) {
-    if (v.empty() || v.size() > 63) return std::string("must be 1 to 63 characters");
-    for (char c : v) {
-      if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) {
-        return std::string(
-            "may hold letters, digits, '-' and '_' only (it names directories and pods)");
-      }
-    }
-    return std::string();
-  });
-
-  if (YAML::Node n = root["dataset"];
-      r.Map(n, "dataset", {"name", "path", "label_set", "max_train", "max_test"})) {
-    r.Field<std::string>(n, "dataset", "name", &spec->dataset.name,
-                         Among({"fashion-mnist", "mnist", "cifar10", "cifar100", "synthetic"}));
-    r.Field<std::string>(n, "dataset", "path", &spec->dataset.path);
-    r.Field<std::string>(n, "dataset", "label_set", &spec->dataset.label_set,
-                         Among({"fine", "coarse"}));
-    auto non_negative = [](const int64_t& v) {
-      return v < 0 ? std::string("must be >= 0") : std::string();
-    };
-    r.Field<int64_t>(n, "dataset", "max_train", &spec->dataset.max_train, non_negative);
-    r.Field<int64_t>(n, "dataset", "max_test", &spec->dataset.max_test, non_negative);
-  }
-  if (YAML::Node n = root["model"]; r.Map(n, "model", {"arch"})) {
-    r.Field<std::string>(n, "model", "arch", &spec->model.arch, Among(KnownModelArchs()));
-  }
-  if (YAML::Node n = root["training"]; r.Map(n, "training",
-                                             {"epochs", "batch_size", "lr", "momentum",
-                                              "weight_decay", "lr_schedule", "seed", "threads"})) {
-    TrainingSpec& t = spec->training;
-    r.Field<int>(n, "training", "epochs", &t.epochs, AtLeast(1));
-    r.Field<int>(n, "training", "batch_size", &t.batch_size, AtLeast(1));
-    r.Field<double>(n, "training", "lr", &t.lr, [](const double& v) {
-      return v > 0 ? std::string() : absl::StrCat("must be > 0, got ", v);
-    });
-    r.Field<double>(n, "training", "momentum", &t.momentum, [](const double& v) {
-      return v >= 0 && v < 1 ? std::string() : absl::StrCat("must be in [0, 1), got ", v);
-    });
-    r.Field<double>(n, "training", "weight_decay", &t.weight_decay, NonNegative());
-    r.Field<uint64_t>(n, "training", "seed", &t.seed);
-    r.Field<int>(n, "training", "threads", &t.threads, AtLeast(0));
-    if (YAML::Node s = n["lr_schedule"];
-        r.Map(s, "training.lr_schedule", {"milestones", "gamma"})) {
-      r.List<int>(s, "training.lr_schedule", "milestones", &t.lr_schedule.milestones);
-      r.Field<double>(
-          s, "training.lr_schedule", "gamma", &t.lr_schedule.gamma, [](const double& v) {
-            return v > 0 && v <= 1 ? std::string() : absl::StrCat("must be in (0, 1], got ", v);
-          });
-      for (size_t i = 1; i < t.lr_schedule.milestones.size(); ++i) {
-        if (t.lr_schedule.milestones[i] <= t.lr_schedule.milestones[i - 1]) {
-          r.Error(r.Where("training.lr_schedule.milestones"), "training.lr_schedule.milestones",
-                  "must be strictly increasing");
-          break;
-        }
+  const auto& milestones = job.training().lr_milestones();
+  if (!out->Refused("training.lr_schedule.milestones")) {
+    for (int i = 1; i < milestones.size(); ++i) {
+      if (milestones[i] <= milestones[i - 1]) {
+        error("training.lr_schedule.milestones", "must be strictly increasing");
+        break;
       }
     }
   }
-  if (YAML::Node n = root["cluster"]; r.Map(n, "cluster",
-                                            {"workers", "parameter_servers", "threads_per_worker",
-                                             "stragglers", "cpu", "worker_speeds"})) {
-    ReadCpuShares(n, r, &spec->cluster);
-    ClusterSpec& c = spec->cluster;
-    r.Field<int>(n, "cluster", "workers", &c.workers, AtLeast(1));
-    r.Field<int>(n, "cluster", "parameter_servers", &c.parameter_servers, AtLeast(1));
-    r.Field<int>(n, "cluster", "threads_per_worker", &c.threads_per_worker, AtLeast(1));
-    if (YAML::Node s = n["stragglers"]; s.IsDefined()) {
-      if (s.IsNull()) {
-        r.Error(r.Where("cluster.stragglers"), "cluster.stragglers",
-                "has no value (write [] for none)");
-      } else if (!s.IsSequence()) {
-        r.Error(r.Where("cluster.stragglers"), "cluster.stragglers",
-                "expected a list of {worker, cpu_fraction}");
-      } else {
-        for (size_t i = 0; i < s.size(); ++i) {
-          const std::string path = absl::StrCat("cluster.stragglers[", i, "]");
-          StragglerSpec st;
-          if (!r.Map(s[i], path, {"worker", "cpu_fraction"})) continue;
-          if (!s[i]["worker"].IsDefined()) r.Error(s[i], path + ".worker", "is required");
-          r.Field<int>(s[i], path, "worker", &st.worker, AtLeast(0));
-          r.Field<double>(s[i], path, "cpu_fraction", &st.cpu_fraction, [](const double& v) {
-            return v > 0 && v <= 1 ? std::string() : absl::StrCat("must be in (0, 1], got ", v);
-          });
-          c.stragglers.push_back(st);
-        }
-      }
+  // A key given where it means nothing would be silently ignored.
+  for (const JobKey& key : JobKeys()) {
+    if (key.applies == nullptr || !out->Given(key.path) || out->Refused(key.path)) continue;
+    if (std::any_of(key.applies_inputs.begin(), key.applies_inputs.end(),
+                    [&](const std::string& k) { return out->Refused(k); })) {
+      continue;
     }
+    if (std::string why = key.applies(job); !why.empty()) error(key.path, why);
   }
-  if (YAML::Node n = root["sharding"];
-      r.Map(n, "sharding", {"method", "clusters", "pca_components", "max_iterations"})) {
-    ShardingSpec& s = spec->sharding;
-    r.Field<std::string>(n, "sharding", "method", &s.method,
-                         Among({"random", "mod", "stratified", "distribution-aware"}));
-    r.Field<int>(n, "sharding", "clusters", &s.clusters, AtLeast(1));
-    r.Field<int>(n, "sharding", "pca_components", &s.pca_components, AtLeast(1));
-    r.Field<int>(n, "sharding", "max_iterations", &s.max_iterations, AtLeast(1));
-  }
-  if (YAML::Node n = root["strategy"];
-      r.Map(n, "strategy",
-            {"kind", "consistency", "staleness", "k_star", "k_star_start", "probe_ratio", "rule",
-             "at_fraction", "window", "threshold_percent", "ps_lr_scale", "ps_pipeline",
-             "bucket_mb", "ring_link", "ps_link"})) {
-    StrategySpec& s = spec->strategy;
-    r.Field<std::string>(n, "strategy", "kind", &s.kind, Among({"allreduce", "ps", "switch"}));
-    r.Field<std::string>(n, "strategy", "consistency", &s.consistency,
-                         Among({"asp", "bsp", "ssp", "pdp", "apdp"}));
-    r.Field<int>(n, "strategy", "staleness", &s.staleness, AtLeast(0));
-    r.Field<int>(n, "strategy", "k_star", &s.k_star, AtLeast(0));
-    r.Field<int>(n, "strategy", "k_star_start", &s.k_star_start, AtLeast(0));
-    r.Field<double>(n, "strategy", "probe_ratio", &s.probe_ratio, [](const double& v) {
-      return v > 0 && v <= 1 ? std::string() : absl::StrCat("must be in (0, 1], got ", v);
-    });
-    r.Field<std::string>(n, "strategy", "rule", &s.rule, Among({"empirical", "at_fraction"}));
-    r.Field<double>(n, "strategy", "at_fraction", &s.at_fraction, [](const double& v) {
-      return v > 0 && v < 1 ? std::string() : absl::StrCat("must be in (0, 1), got ", v);
-    });
-    r.Field<int>(n, "strategy", "window", &s.window, AtLeast(1));
-    r.Field<double>(n, "strategy", "threshold_percent", &s.threshold_percent, [](const double& v) {
-      return v > 0 ? std::string() : absl::StrCat("must be > 0, got ", v);
-    });
-    r.Field<double>(n, "strategy", "ps_lr_scale", &s.ps_lr_scale, NonNegative());
-    r.Field<int>(n, "strategy", "ps_pipeline", &s.ps_pipeline, [](const int& v) {
-      return v == 0 || v == 1 ? std::string() : absl::StrCat("must be 0 or 1, got ", v);
-    });
-    r.Field<double>(n, "strategy", "bucket_mb", &s.bucket_mb, [](const double& v) {
-      return v >= 0 && v <= 1024 ? std::string() : absl::StrCat("must be in [0, 1024], got ", v);
-    });
-    r.Field<std::string>(n, "strategy", "ring_link", &s.ring_link, Among({"grpc", "tcp"}));
-    r.Field<std::string>(n, "strategy", "ps_link", &s.ps_link, Among({"grpc", "tcp", "shm"}));
-    if (s.kind == "allreduce" && r.Given("strategy.ps_link") && !r.Refused("strategy.ps_link")) {
-      r.Error(r.Where("strategy.ps_link"), "strategy.ps_link",
-              "applies to push/pull with parameter servers, which strategy.kind allreduce does "
-              "not have");
-    }
-    for (const char* key : {"strategy.bucket_mb", "strategy.ring_link"}) {
-      if (s.kind == "ps" && r.Given(key) && !r.Refused(key)) {
-        r.Error(r.Where(key), key,
-                "applies to the all-reduce phase, which strategy.kind ps does not have");
-      }
-    }
-    // K* keys on a mode that has no K* would be silently ignored.
-    if (!r.Refused("strategy.consistency") && s.consistency != "pdp" && s.consistency != "apdp") {
-      for (const char* key : {"k_star", "k_star_start", "probe_ratio"}) {
-        const std::string full = absl::StrCat("strategy.", key);
-        if (r.Given(full) && !r.Refused(full)) {
-          r.Error(r.Where(full), full,
-                  absl::StrCat("applies to strategy.consistency pdp and apdp only (it is ",
-                               s.consistency, ")"));
-        }
-      }
-    }
-    if (s.k_star > 0 && r.Given("strategy.k_star_start")) {
-      r.Error(r.Where("strategy.k_star_start"), "strategy.k_star_start",
-              "starts the K* search, which a fixed strategy.k_star turns off: remove one");
-    }
-    // `at_fraction` given means that rule unless a rule is named.
-    if (n["at_fraction"].IsDefined() && !n["rule"].IsDefined()) s.rule = "at_fraction";
-  }
-  if (YAML::Node n = root["launcher"]; r.Map(n, "launcher", {"kind", "ring_transport"})) {
-    r.Field<std::string>(n, "launcher", "kind", &spec->launcher.kind,
-                         Among({"local", "compose", "kubernetes"}));
-    r.Field<std::string>(n, "launcher", "ring_transport", &spec->launcher.ring_transport,
-                         Among({"unix", "tcp"}));
-  }
-  if (YAML::Node n = root["security"];
-      r.Map(n, "security", {"tls", "tls_dir", "tls_server_name"})) {
-    SecuritySpec& s = spec->security;
-    r.Field<std::string>(n, "security", "tls", &s.tls, Among({"off", "on", "mutual"}));
-    r.Field<std::string>(n, "security", "tls_dir", &s.tls_dir, [](const std::string& v) {
-      return v.empty() ? std::string(
-                             "is empty (leave it out to have strata run make the run's "
-                             "certificates)")
-                       : std::string();
-    });
-    r.Field<std::string>(n, "security", "tls_server_name", &s.tls_server_name, DnsName());
-    // A directory or name that TLS off would ignore means plaintext where TLS was meant.
-    if (!r.Refused("security.tls") && s.tls == "off") {
-      for (const char* key : {"tls_dir", "tls_server_name"}) {
-        const std::string full = absl::StrCat("security.", key);
-        if (r.Given(full) && !r.Refused(full)) {
-          r.Error(r.Where(full), full,
-                  "has no effect while security.tls is off, so the run would travel in "
-                  "plaintext: set security.tls to on or mutual, or remove the key");
-        }
-      }
-    }
-  }
-  if (YAML::Node n = root["recovery"];
-      r.Map(n, "recovery", {"restarts", "server_checkpoint_s", "ring_checkpoint_s"})) {
-    r.Field<int>(n, "recovery", "restarts", &spec->recovery.restarts, [](const int& v) {
-      return v >= 0 && v <= 100 ? std::string() : absl::StrCat("must be in [0, 100], got ", v);
-    });
-    r.Field<double>(n, "recovery", "server_checkpoint_s", &spec->recovery.server_checkpoint_s,
-                    [](const double& v) {
-                      return v >= 0.1 && v <= 86400
-                                 ? std::string()
-                                 : absl::StrCat("must be in [0.1, 86400] seconds, got ", v);
-                    });
-    r.Field<double>(
-        n, "recovery", "ring_checkpoint_s", &spec->recovery.ring_checkpoint_s, [](const double& v) {
-          return v == 0 || (v >= 0.1 && v <= 86400)
-                     ? std::string()
-                     : absl::StrCat("must be 0 (never) or in [0.1, 86400] seconds, got ", v);
-        });
-  }
-  // Cross-field checks, skipped when an input was refused: its default would make the message
-  // about a value nobody wrote.
-  for (size_t i = 0; i < spec->cluster.stragglers.size(); ++i) {
+  const v1::ResolvedCluster& cluster = job.cluster();
+  for (int i = 0; i < cluster.stragglers_size(); ++i) {
     const std::string key = absl::StrCat("cluster.stragglers[", i, "].worker");
-    if (r.Refused(key) || r.Refused("cluster.workers")) continue;
-    if (spec->cluster.stragglers[i].worker >= spec->cluster.workers) {
-      r.Error(r.Where(key), key,
-              absl::StrCat("worker ", spec->cluster.stragglers[i].worker, " does not exist (",
-                           spec->cluster.workers, " workers)"));
+    if (out->Refused(key) || out->Refused("cluster.workers")) continue;
+    if (cluster.stragglers(i).worker() >= cluster.workers()) {
+      error(key, absl::StrCat("worker ", cluster.stragglers(i).worker(), " does not exist (",
+                              cluster.workers(), " workers)"));
     }
   }
-  const ClusterSpec& cluster = spec->cluster;
-  if (!cluster.worker_speeds.empty() && !r.Refused("cluster.worker_speeds") &&
-      !r.Refused("cluster.workers")) {
-    if (static_cast<int>(cluster.worker_speeds.size()) != cluster.workers) {
-      r.Error(r.Where("cluster.worker_speeds"), "cluster.worker_speeds",
-              absl::StrCat(cluster.worker_speeds.size(), " speeds for ", cluster.workers,
-                           " workers: give one per worker"));
-    } else if (cluster.cpu.worker <= 0 && !r.Refused("cluster.cpu.worker")) {
-      r.Error(r.Where("cluster.worker_speeds"), "cluster.worker_speeds",
-              "needs cluster.cpu.worker, the cores a worker of speed 1 gets");
+  if (cluster.worker_speeds_size() > 0 && !out->Refused("cluster.worker_speeds") &&
+      !out->Refused("cluster.workers")) {
+    if (cluster.worker_speeds_size() != cluster.workers()) {
+      error("cluster.worker_speeds",
+            absl::StrCat(cluster.worker_speeds_size(), " speeds for ", cluster.workers(),
+                         " workers: give one per worker"));
+    } else if (cluster.cpu().worker() <= 0 && !out->Refused("cluster.cpu.worker")) {
+      error("cluster.worker_speeds",
+            "needs cluster.cpu.worker, the cores a worker of speed 1 gets");
     }
   }
-  if (!r.Refused("training.batch_size") && !r.Refused("cluster.workers") &&
-      spec->training.batch_size < spec->cluster.workers) {
+  if (!out->Refused("training.batch_size") && !out->Refused("cluster.workers") &&
+      job.training().global_batch() < cluster.workers()) {
     // Blame the key the file (or --set) gave; with batch_size left at its default, the workers.
     const std::string key =
-        r.Given("training.batch_size") ? "training.batch_size" : "cluster.workers";
-    r.Error(r.Where(key), key,
-            absl::StrCat("global batch ", spec->training.batch_size, " is smaller than the ",
-                         spec->cluster.workers, " workers that split it"));
+        out->Given("training.batch_size") ? "training.batch_size" : "cluster.workers";
+    error(key, absl::StrCat("global batch ", job.training().global_batch(), " is smaller than the ",
+                            cluster.workers(), " workers that split it"));
   }
-  return true;
 }
 
 // Applies one `--set a.b=value` to `root` (nullptr: the file is unusable, only the assignment's
@@ -617,13 +625,124 @@ void ApplyOverride(YAML::Node* root, const std::string& assignment, SpecReader& 
   r.AddOverride(std::move(added));
 }
 
-}  // namespace
+// ---- the emitter ----------------------------------------------------------------------------
 
-const std::vector<std::string>& KnownModelArchs() {
-  static const std::vector<std::string> archs = {"mlp",      "mlp_wide", "cnn",
-                                                 "resnet20", "resnet32", "resnet56"};
-  return archs;
+bool SameValue(const JobKey& key, const Message& a, const Message& b) {
+  const Message& ha = *Holder(key, a, nullptr);
+  const Message& hb = *Holder(key, b, nullptr);
+  const FieldDescriptor* f = key.leaf();
+  const Reflection* r = ha.GetReflection();
+  if (f->is_repeated()) {
+    if (r->FieldSize(ha, f) != r->FieldSize(hb, f)) return false;
+    return r->FieldSize(ha, f) == 0;  // only empty lists are compared: the defaults are empty
+  }
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      return r->GetInt32(ha, f) == r->GetInt32(hb, f);
+    case FieldDescriptor::CPPTYPE_INT64:
+      return r->GetInt64(ha, f) == r->GetInt64(hb, f);
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return r->GetUInt64(ha, f) == r->GetUInt64(hb, f);
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return r->GetDouble(ha, f) == r->GetDouble(hb, f);
+    case FieldDescriptor::CPPTYPE_STRING:
+      return r->GetString(ha, f) == r->GetString(hb, f);
+    case FieldDescriptor::CPPTYPE_ENUM:
+      return r->GetEnumValue(ha, f) == r->GetEnumValue(hb, f);
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return r->GetBool(ha, f) == r->GetBool(hb, f);
+    default:
+      return false;
+  }
 }
+
+// Writes element `index` of `f` (or its only value, index -1) of `m`.
+void EmitValue(YAML::Emitter& out, const Message& m, const FieldDescriptor* f, int index) {
+  const Reflection* r = m.GetReflection();
+  const bool rep = index >= 0;
+  switch (f->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_INT32:
+      out << (rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_INT64:
+      out << static_cast<long long>(rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT32:
+      out << (rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_UINT64:
+      out << static_cast<unsigned long long>(rep ? r->GetRepeatedUInt64(m, f, index)
+                                                 : r->GetUInt64(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      out << (rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_FLOAT:
+      out << (rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_BOOL:
+      out << (rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_STRING:
+      out << (rep ? r->GetRepeatedString(m, f, index) : r->GetString(m, f));
+      break;
+    case FieldDescriptor::CPPTYPE_ENUM:
+      out << Spelled(rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f));
+      break;
+    default:
+      break;
+  }
+}
+
+bool Emitted(const JobKey& key, const v1::ResolvedJob& job) {
+  if (key.emit_only_where_applies && key.applies != nullptr && !key.applies(job).empty()) {
+    return false;
+  }
+  static const v1::ResolvedJob defaults = DefaultJob();
+  return !(key.emit_only_unless_default && SameValue(key, job, defaults));
+}
+
+void EmitSection(YAML::Emitter& out, const v1::ResolvedJob& job, const std::string& section) {
+  for (const std::string& child : Sections::Get().Children(section)) {
+    const std::string full = Join(section, child);
+    const JobKey* key = FindJobKey(full);
+    if (key == nullptr) {
+      out << YAML::Key << child << YAML::Value;
+      if (IsFlowSection(full)) out << YAML::Flow;
+      out << YAML::BeginMap;
+      EmitSection(out, job, full);
+      out << YAML::EndMap;
+      continue;
+    }
+    if (!Emitted(*key, job)) continue;
+    out << YAML::Key << child << YAML::Value;
+    const Message& holder = *Holder(*key, job, nullptr);
+    const FieldDescriptor* f = key->leaf();
+    const int n = f->is_repeated() ? holder.GetReflection()->FieldSize(holder, f) : 0;
+    if (key->IsListOfMappings()) {
+      out << YAML::BeginSeq;
+      for (int i = 0; i < n; ++i) {
+        const Message& item = holder.GetReflection()->GetRepeatedMessage(holder, f, i);
+        out << YAML::Flow << YAML::BeginMap;
+        for (const std::string& name : Sections::Get().Children(full)) {
+          const JobKey& k = *FindJobKey(absl::StrCat(full, "[].", name));
+          out << YAML::Key << name << YAML::Value;
+          EmitValue(out, item, k.leaf(), -1);
+        }
+        out << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
+    } else if (f->is_repeated()) {
+      out << YAML::Flow << YAML::BeginSeq;
+      for (int i = 0; i < n; ++i) EmitValue(out, holder, f, i);
+      out << YAML::EndSeq;
+    } else {
+      EmitValue(out, holder, f, -1);
+    }
+  }
+}
+
+}  // namespace
 
 std::string JobSpecReading::Where(const std::string& key) const { return WhereIn(*this, key); }
 
@@ -641,10 +760,26 @@ bool JobSpecReading::Refused(const std::string& key) const {
   return false;
 }
 
+v1::ResolvedJob DefaultJob() {
+  v1::ResolvedJob job;
+  job.set_format(kResolvedJobFormat);
+  for (const JobKey& key : JobKeys()) {
+    if (key.IsListItem() || key.IsListOfMappings() || key.leaf()->is_repeated()) continue;
+    Scalar value;
+    if (key.leaf()->cpp_type() != FieldDescriptor::CPPTYPE_STRING || !key.default_yaml.empty()) {
+      Decode(key, YAML::Load(key.default_yaml), &value);
+    }
+    Store(Holder(key, &job, nullptr), key.leaf(), value);
+  }
+  Derive(&job);
+  return job;
+}
+
 JobSpecReading ReadJobSpec(const std::string& yaml_text, const std::string& origin,
                            const std::vector<std::string>& overrides) {
   JobSpecReading out;
   out.origin = origin;
+  out.job = DefaultJob();
   SpecReader reader(&out);
   YAML::Node root;
   bool usable = false;
@@ -667,114 +802,37 @@ JobSpecReading ReadJobSpec(const std::string& yaml_text, const std::string& orig
     usable = false;
   }
   for (const std::string& o : overrides) ApplyOverride(usable ? &root : nullptr, o, reader);
-  if (usable) out.mapping_read = ReadSpec(root, reader, &out.spec);
+  if (usable) {
+    out.mapping_read = reader.ReadRoot(root);
+    if (out.mapping_read) CheckAcrossKeys(reader, &out);
+  }
+  Derive(&out.job);
   return out;
 }
 
-absl::StatusOr<JobSpec> ParseJobSpec(const std::string& yaml_text, const std::string& origin,
-                                     const std::vector<std::string>& overrides) {
+absl::StatusOr<v1::ResolvedJob> ParseJobSpec(const std::string& yaml_text,
+                                             const std::string& origin,
+                                             const std::vector<std::string>& overrides) {
   JobSpecReading reading = ReadJobSpec(yaml_text, origin, overrides);
   if (!reading.errors.empty()) {
     return absl::InvalidArgumentError(absl::StrJoin(reading.errors, "\n"));
   }
-  return std::move(reading.spec);
+  return std::move(reading.job);
 }
 
-absl::StatusOr<JobSpec> LoadJobSpec(const std::string& path,
-                                    const std::vector<std::string>& overrides) {
+absl::StatusOr<v1::ResolvedJob> LoadJobSpec(const std::string& path,
+                                            const std::vector<std::string>& overrides) {
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();
   return ParseJobSpec(*text, path, overrides);
 }
 
-std::string JobSpecToYaml(const JobSpec& s) {
+std::string JobSpecYaml(const v1::ResolvedJob& job) {
   YAML::Emitter out;
   out << YAML::BeginMap;
-  out << YAML::Key << "name" << YAML::Value << s.name;
-  out << YAML::Key << "dataset" << YAML::Value << YAML::BeginMap << YAML::Key << "name"
-      << YAML::Value << s.dataset.name << YAML::Key << "path" << YAML::Value << s.dataset.path
-      << YAML::Key << "label_set" << YAML::Value << s.dataset.label_set << YAML::Key << "max_train"
-      << YAML::Value << s.dataset.max_train << YAML::Key << "max_test" << YAML::Value
-      << s.dataset.max_test << YAML::EndMap;
-  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap << YAML::Key << "arch" << YAML::Value
-      << s.model.arch << YAML::EndMap;
-  const TrainingSpec& t = s.training;
-  out << YAML::Key << "training" << YAML::Value << YAML::BeginMap << YAML::Key << "epochs"
-      << YAML::Value << t.epochs << YAML::Key << "batch_size" << YAML::Value << t.batch_size
-      << YAML::Key << "lr" << YAML::Value << t.lr << YAML::Key << "momentum" << YAML::Value
-      << t.momentum << YAML::Key << "weight_decay" << YAML::Value << t.weight_decay << YAML::Key
-      << "lr_schedule" << YAML::Value << YAML::BeginMap << YAML::Key << "milestones" << YAML::Value
-      << YAML::Flow << t.lr_schedule.milestones << YAML::Key << "gamma" << YAML::Value
-      << t.lr_schedule.gamma << YAML::EndMap << YAML::Key << "seed" << YAML::Value << t.seed
-      << YAML::Key << "threads" << YAML::Value << t.threads << YAML::EndMap;
-  const ClusterSpec& c = s.cluster;
-  out << YAML::Key << "cluster" << YAML::Value << YAML::BeginMap << YAML::Key << "workers"
-      << YAML::Value << c.workers << YAML::Key << "parameter_servers" << YAML::Value
-      << c.parameter_servers << YAML::Key << "threads_per_worker" << YAML::Value
-      << c.threads_per_worker << YAML::Key << "stragglers" << YAML::Value << YAML::BeginSeq;
-  for (const auto& st : c.stragglers) {
-    out << YAML::Flow << YAML::BeginMap << YAML::Key << "worker" << YAML::Value << st.worker
-        << YAML::Key << "cpu_fraction" << YAML::Value << st.cpu_fraction << YAML::EndMap;
-  }
-  out << YAML::EndSeq << YAML::Key << "cpu" << YAML::Value << YAML::Flow << YAML::BeginMap
-      << YAML::Key << "worker" << YAML::Value << c.cpu.worker << YAML::Key << "parameter_server"
-      << YAML::Value << c.cpu.parameter_server << YAML::Key << "evaluator" << YAML::Value
-      << c.cpu.evaluator << YAML::EndMap << YAML::Key << "worker_speeds" << YAML::Value
-      << YAML::Flow << c.worker_speeds << YAML::EndMap;
-  const ShardingSpec& sh = s.sharding;
-  out << YAML::Key << "sharding" << YAML::Value << YAML::BeginMap << YAML::Key << "method"
-      << YAML::Value << sh.method << YAML::Key << "clusters" << YAML::Value << sh.clusters
-      << YAML::Key << "pca_components" << YAML::Value << sh.pca_components << YAML::Key
-      << "max_iterations" << YAML::Value << sh.max_iterations << YAML::EndMap;
-  const StrategySpec& st = s.strategy;
-  out << YAML::Key << "strategy" << YAML::Value << YAML::BeginMap << YAML::Key << "kind"
-      << YAML::Value << st.kind << YAML::Key << "consistency" << YAML::Value << st.consistency
-      << YAML::Key << "staleness" << YAML::Value << st.staleness;
-  // The K* keys only where they apply: the spec refuses them elsewhere.
-  if (st.consistency == "pdp" || st.consistency == "apdp") {
-    out << YAML::Key << "k_star" << YAML::Value << st.k_star;
-    if (st.k_star == 0) out << YAML::Key << "k_star_start" << YAML::Value << st.k_star_start;
-    out << YAML::Key << "probe_ratio" << YAML::Value << st.probe_ratio;
-  }
-  out << YAML::Key << "rule" << YAML::Value << st.rule << YAML::Key << "at_fraction" << YAML::Value
-      << st.at_fraction << YAML::Key << "window" << YAML::Value << st.window << YAML::Key
-      << "threshold_percent" << YAML::Value << st.threshold_percent << YAML::Key << "ps_lr_scale"
-      << YAML::Value << st.ps_lr_scale << YAML::Key << "ps_pipeline" << YAML::Value
-      << st.ps_pipeline;
-  // Only when on, so that resolved specs of jobs without buckets read as before.
-  if (st.bucket_mb > 0) out << YAML::Key << "bucket_mb" << YAML::Value << st.bucket_mb;
-  // Only when not the default, so that resolved specs of other jobs read as before.
-  if (st.ring_link != "tcp") out << YAML::Key << "ring_link" << YAML::Value << st.ring_link;
-  if (st.ps_link != "shm") out << YAML::Key << "ps_link" << YAML::Value << st.ps_link;
-  out << YAML::EndMap;
-  out << YAML::Key << "launcher" << YAML::Value << YAML::BeginMap << YAML::Key << "kind"
-      << YAML::Value << s.launcher.kind << YAML::Key << "ring_transport" << YAML::Value
-      << s.launcher.ring_transport << YAML::EndMap;
-  // The TLS keys only with TLS on: the spec refuses them with TLS off.
-  out << YAML::Key << "security" << YAML::Value << YAML::BeginMap << YAML::Key << "tls"
-      << YAML::Value << s.security.tls;
-  if (s.security.tls != "off") {
-    if (!s.security.tls_dir.empty()) {
-      out << YAML::Key << "tls_dir" << YAML::Value << s.security.tls_dir;
-    }
-    out << YAML::Key << "tls_server_name" << YAML::Value << s.security.tls_server_name;
-  }
-  out << YAML::EndMap;
-  out << YAML::Key << "recovery" << YAML::Value << YAML::BeginMap << YAML::Key << "restarts"
-      << YAML::Value << s.recovery.restarts << YAML::Key << "server_checkpoint_s" << YAML::Value
-      << s.recovery.server_checkpoint_s << YAML::Key << "ring_checkpoint_s" << YAML::Value
-      << s.recovery.ring_checkpoint_s << YAML::EndMap;
+  EmitSection(out, job, "");
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
-}
-
-double WorkerCpuShare(const ClusterSpec& cluster, int rank) {
-  for (const StragglerSpec& st : cluster.stragglers) {
-    if (st.worker == rank) return st.cpu_fraction;
-  }
-  if (cluster.cpu.worker <= 0) return 0;
-  const size_t r = static_cast<size_t>(rank);
-  return cluster.cpu.worker * (r < cluster.worker_speeds.size() ? cluster.worker_speeds[r] : 1.0);
 }
 
 }  // namespace strata

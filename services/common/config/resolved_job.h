@@ -1,27 +1,26 @@
-// The resolved job (proto/strata/v1/job.proto): the job spec with its defaults filled in, its names
-// turned into enums and every number that follows from it computed, here and nowhere else. `strata`
-// resolves the spec once and ships the message to every service as `--job FILE` (text format), so
-// a worker, a parameter server and the evaluator cannot disagree about a per-worker batch or a
-// learning-rate scale. A service started by hand may still take `--config` YAML: it resolves that
-// with the same function, once, at start (LoadServiceJob).
+// The resolved job (proto/strata/v1/job.proto) as every process reads it: `strata` reads the YAML
+// spec once (job_spec.h), writes the result to the run directory as text and ships it to every
+// service as `--job FILE`, so that a worker, a parameter server and the evaluator cannot disagree
+// about a per-worker batch or a learning-rate scale. A service checks the message again against
+// the same table of keys before it trusts it. A service started by hand may still take `--config`
+// YAML: it reads that with the same reader, once, at start (LoadServiceJob).
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <absl/status/statusor.h>
 
-#include "services/common/config/job_spec.h"
+#include "services/common/config/job_keys.h"
 #include "strata/v1/job.pb.h"
 
 namespace strata {
 
-// The version of ResolvedJob's meaning; a service refuses a message of another.
-inline constexpr uint32_t kResolvedJobFormat = 1;
-
-// Resolves a checked spec. Fails only when a name has no enum (a spec built in code, not parsed).
-absl::StatusOr<v1::ResolvedJob> ResolveJob(const JobSpec& spec);
+// The version of ResolvedJob's meaning; a service refuses a message of another. 2: the message
+// holds every key of the spec (the launcher, security, switch rule and recovery cadences too).
+inline constexpr uint32_t kResolvedJobFormat = 2;
 
 // Text format, one field per line: what `strata` writes to RUN_DIR/job.resolved.txtpb.
 std::string ResolvedJobText(const v1::ResolvedJob& job);
@@ -31,6 +30,8 @@ std::string ResolvedJobText(const v1::ResolvedJob& job);
 absl::StatusOr<v1::ResolvedJob> ParseResolvedJob(const std::string& text,
                                                  const std::string& origin);
 absl::StatusOr<v1::ResolvedJob> LoadResolvedJob(const std::string& path);
+// The problems of a message built or changed in code (what ParseResolvedJob refuses), one each.
+std::vector<std::string> ResolvedJobProblems(const v1::ResolvedJob& job);
 
 // Where a service's job comes from: the file `strata` wrote (`job`), or, for a service started by
 // hand, a YAML spec with `--set` overrides (`config`, `overrides`). Exactly one of the two paths.
@@ -41,19 +42,28 @@ struct ServiceJobSource {
 };
 absl::StatusOr<v1::ResolvedJob> LoadServiceJob(const ServiceJobSource& source);
 
-// The parts of a resolved job in the spec's own types, for the code that takes those (the data set
-// readers, the optimizer's schedule): one mapping, used by every process.
-DatasetSpec DatasetSpecOf(const v1::ResolvedJob& job);
-LrScheduleSpec LrScheduleOf(const v1::ResolvedTraining& training);
+// ---- what the job's keys mean together, each written once ----------------------------------
 
-// The spec's spelling of each enum ("fashion-mnist", "resnet20", "ssp", "tcp"), for messages,
-// logs and the libraries keyed by name.
-std::string DatasetNameText(v1::DatasetName name);
-std::string LabelSetText(v1::LabelSet set);
-std::string ModelArchText(v1::ModelArch arch);
-std::string StrategyKindText(v1::StrategyKind kind);
-std::string ConsistencyText(v1::Consistency consistency);
-std::string DataLinkText(v1::DataLink link);
-std::string ShardMethodText(v1::ShardMethod method);
+// The job has parameter servers: a `ps` job, or a `switch` job (after its switch).
+inline bool UsesServers(const v1::ResolvedJob& job) {
+  return job.strategy().kind() != v1::STRATEGY_KIND_ALLREDUCE;
+}
+// The job trains in a ring at some point: an `allreduce` job, or a `switch` job (before).
+inline bool UsesRing(const v1::ResolvedJob& job) {
+  return job.strategy().kind() != v1::STRATEGY_KIND_PS;
+}
+// PDP and APDP: the servers decide when the workers send their updates (parameter_server/pdp).
+inline bool ServerDecidesPulls(v1::Consistency consistency) {
+  return consistency == v1::CONSISTENCY_PDP || consistency == v1::CONSISTENCY_APDP;
+}
+inline bool TlsOn(const v1::ResolvedJob& job) { return job.security().tls() != v1::TLS_MODE_OFF; }
+// The cores worker `rank`'s quota allows: its straggler entry if it has one, else cpu.worker
+// times its speed; 0 means no quota.
+double WorkerCpuShare(const v1::ResolvedCluster& cluster, int rank);
+// The tensors the parameter servers partition for a built-in model (job.proto's
+// `model_tensors`); nullopt for a value without one.
+std::optional<int> BuiltinModelTensors(v1::ModelArch arch);
+// The strategy as the run's first line and status.json say it: "switch (at_fraction 0.5)".
+std::string StrategyText(const v1::ResolvedStrategy& strategy);
 
 }  // namespace strata

@@ -7,6 +7,8 @@
 #include <absl/strings/str_join.h>
 #include <zlib.h>
 
+#include "services/common/config/job_keys.h"
+
 namespace strata {
 namespace fs = std::filesystem;
 namespace {
@@ -108,12 +110,6 @@ void Truncate(DatasetSplit* split, size_t limit, size_t per) {
 }
 
 }  // namespace
-
-const std::vector<std::string>& KnownDatasets() {
-  static const std::vector<std::string> names = {"fashion-mnist", "mnist", "cifar10", "cifar100",
-                                                 "synthetic"};
-  return names;
-}
 
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   GzFile f;
@@ -255,13 +251,14 @@ absl::StatusOr<std::vector<std::string>> DatasetFiles(const DatasetOptions& opti
     files.push_back(*found);
     return absl::OkStatus();
   };
-  if (options.name == "fashion-mnist" || options.name == "mnist") {
+  const v1::DatasetName name = options.name;
+  if (name == v1::DATASET_FASHION_MNIST || name == v1::DATASET_MNIST) {
     for (const char* n : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
                           "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"}) {
       absl::Status s = add(options.path, n);
       if (!s.ok()) return s;
     }
-  } else if (options.name == "cifar10") {
+  } else if (name == v1::DATASET_CIFAR10) {
     const std::string dir = CifarDir(options.path, "cifar-10-batches-bin");
     auto names = Cifar10TrainNames();
     names.push_back("test_batch.bin");
@@ -269,45 +266,40 @@ absl::StatusOr<std::vector<std::string>> DatasetFiles(const DatasetOptions& opti
       absl::Status s = add(dir, n);
       if (!s.ok()) return s;
     }
-  } else if (options.name == "cifar100") {
+  } else if (name == v1::DATASET_CIFAR100) {
     const std::string dir = CifarDir(options.path, "cifar-100-binary");
     for (const char* n : {"train.bin", "test.bin"}) {
       absl::Status s = add(dir, n);
       if (!s.ok()) return s;
     }
-  } else if (options.name != "synthetic") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown dataset '", options.name, "' (known: ",
-                                                   absl::StrJoin(KnownDatasets(), ", "), ")"));
+  } else if (name != v1::DATASET_SYNTHETIC) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown data set ", static_cast<int>(name)));
   }
   return files;
 }
 
-DatasetOptions DatasetOptionsFor(const DatasetSpec& dataset, uint64_t seed) {
-  DatasetOptions options;
-  options.name = dataset.name;
-  options.path = dataset.path;
-  options.label_set = dataset.label_set;
-  options.max_train = static_cast<size_t>(dataset.max_train);
-  options.max_test = static_cast<size_t>(dataset.max_test);
-  options.seed = seed;
-  return options;
-}
-
 DatasetOptions DatasetOptionsFor(const v1::ResolvedJob& job) {
-  return DatasetOptionsFor(DatasetSpecOf(job), job.training().seed());
+  DatasetOptions options;
+  options.name = job.dataset().name();
+  options.path = job.dataset().path();
+  options.label_set = job.dataset().label_set();
+  options.max_train = static_cast<size_t>(job.dataset().max_train());
+  options.max_test = static_cast<size_t>(job.dataset().max_test());
+  options.seed = job.training().seed();
+  return options;
 }
 
 absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options) {
   auto files = DatasetFiles(options);
   if (!files.ok()) return files.status();
   Dataset d;
-  d.name = options.name;
-  if (options.name == "synthetic") {
+  d.name = Spelled(options.name);
+  if (options.name == v1::DATASET_SYNTHETIC) {
     d = MakeSyntheticDataset(options);
-  } else if (options.name == "fashion-mnist" || options.name == "mnist") {
+  } else if (options.name == v1::DATASET_FASHION_MNIST || options.name == v1::DATASET_MNIST) {
     d.channels = 1;
     d.num_classes = 10;
-    if (options.name == "fashion-mnist") {
+    if (options.name == v1::DATASET_FASHION_MNIST) {
       d.mean = {0.2860f};
       d.stddev = {0.3530f};
     } else {
@@ -327,16 +319,16 @@ absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options) {
     d.channels = 3;
     d.height = d.width = 32;
     d.augment = true;
-    const bool c100 = options.name == "cifar100";
+    const bool c100 = options.name == v1::DATASET_CIFAR100;
     int label_bytes = 1, label_index = 0;
     if (c100) {
-      if (options.label_set != "fine" && options.label_set != "coarse") {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "cifar100 label_set must be fine or coarse, got '", options.label_set, "'"));
+      const bool coarse = options.label_set == v1::LABEL_SET_COARSE;
+      if (!coarse && options.label_set != v1::LABEL_SET_FINE) {
+        return absl::InvalidArgumentError("cifar100 label_set must be fine or coarse");
       }
       label_bytes = 2;
-      label_index = options.label_set == "coarse" ? 0 : 1;
-      d.num_classes = options.label_set == "coarse" ? 20 : 100;
+      label_index = coarse ? 0 : 1;
+      d.num_classes = coarse ? 20 : 100;
       d.mean = {0.5071f, 0.4865f, 0.4409f};
       d.stddev = {0.2673f, 0.2564f, 0.2762f};
     } else {

@@ -9,8 +9,7 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/config/job_spec.h"
-#include "services/common/config/resolved_job.h"
+#include "strata/v1/job.pb.h"
 
 namespace strata {
 
@@ -35,9 +34,9 @@ struct Dataset {
 };
 
 struct DatasetOptions {
-  std::string name;                // fashion-mnist | mnist | cifar10 | cifar100 | synthetic
-  std::string path;                // directory holding the files (ignored for synthetic)
-  std::string label_set = "fine";  // cifar100: fine (100 classes) or coarse (20)
+  v1::DatasetName name = v1::DATASET_FASHION_MNIST;
+  std::string path;  // directory holding the files (ignored for synthetic)
+  v1::LabelSet label_set = v1::LABEL_SET_FINE;  // cifar100: fine (100 classes) or coarse (20)
   // Use only the first N examples of each split (0 = all); for quick tests and smoke runs.
   size_t max_train = 0, max_test = 0;
   // Synthetic Gaussian mixture: `classes` coarse labels, each hiding `subclusters` finer clusters.
@@ -48,15 +47,11 @@ struct DatasetOptions {
 
 absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options);
 
-// The reader options that a job spec's dataset section asks for (`seed` seeds synthetic data).
-DatasetOptions DatasetOptionsFor(const DatasetSpec& dataset, uint64_t seed);
-// The same for a resolved job (what the services read).
+// The reader options the job's dataset section asks for (its seed seeds synthetic data).
 DatasetOptions DatasetOptionsFor(const v1::ResolvedJob& job);
 
 // The files a data set is read from, for fingerprints and for `strata validate`.
 absl::StatusOr<std::vector<std::string>> DatasetFiles(const DatasetOptions& options);
-
-const std::vector<std::string>& KnownDatasets();
 
 // Low-level readers, exposed for tests. Files may be gzipped or plain (zlib reads both).
 struct IdxArray {

@@ -2,6 +2,8 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "services/common/config/job_keys.h"
+
 namespace strata {
 namespace {
 
@@ -114,30 +116,41 @@ class ResNet : public Net {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& arch, const InputShape& shape) {
+absl::StatusOr<std::shared_ptr<Net>> MakeModel(v1::ModelArch arch, const InputShape& shape) {
   if (shape.channels < 1 || shape.height < 1 || shape.width < 1 || shape.num_classes < 2) {
     return absl::InvalidArgumentError("model input shape and class count must be positive");
   }
   const bool spatial = shape.height >= 8 && shape.width >= 8;
+  const std::string name = Spelled(arch);
+  const bool convolutional = arch != v1::MODEL_ARCH_MLP && arch != v1::MODEL_ARCH_MLP_WIDE;
+  if (!spatial && convolutional) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model '", name, "' needs images of at least 8x8, the data set has ",
+                     shape.height, "x", shape.width, "; use mlp"));
+  }
   try {
-    if (arch == "mlp") return std::shared_ptr<Net>(std::make_shared<Mlp>(shape, 256, 128));
-    // Communication-heavy: 23 MB of gradients for ~35 MFLOP per example (docs/benchmarks.md).
-    if (arch == "mlp_wide") return std::shared_ptr<Net>(std::make_shared<Mlp>(shape, 2048, 2048));
-    if (!spatial && (arch == "cnn" || arch.rfind("resnet", 0) == 0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("model '", arch, "' needs images of at least 8x8, the data set has ",
-                       shape.height, "x", shape.width, "; use mlp"));
+    switch (arch) {
+      case v1::MODEL_ARCH_MLP:
+        return std::shared_ptr<Net>(std::make_shared<Mlp>(shape, 256, 128));
+      // Communication-heavy: 23 MB of gradients for ~35 MFLOP per example (docs/benchmarks.md).
+      case v1::MODEL_ARCH_MLP_WIDE:
+        return std::shared_ptr<Net>(std::make_shared<Mlp>(shape, 2048, 2048));
+      case v1::MODEL_ARCH_CNN:
+        return std::shared_ptr<Net>(std::make_shared<SmallCnn>(shape));
+      case v1::MODEL_ARCH_RESNET20:
+        return std::shared_ptr<Net>(std::make_shared<ResNet>(shape, 3));
+      case v1::MODEL_ARCH_RESNET32:
+        return std::shared_ptr<Net>(std::make_shared<ResNet>(shape, 5));
+      case v1::MODEL_ARCH_RESNET56:
+        return std::shared_ptr<Net>(std::make_shared<ResNet>(shape, 9));
+      default:
+        break;
     }
-    if (arch == "cnn") return std::shared_ptr<Net>(std::make_shared<SmallCnn>(shape));
-    if (arch == "resnet20") return std::shared_ptr<Net>(std::make_shared<ResNet>(shape, 3));
-    if (arch == "resnet32") return std::shared_ptr<Net>(std::make_shared<ResNet>(shape, 5));
-    if (arch == "resnet56") return std::shared_ptr<Net>(std::make_shared<ResNet>(shape, 9));
   } catch (const c10::Error& e) {
     return absl::InternalError(
-        absl::StrCat("building model '", arch, "': ", e.what_without_backtrace()));
+        absl::StrCat("building model '", name, "': ", e.what_without_backtrace()));
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown model '", arch, "' (known: mlp, mlp_wide, cnn, resnet20, resnet32, resnet56)"));
+  return absl::InvalidArgumentError(absl::StrCat("unknown model ", static_cast<int>(arch)));
 }
 
 int64_t CountParameters(const torch::nn::Module& model) {

@@ -8,6 +8,8 @@
 #include <absl/status/statusor.h>
 #include <torch/torch.h>
 
+#include "strata/v1/job.pb.h"
+
 namespace strata {
 
 struct InputShape {
@@ -23,7 +25,7 @@ class Net : public torch::nn::Module {
 
 // mlp | mlp_wide | cnn | resnet20 | resnet32 | resnet56 (v1, He et al. 2016, CIFAR variant,
 // projection shortcuts where the shape changes — as the PyTorch peer in bench/ uses).
-absl::StatusOr<std::shared_ptr<Net>> MakeModel(const std::string& arch, const InputShape& shape);
+absl::StatusOr<std::shared_ptr<Net>> MakeModel(v1::ModelArch arch, const InputShape& shape);
 
 int64_t CountParameters(const torch::nn::Module& model);
 

@@ -87,10 +87,11 @@ bool SgdStepCannotOverflow(const SgdOptions& o, double g_bound, double* p_bound,
   return true;
 }
 
-double ScheduledLearningRate(double base_lr, const LrScheduleSpec& schedule, double epoch) {
+double ScheduledLearningRate(double base_lr, absl::Span<const int32_t> milestones, double gamma,
+                             double epoch) {
   double lr = base_lr;
-  for (int milestone : schedule.milestones) {
-    if (epoch >= milestone) lr *= schedule.gamma;
+  for (int32_t milestone : milestones) {
+    if (epoch >= milestone) lr *= gamma;
   }
   return lr;
 }

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "services/common/config/job_spec.h"
+#include <absl/types/span.h>
 
 namespace strata {
 
@@ -54,7 +54,8 @@ bool SgdStepCannotOverflow(const SgdOptions& options, double g_bound, double* p_
 // is refused at the boundary rather than by the finiteness check after the arithmetic.
 inline constexpr double kMaxLearningRate = 1000.0;
 
-// Step schedule: lr * gamma^(number of milestones <= epoch).
-double ScheduledLearningRate(double base_lr, const LrScheduleSpec& schedule, double epoch);
+// Step schedule (training.lr_schedule): lr * gamma^(number of milestones <= epoch).
+double ScheduledLearningRate(double base_lr, absl::Span<const int32_t> milestones, double gamma,
+                             double epoch);
 
 }  // namespace strata

@@ -10,6 +10,7 @@
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/torch.h>
 
+#include "services/common/config/job_keys.h"
 #include "services/common/ml/data_loader.h"
 #include "services/common/ml/models.h"
 
@@ -38,30 +39,25 @@ int ConfigureTorchThreads(int threads) {
   return threads;
 }
 
-TrainerOptions TrainerOptions::FromJobSpec(const JobSpec& spec) {
-  TrainerOptions o;
-  o.arch = spec.model.arch;
-  o.batch_size = spec.training.batch_size;
-  o.lr = spec.training.lr;
-  o.momentum = spec.training.momentum;
-  o.weight_decay = spec.training.weight_decay;
-  o.lr_schedule = spec.training.lr_schedule;
-  o.seed = spec.training.seed;
-  o.threads = spec.training.threads;
-  return o;
-}
-
 TrainerOptions TrainerOptions::ForWorker(const v1::ResolvedJob& job) {
   TrainerOptions o;
   const v1::ResolvedTraining& t = job.training();
-  o.arch = ModelArchText(job.arch());
+  o.arch = job.arch();
   o.batch_size = t.worker_batch();
   o.lr = t.lr();
   o.momentum = t.momentum();
   o.weight_decay = t.weight_decay();
-  o.lr_schedule = LrScheduleOf(t);
+  o.lr_milestones.assign(t.lr_milestones().begin(), t.lr_milestones().end());
+  o.lr_gamma = t.lr_gamma();
   o.seed = t.seed();
   o.threads = t.threads_per_worker();
+  return o;
+}
+
+TrainerOptions TrainerOptions::ForSingleProcess(const v1::ResolvedJob& job) {
+  TrainerOptions o = ForWorker(job);
+  o.batch_size = job.training().global_batch();
+  o.threads = job.training().threads();
   return o;
 }
 
@@ -277,7 +273,7 @@ void Trainer::ApplyGradients(const SgdOptions& sgd) {
 
 SgdOptions Trainer::SgdFor(double epoch) const {
   const TrainerOptions& o = impl_->options;
-  return {static_cast<float>(ScheduledLearningRate(o.lr, o.lr_schedule, epoch)),
+  return {static_cast<float>(ScheduledLearningRate(o.lr, o.lr_milestones, o.lr_gamma, epoch)),
           static_cast<float>(o.momentum), static_cast<float>(o.weight_decay)};
 }
 
@@ -354,7 +350,7 @@ Checkpoint Trainer::ToCheckpoint(int64_t epoch, int64_t step, int64_t version) c
   c.epoch = epoch;
   c.step = step;
   c.version = version;
-  c.extra = {{"arch", impl_->options.arch}, {"dataset", impl_->dataset->name}};
+  c.extra = {{"arch", Spelled(impl_->options.arch)}, {"dataset", impl_->dataset->name}};
   auto add = [&](TensorKind kind, const FlatEntry& e, const float* base) {
     CheckpointEntry entry{kind, NamedTensor::Zeros(e.spec)};
     std::memcpy(entry.tensor.data.data(), base + e.offset, e.numel * sizeof(float));

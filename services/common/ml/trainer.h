@@ -14,29 +14,30 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/common/config/job_spec.h"
-#include "services/common/config/resolved_job.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/sgd.h"
 #include "services/common/wire/checkpoint.h"
 #include "services/common/wire/flat_layout.h"
+#include "strata/v1/job.pb.h"
 
 namespace strata {
 
 struct TrainerOptions {
-  std::string arch = "mlp";
+  v1::ModelArch arch = v1::MODEL_ARCH_MLP;
   int64_t batch_size = 128;  // this process's batch
   double lr = 0.1;
   double momentum = 0.9;
   double weight_decay = 0.0;
-  LrScheduleSpec lr_schedule;
+  std::vector<int32_t> lr_milestones;  // epochs after which lr *= lr_gamma
+  double lr_gamma = 0.1;
   uint64_t seed = 1;           // model initialisation and data order
   int threads = 0;             // intra-op threads; 0 = all cores
   std::vector<int64_t> shard;  // training examples to use; empty = the whole training split
   bool augment = true;         // where the data set allows it (CIFAR)
   int64_t eval_batch = 1000;
 
-  static TrainerOptions FromJobSpec(const JobSpec& spec);
+  // The single-process trainer of a job (strata-train): the whole global batch, training.threads.
+  static TrainerOptions ForSingleProcess(const v1::ResolvedJob& job);
   // One worker's trainer in a resolved job: its share of the global batch, the job's threads per
   // worker. The shard is the caller's.
   static TrainerOptions ForWorker(const v1::ResolvedJob& job);

@@ -5,6 +5,7 @@
 
 #include <absl/strings/str_cat.h>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include "services/common/base/files.h"
 #include "services/common/base/status.h"
@@ -120,6 +121,32 @@ absl::StatusOr<std::vector<int64_t>> ReadShardIndex(const std::string& path) {
   auto index = ReadShardIndexFile(path);
   if (!index.ok()) return index.status();
   return std::move(index->indices);
+}
+
+absl::StatusOr<ShardPlanFacts> ReadShardPlanFacts(const std::string& manifest_path) {
+  STRATA_ASSIGN_OR_RETURN(std::string text, ReadFile(manifest_path));
+  const nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  auto bad = [&](const std::string& what) {
+    return absl::DataLossError(absl::StrCat(manifest_path, ": not a shard plan manifest: ", what));
+  };
+  if (!m.is_object() || m.value("format", "") != "strata-shard-plan") return bad("no format");
+  ShardPlanFacts facts;
+  const auto examples = m.find("examples");
+  if (examples == m.end() || !examples->is_number_integer() || examples->get<int64_t>() < 1) {
+    return bad("no positive \"examples\"");
+  }
+  facts.examples = examples->get<int64_t>();
+  const auto parameters = m.find("parameters");
+  if (parameters != m.end() && parameters->is_object()) {
+    const auto workers = parameters->find("workers");
+    if (workers != parameters->end() && workers->is_number_integer()) {
+      facts.workers = workers->get<int>();
+    }
+  }
+  const auto dataset = m.find("dataset");
+  if (dataset != m.end() && dataset->is_object())
+    facts.fingerprint = dataset->value("fingerprint", "");
+  return facts;
 }
 
 }  // namespace strata

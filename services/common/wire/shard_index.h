@@ -48,4 +48,13 @@ absl::StatusOr<ShardIndex> ReadShardIndexFile(const std::string& path);
 // The worker's entry point: the example indices of one shard.
 absl::StatusOr<std::vector<int64_t>> ReadShardIndex(const std::string& path);
 
+// What the services of a run take from the sharder's manifest (the plan directory's
+// manifest.json): the facts the job learns only once the sharder has run.
+struct ShardPlanFacts {
+  int64_t examples = 0;     // the training-set size the plan covers
+  int workers = 0;          // the shards it holds, one per worker
+  std::string fingerprint;  // of the data set's files ("crc32:...")
+};
+absl::StatusOr<ShardPlanFacts> ReadShardPlanFacts(const std::string& manifest_path);
+
 }  // namespace strata

@@ -10,7 +10,7 @@ class AspPolicy : public ConsistencyPolicy {
  public:
   explicit AspPolicy(const ConsistencyConfig& config) : config_(config) {}
 
-  ConsistencyMode mode() const override { return ConsistencyMode::kAsp; }
+  v1::Consistency mode() const override { return v1::CONSISTENCY_ASP; }
 
   PushDecision DecidePush(const PushMeta&, const PartitionProgress&) const override {
     return {PushAction::kApply, {}};

@@ -20,7 +20,7 @@ class BspPolicy : public ConsistencyPolicy {
  public:
   explicit BspPolicy(const ConsistencyConfig& config) : config_(config), round_(config.workers) {}
 
-  ConsistencyMode mode() const override { return ConsistencyMode::kBsp; }
+  v1::Consistency mode() const override { return v1::CONSISTENCY_BSP; }
 
   void Reset(size_t floats) override {
     sum_.assign(floats, 0.0f);

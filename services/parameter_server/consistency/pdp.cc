@@ -20,10 +20,10 @@ namespace {
 
 class PointWeightedRoundPolicy : public ConsistencyPolicy {
  public:
-  PointWeightedRoundPolicy(ConsistencyMode mode, const ConsistencyConfig& config)
+  PointWeightedRoundPolicy(v1::Consistency mode, const ConsistencyConfig& config)
       : mode_(mode), config_(config), round_(config.workers) {}
 
-  ConsistencyMode mode() const override { return mode_; }
+  v1::Consistency mode() const override { return mode_; }
 
   void Reset(size_t floats) override {
     sum_.assign(floats, 0.0);
@@ -34,23 +34,23 @@ class PointWeightedRoundPolicy : public ConsistencyPolicy {
   PushDecision DecidePush(const PushMeta& push, const PartitionProgress&) const override {
     if (round_.pushed(push.worker)) return {PushAction::kWait, {}};
     if (push.samples < 0) {
-      return {PushAction::kRefuse, absl::StrCat(ConsistencyName(mode_), " update of worker ",
-                                                push.worker, " counts ", push.samples, " points")};
+      return {PushAction::kRefuse, absl::StrCat(Spelled(mode_), " update of worker ", push.worker,
+                                                " counts ", push.samples, " points")};
     }
     return {PushAction::kAccumulate, {}};
   }
 
   std::string PushWaitText(const PushMeta& push, const PartitionProgress& progress) const override {
-    return absl::StrCat(ConsistencyName(mode_), " update of worker ", push.worker,
-                        " waited for round ", progress.version, " to close (", round_.count(),
-                        " of ", config_.workers, " updates in)");
+    return absl::StrCat(Spelled(mode_), " update of worker ", push.worker, " waited for round ",
+                        progress.version, " to close (", round_.count(), " of ", config_.workers,
+                        " updates in)");
   }
 
   absl::StatusOr<std::optional<CombinedUpdate>> Accumulate(const PushMeta& push,
                                                            const float* values,
                                                            size_t floats) override {
     if (floats != sum_.size()) {
-      return absl::InternalError(absl::StrCat(ConsistencyName(mode_), " round holds ", sum_.size(),
+      return absl::InternalError(absl::StrCat(Spelled(mode_), " round holds ", sum_.size(),
                                               " values, the update of worker ", push.worker, " ",
                                               floats, ": the policy was not reset on load"));
     }
@@ -78,7 +78,7 @@ class PointWeightedRoundPolicy : public ConsistencyPolicy {
   }
 
   std::string ReadWaitText(int worker, int64_t, const PartitionProgress& progress) const override {
-    return absl::StrCat(ConsistencyName(mode_), " pull of worker ", worker, " waited for round ",
+    return absl::StrCat(Spelled(mode_), " pull of worker ", worker, " waited for round ",
                         progress.version, " to close: ", round_.count(), " of ", config_.workers,
                         " updates in, waiting for worker ", round_.Missing());
   }
@@ -86,7 +86,7 @@ class PointWeightedRoundPolicy : public ConsistencyPolicy {
   double BaseLearningRate() const override { return config_.lr; }
 
  private:
-  const ConsistencyMode mode_;
+  const v1::Consistency mode_;
   const ConsistencyConfig config_;
   std::vector<double> sum_;    // the round so far: sum over updates of points x values
   std::vector<float> result_;  // the combined update handed to the store
@@ -95,7 +95,7 @@ class PointWeightedRoundPolicy : public ConsistencyPolicy {
 
 }  // namespace
 
-std::unique_ptr<ConsistencyPolicy> MakePointWeightedRoundPolicy(ConsistencyMode mode,
+std::unique_ptr<ConsistencyPolicy> MakePointWeightedRoundPolicy(v1::Consistency mode,
                                                                 const ConsistencyConfig& config) {
   return std::make_unique<PointWeightedRoundPolicy>(mode, config);
 }

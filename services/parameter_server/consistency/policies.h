@@ -1,6 +1,6 @@
 // The makers of the consistency policies, one per file in this folder, and the round bookkeeping
 // the gathering ones share. Only the factory (MakeConsistencyPolicy in consistency_policy.cc)
-// calls the makers; everything else picks a policy by its ConsistencyMode.
+// calls the makers; everything else picks a policy by its v1::Consistency.
 #pragma once
 
 #include <algorithm>
@@ -51,7 +51,7 @@ std::unique_ptr<ConsistencyPolicy> MakeAspPolicy(const ConsistencyConfig& config
 std::unique_ptr<ConsistencyPolicy> MakeBspPolicy(const ConsistencyConfig& config);
 std::unique_ptr<ConsistencyPolicy> MakeSspPolicy(const ConsistencyConfig& config);
 // PDP and APDP share it: the partitions' side of the two differs only in the worker.
-std::unique_ptr<ConsistencyPolicy> MakePointWeightedRoundPolicy(ConsistencyMode mode,
+std::unique_ptr<ConsistencyPolicy> MakePointWeightedRoundPolicy(v1::Consistency mode,
                                                                 const ConsistencyConfig& config);
 
 }  // namespace strata

@@ -20,7 +20,7 @@ class SspPolicy : public ConsistencyPolicy {
  public:
   explicit SspPolicy(const ConsistencyConfig& config) : config_(config) {}
 
-  ConsistencyMode mode() const override { return ConsistencyMode::kSsp; }
+  v1::Consistency mode() const override { return v1::CONSISTENCY_SSP; }
 
   PushDecision DecidePush(const PushMeta&, const PartitionProgress&) const override {
     return {PushAction::kApply, {}};

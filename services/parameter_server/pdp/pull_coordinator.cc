@@ -25,9 +25,9 @@ absl::StatusOr<std::unique_ptr<PullCoordinator>> PullCoordinator::Create(
   if (options.workers < 1) {
     return absl::InvalidArgumentError(absl::StrCat("PDP needs workers, got ", options.workers));
   }
-  if (!IsServerDecided(options.mode)) {
-    return absl::InvalidArgumentError(absl::StrCat("the pull coordinator serves pdp and apdp, not ",
-                                                   ConsistencyName(options.mode)));
+  if (!ServerDecidesPulls(options.mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the pull coordinator serves pdp and apdp, not ", Spelled(options.mode)));
   }
   if (options.fixed_k_star < 0) {
     return absl::InvalidArgumentError(absl::StrCat("K* ", options.fixed_k_star, " < 0"));
@@ -233,7 +233,7 @@ void PullCoordinator::Run() {
   if (stopping_) return;
   round_started_ = last_report_at_ = Clock::now();
   for (WorkerState& w : workers_) w.reported_at = w.round_started = round_started_;
-  spdlog::info("{}: every worker subscribed; K* {}{}", ConsistencyName(options_.mode), k_star_,
+  spdlog::info("{}: every worker subscribed; K* {}{}", Spelled(options_.mode), k_star_,
                search_ ? " (first candidate of the search)" : "");
   const auto deadline = options_.round_deadline;
   while (!stopping_) {
@@ -341,7 +341,7 @@ void PullCoordinator::WriteRecord(const RoundRecord& r) {
     shares.push_back(r.count > 0 ? static_cast<double>(p) / static_cast<double>(r.count) : 0.0);
   }
   const nlohmann::json line = {{"round", r.round},
-                               {"mode", ConsistencyName(options_.mode)},
+                               {"mode", Spelled(options_.mode)},
                                {"k_star", r.k_star},
                                {"probing", r.probing},
                                {"predicted", r.predicted},

@@ -42,7 +42,7 @@
 namespace strata {
 
 struct PullCoordinatorOptions {
-  ConsistencyMode mode = ConsistencyMode::kPdp;
+  v1::Consistency mode = v1::CONSISTENCY_PDP;
   int workers = 1;
   int64_t fixed_k_star = 0;   // > 0: no search
   KStarSearchOptions search;  // used when fixed_k_star == 0 (must be valid then)

@@ -199,9 +199,9 @@ TEST(Resolve, PrintsOrWritesTheJobAsServicesReadItWithTheCountsGiven) {
   RunCommand("rm -rf " + dir);
 }
 
-// The orchestrator's torch-free table of tensor counts (for "more parameter servers than
-// tensors") must match the real models.
-TEST(ModelTensorCount, MatchesTheRealModels) {
+// The orchestrator's torch-free tensor counts (job.proto's model_tensors, for "more parameter
+// servers than tensors") must match the real models.
+TEST(BuiltinModelTensors, MatchTheRealModels) {
   for (const char* arch : {"mlp", "mlp_wide", "cnn", "resnet20", "resnet32", "resnet56"}) {
     CommandResult r =
         RunCommand(BinDir() + "/strata-evaluator --config " + STRATA_TEST_SOURCE_DIR +
@@ -210,7 +210,9 @@ TEST(ModelTensorCount, MatchesTheRealModels) {
     ASSERT_EQ(r.exit_code, 0) << r.output;
     nlohmann::json d = nlohmann::json::parse(r.output, nullptr, false);
     ASSERT_FALSE(d.is_discarded()) << r.output;
-    EXPECT_EQ(d["tensor_count"].get<int>(), ModelTensorCount(arch).value_or(-1)) << arch;
+    EXPECT_EQ(d["tensor_count"].get<int>(),
+              BuiltinModelTensors(*EnumFromSpelling<v1::ModelArch>(arch)).value_or(-1))
+        << arch;
   }
 }
 

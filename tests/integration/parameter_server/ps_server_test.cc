@@ -16,6 +16,7 @@
 #include <absl/strings/strip.h>
 
 #include "services/common/base/files.h"
+#include "services/common/config/job_spec.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/ml/sgd.h"
 #include "services/common/wire/flat_layout.h"
@@ -372,9 +373,7 @@ TEST_F(PsServerTest, IdleServerRefusesUntilLoadedThenKeepsOnlyItsPartitionWithMo
 // would give (3 workers, SSP with staleness 5, a quarter of the lr per push) come back in its
 // status, so the server derived none of them itself.
 TEST_F(PsServerTest, AServerStartedFromAResolvedJobRunsTheNumbersItWasGiven) {
-  auto spec = LoadJobSpec(config_);
-  ASSERT_TRUE(spec.ok()) << spec.status();
-  auto job = ResolveJob(*spec);
+  auto job = LoadJobSpec(config_);
   ASSERT_TRUE(job.ok()) << job.status();
   job->mutable_cluster()->set_workers(3);
   job->mutable_strategy()->set_consistency(v1::CONSISTENCY_SSP);

@@ -32,13 +32,13 @@ std::shared_ptr<const Dataset> SmallFashionMnist() {
 
 TrainerOptions Options(int64_t batch) {
   TrainerOptions o;
-  o.arch = "mlp";
+  o.arch = v1::MODEL_ARCH_MLP;
   o.batch_size = batch;
   o.lr = 0.05;
   o.momentum = 0.9;
   o.weight_decay = 0.0005;
-  o.lr_schedule.milestones = {1};
-  o.lr_schedule.gamma = 0.5;
+  o.lr_milestones = {1};
+  o.lr_gamma = 0.5;
   o.seed = 3;
   o.threads = 1;
   return o;
@@ -256,7 +256,7 @@ TEST_P(PsTrainingTest, HandoverFromAWorkerCheckpointContinuesTheOptimizer) {
     o.consistency = "asp";
     o.train_examples = kTrainExamples;
     o.extra_args = {"--run-dir", dir_.path()};  // LoadCheckpoint takes paths inside it only
-    auto ps = PsProcess::Launch(o);  // idle: no --init-checkpoint
+    auto ps = PsProcess::Launch(o);             // idle: no --init-checkpoint
     ASSERT_TRUE(ps.ok()) << ps.status();
     auto stub = Connect((*ps)->address());
     grpc::ClientContext context;

@@ -22,28 +22,28 @@ class PsWorkerProcessTest : public ::testing::Test {
  protected:
   // Writes the job and round-robin shards, then starts the servers (with `server_args` added)
   // and the workers, and starts training.
-  void StartCluster(const std::vector<std::string>& server_args) {
+  // `sample_budget`: samples the servers apply before they stop the workers (0: none).
+  void StartCluster(int64_t sample_budget) {
     job_ = dir_ / "job.yaml";
     ASSERT_TRUE(
         WriteFileAtomic(
-            job_, absl::StrCat(
-                      "name: ps-worker-test\n"
-                      "dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist,"
-                      " max_train: ",
-                      kExamples,
-                      ", max_test: 200 }\n"
-                      "model: { arch: mlp }\n"
-                      "training: { epochs: ",
-                      kEpochs, ", batch_size: ", kBatch,
-                      ", lr: 0.05, momentum: 0.9, seed: 1, threads: 1 }\n"
-                      "cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }\n"
-                      "strategy: { kind: ps, consistency: asp }\n"))
+            job_,
+            absl::StrCat("name: ps-worker-test\n"
+                         "dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist,"
+                         " max_train: ",
+                         kExamples,
+                         ", max_test: 200 }\n"
+                         "model: { arch: mlp }\n"
+                         "training: { epochs: ",
+                         kEpochs, ", batch_size: ", kBatch,
+                         ", lr: 0.05, momentum: 0.9, seed: 1, threads: 1 }\n"
+                         "cluster: { workers: 2, parameter_servers: 2, threads_per_worker: 1 }\n"
+                         "strategy: { kind: ps, consistency: asp }\n"))
             .ok());
     for (int r = 0; r < kWorkers; ++r) {
       std::vector<int64_t> mine;
       for (int64_t i = r; i < kExamples; i += kWorkers) mine.push_back(i);
-      ASSERT_TRUE(
-          WriteShardIndex(dir_ / absl::StrCat("shard-", r, ".idx"), mine, kExamples).ok());
+      ASSERT_TRUE(WriteShardIndex(dir_ / absl::StrCat("shard-", r, ".idx"), mine, kExamples).ok());
     }
     init_ = dir_ / "init.ckpt";
     const std::string write_init =
@@ -63,8 +63,8 @@ class PsWorkerProcessTest : public ::testing::Test {
       o.workers = kWorkers;
       o.train_examples = kExamples;
       o.init_checkpoint = init_;
+      o.sample_budget = sample_budget;
       o.extra_args = {"--run-dir", dir_.path()};
-      o.extra_args.insert(o.extra_args.end(), server_args.begin(), server_args.end());
       auto ps = PsProcess::Launch(o);
       ASSERT_TRUE(ps.ok()) << ps.status();
       start.add_parameter_servers((*ps)->address());
@@ -150,7 +150,7 @@ class PsWorkerProcessTest : public ::testing::Test {
 };
 
 TEST_F(PsWorkerProcessTest, TwoWorkersTrainAsynchronouslyAgainstTwoServers) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster({}));
+  ASSERT_NO_FATAL_FAILURE(StartCluster(0));
   int64_t total_steps = 0;
   for (const v1::WorkerStatus& s : WaitForWorkers()) {
     EXPECT_EQ(s.epoch(), kEpochs);
@@ -185,7 +185,7 @@ TEST_F(PsWorkerProcessTest, TwoWorkersTrainAsynchronouslyAgainstTwoServers) {
 // passes until the servers report the budget spent, then stop together.
 TEST_F(PsWorkerProcessTest, WorkersTrainUntilTheServersHaveAppliedTheSampleBudget) {
   constexpr int64_t kBudget = 3 * kExamples;
-  ASSERT_NO_FATAL_FAILURE(StartCluster({"--sample-budget", std::to_string(kBudget)}));
+  ASSERT_NO_FATAL_FAILURE(StartCluster(kBudget));
   int64_t total_steps = 0, total_epochs = 0;
   for (const v1::WorkerStatus& s : WaitForWorkers()) {
     total_steps += s.step();

@@ -131,8 +131,9 @@ class AuthTest : public ::testing::Test {
     const std::string job = dir_ + "/job.yaml";
     ASSERT_NO_FATAL_FAILURE(
         // PDP: partition 0 also serves the PullCoordinator.
-        Launch("strata-ps", {"--config", job, "--partition", "0", "--partitions", "1", "--workers",
-                             "1", "--train-examples", "256", "--consistency", "pdp"}));
+        Launch("strata-ps",
+               {"--config", job, "--partition", "0", "--partitions", "1", "--workers", "1",
+                "--train-examples", "256", "--sample-budget", "0", "--consistency", "pdp"}));
     ASSERT_NO_FATAL_FAILURE(Launch(
         "strata-worker", {"--config", job, "--rank", "0", "--world", "1", "--run-dir", dir_}));
     ASSERT_NO_FATAL_FAILURE(Launch("strata-evaluator", {"--config", job}));
@@ -207,7 +208,7 @@ TEST_F(AuthTest, ServicesRefuseToStartWithoutAToken) {
   const std::string job = dir_ + "/job.yaml";
   const std::vector<std::vector<std::string>> commands = {
       {Bin("strata-ps"), "--config", job, "--partition", "0", "--partitions", "1", "--workers", "1",
-       "--train-examples", "256", "--listen", "127.0.0.1:0"},
+       "--train-examples", "256", "--sample-budget", "0", "--listen", "127.0.0.1:0"},
       {Bin("strata-worker"), "--config", job, "--rank", "0", "--world", "1", "--listen",
        "127.0.0.1:0"},
       {Bin("strata-evaluator"), "--config", job, "--listen", "127.0.0.1:0"},
@@ -231,11 +232,11 @@ TEST_F(AuthTest, InsecureNoAuthServesAnyCallerAndSaysSo) {
   const std::string port_file = dir_ + "/ps.port", log = dir_ + "/ps.log";
   std::unique_ptr<Exit> exit;
   std::thread runner([&] {
-    exit = std::make_unique<Exit>(
-        RunWithoutToken({Bin("strata-ps"), "--config", dir_ + "/job.yaml", "--partition", "0",
-                         "--partitions", "1", "--workers", "1", "--train-examples", "256",
-                         "--listen", "127.0.0.1:0", "--port-file", port_file, kInsecureNoAuthFlag},
-                        log));
+    exit = std::make_unique<Exit>(RunWithoutToken(
+        {Bin("strata-ps"), "--config", dir_ + "/job.yaml", "--partition", "0", "--partitions", "1",
+         "--workers", "1", "--train-examples", "256", "--sample-budget", "0", "--listen",
+         "127.0.0.1:0", "--port-file", port_file, kInsecureNoAuthFlag},
+        log));
   });
   std::optional<int> port;
   const auto until = std::chrono::steady_clock::now() + seconds(60);
@@ -363,8 +364,9 @@ TEST_F(AuthTest, TheHealthCheckAloneAnswersWithoutAToken) {
 // WatchProgress holds a server thread until its caller goes away: a cheap way to hold many.
 TEST_F(AuthTest, AFloodOfOpenCallsIsRefusedWithResourceExhaustedAndTheServerSurvives) {
   const std::string job = dir_ + "/job.yaml";
-  ASSERT_NO_FATAL_FAILURE(Launch("strata-ps", {"--config", job, "--partition", "0", "--partitions",
-                                               "1", "--workers", "1", "--train-examples", "256"}));
+  ASSERT_NO_FATAL_FAILURE(
+      Launch("strata-ps", {"--config", job, "--partition", "0", "--partitions", "1", "--workers",
+                           "1", "--train-examples", "256", "--sample-budget", "0"}));
   const std::string address = services_.at("strata-ps").address;
   constexpr int kConnections = 8;
   // More than the threads of a server, fewer per connection than the stream limit.

@@ -137,10 +137,11 @@ class TlsTest : public ::testing::Test {
 
   void LaunchAll(const std::string& mode) {
     const std::string job = dir_ + "/job.yaml";
-    ASSERT_NO_FATAL_FAILURE(Launch("strata-ps",
-                                   {"--config", job, "--partition", "0", "--partitions", "1",
-                                    "--workers", "1", "--train-examples", "256"},
-                                   mode));
+    ASSERT_NO_FATAL_FAILURE(
+        Launch("strata-ps",
+               {"--config", job, "--partition", "0", "--partitions", "1", "--workers", "1",
+                "--train-examples", "256", "--sample-budget", "0"},
+               mode));
     ASSERT_NO_FATAL_FAILURE(
         Launch("strata-worker", {"--config", job, "--rank", "0", "--world", "1", "--run-dir", dir_},
                mode));
@@ -213,10 +214,11 @@ TEST_F(TlsTest, MutualTlsAnswersOnlyClientsWithTheRunsCertificatesAndToken) {
 
 TEST_F(TlsTest, TlsOnNeedsNoClientCertificateButTheServerMustProveItsName) {
   const std::string job = dir_ + "/job.yaml";
-  ASSERT_NO_FATAL_FAILURE(Launch("strata-ps",
-                                 {"--config", job, "--partition", "0", "--partitions", "1",
-                                  "--workers", "1", "--train-examples", "256"},
-                                 "on"));
+  ASSERT_NO_FATAL_FAILURE(
+      Launch("strata-ps",
+             {"--config", job, "--partition", "0", "--partitions", "1", "--workers", "1",
+              "--train-examples", "256", "--sample-budget", "0"},
+             "on"));
   const std::string address = services_.at("strata-ps").address;
   const std::string method = StatusMethod().at("strata-ps");
   TlsMaterial right = Client(tls_dir_, TlsMode::kOn);
@@ -270,6 +272,8 @@ TEST_F(TlsTest, AServiceGivenABadOrMissingCertificateExits2NamingTheFile) {
                                        "1",
                                        "--train-examples",
                                        "256",
+                                       "--sample-budget",
+                                       "0",
                                        "--listen",
                                        "127.0.0.1:0"};
   const std::string expired = dir_ + "/expired";

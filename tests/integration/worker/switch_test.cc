@@ -187,18 +187,19 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
   fs::create_directories(server_dir);
   fs::copy_file(dir_ + "/job.yaml", server_dir + "/job.yaml");
   for (int p = 0; p < kServers; ++p) {
-    servers_.push_back(Launch("strata-ps", "ps-" + std::to_string(p),
-                              {"--config", server_dir + "/job.yaml", "--partition",
-                               std::to_string(p), "--partitions", std::to_string(kServers),
-                               "--workers", std::to_string(kWorkers), "--train-examples", "1536"}));
+    servers_.push_back(
+        Launch("strata-ps", "ps-" + std::to_string(p),
+               {"--config", server_dir + "/job.yaml", "--partition", std::to_string(p),
+                "--partitions", std::to_string(kServers), "--workers", std::to_string(kWorkers),
+                "--train-examples", "1536", "--sample-budget", "0"}));
     ASSERT_FALSE(servers_.back().address.empty());
   }
   // A witness: one more server holding the whole model, loaded the same way, that nobody pushes
   // to, so the test can read what a load from a worker installs without racing the first push.
-  servers_.push_back(
-      Launch("strata-ps", "witness",
-             {"--config", server_dir + "/job.yaml", "--partition", "0", "--partitions", "1",
-              "--workers", std::to_string(kWorkers), "--train-examples", "1536"}));
+  servers_.push_back(Launch(
+      "strata-ps", "witness",
+      {"--config", server_dir + "/job.yaml", "--partition", "0", "--partitions", "1", "--workers",
+       std::to_string(kWorkers), "--train-examples", "1536", "--sample-budget", "0"}));
   ASSERT_FALSE(servers_.back().address.empty());
   const Service& witness = servers_.back();
   std::vector<std::unique_ptr<v1::Worker::Stub>> stubs = StartRing();

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
+#include "services/common/config/job_keys.h"
+
 namespace strata {
 namespace {
 
@@ -14,8 +16,9 @@ namespace fs = std::filesystem;
 class DatasetFiles : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("strata-data-" + std::to_string(::getpid()) + "-" +
-                                        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           ("strata-data-" + std::to_string(::getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -42,7 +45,9 @@ class DatasetFiles : public ::testing::Test {
     std::vector<uint8_t> train_px(4 * 6), test_px(2 * 6);
     for (size_t i = 0; i < train_px.size(); ++i) train_px[i] = static_cast<uint8_t>(i * 10);
     for (size_t i = 0; i < test_px.size(); ++i) test_px[i] = 255;
-    auto write = [&](const std::string& n, const std::string& b) { gz ? WriteGz(n + ".gz", b) : WritePlain(n, b); };
+    auto write = [&](const std::string& n, const std::string& b) {
+      gz ? WriteGz(n + ".gz", b) : WritePlain(n, b);
+    };
     write("train-images-idx3-ubyte", Idx({4, 2, 3}, train_px));
     write("train-labels-idx1-ubyte", Idx({4}, {3, 1, 4, 1}));
     write("t10k-images-idx3-ubyte", Idx({2, 2, 3}, test_px));
@@ -50,7 +55,7 @@ class DatasetFiles : public ::testing::Test {
   }
   DatasetOptions Options(const std::string& name) {
     DatasetOptions o;
-    o.name = name;
+    o.name = EnumFromSpelling<v1::DatasetName>(name).value_or(static_cast<v1::DatasetName>(99));
     o.path = dir_.string();
     return o;
   }
@@ -129,7 +134,7 @@ TEST_F(DatasetFiles, MissingFilesAndUnknownNames) {
   EXPECT_NE(d.status().message().find("train-images-idx3-ubyte"), std::string::npos);
   auto u = LoadDataset(Options("imagenet"));
   ASSERT_FALSE(u.ok());
-  EXPECT_NE(u.status().message().find("unknown dataset 'imagenet'"), std::string::npos);
+  EXPECT_NE(u.status().message().find("unknown data set 99"), std::string::npos);
 }
 
 std::string CifarRecords(int label_bytes, const std::vector<std::vector<uint8_t>>& labels) {
@@ -143,7 +148,9 @@ std::string CifarRecords(int label_bytes, const std::vector<std::vector<uint8_t>
 }
 
 TEST_F(DatasetFiles, ReadsCifar10) {
-  for (int i = 1; i <= 5; ++i) WritePlain("data_batch_" + std::to_string(i) + ".bin", CifarRecords(1, {{static_cast<uint8_t>(i)}, {0}}));
+  for (int i = 1; i <= 5; ++i)
+    WritePlain("data_batch_" + std::to_string(i) + ".bin",
+               CifarRecords(1, {{static_cast<uint8_t>(i)}, {0}}));
   WritePlain("test_batch.bin", CifarRecords(1, {{7}}));
   auto d = LoadDataset(Options("cifar10"));
   ASSERT_TRUE(d.ok()) << d.status();
@@ -165,7 +172,7 @@ TEST_F(DatasetFiles, ReadsCifar100FineAndCoarse) {
   ASSERT_TRUE(fine.ok()) << fine.status();
   EXPECT_EQ(fine->num_classes, 100);
   EXPECT_EQ(fine->train.labels, (std::vector<int32_t>{42, 99}));
-  o.label_set = "coarse";
+  o.label_set = v1::LABEL_SET_COARSE;
   auto coarse = LoadDataset(o);
   ASSERT_TRUE(coarse.ok());
   EXPECT_EQ(coarse->num_classes, 20);
@@ -173,7 +180,8 @@ TEST_F(DatasetFiles, ReadsCifar100FineAndCoarse) {
 }
 
 TEST_F(DatasetFiles, RefusesTruncatedCifar) {
-  for (int i = 1; i <= 5; ++i) WritePlain("data_batch_" + std::to_string(i) + ".bin", CifarRecords(1, {{1}}));
+  for (int i = 1; i <= 5; ++i)
+    WritePlain("data_batch_" + std::to_string(i) + ".bin", CifarRecords(1, {{1}}));
   WritePlain("test_batch.bin", CifarRecords(1, {{1}}).substr(0, 3000));
   auto d = LoadDataset(Options("cifar10"));
   ASSERT_FALSE(d.ok());
@@ -183,7 +191,7 @@ TEST_F(DatasetFiles, RefusesTruncatedCifar) {
 
 TEST(SyntheticDataset, DeterministicWithHiddenClusters) {
   DatasetOptions o;
-  o.name = "synthetic";
+  o.name = v1::DATASET_SYNTHETIC;
   o.synthetic_train = 500;
   o.synthetic_test = 100;
   auto a = LoadDataset(o);

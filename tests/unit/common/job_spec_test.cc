@@ -1,5 +1,7 @@
 #include "services/common/config/job_spec.h"
 
+#include "services/common/config/resolved_job.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -15,17 +17,20 @@ model: { arch: resnet20 }
 training: { epochs: 3, lr: 0.05, lr_schedule: { milestones: [1, 2], gamma: 0.5 } }
 cluster: { workers: 4, stragglers: [ { worker: 3, cpu_fraction: 0.3 } ] }
 strategy: { kind: switch, at_fraction: 0.4 }
-)", "job.yaml");
+)",
+                           "job.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->name, "t1");
-  EXPECT_EQ(spec->model.arch, "resnet20");
-  EXPECT_EQ(spec->training.epochs, 3);
-  EXPECT_EQ(spec->training.batch_size, 128);  // default
-  EXPECT_EQ(spec->training.lr_schedule.milestones, (std::vector<int>{1, 2}));
-  EXPECT_EQ(spec->cluster.stragglers.size(), 1u);
-  EXPECT_DOUBLE_EQ(spec->cluster.stragglers[0].cpu_fraction, 0.3);
-  EXPECT_EQ(spec->strategy.rule, "at_fraction");  // implied by at_fraction
-  EXPECT_EQ(spec->dataset.name, "fashion-mnist");
+  EXPECT_EQ(spec->name(), "t1");
+  EXPECT_EQ(spec->arch(), v1::MODEL_ARCH_RESNET20);
+  EXPECT_EQ(spec->training().epochs(), 3);
+  EXPECT_EQ(spec->training().global_batch(), 128);  // default
+  EXPECT_EQ(std::vector<int>(spec->training().lr_milestones().begin(),
+                             spec->training().lr_milestones().end()),
+            (std::vector<int>{1, 2}));
+  EXPECT_EQ(spec->cluster().stragglers_size(), 1);
+  EXPECT_DOUBLE_EQ(spec->cluster().stragglers(0).cpu_fraction(), 0.3);
+  EXPECT_EQ(spec->strategy().rule(), v1::SWITCH_RULE_AT_FRACTION);  // implied by at_fraction
+  EXPECT_EQ(spec->dataset().name(), v1::DATASET_FASHION_MNIST);
 }
 
 struct BadSpec {
@@ -109,41 +114,41 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(JobSpec, BucketMbTravelsThroughTheResolvedSpecOnlyWhenOn) {
   auto on = ParseJobSpec("name: b\nstrategy: { kind: switch, bucket_mb: 2.5 }\n", "j.yaml");
   ASSERT_TRUE(on.ok()) << on.status();
-  auto again = ParseJobSpec(JobSpecToYaml(*on), "resolved.yaml");
+  auto again = ParseJobSpec(JobSpecYaml(*on), "resolved.yaml");
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->strategy.bucket_mb, 2.5);
+  EXPECT_EQ(again->strategy().bucket_mb(), 2.5);
   auto off = ParseJobSpec("name: b\n", "j.yaml");
   ASSERT_TRUE(off.ok()) << off.status();
-  EXPECT_EQ(JobSpecToYaml(*off).find("bucket_mb"), std::string::npos);
+  EXPECT_EQ(JobSpecYaml(*off).find("bucket_mb"), std::string::npos);
 }
 
 TEST(JobSpec, RingLinkTravelsThroughTheResolvedSpecOnlyWhenNotTheDefault) {
   auto grpc = ParseJobSpec("name: b\nstrategy: { kind: switch, ring_link: grpc }\n", "j.yaml");
   ASSERT_TRUE(grpc.ok()) << grpc.status();
-  auto again = ParseJobSpec(JobSpecToYaml(*grpc), "resolved.yaml");
+  auto again = ParseJobSpec(JobSpecYaml(*grpc), "resolved.yaml");
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->strategy.ring_link, "grpc");
+  EXPECT_EQ(again->strategy().ring_link(), v1::DATA_LINK_GRPC);
   auto tcp = ParseJobSpec("name: b\n", "j.yaml");
   ASSERT_TRUE(tcp.ok()) << tcp.status();
-  EXPECT_EQ(tcp->strategy.ring_link, "tcp");
-  EXPECT_EQ(JobSpecToYaml(*tcp).find("ring_link"), std::string::npos);
+  EXPECT_EQ(tcp->strategy().ring_link(), v1::DATA_LINK_TCP);
+  EXPECT_EQ(JobSpecYaml(*tcp).find("ring_link"), std::string::npos);
 }
 
 TEST(JobSpec, PsLinkTravelsThroughTheResolvedSpecOnlyWhenNotTheDefault) {
   auto grpc = ParseJobSpec("name: b\nstrategy: { kind: switch, ps_link: grpc }\n", "j.yaml");
   ASSERT_TRUE(grpc.ok()) << grpc.status();
-  auto again = ParseJobSpec(JobSpecToYaml(*grpc), "resolved.yaml");
+  auto again = ParseJobSpec(JobSpecYaml(*grpc), "resolved.yaml");
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->strategy.ps_link, "grpc");
+  EXPECT_EQ(again->strategy().ps_link(), v1::DATA_LINK_GRPC);
   auto tcp = ParseJobSpec("name: b\nstrategy: { kind: switch, ps_link: tcp }\n", "j.yaml");
   ASSERT_TRUE(tcp.ok()) << tcp.status();
-  again = ParseJobSpec(JobSpecToYaml(*tcp), "resolved.yaml");
+  again = ParseJobSpec(JobSpecYaml(*tcp), "resolved.yaml");
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(again->strategy.ps_link, "tcp");
+  EXPECT_EQ(again->strategy().ps_link(), v1::DATA_LINK_TCP);
   auto shm = ParseJobSpec("name: b\n", "j.yaml");
   ASSERT_TRUE(shm.ok()) << shm.status();
-  EXPECT_EQ(shm->strategy.ps_link, "shm");
-  EXPECT_EQ(JobSpecToYaml(*shm).find("ps_link"), std::string::npos);
+  EXPECT_EQ(shm->strategy().ps_link(), v1::DATA_LINK_SHARED_MEMORY);
+  EXPECT_EQ(JobSpecYaml(*shm).find("ps_link"), std::string::npos);
   auto ring = ParseJobSpec("name: b\nstrategy: { kind: switch, ring_link: shm }\n", "j.yaml");
   EXPECT_THAT(std::string(ring.status().message()), HasSubstr("strategy.ring_link"));
 }
@@ -155,11 +160,11 @@ TEST(JobSpec, PdpAndApdpCarryTheirKStarKeysThroughTheResolvedSpec) {
         "0.1 }\n"}) {
     auto spec = ParseJobSpec(text, "j.yaml");
     ASSERT_TRUE(spec.ok()) << spec.status();
-    auto again = ParseJobSpec(JobSpecToYaml(*spec), "resolved.yaml");
-    ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(*spec);
-    EXPECT_EQ(again->strategy.k_star, spec->strategy.k_star);
-    EXPECT_EQ(again->strategy.k_star_start, spec->strategy.k_star_start);
-    EXPECT_EQ(again->strategy.probe_ratio, spec->strategy.probe_ratio);
+    auto again = ParseJobSpec(JobSpecYaml(*spec), "resolved.yaml");
+    ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecYaml(*spec);
+    EXPECT_EQ(again->strategy().k_star(), spec->strategy().k_star());
+    EXPECT_EQ(again->strategy().k_star_start(), spec->strategy().k_star_start());
+    EXPECT_EQ(again->strategy().probe_ratio(), spec->strategy().probe_ratio());
   }
 }
 
@@ -175,20 +180,23 @@ TEST(JobSpec, ReportsEveryProblem) {
 TEST(JobSpec, OverridesAreValidatedLikeTheFile) {
   auto spec = ParseJobSpec("name: a\n", "j.yaml", {"training.epochs=7", "cluster.workers=3"});
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->training.epochs, 7);
-  EXPECT_EQ(spec->cluster.workers, 3);
+  EXPECT_EQ(spec->training().epochs(), 7);
+  EXPECT_EQ(spec->cluster().workers(), 3);
   EXPECT_FALSE(ParseJobSpec("name: a\n", "j.yaml", {"training.epochs=zero"}).ok());
   EXPECT_FALSE(ParseJobSpec("name: a\n", "j.yaml", {"training.epoch=3"}).ok());
   EXPECT_FALSE(ParseJobSpec("name: a\n", "j.yaml", {"no-equals-sign"}).ok());
 }
 
 TEST(JobSpec, ResolvedYamlParsesBackToTheSameSpec) {
-  auto spec = ParseJobSpec("name: r\ntraining: { lr_schedule: { milestones: [3] } }\ncluster: { stragglers: [ { worker: 1, cpu_fraction: 0.5 } ] }\n", "j.yaml");
+  auto spec = ParseJobSpec(
+      "name: r\ntraining: { lr_schedule: { milestones: [3] } }\ncluster: { stragglers: [ { worker: "
+      "1, cpu_fraction: 0.5 } ] }\n",
+      "j.yaml");
   ASSERT_TRUE(spec.ok());
-  auto again = ParseJobSpec(JobSpecToYaml(*spec), "resolved.yaml");
-  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(*spec);
-  EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(*spec));
-  EXPECT_EQ(again->cluster.stragglers.size(), 1u);
+  auto again = ParseJobSpec(JobSpecYaml(*spec), "resolved.yaml");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecYaml(*spec);
+  EXPECT_EQ(JobSpecYaml(*again), JobSpecYaml(*spec));
+  EXPECT_EQ(again->cluster().stragglers_size(), 1);
 }
 
 // Hostile input: each case is refused with exactly one message whose place and key are exact.
@@ -218,98 +226,173 @@ INSTANTIATE_TEST_SUITE_P(
         RefusedSpec{"speeds for the wrong number of workers",
                     "name: a\ncluster:\n  workers: 3\n  cpu: { worker: 0.5 }\n"
                     "  worker_speeds: [1, 0.5]\n",
-                    {}, "job.yaml:5: cluster.worker_speeds: 2 speeds for 3 workers"},
+                    {},
+                    "job.yaml:5: cluster.worker_speeds: 2 speeds for 3 workers"},
         RefusedSpec{"speeds without a worker share",
-                    "name: a\ncluster:\n  workers: 2\n  worker_speeds: [1, 0.5]\n", {},
+                    "name: a\ncluster:\n  workers: 2\n  worker_speeds: [1, 0.5]\n",
+                    {},
                     "job.yaml:4: cluster.worker_speeds: needs cluster.cpu.worker"},
         RefusedSpec{"a speed of zero",
-                    "name: a\ncluster:\n  cpu: { worker: 0.5 }\n  worker_speeds: [1, 0]\n", {},
+                    "name: a\ncluster:\n  cpu: { worker: 0.5 }\n  worker_speeds: [1, 0]\n",
+                    {},
                     "job.yaml:4: cluster.worker_speeds[1]: must be in (0, 64], got 0"},
-        RefusedSpec{"a negative server share", "name: a\ncluster: { cpu: { parameter_server: -1 } }\n",
-                    {}, "job.yaml:2: cluster.cpu.parameter_server: must be in [0, 64] cores"},
-        RefusedSpec{"an unknown cpu role", "name: a\ncluster: { cpu: { sharder: 1 } }\n", {},
+        RefusedSpec{"a negative server share",
+                    "name: a\ncluster: { cpu: { parameter_server: -1 } }\n",
+                    {},
+                    "job.yaml:2: cluster.cpu.parameter_server: must be in [0, 64] cores"},
+        RefusedSpec{"an unknown cpu role",
+                    "name: a\ncluster: { cpu: { sharder: 1 } }\n",
+                    {},
                     "job.yaml:2: cluster.cpu.sharder: unknown key"},
-        RefusedSpec{"only comments", "# name: a\n\n# training: {}\n", {},
+        RefusedSpec{"only comments",
+                    "# name: a\n\n# training: {}\n",
+                    {},
                     "job.yaml:1: (top level): empty job spec"},
         RefusedSpec{"empty mapping", "{}\n", {}, "job.yaml:1: (top level): empty job spec"},
         RefusedSpec{"null document", "~\n", {}, "job.yaml:1: (top level): empty job spec"},
-        RefusedSpec{"empty file with --set", "", {"name=a"},
-                    "job.yaml:1: (top level): empty job spec"},
-        RefusedSpec{"duplicate top-level key", "name: a\nname: b\n", {},
+        RefusedSpec{
+            "empty file with --set", "", {"name=a"}, "job.yaml:1: (top level): empty job spec"},
+        RefusedSpec{"duplicate top-level key",
+                    "name: a\nname: b\n",
+                    {},
                     "job.yaml:2: name: duplicate key: first on line 1, again on line 2"},
-        RefusedSpec{"duplicate nested key", "training:\n  lr: 0.1\n  epochs: 2\n  lr: 0.2\n", {},
+        RefusedSpec{"duplicate nested key",
+                    "training:\n  lr: 0.1\n  epochs: 2\n  lr: 0.2\n",
+                    {},
                     "job.yaml:4: training.lr: duplicate key: first on line 2, again on line 4"},
-        RefusedSpec{"duplicate key in a flow map", "name: a\ntraining: { lr: 0.1, lr: 0.2 }\n", {},
+        RefusedSpec{"duplicate key in a flow map",
+                    "name: a\ntraining: { lr: 0.1, lr: 0.2 }\n",
+                    {},
                     "job.yaml:2: training.lr: duplicate key: first on line 2, again on line 2"},
-        RefusedSpec{"duplicate section", "training: { lr: 0.1 }\nname: a\ntraining: { epochs: 2 }\n",
-                    {}, "job.yaml:3: training: duplicate key: first on line 1, again on line 3"},
-        RefusedSpec{"key without a value", "name: a\ntraining:\n  lr:\n  epochs: 2\n", {},
+        RefusedSpec{"duplicate section",
+                    "training: { lr: 0.1 }\nname: a\ntraining: { epochs: 2 }\n",
+                    {},
+                    "job.yaml:3: training: duplicate key: first on line 1, again on line 3"},
+        RefusedSpec{"key without a value",
+                    "name: a\ntraining:\n  lr:\n  epochs: 2\n",
+                    {},
                     "job.yaml:3: training.lr: has no value"},
-        RefusedSpec{"explicit null", "name: a\ntraining: { lr: null }\n", {},
+        RefusedSpec{"explicit null",
+                    "name: a\ntraining: { lr: null }\n",
+                    {},
                     "job.yaml:2: training.lr: has no value"},
         RefusedSpec{"string without a value", "name:\n", {}, "job.yaml:1: name: has no value"},
-        RefusedSpec{"list without a value", "name: a\ntraining: { lr_schedule: { milestones: } }\n",
-                    {}, "job.yaml:2: training.lr_schedule.milestones: has no value"},
-        RefusedSpec{"stragglers without a value", "name: a\ncluster:\n  stragglers:\n", {},
+        RefusedSpec{"list without a value",
+                    "name: a\ntraining: { lr_schedule: { milestones: } }\n",
+                    {},
+                    "job.yaml:2: training.lr_schedule.milestones: has no value"},
+        RefusedSpec{"stragglers without a value",
+                    "name: a\ncluster:\n  stragglers:\n",
+                    {},
                     "job.yaml:3: cluster.stragglers: has no value"},
         // Found with the job-spec fuzz target: the resolved job.yaml read back "data".
-        RefusedSpec{"carriage return in a path", "name: a\ndataset: { path: \"data\\r\" }\n", {},
+        RefusedSpec{"carriage return in a path",
+                    "name: a\ndataset: { path: \"data\\r\" }\n",
+                    {},
                     "job.yaml:2: dataset.path: may not hold control characters"},
-        RefusedSpec{"--set escape in a path", "name: a\n", {"dataset.path=\"a\\eb\""},
+        RefusedSpec{"--set escape in a path",
+                    "name: a\n",
+                    {"dataset.path=\"a\\eb\""},
                     "(from --set dataset.path=\"a\\eb\"): dataset.path: may not hold control"},
         // Found with the job-spec fuzz target: a value or key quoted raw split the message.
-        RefusedSpec{"line break in a quoted value", "name: a\ntraining: { epochs: \"1\\n2\" }\n",
-                    {}, "job.yaml:2: training.epochs: expected an integer, got '1\\n2'"},
-        RefusedSpec{"escape in an unknown key", "name: a\n\"ke\\ey\": 1\n", {},
+        RefusedSpec{"line break in a quoted value",
+                    "name: a\ntraining: { epochs: \"1\\n2\" }\n",
+                    {},
+                    "job.yaml:2: training.epochs: expected an integer, got '1\\n2'"},
+        RefusedSpec{"escape in an unknown key",
+                    "name: a\n\"ke\\ey\": 1\n",
+                    {},
                     "job.yaml:2: ke\\x1by: unknown key"},
-        RefusedSpec{"infinite lr", "name: a\ntraining: { lr: .inf }\n", {},
+        RefusedSpec{"infinite lr",
+                    "name: a\ntraining: { lr: .inf }\n",
+                    {},
                     "job.yaml:2: training.lr: must be a finite number, got '.inf'"},
-        RefusedSpec{"negative infinite decay", "name: a\ntraining: { weight_decay: -.inf }\n", {},
+        RefusedSpec{"negative infinite decay",
+                    "name: a\ntraining: { weight_decay: -.inf }\n",
+                    {},
                     "job.yaml:2: training.weight_decay: must be a finite number, got '-.inf'"},
-        RefusedSpec{"nan momentum", "name: a\ntraining: { momentum: .nan }\n", {},
+        RefusedSpec{"nan momentum",
+                    "name: a\ntraining: { momentum: .nan }\n",
+                    {},
                     "job.yaml:2: training.momentum: must be a finite number, got '.nan'"},
-        RefusedSpec{"infinite threshold", "name: a\nstrategy: { threshold_percent: .Inf }\n", {},
+        RefusedSpec{"infinite threshold",
+                    "name: a\nstrategy: { threshold_percent: .Inf }\n",
+                    {},
                     "job.yaml:2: strategy.threshold_percent: must be a finite number, got '.Inf'"},
-        RefusedSpec{"infinite ps_lr_scale", "name: a\nstrategy: { ps_lr_scale: .inf }\n", {},
+        RefusedSpec{"infinite ps_lr_scale",
+                    "name: a\nstrategy: { ps_lr_scale: .inf }\n",
+                    {},
                     "job.yaml:2: strategy.ps_lr_scale: must be a finite number"},
-        RefusedSpec{"plain nan", "name: a\ntraining: { lr: nan }\n", {},
+        RefusedSpec{"plain nan",
+                    "name: a\ntraining: { lr: nan }\n",
+                    {},
                     "job.yaml:2: training.lr: expected a number, got 'nan'"},
-        RefusedSpec{"top level a list", "- a\n- b\n", {},
+        RefusedSpec{"top level a list",
+                    "- a\n- b\n",
+                    {},
                     "job.yaml:1: (top level): expected a mapping of keys"},
-        RefusedSpec{"invalid YAML", "name: a\ntraining: { epochs: 2\n", {},
+        RefusedSpec{"invalid YAML",
+                    "name: a\ntraining: { epochs: 2\n",
+                    {},
                     "job.yaml:3: (syntax): invalid YAML"},
-        RefusedSpec{"--set with an empty value", "name: a\ntraining:\n  lr: 0.1\n",
-                    {"training.lr="}, "(from --set training.lr=): training.lr: has no value"},
-        RefusedSpec{"--set infinite", "name: a\ntraining:\n  lr: 0.1\n", {"training.lr=.inf"},
+        RefusedSpec{"--set with an empty value",
+                    "name: a\ntraining:\n  lr: 0.1\n",
+                    {"training.lr="},
+                    "(from --set training.lr=): training.lr: has no value"},
+        RefusedSpec{"--set infinite",
+                    "name: a\ntraining:\n  lr: 0.1\n",
+                    {"training.lr=.inf"},
                     "(from --set training.lr=.inf): training.lr: must be a finite number"},
-        RefusedSpec{"--set of a key the file has", "name: a\ncluster:\n  workers: 2\n",
+        RefusedSpec{"--set of a key the file has",
+                    "name: a\ncluster:\n  workers: 2\n",
                     {"cluster.workers=0"},
                     "(from --set cluster.workers=0): cluster.workers: must be >= 1, got 0"},
-        RefusedSpec{"--set of a key the file lacks", "name: a\n", {"training.epochs=zero"},
+        RefusedSpec{"--set of a key the file lacks",
+                    "name: a\n",
+                    {"training.epochs=zero"},
                     "(from --set training.epochs=zero): training.epochs: expected an integer"},
-        RefusedSpec{"--set of an unknown section", "name: a\n", {"trainig.lr=1"},
+        RefusedSpec{"--set of an unknown section",
+                    "name: a\n",
+                    {"trainig.lr=1"},
                     "(from --set trainig.lr=1): trainig: unknown key"},
-        RefusedSpec{"--set of an unknown key", "name: a\ntraining: { lr: 0.1 }\n",
-                    {"training.lrr=1"}, "(from --set training.lrr=1): training.lrr: unknown key"},
-        RefusedSpec{"--set without '='", "name: a\n", {"no-equals-sign"},
+        RefusedSpec{"--set of an unknown key",
+                    "name: a\ntraining: { lr: 0.1 }\n",
+                    {"training.lrr=1"},
+                    "(from --set training.lrr=1): training.lrr: unknown key"},
+        RefusedSpec{"--set without '='",
+                    "name: a\n",
+                    {"no-equals-sign"},
                     "(from --set no-equals-sign): --set: expected KEY=VALUE"},
-        RefusedSpec{"--set into a scalar", "name: a\n", {"name.x=1"},
+        RefusedSpec{"--set into a scalar",
+                    "name: a\n",
+                    {"name.x=1"},
                     "(from --set name.x=1): name.x: cannot set: 'name' is not a section"},
-        RefusedSpec{"--set of invalid YAML", "name: a\n", {"training.lr=[1"},
+        RefusedSpec{"--set of invalid YAML",
+                    "name: a\n",
+                    {"training.lr=[1"},
                     "(from --set training.lr=[1): training.lr: the value is not valid YAML"},
-        RefusedSpec{"--set list element", "name: a\n", {"training.lr_schedule.milestones=[5, x]"},
+        RefusedSpec{"--set list element",
+                    "name: a\n",
+                    {"training.lr_schedule.milestones=[5, x]"},
                     "(from --set training.lr_schedule.milestones=[5, x]): "
                     "training.lr_schedule.milestones[1]: expected an integer"},
-        RefusedSpec{"--set list order", "name: a\n", {"training.lr_schedule.milestones=[5, 3]"},
+        RefusedSpec{"--set list order",
+                    "name: a\n",
+                    {"training.lr_schedule.milestones=[5, 3]"},
                     "(from --set training.lr_schedule.milestones=[5, 3]): "
                     "training.lr_schedule.milestones: must be strictly increasing"},
-        RefusedSpec{"the later --set of a key counts", "name: a\n",
+        RefusedSpec{"the later --set of a key counts",
+                    "name: a\n",
                     {"training.epochs=0", "training.epochs=-1"},
                     "(from --set training.epochs=-1): training.epochs: must be >= 1, got -1"},
-        RefusedSpec{"cross-field check against a --set", "name: a\ntraining: { batch_size: 4 }\n",
-                    {"cluster.workers=8"},
-                    "job.yaml:2: training.batch_size: global batch 4 is smaller than the 8 workers"},
-        RefusedSpec{"cross-field check with a default batch", "name: a\n", {"cluster.workers=200"},
+        RefusedSpec{
+            "cross-field check against a --set",
+            "name: a\ntraining: { batch_size: 4 }\n",
+            {"cluster.workers=8"},
+            "job.yaml:2: training.batch_size: global batch 4 is smaller than the 8 workers"},
+        RefusedSpec{"cross-field check with a default batch",
+                    "name: a\n",
+                    {"cluster.workers=200"},
                     "(from --set cluster.workers=200): cluster.workers: global batch 128 is "
                     "smaller than the 200 workers"}),
     [](const ::testing::TestParamInfo<RefusedSpec>& info) {
@@ -321,8 +404,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 TEST(JobSpec, ReportsEveryProblemWithItsPlace) {
-  auto reading = ReadJobSpec("name: a\ntraining: { epochs: 0, lr: .nan }\ntraining: {}\n",
-                             "j.yaml", {"cluster.workers=0"});
+  auto reading = ReadJobSpec("name: a\ntraining: { epochs: 0, lr: .nan }\ntraining: {}\n", "j.yaml",
+                             {"cluster.workers=0"});
   EXPECT_EQ(reading.errors,
             (std::vector<std::string>{
                 "j.yaml:3: training: duplicate key: first on line 2, again on line 3 (only one "
@@ -337,18 +420,19 @@ TEST(JobSpec, ReportsEveryProblemWithItsPlace) {
   EXPECT_EQ(reading.Where("training.epochs"), "j.yaml:2");
   EXPECT_EQ(reading.Where("cluster.workers"), "(from --set cluster.workers=0)");
   EXPECT_EQ(reading.Where("training.momentum"), "j.yaml:2");  // absent: its section
-  EXPECT_EQ(reading.Where("dataset.path"), "j.yaml");          // absent, and so is its section
+  EXPECT_EQ(reading.Where("dataset.path"), "j.yaml");         // absent, and so is its section
 }
 
 TEST(JobSpec, AcceptsWhatIsMerelyUnusual) {
   // Sections with every key commented out, integers for numbers, and a --set that fills an
   // otherwise absent section are all fine.
-  auto spec = ParseJobSpec("name: a\ntraining:\n  # lr: 0.1\ncluster: {}\nstrategy: { at_fraction: 1e-1 }\n",
-                           "j.yaml", {"training.lr=1", "sharding.method=mod"});
+  auto spec = ParseJobSpec(
+      "name: a\ntraining:\n  # lr: 0.1\ncluster: {}\nstrategy: { at_fraction: 1e-1 }\n", "j.yaml",
+      {"training.lr=1", "sharding.method=mod"});
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_DOUBLE_EQ(spec->training.lr, 1.0);
-  EXPECT_DOUBLE_EQ(spec->strategy.at_fraction, 0.1);
-  EXPECT_EQ(spec->sharding.method, "mod");
+  EXPECT_DOUBLE_EQ(spec->training().lr(), 1.0);
+  EXPECT_DOUBLE_EQ(spec->strategy().at_fraction(), 0.1);
+  EXPECT_EQ(spec->sharding().method(), v1::SHARD_METHOD_MOD);
 }
 
 // Each process's CPU quota: a worker's straggler entry wins, else cpu.worker times its speed.
@@ -359,52 +443,52 @@ TEST(JobSpec, EveryProcessGetsTheCpuShareTheClusterSpecGivesIt) {
       "  stragglers: [ { worker: 1, cpu_fraction: 0.1 } ]\n",
       "j.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster, 0), 0.4);
-  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster, 1), 0.1);
-  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster, 2), 0.2);
-  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster, 3), 0.1);
-  EXPECT_DOUBLE_EQ(spec->cluster.cpu.parameter_server, 0.3);
-  EXPECT_DOUBLE_EQ(spec->cluster.cpu.evaluator, 0.2);
-  auto again = ParseJobSpec(JobSpecToYaml(*spec), "resolved.yaml");
-  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(*spec);
-  EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(*spec));
+  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster(), 0), 0.4);
+  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster(), 1), 0.1);
+  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster(), 2), 0.2);
+  EXPECT_DOUBLE_EQ(WorkerCpuShare(spec->cluster(), 3), 0.1);
+  EXPECT_DOUBLE_EQ(spec->cluster().cpu().parameter_server(), 0.3);
+  EXPECT_DOUBLE_EQ(spec->cluster().cpu().evaluator(), 0.2);
+  auto again = ParseJobSpec(JobSpecYaml(*spec), "resolved.yaml");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecYaml(*spec);
+  EXPECT_EQ(JobSpecYaml(*again), JobSpecYaml(*spec));
 
   auto plain = ParseJobSpec("name: p\n", "j.yaml");
   ASSERT_TRUE(plain.ok());
-  EXPECT_EQ(WorkerCpuShare(plain->cluster, 0), 0.0);  // no quota unless the spec asks
+  EXPECT_EQ(WorkerCpuShare(plain->cluster(), 0), 0.0);  // no quota unless the spec asks
 }
 
 TEST(JobSpec, TransportSecurityIsOffUnlessAskedForAndParsesBack) {
   auto plain = ParseJobSpec("name: s\n", "j.yaml");
   ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_EQ(plain->security.tls, "off");
-  EXPECT_EQ(plain->security.tls_server_name, "strata");
+  EXPECT_EQ(plain->security().tls(), v1::TLS_MODE_OFF);
+  EXPECT_EQ(plain->security().tls_server_name(), "strata");
   auto spec = ParseJobSpec(
       "name: s\nsecurity: { tls: mutual, tls_dir: /etc/strata/tls, tls_server_name: "
       "trainer.example }\n",
       "j.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  EXPECT_EQ(spec->security.tls, "mutual");
-  EXPECT_EQ(spec->security.tls_dir, "/etc/strata/tls");
-  EXPECT_EQ(spec->security.tls_server_name, "trainer.example");
-  for (const JobSpec& s : {*plain, *spec}) {
-    auto again = ParseJobSpec(JobSpecToYaml(s), "resolved.yaml");
-    ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(s);
-    EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(s));
+  EXPECT_EQ(spec->security().tls(), v1::TLS_MODE_MUTUAL);
+  EXPECT_EQ(spec->security().tls_dir(), "/etc/strata/tls");
+  EXPECT_EQ(spec->security().tls_server_name(), "trainer.example");
+  for (const v1::ResolvedJob& s : {*plain, *spec}) {
+    auto again = ParseJobSpec(JobSpecYaml(s), "resolved.yaml");
+    ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecYaml(s);
+    EXPECT_EQ(JobSpecYaml(*again), JobSpecYaml(s));
   }
   // Turned on from the command line, over a file that says off.
   auto set = ParseJobSpec("name: s\nsecurity: { tls: off }\n", "j.yaml", {"security.tls=on"});
   ASSERT_TRUE(set.ok()) << set.status();
-  EXPECT_EQ(set->security.tls, "on");
+  EXPECT_EQ(set->security().tls(), v1::TLS_MODE_ON);
 }
 
 TEST(JobSpec, ResolvedDefaultsParseBack) {
   // The run directory's job.yaml is read again by every service: empty lists must stay lists.
   auto spec = ParseJobSpec("name: d\n", "j.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  auto again = ParseJobSpec(JobSpecToYaml(*spec), "resolved.yaml");
-  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecToYaml(*spec);
-  EXPECT_EQ(JobSpecToYaml(*again), JobSpecToYaml(*spec));
+  auto again = ParseJobSpec(JobSpecYaml(*spec), "resolved.yaml");
+  ASSERT_TRUE(again.ok()) << again.status() << "\n" << JobSpecYaml(*spec);
+  EXPECT_EQ(JobSpecYaml(*again), JobSpecYaml(*spec));
 }
 
 }  // namespace

@@ -6,13 +6,13 @@
 
 #include <absl/strings/str_replace.h>
 
+#include "services/common/config/job_spec.h"
+
 namespace strata {
 namespace {
 
 v1::ResolvedJob Resolve(const std::string& yaml) {
-  auto spec = ParseJobSpec(yaml, "job.yaml");
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  auto job = ResolveJob(*spec);
+  auto job = ParseJobSpec(yaml, "job.yaml");
   EXPECT_TRUE(job.ok()) << job.status();
   return job.ok() ? *job : v1::ResolvedJob();
 }
@@ -50,7 +50,7 @@ sharding: { method: distribution-aware, clusters: 12 }
   EXPECT_EQ(job.strategy().ps_link(), v1::DATA_LINK_GRPC);
   EXPECT_EQ(job.recovery().restarts(), 3);
   EXPECT_EQ(job.sharding().method(), v1::SHARD_METHOD_DISTRIBUTION_AWARE);
-  EXPECT_EQ(ShardMethodText(job.sharding().method()), "distribution-aware");
+  EXPECT_EQ(Spelled(job.sharding().method()), "distribution-aware");
   EXPECT_EQ(job.sharding().clusters(), 12);
   EXPECT_EQ(job.sharding().pca_components(), 50);  // the default
 }
@@ -74,23 +74,22 @@ TEST(ResolvedJob, TextRoundTripsAndNamesSpellAsInTheSpec) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->SerializeAsString(), job.SerializeAsString());
   EXPECT_NE(text.find("consistency: CONSISTENCY_APDP"), std::string::npos) << text;
-  EXPECT_EQ(ConsistencyText(back->strategy().consistency()), "apdp");
-  EXPECT_EQ(StrategyKindText(back->strategy().kind()), "ps");
-  EXPECT_EQ(ModelArchText(back->arch()), "mlp");
-  EXPECT_EQ(DatasetNameText(back->dataset().name()), "fashion-mnist");
-  EXPECT_EQ(DataLinkText(back->strategy().ring_link()), "tcp");
+  EXPECT_EQ(Spelled(back->strategy().consistency()), "apdp");
+  EXPECT_EQ(Spelled(back->strategy().kind()), "ps");
+  EXPECT_EQ(Spelled(back->arch()), "mlp");
+  EXPECT_EQ(Spelled(back->dataset().name()), "fashion-mnist");
+  EXPECT_EQ(Spelled(back->strategy().ring_link()), "tcp");
 }
 
-TEST(ResolvedJob, ASpecBuiltInCodeWithAnUnknownNameDoesNotResolve) {
-  JobSpec spec;
-  spec.model.arch = "transformer";
-  spec.strategy.ps_link = "udp";
-  auto job = ResolveJob(spec);
-  ASSERT_FALSE(job.ok());
-  EXPECT_NE(job.status().message().find("model.arch: 'transformer'"), std::string::npos)
-      << job.status();
-  EXPECT_NE(job.status().message().find("strategy.ps_link: 'udp'"), std::string::npos)
-      << job.status();
+TEST(ResolvedJob, AJobBuiltInCodeWithAnUnknownValueHasProblems) {
+  v1::ResolvedJob job = DefaultJob();
+  EXPECT_TRUE(ResolvedJobProblems(job).empty());
+  job.set_arch(static_cast<v1::ModelArch>(42));
+  job.mutable_strategy()->set_ring_link(v1::DATA_LINK_SHARED_MEMORY);
+  const std::vector<std::string> p = ResolvedJobProblems(job);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0], "model.arch is not a known value (42)");
+  EXPECT_EQ(p[1], "strategy.ring_link is 'shm', not one of grpc, tcp");
 }
 
 struct BadText {
@@ -115,20 +114,27 @@ TEST_P(ResolvedJobRefusals, NameTheFieldOrTheLine) {
 INSTANTIATE_TEST_SUITE_P(
     Text, ResolvedJobRefusals,
     ::testing::Values(
-        BadText{"OtherFormat", "format: 1", "format: 2", "format must be 1, got 2"},
+        BadText{"OtherFormat", "format: 2", "format: 3", "format must be 2, got 3"},
         BadText{"UnknownField", "name: \"good\"", "name: \"good\"\nlearning_rate: 3",
                 "job.resolved.txtpb:3:14: Message type \"strata.v1.ResolvedJob\" has no field "
                 "named \"learning_rate\""},
         BadText{"UnknownEnum", "arch: MODEL_ARCH_MLP", "arch: MODEL_ARCH_GPT", "MODEL_ARCH_GPT"},
-        BadText{"EnumByNumber", "arch: MODEL_ARCH_MLP", "arch: 42", "arch is not a known model"},
-        BadText{"ZeroWorkers", "workers: 2", "workers: 0", "cluster.workers must be >= 1"},
+        BadText{"EnumByNumber", "arch: MODEL_ARCH_MLP", "arch: 42",
+                "model.arch is not a known value (42)"},
+        BadText{"ZeroWorkers", "workers: 2", "workers: 0", "cluster.workers must be >= 1, got 0"},
         BadText{"BatchAboveGlobal", "worker_batch: 64", "worker_batch: 4096",
                 "training.worker_batch must lie in [1, global_batch]"},
-        BadText{"NanLr", "lr: 0.1", "lr: nan", "training.lr must be finite and > 0"},
+        BadText{"NanLr", "lr: 0.1", "lr: nan", "training.lr must be finite"},
+        BadText{"NegativeLr", "lr: 0.1", "lr: -0.1", "training.lr must be > 0, got -0.1"},
         BadText{"NoKind", "kind: STRATEGY_KIND_ALLREDUCE", "kind: STRATEGY_KIND_UNSPECIFIED",
-                "strategy.kind is not a known strategy"},
+                "strategy.kind is not a known value (0)"},
         BadText{"SharedMemoryRing", "ring_link: DATA_LINK_TCP",
-                "ring_link: DATA_LINK_SHARED_MEMORY", "strategy.ring_link is not a ring link"},
+                "ring_link: DATA_LINK_SHARED_MEMORY",
+                "strategy.ring_link is 'shm', not one of grpc, tcp"},
+        BadText{"BadName", "name: \"good\"", "name: \"a b\"", "name may hold letters"},
+        BadText{"StragglerOutOfRange", "cluster {",
+                "cluster {\n  stragglers { worker: 1 cpu_fraction: 2 }",
+                "cluster.stragglers[0].cpu_fraction must be in (0, 1], got 2"},
         BadText{"Truncated", "recovery {", "recovery {{", "job.resolved.txtpb:"}),
     [](const auto& info) { return info.param.name; });
 

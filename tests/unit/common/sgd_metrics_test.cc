@@ -68,16 +68,17 @@ TEST(Sgd, TheOverflowBoundHoldsForTheWorstCaseAndRefusesNearTheLimit) {
 }
 
 TEST(Sgd, StepSchedule) {
-  LrScheduleSpec s{{10, 20}, 0.1};
-  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, s, 0), 1.0);
-  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, s, 9.99), 1.0);
-  EXPECT_NEAR(ScheduledLearningRate(1.0, s, 10), 0.1, 1e-12);
-  EXPECT_NEAR(ScheduledLearningRate(1.0, s, 25), 0.01, 1e-12);
+  const std::vector<int32_t> milestones = {10, 20};
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, milestones, 0.1, 0), 1.0);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(1.0, milestones, 0.1, 9.99), 1.0);
+  EXPECT_NEAR(ScheduledLearningRate(1.0, milestones, 0.1, 10), 0.1, 1e-12);
+  EXPECT_NEAR(ScheduledLearningRate(1.0, milestones, 0.1, 25), 0.01, 1e-12);
 }
 
 TEST(JsonLines, WritesAndReadsBackSkippingATornTail) {
   const std::string path = (std::filesystem::temp_directory_path() /
-                            ("strata-jsonl-" + std::to_string(::getpid()) + ".jsonl")).string();
+                            ("strata-jsonl-" + std::to_string(::getpid()) + ".jsonl"))
+                               .string();
   std::remove(path.c_str());
   {
     auto w = JsonLinesWriter::Open(path);

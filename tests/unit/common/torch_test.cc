@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "services/common/config/job_keys.h"
 #include "services/common/ml/data_loader.h"
 #include "services/common/ml/models.h"
 #include "services/common/ml/sgd.h"
@@ -15,8 +16,10 @@
 namespace strata {
 namespace {
 
+v1::ModelArch Arch(const std::string& name) { return *EnumFromSpelling<v1::ModelArch>(name); }
+
 int64_t Params(const std::string& arch, InputShape shape) {
-  auto model = MakeModel(arch, shape);
+  auto model = MakeModel(Arch(arch), shape);
   EXPECT_TRUE(model.ok()) << model.status();
   return CountParameters(**model);
 }
@@ -37,7 +40,7 @@ TEST(Models, ParameterCountsMatchThePapers) {
 TEST(Models, OutputShapesForEveryArchAndInput) {
   for (const std::string arch : {"mlp", "cnn", "resnet20", "resnet32"}) {
     for (InputShape s : {InputShape{1, 28, 28, 10}, InputShape{3, 32, 32, 100}}) {
-      auto model = MakeModel(arch, s);
+      auto model = MakeModel(Arch(arch), s);
       ASSERT_TRUE(model.ok()) << arch;
       (*model)->eval();
       torch::Tensor out = (*model)->forward(torch::randn({2, s.channels, s.height, s.width}));
@@ -47,13 +50,13 @@ TEST(Models, OutputShapesForEveryArchAndInput) {
 }
 
 TEST(Models, RefusesUnknownArchAndTooSmallImages) {
-  auto unknown = MakeModel("vgg", {1, 28, 28, 10});
+  auto unknown = MakeModel(static_cast<v1::ModelArch>(99), {1, 28, 28, 10});
   ASSERT_FALSE(unknown.ok());
-  EXPECT_NE(unknown.status().message().find("unknown model 'vgg'"), std::string::npos);
-  auto tiny = MakeModel("resnet20", {1, 1, 32, 4});
+  EXPECT_NE(unknown.status().message().find("unknown model 99"), std::string::npos);
+  auto tiny = MakeModel(v1::MODEL_ARCH_RESNET20, {1, 1, 32, 4});
   ASSERT_FALSE(tiny.ok());
   EXPECT_NE(tiny.status().message().find("use mlp"), std::string::npos);
-  EXPECT_TRUE(MakeModel("mlp", {1, 1, 32, 4}).ok());
+  EXPECT_TRUE(MakeModel(v1::MODEL_ARCH_MLP, {1, 1, 32, 4}).ok());
 }
 
 Dataset TinyImages(int64_t n, bool augment) {
@@ -120,9 +123,9 @@ TEST(DataLoader, NormalisesWithoutAugmentation) {
 TEST(Sgd, MatchesTorchOptimSgdOnARealModel) {
   const InputShape shape{1, 28, 28, 10};
   torch::manual_seed(5);
-  auto reference = *MakeModel("cnn", shape);
+  auto reference = *MakeModel(v1::MODEL_ARCH_CNN, shape);
   torch::manual_seed(5);
-  auto ours = *MakeModel("cnn", shape);
+  auto ours = *MakeModel(v1::MODEL_ARCH_CNN, shape);
   torch::optim::SGD optimizer(reference->parameters(),
                               torch::optim::SGDOptions(0.05).momentum(0.9).weight_decay(1e-3));
   std::vector<torch::Tensor> velocity;
@@ -172,7 +175,7 @@ std::shared_ptr<const Dataset> TinyFashion() {
 
 TEST(Trainer, GradientsLandInTheFusedBufferAndTrainingLearns) {
   TrainerOptions o;
-  o.arch = "cnn";
+  o.arch = v1::MODEL_ARCH_CNN;
   o.batch_size = 16;
   o.lr = 0.05;
   auto trainer = Trainer::Create(o, TinyFashion());
@@ -213,7 +216,7 @@ TEST(Trainer, GradientsLandInTheFusedBufferAndTrainingLearns) {
 // removed only by its owner.
 TEST(Trainer, TheGradientListenerHearsEveryParameterOnceWithItsFinalGradient) {
   TrainerOptions o;
-  o.arch = "cnn";
+  o.arch = v1::MODEL_ARCH_CNN;
   o.batch_size = 16;
   auto trainer = Trainer::Create(o, TinyFashion());
   ASSERT_TRUE(trainer.ok()) << trainer.status();
@@ -254,7 +257,7 @@ TEST(Trainer, TheGradientListenerHearsEveryParameterOnceWithItsFinalGradient) {
 
 TEST(Trainer, CheckpointRoundTripAndRefusalChangesNothing) {
   TrainerOptions o;
-  o.arch = "resnet20";
+  o.arch = v1::MODEL_ARCH_RESNET20;
   o.batch_size = 8;
   auto shared = TinyFashion();
   auto a = *Trainer::Create(o, shared);
@@ -263,7 +266,8 @@ TEST(Trainer, CheckpointRoundTripAndRefusalChangesNothing) {
   a->ApplyGradients(a->SgdFor(0));  // moves weights, velocity and BatchNorm statistics
   Checkpoint c = a->ToCheckpoint(1, 1, 1);
   const std::string path = (std::filesystem::temp_directory_path() /
-                            ("strata-trainer-" + std::to_string(::getpid()) + ".ckpt")).string();
+                            ("strata-trainer-" + std::to_string(::getpid()) + ".ckpt"))
+                               .string();
   ASSERT_TRUE(WriteCheckpoint(path, c).ok());
   auto loaded = ReadCheckpoint(path);
   ASSERT_TRUE(loaded.ok());
@@ -281,9 +285,10 @@ TEST(Trainer, CheckpointRoundTripAndRefusalChangesNothing) {
 
   // A checkpoint of another model is refused and leaves the trainer as it was.
   TrainerOptions mlp = o;
-  mlp.arch = "mlp";
+  mlp.arch = v1::MODEL_ARCH_MLP;
   auto c2 = *Trainer::Create(mlp, shared);
-  std::vector<float> before(c2->parameter_data(), c2->parameter_data() + c2->parameters().total_floats());
+  std::vector<float> before(c2->parameter_data(),
+                            c2->parameter_data() + c2->parameters().total_floats());
   absl::Status refused = c2->LoadCheckpoint(*loaded);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.message().find("fc1.weight"), std::string::npos) << refused;

@@ -15,6 +15,7 @@
 #include "orchestrator/launch/kubernetes_state.h"
 #include "orchestrator/launch/yaml_text.h"
 #include "orchestrator/lib/kubernetes_submission.h"
+#include "services/common/config/job_spec.h"
 
 namespace strata {
 namespace {
@@ -22,10 +23,10 @@ namespace {
 using nlohmann::json;
 using yaml::Node;
 
-JobSpec LoadCase(const std::string& relative) {
-  auto spec = LoadJobSpec(std::string(STRATA_TEST_SOURCE_DIR) + "/" + relative);
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *spec : JobSpec();
+v1::ResolvedJob LoadCase(const std::string& relative) {
+  auto job = LoadJobSpec(std::string(STRATA_TEST_SOURCE_DIR) + "/" + relative);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.ok() ? *job : v1::ResolvedJob();
 }
 
 std::string Scalar(const Node& object, const std::vector<std::string>& path) {
@@ -51,7 +52,7 @@ TEST(YamlText, FindLooksUpMapKeysOnly) {
 }
 
 TEST(KubernetesSubmission, TheJobIsSuspendedAndEverythingElseButTheClaimIsMarkedOwned) {
-  const JobSpec spec = LoadCase("tests/data/render/ps-stragglers.yaml");
+  const v1::ResolvedJob spec = LoadCase("tests/data/render/ps-stragglers.yaml");
   auto s = RenderKubernetesSubmission(spec, {}, "", "f00d");
   ASSERT_TRUE(s.ok()) << s.status();
   EXPECT_EQ(s->job_name, s->instance + "-orchestrator");
@@ -78,7 +79,8 @@ TEST(KubernetesSubmission, TheJobIsSuspendedAndEverythingElseButTheClaimIsMarked
 }
 
 TEST(KubernetesSubmission, AnOverlaySetsTheReplicaCountsEverywhere) {
-  const JobSpec spec = LoadCase("tests/data/render/ps-stragglers.yaml");  // 3 workers, 2 servers
+  const v1::ResolvedJob spec =
+      LoadCase("tests/data/render/ps-stragglers.yaml");  // 3 workers, 2 servers
   auto small = RenderKubernetesSubmission(spec, {}, "small", "t");
   auto large = RenderKubernetesSubmission(spec, {}, "large", "t");
   ASSERT_TRUE(small.ok() && large.ok());
@@ -210,9 +212,9 @@ TEST(KubernetesState, PodsAreNamedAsTheServicesOfALocalRun) {
   json ps_by_name =
       Pod("q-ps-1", "ps", "Running", json::array({Container("ps", kRunning, true)}), true);
   // The servers are an Indexed Job now: pod <job>-ps-<index>-<random>, the index annotated.
-  json ps_indexed = Pod(
-      "q-ps-2-h7x2k", "ps", "Running", json::array({Container("ps", kRunning, true)}), true,
-      {{"metadata", {{"annotations", {{"batch.kubernetes.io/job-completion-index", "2"}}}}}});
+  json ps_indexed =
+      Pod("q-ps-2-h7x2k", "ps", "Running", json::array({Container("ps", kRunning, true)}), true,
+          {{"metadata", {{"annotations", {{"batch.kubernetes.io/job-completion-index", "2"}}}}}});
   json orchestrator =
       Pod("q-orchestrator-abcde", "orchestrator", "Pending",
           json::array({Container("orchestrator", {{"waiting", {{"reason", "PodInitializing"}}}})}));

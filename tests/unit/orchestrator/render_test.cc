@@ -20,7 +20,8 @@
 #include "orchestrator/launch/kubernetes_render.h"
 #include "orchestrator/launch/service_plan.h"
 #include "orchestrator/launch/yaml_text.h"
-#include "orchestrator/lib/run_paths.h"
+#include "services/common/base/run_directory.h"
+#include "services/common/config/job_spec.h"
 
 namespace strata {
 namespace {
@@ -39,10 +40,10 @@ std::string Slurp(const fs::path& path) {
   return ss.str();
 }
 
-JobSpec LoadCase(const std::string& relative) {
-  auto spec = LoadJobSpec(Source(relative));
-  EXPECT_TRUE(spec.ok()) << spec.status();
-  return spec.ok() ? *spec : JobSpec();
+v1::ResolvedJob LoadCase(const std::string& relative) {
+  auto job = LoadJobSpec(Source(relative));
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.ok() ? *job : v1::ResolvedJob();
 }
 
 TEST(YamlText, QuotesOnlyWhatPlainStyleWouldMisread) {
@@ -114,20 +115,22 @@ TEST(ContainerPlan, ShellWordsCpuQuantitiesAndNames) {
   EXPECT_LE(MakeKubernetesNames(std::string(100, 'a'))->prefix.size(), 40u);
 }
 
-TEST(ContainerPlan, ComposeUsesTheServicePlanWithFixedPortsAndTheManifestsSize) {
+TEST(ContainerPlan, ComposeUsesTheServicePlanWithFixedPorts) {
   const ContainerPlan plan =
       PlanComposeContainers(LoadCase("tests/data/render/ps-stragglers.yaml"));
   std::vector<std::string> names;
   for (const ContainerSpec& c : plan.containers) names.push_back(c.name);
   EXPECT_EQ(absl::StrJoin(names, " "),
             "sharder ps-0 ps-1 worker-0 worker-1 worker-2 evaluator orchestrator");
-  EXPECT_EQ(plan.spec.launcher.kind, "compose");
-  EXPECT_EQ(plan.spec.launcher.ring_transport, "tcp");
+  EXPECT_EQ(plan.job.launcher().kind(), v1::LAUNCHER_KIND_COMPOSE);
+  EXPECT_EQ(plan.job.launcher().ring_transport(), v1::RING_TRANSPORT_TCP);
   const ContainerSpec& ps1 = plan.containers[2];
   EXPECT_NE(ps1.script.find("--listen 0.0.0.0:50051"), std::string::npos) << ps1.script;
   EXPECT_NE(ps1.script.find("--partition 1"), std::string::npos);
-  EXPECT_NE(ps1.script.find("--train-examples \"${TRAIN_EXAMPLES}\""), std::string::npos);
-  EXPECT_NE(ps1.script.find("--sample-budget \"$((3 * TRAIN_EXAMPLES))\""), std::string::npos);
+  // The training-set size and the budget are the server's to read from the run directory.
+  EXPECT_EQ(ps1.script.find("--train-examples"), std::string::npos);
+  EXPECT_EQ(ps1.script.find("--sample-budget"), std::string::npos);
+  EXPECT_NE(ps1.script.find("--run-dir /run/strata"), std::string::npos);
   EXPECT_EQ(ps1.cpus, 0.5);                  // cluster.cpu.parameter_server
   EXPECT_EQ(plan.containers[3].cpus, 2);     // threads_per_worker
   EXPECT_EQ(plan.containers[5].cpus, 0.25);  // the straggler
@@ -141,8 +144,8 @@ TEST(ContainerPlan, ComposeUsesTheServicePlanWithFixedPortsAndTheManifestsSize) 
 // A Kubernetes template serves every instance of its role: any flag whose value differs between
 // two instances in the service plan must be one the template fills in per pod.
 TEST(ContainerPlan, KubernetesTemplatesCoverEveryPerInstanceFlag) {
-  JobSpec spec = LoadCase("tests/data/render/ps-stragglers.yaml");
-  spec.launcher.ring_transport = "tcp";
+  v1::ResolvedJob spec = LoadCase("tests/data/render/ps-stragglers.yaml");
+  spec.mutable_launcher()->set_ring_transport(v1::RING_TRANSPORT_TCP);
   const std::vector<ServiceSpec> services = PlanServices(spec, RunPaths("/run/strata"), {});
   std::set<std::pair<int, std::string>> templated;
   for (const TemplatedFlag& f : KubernetesTemplatedFlags()) {
@@ -162,14 +165,14 @@ TEST(ContainerPlan, KubernetesTemplatesCoverEveryPerInstanceFlag) {
 }
 
 TEST(RenderKubernetes, RefusesANameWithNothingLeftForObjects) {
-  JobSpec spec;
-  spec.name = "__";
+  v1::ResolvedJob spec = DefaultJob();
+  spec.set_name("__");
   EXPECT_FALSE(RenderKubernetes(spec, {}).ok());
 }
 
 TEST(Render, NoFileHoldsASecretValue) {
   for (const char* job : {"configs/quickstart.yaml", "tests/data/render/ps-stragglers.yaml"}) {
-    const JobSpec spec = LoadCase(job);
+    const v1::ResolvedJob spec = LoadCase(job);
     RenderedFiles files = RenderCompose(spec, {});
     auto k8s = RenderKubernetes(spec, {});
     ASSERT_TRUE(k8s.ok());

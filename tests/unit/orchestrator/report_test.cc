@@ -86,22 +86,5 @@ TEST(RenderReportHtml, RunWithoutSwitchOrMetricsStillRenders) {
   EXPECT_NE(html.find("still going"), std::string::npos);
 }
 
-TEST(KeyLine, FindsNestedKeysAndListItems) {
-  const std::string yaml =
-      "name: x\ncluster:\n  workers: 2\n  stragglers:\n    - { worker: 1, cpu_fraction: 0.5 }\n";
-  EXPECT_EQ(KeyLine(yaml, "name"), 1);
-  EXPECT_EQ(KeyLine(yaml, "cluster.workers"), 3);
-  EXPECT_EQ(KeyLine(yaml, "cluster.stragglers[0].worker"), 5);
-  EXPECT_EQ(KeyLine(yaml, "cluster.parameter_servers"), 0);
-  EXPECT_EQ(KeyLine(yaml, "cluster.stragglers[3].worker"), 0);
-  EXPECT_EQ(KeyLine("not: [valid", "not"), 0);
-}
-
-TEST(ModelTensorCount, KnowsEveryModelOfTheZoo) {
-  for (const std::string& arch : KnownModelArchs())
-    EXPECT_TRUE(ModelTensorCount(arch).has_value()) << arch;
-  EXPECT_FALSE(ModelTensorCount("resnet99").has_value());
-}
-
 }  // namespace
 }  // namespace strata

@@ -1,6 +1,7 @@
 // FindResumePoint on run directories made by hand: which phase a run resumes in, from which
 // checkpoint and step, and the runs it refuses (finished, still running, saves missing or torn).
 #include "orchestrator/lib/resume_point.h"
+#include "services/common/config/job_spec.h"
 
 #include <unistd.h>
 
@@ -24,9 +25,10 @@ class ResumePointTest : public ::testing::Test {
     paths_ = std::make_unique<RunPaths>(dir_);
     ASSERT_TRUE(MakeDirs(paths_->checkpoints).ok());
     Write(paths_->job_yaml, "name: r\n");
-    spec_.cluster.workers = 2;
-    spec_.cluster.parameter_servers = 2;
-    spec_.strategy.kind = "switch";
+    spec_ = DefaultJob();
+    spec_.mutable_cluster()->set_workers(2);
+    spec_.mutable_cluster()->set_parameter_servers(2);
+    spec_.mutable_strategy()->set_kind(v1::STRATEGY_KIND_SWITCH);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -45,7 +47,7 @@ class ResumePointTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<RunPaths> paths_;
-  JobSpec spec_;
+  v1::ResolvedJob spec_;
 };
 
 TEST_F(ResumePointTest, ARingRunResumesFromWorkerZerosCheckpointWithTheRecordsClockAndEpochs) {
@@ -111,7 +113,7 @@ TEST_F(ResumePointTest, AServerSaveOfAHandoverThatNeverCompletedIsListedForRemov
 }
 
 TEST_F(ResumePointTest, APsJobStoppedBeforeItsServersFirstSaveStartsAgainFromTheInitialModel) {
-  spec_.strategy.kind = "ps";
+  spec_.mutable_strategy()->set_kind(v1::STRATEGY_KIND_PS);
   auto point = FindResumePoint(*paths_, spec_);
   ASSERT_TRUE(point.ok()) << point.status();
   EXPECT_EQ(point->phase, "ps");

@@ -5,8 +5,8 @@
 
 #include <gtest/gtest.h>
 
-#include "orchestrator/lib/run_paths.h"
 #include "services/common/base/metrics.h"
+#include "services/common/base/run_directory.h"
 
 namespace strata {
 namespace {

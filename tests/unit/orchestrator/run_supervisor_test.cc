@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "orchestrator/lib/run_paths.h"
 #include "services/common/base/metrics.h"
+#include "services/common/base/run_directory.h"
 #include "tests/unit/orchestrator/fake_cluster_client.h"
 
 namespace strata {
@@ -77,8 +77,8 @@ class RunSupervisorTest : public ::testing::Test {
   }
 
   void SwitchJob() {
-    strategy_.kind = "switch";
-    strategy_.rule = "empirical";
+    strategy_.set_kind(v1::STRATEGY_KIND_SWITCH);
+    strategy_.set_rule(v1::SWITCH_RULE_EMPIRICAL);
     options_.switch_job = true;
     SwitchControllerOptions o;
     o.server_addresses = {"127.0.0.1:9"};
@@ -111,7 +111,7 @@ class RunSupervisorTest : public ::testing::Test {
   std::unique_ptr<RunRecord> record_;
   ClusterView view_;
   RunPhase phase_;
-  StrategySpec strategy_;
+  v1::ResolvedStrategy strategy_;
   SupervisorOptions options_;
   std::unique_ptr<EvalScheduler> eval_;
   std::unique_ptr<SwitchPolicy> policy_;
@@ -129,7 +129,7 @@ TEST_F(RunSupervisorTest, FinishedWorkersEndTrainingThenTheFinalEvaluationEndsTh
 }
 
 TEST_F(RunSupervisorTest, ASwitchRequestInARunWithoutServersIsIgnoredAndSaysWhy) {
-  strategy_.kind = "allreduce";
+  strategy_.set_kind(v1::STRATEGY_KIND_ALLREDUCE);
   host_.switch_requested = true;
   for (auto& s : client_.statuses) s.set_step(400), s.set_finished(true);
   ASSERT_TRUE(Run().ok());

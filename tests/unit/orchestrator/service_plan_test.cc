@@ -5,39 +5,38 @@
 
 #include <absl/strings/str_join.h>
 
+#include "services/common/config/job_spec.h"
+
 namespace strata {
 namespace {
 
-JobSpec SwitchJob() {
-  JobSpec spec;
-  spec.cluster.workers = 2;
-  spec.cluster.parameter_servers = 1;
-  spec.strategy.kind = "switch";
-  spec.strategy.consistency = "asp";
-  spec.strategy.staleness = 3;
-  spec.training.epochs = 10;  // the servers' sample budget: 10 x the training set
-  spec.launcher.ring_transport = "tcp";
-  spec.cluster.stragglers.push_back({1, 0.5});
-  return spec;
+v1::ResolvedJob SwitchJob(const std::vector<std::string>& overrides = {}) {
+  auto job = ParseJobSpec(
+      "name: plan\n"
+      "cluster: { workers: 2, parameter_servers: 1, stragglers: [ { worker: 1, cpu_fraction: 0.5 } "
+      "] }\n"
+      "strategy: { kind: switch, consistency: asp, staleness: 3 }\n"
+      "launcher: { ring_transport: tcp }\n",
+      "plan.yaml", overrides);
+  EXPECT_TRUE(job.ok()) << job.status();
+  return job.ok() ? *job : v1::ResolvedJob();
 }
 
 TEST(ServicePlan, ServersThenWorkersThenTheEvaluatorWithTheirFlags) {
   const RunPaths paths("/runs/r");
-  ServicePlanInputs in;
-  in.train_examples = 6000;
-  const std::vector<ServiceSpec> services = PlanServices(SwitchJob(), paths, in);
+  const std::vector<ServiceSpec> services = PlanServices(SwitchJob(), paths, {});
   ASSERT_EQ(services.size(), 4u);
   EXPECT_EQ(services[0].name, "ps-0");
   EXPECT_EQ(services[0].role, ServiceRole::kParameterServer);
+  // The resolved job holds the workers, the consistency, the budget's epochs and the checkpoint
+  // cadence; the run directory the training-set size: the flags say only the server's place.
   EXPECT_EQ(absl::StrJoin(services[0].args, " "),
-            "--partition 0 --job /runs/r/job.resolved.txtpb --train-examples 6000 "
-            "--sample-budget 60000 --run-dir /runs/r --checkpoint-every-s 10 --resume");
+            "--partition 0 --job /runs/r/job.resolved.txtpb --run-dir /runs/r --resume");
   EXPECT_EQ(services[1].name, "worker-0");
   // The resolved job holds the world, the consistency, the staleness: no flag repeats them.
   EXPECT_EQ(absl::StrJoin(services[1].args, " "),
             "--job /runs/r/job.resolved.txtpb --rank 0 --shard-file /runs/r/shards/shard-0.idx "
-            "--run-dir /runs/r --checkpoint-every-s 10");
-  // Only rank 0 saves the ring's model: the replicas are identical.
+            "--run-dir /runs/r");
   EXPECT_EQ(absl::StrJoin(services[2].args, " "),
             "--job /runs/r/job.resolved.txtpb --rank 1 --shard-file /runs/r/shards/shard-1.idx "
             "--run-dir /runs/r");
@@ -50,10 +49,9 @@ TEST(ServicePlan, ServersThenWorkersThenTheEvaluatorWithTheirFlags) {
 }
 
 TEST(ServicePlan, EveryProcessGetsItsOwnCpuQuotaFromTheClusterSpec) {
-  JobSpec spec = SwitchJob();
-  spec.cluster.cpu = {0.5, 0.3, 0.2};
-  spec.cluster.worker_speeds = {1, 0.5};
-  spec.cluster.stragglers.clear();
+  const v1::ResolvedJob spec =
+      SwitchJob({"cluster.cpu={worker: 0.5, parameter_server: 0.3, evaluator: 0.2}",
+                 "cluster.worker_speeds=[1, 0.5]", "cluster.stragglers=[]"});
   const std::vector<ServiceSpec> services = PlanServices(spec, RunPaths("/runs/r"), {});
   ASSERT_EQ(services.size(), 4u);
   EXPECT_EQ(services[0].cpu_fractions, std::vector<double>{0.3});   // ps-0
@@ -63,9 +61,8 @@ TEST(ServicePlan, EveryProcessGetsItsOwnCpuQuotaFromTheClusterSpec) {
 }
 
 TEST(ServicePlan, AllReduceRunsNoServersAndAUnixRingListensOnItsOwnSocket) {
-  JobSpec spec = SwitchJob();
-  spec.strategy.kind = "allreduce";
-  spec.launcher.ring_transport = "unix";
+  const v1::ResolvedJob spec =
+      SwitchJob({"strategy.kind=allreduce", "launcher.ring_transport=unix"});
   ServicePlanInputs in;
   in.ring_socket_prefix = "unix-abstract:strata-1-r-worker-";
   const std::vector<ServiceSpec> services = PlanServices(spec, RunPaths("/runs/r"), in);
@@ -76,9 +73,7 @@ TEST(ServicePlan, AllReduceRunsNoServersAndAUnixRingListensOnItsOwnSocket) {
 }
 
 TEST(ServicePlan, APsJobsServersStartFromTheInitialModel) {
-  JobSpec spec = SwitchJob();
-  spec.strategy.kind = "ps";
-  spec.strategy.ps_lr_scale = 0.25;
+  const v1::ResolvedJob spec = SwitchJob({"strategy.kind=ps", "strategy.ps_lr_scale=0.25"});
   ServicePlanInputs in;
   in.init_checkpoint = "/runs/r/checkpoints/init.ckpt";
   const RunPaths paths("/runs/r");
@@ -97,9 +92,8 @@ TEST(ServicePlan, APsJobsServersStartFromTheInitialModel) {
 }
 
 TEST(ServicePlan, WithTlsEveryServiceGetsTheRunsCertificatesAndNoTaskDoes) {
-  JobSpec spec = SwitchJob();
-  spec.security.tls = "mutual";
-  spec.security.tls_server_name = "trainer.example";
+  v1::ResolvedJob spec =
+      SwitchJob({"security.tls=mutual", "security.tls_server_name=trainer.example"});
   ServicePlanInputs in;
   in.tls_dir = "/runs/r/tls";
   const RunPaths paths("/runs/r");
@@ -115,7 +109,7 @@ TEST(ServicePlan, WithTlsEveryServiceGetsTheRunsCertificatesAndNoTaskDoes) {
   EXPECT_EQ(absl::StrJoin(ShardTask(paths).args, " ").find("--tls"), std::string::npos);
   EXPECT_EQ(absl::StrJoin(InitCheckpointTask(paths, "/x").args, " ").find("--tls"),
             std::string::npos);
-  spec.security.tls = "off";
+  spec.mutable_security()->set_tls(v1::TLS_MODE_OFF);
   for (const ServiceSpec& s : PlanServices(spec, paths, in)) {
     EXPECT_EQ(absl::StrJoin(s.args, " ").find("--tls"), std::string::npos) << s.name;
   }

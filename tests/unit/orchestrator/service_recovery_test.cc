@@ -12,9 +12,9 @@
 
 #include <gtest/gtest.h>
 
-#include "orchestrator/lib/run_paths.h"
 #include "orchestrator/run/run_supervisor.h"
 #include "services/common/base/metrics.h"
+#include "services/common/base/run_directory.h"
 #include "tests/unit/orchestrator/fake_cluster_client.h"
 
 namespace strata {
@@ -124,8 +124,8 @@ class ServiceRecoveryTest : public RecoveryTestBase {
 
 TEST_F(ServiceRecoveryTest, AWorkerThatDiesInTheAsynchronousPhaseRejoinsWhereItsCountStopped) {
   const auto t0 = Clock::now();
-  ASSERT_TRUE(recovery_->OnExit(Death("worker-1", ServiceRole::kWorker), view_, kAsynchronous, t0)
-                  .ok())
+  ASSERT_TRUE(
+      recovery_->OnExit(Death("worker-1", ServiceRole::kWorker), view_, kAsynchronous, t0).ok())
       << failure_.status();
   EXPECT_EQ(launcher_.restarted, std::vector<std::string>{"worker-1"});
   EXPECT_TRUE(recovery_->recovering("worker-1"));
@@ -193,8 +193,8 @@ TEST_F(ServiceRecoveryTest, TheEvaluatorIsNotRestarted) {
 
 TEST_F(ServiceRecoveryTest, AWorkerThatHadFinishedTrainingIsNotRestarted) {
   view_.workers[1].set_finished(true);
-  absl::Status s = recovery_->OnExit(Death("worker-1", ServiceRole::kWorker), view_,
-                                     kAsynchronous, Clock::now());
+  absl::Status s = recovery_->OnExit(Death("worker-1", ServiceRole::kWorker), view_, kAsynchronous,
+                                     Clock::now());
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("finished training"), std::string::npos) << s;
 }
@@ -229,8 +229,8 @@ TEST_F(ServiceRecoveryTest, NoRestartsAllowedMeansEveryDeathEndsTheRun) {
 
 TEST_F(ServiceRecoveryTest, ARestartThatFailsEndsTheRunWithBothReasons) {
   launcher_.refuse_restart = absl::UnavailableError("cannot bind 127.0.0.1:4242");
-  absl::Status s = recovery_->OnExit(Death("worker-1", ServiceRole::kWorker), view_,
-                                     kAsynchronous, Clock::now());
+  absl::Status s = recovery_->OnExit(Death("worker-1", ServiceRole::kWorker), view_, kAsynchronous,
+                                     Clock::now());
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("killed by signal 9"), std::string::npos) << s;
   EXPECT_NE(s.message().find("cannot bind 127.0.0.1:4242"), std::string::npos) << s;
@@ -252,9 +252,9 @@ TEST_F(ServiceRecoveryTest, ARestartedServerReportsTheVersionItResumedAtAndTheUp
   before.set_version(500);
   recovery_->ObserveServer(0, before);
   const auto t0 = Clock::now();
-  ASSERT_TRUE(recovery_
-                  ->OnExit(Death("ps-0", ServiceRole::kParameterServer), view_, kAsynchronous, t0)
-                  .ok());
+  ASSERT_TRUE(
+      recovery_->OnExit(Death("ps-0", ServiceRole::kParameterServer), view_, kAsynchronous, t0)
+          .ok());
   EXPECT_EQ(launcher_.restarted, std::vector<std::string>{"ps-0"});
   client_.server_statuses.resize(1);
   client_.server_statuses[0].set_version(420);
@@ -302,8 +302,8 @@ TEST_F(ServiceRecoveryTest, TheSupervisorKeepsARunWhoseWorkerDiedInTheAsynchrono
   e.epochs = 4;
   e.worker_address = "127.0.0.1:1";
   EvalScheduler eval(e, client_, *record_, console, phase);
-  StrategySpec strategy;
-  strategy.kind = "ps";
+  v1::ResolvedStrategy strategy;
+  strategy.set_kind(v1::STRATEGY_KIND_PS);
   SwitchPolicy policy(strategy, 4, record_.get());
   SupervisorOptions so;
   so.worker_addresses = {"127.0.0.1:1", "127.0.0.1:2"};
@@ -315,8 +315,8 @@ TEST_F(ServiceRecoveryTest, TheSupervisorKeepsARunWhoseWorkerDiedInTheAsynchrono
   // Every worker has finished by the time it is polled; worker-1's death came first, so the run
   // ends only once it has been restarted and started again.
   for (auto& s : client_.statuses) s.set_finished(true), s.set_step(400);
-  RunSupervisor supervisor(so, {client_, *record_, failure_, host, view, phase, eval, policy,
-                                nullptr, recovery_.get()});
+  RunSupervisor supervisor(
+      so, {client_, *record_, failure_, host, view, phase, eval, policy, nullptr, recovery_.get()});
   ASSERT_TRUE(supervisor.Run().ok()) << failure_.status();
   EXPECT_EQ(recovery_->restarts(), 1);
   ASSERT_EQ(client_.start_requests.size(), 1u);

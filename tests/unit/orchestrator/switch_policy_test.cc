@@ -21,11 +21,11 @@ ClusterView AllReduceAt(int64_t step) {
   return v;
 }
 
-StrategySpec AtFraction(double fraction) {
-  StrategySpec s;
-  s.kind = "switch";
-  s.rule = "at_fraction";
-  s.at_fraction = fraction;
+v1::ResolvedStrategy AtFraction(double fraction) {
+  v1::ResolvedStrategy s;
+  s.set_kind(v1::STRATEGY_KIND_SWITCH);
+  s.set_rule(v1::SWITCH_RULE_AT_FRACTION);
+  s.set_at_fraction(fraction);
   return s;
 }
 
@@ -42,11 +42,11 @@ TEST(SwitchPolicy, AtFractionFiresALeadBeforeTheEpochBoundaryAndAimsAtIt) {
 }
 
 TEST(SwitchPolicy, EmpiricalFiresOnAPlateauOfAllReduceLossesOnly) {
-  StrategySpec s;
-  s.kind = "switch";
-  s.rule = "empirical";
-  s.window = 2;
-  s.threshold_percent = 1.0;
+  v1::ResolvedStrategy s;
+  s.set_kind(v1::STRATEGY_KIND_SWITCH);
+  s.set_rule(v1::SWITCH_RULE_EMPIRICAL);
+  s.set_window(2);
+  s.set_threshold_percent(1.0);
   SwitchPolicy policy(s, 10, nullptr);
   EXPECT_FALSE(policy.OnEvaluation(1, "allreduce", 1.0, true).has_value());
   EXPECT_FALSE(policy.OnEvaluation(2, "allreduce", 0.5, true).has_value());
@@ -65,8 +65,8 @@ TEST(SwitchPolicy, EmpiricalFiresOnAPlateauOfAllReduceLossesOnly) {
 }
 
 TEST(SwitchPolicy, OtherStrategiesNeverTrigger) {
-  StrategySpec s;
-  s.kind = "allreduce";
+  v1::ResolvedStrategy s;
+  s.set_kind(v1::STRATEGY_KIND_ALLREDUCE);
   SwitchPolicy policy(s, 10, nullptr);
   EXPECT_FALSE(policy.Observe(AllReduceAt(900)).has_value());
   EXPECT_FALSE(policy.OnEvaluation(1, "allreduce", 1.0, true).has_value());

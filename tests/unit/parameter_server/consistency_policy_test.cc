@@ -48,7 +48,7 @@ Checkpoint CheckpointOf(const std::vector<float>& flat, int64_t version) {
   return c;
 }
 
-PartitionConfig Config(ConsistencyMode mode, int workers) {
+PartitionConfig Config(v1::Consistency mode, int workers) {
   PartitionConfig c;
   c.workers = workers;
   c.consistency = mode;
@@ -123,23 +123,22 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
 // ---------------------------------------------------------------------------------------------
 // The policies alone.
 
-TEST(ConsistencyNamesTest, EveryModeHasOneNameThatParsesBack) {
-  for (const std::string& name : ConsistencyNames()) {
-    auto mode = ConsistencyFromName(name);
-    ASSERT_TRUE(mode.ok()) << name;
-    EXPECT_EQ(ConsistencyName(*mode), name);
+TEST(ConsistencyNamesTest, EveryModeHasOneNameThatParsesBackAndAPolicy) {
+  for (const std::string name : {"asp", "bsp", "ssp", "pdp", "apdp"}) {
+    std::optional<v1::Consistency> mode = EnumFromSpelling<v1::Consistency>(name);
+    ASSERT_TRUE(mode.has_value()) << name;
+    EXPECT_EQ(Spelled(*mode), name);
+    EXPECT_NE(MakeConsistencyPolicy(*mode, {3, 1, 0.2, 0.5}), nullptr) << name;
   }
-  auto bad = ConsistencyFromName("tap");
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("not one of asp, bsp, ssp, pdp, apdp"), std::string::npos)
-      << bad.status().message();
+  EXPECT_FALSE(EnumFromSpelling<v1::Consistency>("tap").has_value());
+  EXPECT_EQ(MakeConsistencyPolicy(v1::CONSISTENCY_UNSPECIFIED, {3, 1, 0.2, 0.5}), nullptr);
 }
 
 TEST(AspPolicyTest, AppliesEveryPushAndNeverHoldsAReader) {
-  auto asp = MakeConsistencyPolicy(ConsistencyMode::kAsp, {3, 1, 0.2, 0.5});
+  auto asp = MakeConsistencyPolicy(v1::CONSISTENCY_ASP, {3, 1, 0.2, 0.5});
   const std::vector<int64_t> clocks = {9, 0, 4};
   const PartitionProgress progress{7, clocks};
-  EXPECT_EQ(asp->mode(), ConsistencyMode::kAsp);
+  EXPECT_EQ(asp->mode(), v1::CONSISTENCY_ASP);
   EXPECT_EQ(asp->DecidePush({1, 7, 0, 4, 0}, progress).action, PushAction::kApply);
   EXPECT_EQ(asp->DecidePush({0, 2, 0, 4, 0.3}, progress).action, PushAction::kApply);
   for (int w = 0; w < 3; ++w) EXPECT_TRUE(asp->MayRead(w, progress)) << w;
@@ -151,7 +150,7 @@ TEST(AspPolicyTest, AppliesEveryPushAndNeverHoldsAReader) {
 }
 
 TEST(SspPolicyTest, HoldsOnlyAReaderMoreThanStalenessClocksAheadOfTheSlowest) {
-  auto ssp = MakeConsistencyPolicy(ConsistencyMode::kSsp, {3, /*staleness=*/1, 0.2, 0.5});
+  auto ssp = MakeConsistencyPolicy(v1::CONSISTENCY_SSP, {3, /*staleness=*/1, 0.2, 0.5});
   const std::vector<int64_t> clocks = {3, 1, 2};
   const PartitionProgress progress{6, clocks};
   EXPECT_EQ(ssp->DecidePush({0, 6, 0, 4, 0}, progress).action, PushAction::kApply);
@@ -163,14 +162,14 @@ TEST(SspPolicyTest, HoldsOnlyAReaderMoreThanStalenessClocksAheadOfTheSlowest) {
             "staleness bound 1)");
   EXPECT_DOUBLE_EQ(ssp->BaseLearningRate(), 0.2 * 0.5);
 
-  auto ssp0 = MakeConsistencyPolicy(ConsistencyMode::kSsp, {2, /*staleness=*/0, 0.2, 0.5});
+  auto ssp0 = MakeConsistencyPolicy(v1::CONSISTENCY_SSP, {2, /*staleness=*/0, 0.2, 0.5});
   const std::vector<int64_t> even = {4, 4}, uneven = {5, 4};
   EXPECT_TRUE(ssp0->MayRead(0, {8, even}));
   EXPECT_FALSE(ssp0->MayRead(0, {9, uneven}));  // staleness 0 is lock-step
 }
 
 TEST(BspPolicyTest, GathersOneRoundAndAveragesIt) {
-  auto bsp = MakeConsistencyPolicy(ConsistencyMode::kBsp, {2, 1, 0.2, 0.5});
+  auto bsp = MakeConsistencyPolicy(v1::CONSISTENCY_BSP, {2, 1, 0.2, 0.5});
   bsp->Reset(3);
   std::vector<int64_t> clocks = {0, 0};
   const PartitionProgress at7{7, clocks};
@@ -213,7 +212,7 @@ TEST(BspPolicyTest, GathersOneRoundAndAveragesIt) {
 }
 
 TEST(BspPolicyTest, ResetDropsAHalfGatheredRound) {
-  auto bsp = MakeConsistencyPolicy(ConsistencyMode::kBsp, {2, 1, 0.2, 1});
+  auto bsp = MakeConsistencyPolicy(v1::CONSISTENCY_BSP, {2, 1, 0.2, 1});
   bsp->Reset(1);
   const std::vector<int64_t> clocks = {1, 0};
   const float g[1] = {1};
@@ -227,7 +226,7 @@ TEST(BspPolicyTest, ResetDropsAHalfGatheredRound) {
 // A hand-made policy in a bare store: the store counts and applies only what the policy lets in.
 class RefuseOddWorkers : public ConsistencyPolicy {
  public:
-  ConsistencyMode mode() const override { return ConsistencyMode::kAsp; }
+  v1::Consistency mode() const override { return v1::CONSISTENCY_ASP; }
   PushDecision DecidePush(const PushMeta& push, const PartitionProgress&) const override {
     if (push.worker % 2 == 1) return {PushAction::kRefuse, "odd workers may not push"};
     return {PushAction::kApply, {}};
@@ -237,7 +236,7 @@ class RefuseOddWorkers : public ConsistencyPolicy {
 };
 
 TEST(PartitionStoreTest, FollowsAHandMadePolicy) {
-  PartitionStore store(Config(ConsistencyMode::kAsp, 2), std::make_unique<RefuseOddWorkers>());
+  PartitionStore store(Config(v1::CONSISTENCY_ASP, 2), std::make_unique<RefuseOddWorkers>());
   ASSERT_TRUE(store.Load(CheckpointOf(InitialModel(), 0), "test").ok());
   auto staging = store.NewStaging();
   ASSERT_TRUE(staging.ok());
@@ -261,7 +260,7 @@ TEST(PartitionStoreTest, FollowsAHandMadePolicy) {
 // ASP and BSP against single-node SGD.
 
 TEST(AspPartitionTest, OneWorkerEqualsSingleNodeSgdStepForStep) {
-  ParameterPartition partition(Config(ConsistencyMode::kAsp, 1));
+  ParameterPartition partition(Config(v1::CONSISTENCY_ASP, 1));
   ASSERT_TRUE(partition.Load(CheckpointOf(InitialModel(), 0), "test").ok());
   std::vector<float> model = InitialModel(), velocity(kParameterFloats, 0.0f);
   int64_t version = 0;
@@ -283,7 +282,7 @@ TEST(AspPartitionTest, OneWorkerEqualsSingleNodeSgdStepForStep) {
 
 TEST(BspPartitionTest, NWorkersEqualOneUpdateWithTheAverageGradient) {
   constexpr int kWorkers = 3;
-  PartitionConfig config = Config(ConsistencyMode::kBsp, kWorkers);
+  PartitionConfig config = Config(v1::CONSISTENCY_BSP, kWorkers);
   config.lr_scale = 1.0 / kWorkers;  // ignored by BSP: the round is one global-batch update
   ParameterPartition partition(config);
   ASSERT_TRUE(partition.Load(CheckpointOf(InitialModel(), 0), "test").ok());
@@ -317,8 +316,8 @@ TEST(BspPartitionTest, NWorkersEqualOneUpdateWithTheAverageGradient) {
 // for step; with unequal points it is the points-weighted average.
 TEST(PointWeightedRoundTest, WithEqualPointsEveryRoundIsTheBspStepOnTheGlobalBatch) {
   constexpr int kWorkers = 3;
-  for (ConsistencyMode mode : {ConsistencyMode::kPdp, ConsistencyMode::kApdp}) {
-    ParameterPartition bsp(Config(ConsistencyMode::kBsp, kWorkers));
+  for (v1::Consistency mode : {v1::CONSISTENCY_PDP, v1::CONSISTENCY_APDP}) {
+    ParameterPartition bsp(Config(v1::CONSISTENCY_BSP, kWorkers));
     ParameterPartition pdp(Config(mode, kWorkers));
     ASSERT_TRUE(bsp.Load(CheckpointOf(InitialModel(), 0), "test").ok());
     ASSERT_TRUE(pdp.Load(CheckpointOf(InitialModel(), 0), "test").ok());
@@ -344,7 +343,7 @@ TEST(PointWeightedRoundTest, WithEqualPointsEveryRoundIsTheBspStepOnTheGlobalBat
 }
 
 TEST(PointWeightedRoundTest, AWorkerWeighsByThePointsItProcessed) {
-  ParameterPartition pdp(Config(ConsistencyMode::kPdp, 2));
+  ParameterPartition pdp(Config(v1::CONSISTENCY_PDP, 2));
   ASSERT_TRUE(pdp.Load(CheckpointOf(InitialModel(), 0), "test").ok());
   std::vector<float> model = InitialModel(), velocity(kParameterFloats, 0.0f);
   const std::vector<float> fast = GradientAt(model, 0, 0), straggler = GradientAt(model, 1, 0);
@@ -360,7 +359,7 @@ TEST(PointWeightedRoundTest, AWorkerWeighsByThePointsItProcessed) {
 }
 
 TEST(PointWeightedRoundTest, AnUpdateWithoutPointsWeighsNothingAndAWaitingPullNamesWhoIsMissing) {
-  ParameterPartition pdp(Config(ConsistencyMode::kApdp, 3));
+  ParameterPartition pdp(Config(v1::CONSISTENCY_APDP, 3));
   ASSERT_TRUE(pdp.Load(CheckpointOf(InitialModel(), 0), "test").ok());
   const std::vector<float> g = GradientAt(InitialModel(), 0, 0);
   auto negative = PushFlat(pdp, 0, 0, g, Patient(), 0, -1);
@@ -393,7 +392,7 @@ TEST(PointWeightedRoundTest, AnUpdateWithoutPointsWeighsNothingAndAWaitingPullNa
 
 TEST(SspPartitionTest, ConcurrentWorkersNeverSeeAClockGapAboveTheBound) {
   constexpr int kWorkers = 4, kSteps = 40, kStaleness = 1;
-  PartitionConfig config = Config(ConsistencyMode::kSsp, kWorkers);
+  PartitionConfig config = Config(v1::CONSISTENCY_SSP, kWorkers);
   config.staleness = kStaleness;
   config.momentum = 0;
   config.weight_decay = 0;
@@ -437,7 +436,7 @@ TEST(SspPartitionTest, ConcurrentWorkersNeverSeeAClockGapAboveTheBound) {
 
 TEST(SspPartitionTest, APullBeyondTheBoundWaitsUntilTheSlowestWorkerPushes) {
   constexpr int kStaleness = 2;
-  PartitionConfig config = Config(ConsistencyMode::kSsp, 2);
+  PartitionConfig config = Config(v1::CONSISTENCY_SSP, 2);
   config.staleness = kStaleness;
   ParameterPartition partition(config);
   ASSERT_TRUE(partition.Load(CheckpointOf(InitialModel(), 0), "test").ok());
@@ -493,7 +492,7 @@ TEST(SspPartitionTest, APullBeyondTheBoundWaitsUntilTheSlowestWorkerPushes) {
 // The job's sample budget: once the servers have applied it, the model is final.
 
 TEST(SampleBudgetTest, PushesAfterTheBudgetAreDiscardedAndTheModelStaysFinal) {
-  PartitionConfig config = Config(ConsistencyMode::kAsp, 2);
+  PartitionConfig config = Config(v1::CONSISTENCY_ASP, 2);
   config.sample_budget = 12;  // three pushes of 4 samples
   ParameterPartition partition(config);
   ASSERT_TRUE(partition.Load(CheckpointOf(InitialModel(), 0), "test").ok());
@@ -528,7 +527,7 @@ TEST(SampleBudgetTest, APullTheStalenessBoundWouldHoldReturnsOnceTheBudgetIsSpen
   // Worker 1 spends the budget alone while worker 0 never pushes: without a budget its pull at
   // clock 3 waits for worker 0 (see the SSP test above); with it, the job is over and nothing
   // should wait for a worker that has no more work to do.
-  PartitionConfig config = Config(ConsistencyMode::kSsp, 2);
+  PartitionConfig config = Config(v1::CONSISTENCY_SSP, 2);
   config.staleness = 2;
   config.sample_budget = 12;
   ParameterPartition partition(config);
@@ -549,7 +548,7 @@ TEST(SampleBudgetTest, APullTheStalenessBoundWouldHoldReturnsOnceTheBudgetIsSpen
 }
 
 TEST(SampleBudgetTest, NoBudgetMeansNoLimit) {
-  ParameterPartition partition(Config(ConsistencyMode::kAsp, 1));
+  ParameterPartition partition(Config(v1::CONSISTENCY_ASP, 1));
   ASSERT_TRUE(partition.Load(CheckpointOf(InitialModel(), 0), "test").ok());
   const std::vector<float> g(kTotalFloats, 0.01f);
   int64_t version = 0;

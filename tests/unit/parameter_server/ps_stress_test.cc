@@ -25,7 +25,7 @@ constexpr int kSteps = 50;
 constexpr float kStart = 1.0f;
 
 struct Mode {
-  ConsistencyMode mode;
+  v1::Consistency mode;
   const char* name;
 };
 
@@ -156,9 +156,9 @@ void PsStressTest::RunWorkersWithObservers(const std::function<int64_t(int w)>& 
   const v1::ServerStatus s = GetStatus(*stub);
   EXPECT_EQ(s.pushes(), kWorkers * kSteps);
   EXPECT_EQ(s.samples(), kWorkers * kSteps * 2);
-  const int64_t updates = GetParam().mode == ConsistencyMode::kBsp ? kSteps : kWorkers * kSteps;
+  const int64_t updates = GetParam().mode == v1::CONSISTENCY_BSP ? kSteps : kWorkers * kSteps;
   EXPECT_EQ(s.version(), updates);
-  if (GetParam().mode == ConsistencyMode::kSsp) {
+  if (GetParam().mode == v1::CONSISTENCY_SSP) {
     for (int w = 0; w < kWorkers; ++w) EXPECT_LE(max_clock_gap[w], 1) << "worker " << w;
   }
   // Each update subtracts lr * gradient (1.0) from every element.
@@ -251,9 +251,9 @@ TEST_P(PsStressTest, ManyWorkersPushAndPullConcurrentlyOverTheTcpDataPlane) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PsStressTest,
-                         ::testing::Values(Mode{ConsistencyMode::kAsp, "asp"},
-                                           Mode{ConsistencyMode::kBsp, "bsp"},
-                                           Mode{ConsistencyMode::kSsp, "ssp"}),
+                         ::testing::Values(Mode{v1::CONSISTENCY_ASP, "asp"},
+                                           Mode{v1::CONSISTENCY_BSP, "bsp"},
+                                           Mode{v1::CONSISTENCY_SSP, "ssp"}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

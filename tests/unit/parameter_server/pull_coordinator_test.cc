@@ -109,7 +109,7 @@ TEST(ProbeGainTest, AFallingLossIsAPositiveGainRelativeToItsLevel) {
 
 PullCoordinatorOptions Fixed(int workers, int64_t k_star) {
   PullCoordinatorOptions o;
-  o.mode = ConsistencyMode::kApdp;
+  o.mode = v1::CONSISTENCY_APDP;
   o.workers = workers;
   o.fixed_k_star = k_star;
   o.round_deadline = std::chrono::seconds(60);
@@ -254,7 +254,7 @@ TEST(PullCoordinatorTest, RefusesOptionsItCannotRunWith) {
   o = Fixed(2, 0);  // search, with no valid search options
   EXPECT_EQ(PullCoordinator::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
   o = Fixed(2, 10);
-  o.mode = ConsistencyMode::kBsp;
+  o.mode = v1::CONSISTENCY_BSP;
   EXPECT_EQ(PullCoordinator::Create(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -12,6 +12,8 @@
 
 #include "orchestrator/lib/shard_stats.h"
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
+#include "services/common/config/job_keys.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/wire/shard_index.h"
 #include "sharder/clustering.h"
@@ -26,7 +28,7 @@ using ::testing::HasSubstr;
 
 Dataset Synthetic(size_t n, int classes = 4, int subclusters = 3, int dim = 16, uint64_t seed = 7) {
   DatasetOptions o;
-  o.name = "synthetic";
+  o.name = v1::DATASET_SYNTHETIC;
   o.synthetic_train = n;
   o.synthetic_test = 10;
   o.synthetic_classes = classes;
@@ -44,7 +46,7 @@ ShardPlan Plan(const Dataset& d, ShardPlanOptions o) {
 
 ShardPlanOptions Options(const std::string& method, int workers, uint64_t seed = 1) {
   ShardPlanOptions o;
-  o.method = method;
+  o.method = *EnumFromSpelling<v1::ShardMethod>(method);
   o.workers = workers;
   o.seed = seed;
   o.clusters = 12;
@@ -198,10 +200,12 @@ TEST(DistributionAware, DenseNeighbourhoodsAreDealtClassByClass) {
       std::vector<int64_t> per_shard;
       for (const auto& shard : plan.shards) {
         int64_t n = 0;
-        for (int64_t e : shard) n += (plan.cluster_of[e] == c && d.train.labels[e] == label) ? 1 : 0;
+        for (int64_t e : shard)
+          n += (plan.cluster_of[e] == c && d.train.labels[e] == label) ? 1 : 0;
         per_shard.push_back(n);
       }
-      ExpectWithinOne(per_shard, "neighbourhood " + std::to_string(c) + " class " + std::to_string(label));
+      ExpectWithinOne(per_shard,
+                      "neighbourhood " + std::to_string(c) + " class " + std::to_string(label));
     }
   }
 }
@@ -299,8 +303,9 @@ INSTANTIATE_TEST_SUITE_P(
                   "clusters (101) is more than the examples"},
         BadOption{"PcaAboveDimension", With([](auto& o) { o.pca_components = 17; }),
                   "pca_components (17) is above the data dimension (16"},
-        BadOption{"UnknownMethod", With([](auto& o) { o.method = "kmeans"; }),
-                  "unknown sharding method 'kmeans'"}),
+        BadOption{"UnknownMethod",
+                  With([](auto& o) { o.method = static_cast<v1::ShardMethod>(99); }),
+                  "unknown sharding method 99"}),
     [](const auto& info) { return info.param.name; });
 
 class PlanDirectoryTest : public ::testing::Test {
@@ -316,7 +321,7 @@ class PlanDirectoryTest : public ::testing::Test {
 
   PlanProvenance Provenance() {
     PlanProvenance p;
-    p.dataset.name = "synthetic";
+    p.dataset.name = v1::DATASET_SYNTHETIC;
     p.fingerprint = "crc32:00000000";
     return p;
   }
@@ -324,7 +329,8 @@ class PlanDirectoryTest : public ::testing::Test {
   // Only `keep` may be in root_: no staging directory may be left behind.
   void ExpectOnly(const std::set<std::string>& keep) {
     std::set<std::string> names;
-    for (const auto& entry : fs::directory_iterator(root_)) names.insert(entry.path().filename().string());
+    for (const auto& entry : fs::directory_iterator(root_))
+      names.insert(entry.path().filename().string());
     EXPECT_EQ(names, keep);
   }
 
@@ -339,7 +345,7 @@ TEST_F(PlanDirectoryTest, ManifestAndIndexFilesDescribeThePlan) {
   const fs::path out = root_ / "shards";
   ASSERT_TRUE(WriteShardPlan(out.string(), plan, Provenance()).ok());
   for (int w = 0; w < 30; ++w) {
-    auto index = ReadShardIndexFile((out / ShardFileName(w)).string());
+    auto index = ReadShardIndexFile((out / ShardIndexName(w)).string());
     ASSERT_TRUE(index.ok()) << index.status();
     EXPECT_EQ(index->indices, plan.shards[w]);
     EXPECT_EQ(index->examples, 600u);

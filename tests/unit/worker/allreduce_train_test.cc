@@ -1,6 +1,7 @@
 // Training with the all-reduce synchroniser, N ranks as threads of one process (each with its own
 // gRPC server and Trainer), on a small Fashion-MNIST subset. Every test runs both ways of
 // reducing: one operation after backward, and buckets reduced while backward runs.
+#include "services/common/config/job_keys.h"
 #include "services/worker/allreduce_sync.h"
 #include "tests/support/fashion_mnist.h"
 
@@ -123,7 +124,7 @@ TEST(AllReduceTraining, MlpWithNWorkersReproducesSingleNodeBatch) {
   auto data = FashionMnist(1024);
   ASSERT_NE(data, nullptr);
   TrainerOptions options;
-  options.arch = "mlp";
+  options.arch = v1::MODEL_ARCH_MLP;
   options.batch_size = 96;
   options.lr = 0.05;
   options.momentum = 0.9;
@@ -213,7 +214,7 @@ TEST(AllReduceTraining, ResNetReplicasAreBitIdenticalAfterEveryStep) {
   auto data = FashionMnist(96);
   ASSERT_NE(data, nullptr);
   TrainerOptions options;
-  options.arch = "resnet20";
+  options.arch = v1::MODEL_ARCH_RESNET20;
   options.batch_size = 8;
   options.lr = 0.05;
   options.momentum = 0.9;
@@ -246,7 +247,7 @@ TEST(AllReduceTraining, TheSwitchVoteIsYesOnEveryRankOnlyWhenEveryRankVotesYes) 
     for (const std::string arch : {"mlp", "resnet20"}) {
       SCOPED_TRACE(absl::StrCat(arch, ", buckets of ", bucket_bytes, " bytes"));
       TrainerOptions options;
-      options.arch = arch;
+      options.arch = *EnumFromSpelling<v1::ModelArch>(arch);
       options.batch_size = 8;
       options.augment = false;
       const int n = 3;
@@ -287,7 +288,7 @@ TEST(AllReduceTraining, BucketsGiveExactlyTheModelOfOneOperationWithTwoRanks) {
   auto data = FashionMnist(96);
   ASSERT_NE(data, nullptr);
   TrainerOptions options;
-  options.arch = "resnet20";
+  options.arch = v1::MODEL_ARCH_RESNET20;
   options.batch_size = 8;
   options.lr = 0.05;
   options.momentum = 0.9;
@@ -312,7 +313,7 @@ TEST(AllReduceTraining, ABucketWaitingForADeadPeerFailsInTimeNamingIt) {
   auto data = FashionMnist(96);
   ASSERT_NE(data, nullptr);
   TrainerOptions options;
-  options.arch = "mlp";
+  options.arch = v1::MODEL_ARCH_MLP;
   options.batch_size = 8;
   options.augment = false;
   std::vector<Replica> replicas =

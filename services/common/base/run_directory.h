@@ -1,0 +1,96 @@
+// The run directory (docs/user-guide.md, "The run directory"): every file a run writes, named here
+// and nowhere else. The services name files relative to the run directory (they are handed it as
+// --run-dir, or see it mounted elsewhere in a container); the orchestrator holds the absolute
+// paths (RunPaths). A shard plan directory written outside a run (`strata shard --out DIR`) has
+// the same two names as a run's shards/ (kShardManifestName, ShardIndexName).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+// The sharder's plan: a manifest and one index per worker, in the plan directory.
+inline constexpr char kShardManifestName[] = "manifest.json";
+// `rank` may be a shell expansion in a container's script ("${JOB_COMPLETION_INDEX}").
+inline std::string ShardIndexName(const std::string& rank) { return "shard-" + rank + ".idx"; }
+inline std::string ShardIndexName(int rank) { return ShardIndexName(std::to_string(rank)); }
+
+// Relative to the run directory.
+namespace run_files {
+inline constexpr char kJobYaml[] = "job.yaml";
+inline constexpr char kJobResolved[] = "job.resolved.txtpb";
+inline constexpr char kShards[] = "shards";
+inline constexpr char kShardManifest[] = "shards/manifest.json";
+inline constexpr char kCheckpoints[] = "checkpoints";
+// Where rank 0 of a ring saves the all-reduce model for `strata resume`.
+inline constexpr char kRingCheckpoint[] = "checkpoints/ring.ckpt";
+// The servers' first model in a job that starts on the parameter servers.
+inline constexpr char kInitCheckpoint[] = "checkpoints/init.ckpt";
+// Where partition 0's server records the rounds of a pdp or apdp job (one JSON line each).
+inline constexpr char kPdpRounds[] = "pdp-rounds.jsonl";
+inline std::string ShardIndex(const std::string& rank) {
+  return std::string(kShards) + "/" + ShardIndexName(rank);
+}
+inline std::string ShardIndex(int rank) { return ShardIndex(std::to_string(rank)); }
+// The model handed over at a switch, saved by worker 0 at the switch step.
+inline std::string SwitchCheckpoint(int64_t step) {
+  return std::string(kCheckpoints) + "/switch-step" + std::to_string(step) + ".ckpt";
+}
+// Partition `p`'s periodic save, which a restarted server and a resumed run start from.
+inline std::string ServerCheckpoint(int partition) {
+  return std::string(kCheckpoints) + "/ps-" + std::to_string(partition) + ".ckpt";
+}
+}  // namespace run_files
+
+// The absolute paths of one run's files.
+struct RunPaths {
+  explicit RunPaths(std::string dir)
+      : root(std::move(dir)),
+        job_yaml(At(run_files::kJobYaml)),
+        job_resolved(At(run_files::kJobResolved)),
+        shards(At(run_files::kShards)),
+        checkpoints(At(run_files::kCheckpoints)),
+        logs(At("logs")),
+        ports(At("ports")),
+        metrics(At("metrics.jsonl")),
+        events(At("events.jsonl")),
+        summary(At("summary.json")),
+        report(At("report.html")),
+        status(At("status.json")),
+        switch_request(At("switch.request")),
+        pdp_rounds(At(run_files::kPdpRounds)),
+        tls(At("tls")) {}
+
+  // `relative` (one of run_files) under this run's directory.
+  std::string At(const std::string& relative) const { return root + "/" + relative; }
+  std::string ShardIndex(int rank) const { return At(run_files::ShardIndex(rank)); }
+  std::string ShardManifest() const { return At(run_files::kShardManifest); }
+  std::string SwitchCheckpoint(int64_t step) const { return At(run_files::SwitchCheckpoint(step)); }
+  std::string ServerCheckpoint(int partition) const {
+    return At(run_files::ServerCheckpoint(partition));
+  }
+  std::string RingCheckpoint() const { return At(run_files::kRingCheckpoint); }
+  std::string InitCheckpoint() const { return At(run_files::kInitCheckpoint); }
+
+  std::string root;
+  std::string job_yaml;  // the job as YAML, every key written out
+  // The resolved job every service reads (services/common/config/resolved_job.h).
+  std::string job_resolved;
+  std::string shards;          // manifest.json + shard-<rank>.idx
+  std::string checkpoints;     // switch-step<S>.ckpt, init.ckpt, ps-<p>.ckpt, ring.ckpt
+  std::string logs;            // one log per service
+  std::string ports;           // port files of the services
+  std::string metrics;         // one line per evaluation
+  std::string events;          // launches, switch, failures
+  std::string summary;         // written when the run ends
+  std::string report;          // charts
+  std::string status;          // live state, rewritten about once a second while running
+  std::string switch_request;  // `strata switch` drops it; the running orchestrator acts on it
+  std::string pdp_rounds;      // pdp and apdp: partition 0's server records each round
+  // security.tls without tls_dir: the run's own CA certificate and the services' certificates and
+  // keys (mode 0700), removed when the run ends
+  std::string tls;
+};
+
+}  // namespace strata
