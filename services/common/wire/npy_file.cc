@@ -487,7 +487,7 @@ void NpyArray::DropPages(int64_t first_row, int64_t rows) const {
   }
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const size_t begin = static_cast<size_t>(data_offset_ + first_row * row_bytes());
-  size_t end = begin + static_cast<size_t>(rows * row_bytes());
+  const size_t end = begin + static_cast<size_t>(rows * row_bytes());
   const size_t first_page = (begin + page - 1) / page * page;
   // The mapping's last page holds nothing after the file's end: it may go whole.
   const size_t last_page = end == map_bytes_ ? (end + page - 1) / page * page : end / page * page;
@@ -496,14 +496,123 @@ void NpyArray::DropPages(int64_t first_row, int64_t rows) const {
   }
 }
 
+namespace {
+
+// Everything up to the data: magic, version, header length, the dict and what it declares.
+absl::Status ParseHeaderInto(absl::string_view bytes, const NpyLimits& limits, NpyHeader* out) {
+  if (bytes.empty()) return absl::InvalidArgumentError("empty file (0 bytes), not a .npy file");
+  const size_t magic_bytes = std::min(bytes.size(), sizeof kMagic);
+  if (std::memcmp(bytes.data(), kMagic, magic_bytes) != 0) {
+    const bool zip = bytes.substr(0, 4) == absl::string_view("PK\x03\x04", 4);
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not a .npy file: it starts with ", Quoted(bytes, 8), ", not \"\\x93NUMPY\"",
+        zip ? " (a zip archive, as np.savez writes: save each array with np.save)" : ""));
+  }
+  if (bytes.size() < 10) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "only ", bytes.size(), " bytes, too short for a .npy file (its fixed header is 10)"));
+  }
+  const int major = static_cast<uint8_t>(bytes[6]);
+  const int minor = static_cast<uint8_t>(bytes[7]);
+  if (minor != 0 || major < 1 || major > 3) {
+    return absl::InvalidArgumentError(absl::StrCat("format version ", major, ".", minor,
+                                                   " is not supported (1.0, 2.0 and 3.0 are)"));
+  }
+  size_t header_at = 10;
+  uint64_t header_bytes = 0;
+  if (major == 1) {
+    uint16_t n;
+    std::memcpy(&n, bytes.data() + 8, 2);
+    header_bytes = n;
+  } else {
+    if (bytes.size() < 12) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("only ", bytes.size(), " bytes, too short for a .npy file of version ",
+                       major, ".0 (its fixed header is 12)"));
+    }
+    uint32_t n;
+    std::memcpy(&n, bytes.data() + 8, 4);
+    header_bytes = n;
+    header_at = 12;
+  }
+  if (header_bytes > limits.max_header_bytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the header is ", header_bytes, " bytes long, above the limit of ",
+                     limits.max_header_bytes, " (np.save writes under 200)"));
+  }
+  if (header_bytes > bytes.size() - header_at) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the header is ", header_bytes, " bytes long, but the file ends ",
+                     bytes.size() - header_at, " bytes after its start (truncated?)"));
+  }
+  const absl::string_view text = bytes.substr(header_at, header_bytes);
+  Header header;
+  NPY_RETURN_IF_ERROR(HeaderParser(text, major, std::max(limits.max_dims, 0)).Parse(&header));
+
+  auto dtype = DTypeFromDescr(header.descr);
+  if (!dtype.ok()) return dtype.status();
+  if (header.fortran_order) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the array is in Fortran order (shape ", PyShape(header.shape),
+                     "); save with np.save(path, np.ascontiguousarray(a))"));
+  }
+  if (header.shape.empty()) {
+    return absl::InvalidArgumentError(
+        "the array is 0-d (a single value, shape ()); the data need at least one dimension, "
+        "whose index is the example");
+  }
+  const std::string declared =
+      absl::StrCat("the header declares shape ", PyShape(header.shape), " ", NpyDTypeName(*dtype));
+  auto data_bytes = ShapeBytes(header.shape, NpyItemSize(*dtype));
+  if (!data_bytes.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(declared, ": ", data_bytes.status().message(), " (a corrupt header)"));
+  }
+  const uint64_t want = static_cast<uint64_t>(*data_bytes);
+  if (want > limits.max_data_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(declared, " = ", want,
+                                                     " bytes of data, above the limit of ",
+                                                     limits.max_data_bytes, " bytes"));
+  }
+  out->dtype = *dtype;
+  out->shape = std::move(header.shape);
+  out->data_offset = static_cast<int64_t>(header_at + header_bytes);
+  out->data_bytes = *data_bytes;
+  return absl::OkStatus();
+}
+
+std::string Declared(const NpyHeader& header) {
+  return absl::StrCat("the header declares shape ", PyShape(header.shape), " ",
+                      NpyDTypeName(header.dtype), " = ", header.data_bytes, " bytes of data");
+}
+
+}  // namespace
+
+absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes, const std::string& origin,
+                                         const NpyLimits& limits) {
+  NpyHeader header;
+  absl::Status status = ParseHeaderInto(bytes, limits, &header);
+  if (!status.ok()) return WithOrigin(status, origin);
+  return header;
+}
+
 // Builds arrays for OpenNpy and ParseNpy, the only two ways to get one.
 struct NpyArrayBuilder {
   static absl::StatusOr<NpyArray> Parse(absl::string_view bytes, const std::string& origin,
                                         const NpyLimits& limits) {
-    NpyArray array;
-    absl::Status status = Fill(bytes, limits, &array);
+    NpyHeader header;
+    absl::Status status = ParseHeaderInto(bytes, limits, &header);
+    if (status.ok()) status = CheckDataSize(header, bytes.size());
     if (!status.ok()) return WithOrigin(status, origin);
+    NpyArray array;
     array.origin_ = origin;
+    array.dtype_ = header.dtype;
+    array.shape_ = std::move(header.shape);
+    int64_t row_elements = 1;
+    for (size_t i = 1; i < array.shape_.size(); ++i) row_elements *= array.shape_[i];
+    array.row_elements_ = row_elements;
+    array.data_offset_ = header.data_offset;
+    array.data_ = reinterpret_cast<const uint8_t*>(bytes.data()) + header.data_offset;
     return array;
   }
 
@@ -513,101 +622,20 @@ struct NpyArrayBuilder {
   }
 
  private:
-  static absl::Status Fill(absl::string_view bytes, const NpyLimits& limits, NpyArray* array) {
-    if (bytes.empty()) return absl::InvalidArgumentError("empty file (0 bytes), not a .npy file");
-    const size_t magic_bytes = std::min(bytes.size(), sizeof kMagic);
-    if (std::memcmp(bytes.data(), kMagic, magic_bytes) != 0) {
-      const bool zip = bytes.substr(0, 4) == absl::string_view("PK\x03\x04", 4);
-      return absl::InvalidArgumentError(absl::StrCat(
-          "not a .npy file: it starts with ", Quoted(bytes, 8), ", not \"\\x93NUMPY\"",
-          zip ? " (a zip archive, as np.savez writes: save each array with np.save)" : ""));
-    }
-    if (bytes.size() < 10) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "only ", bytes.size(), " bytes, too short for a .npy file (its fixed header is 10)"));
-    }
-    const int major = static_cast<uint8_t>(bytes[6]);
-    const int minor = static_cast<uint8_t>(bytes[7]);
-    if (minor != 0 || major < 1 || major > 3) {
-      return absl::InvalidArgumentError(absl::StrCat("format version ", major, ".", minor,
-                                                     " is not supported (1.0, 2.0 and 3.0 are)"));
-    }
-    size_t header_at = 10;
-    uint64_t header_bytes = 0;
-    if (major == 1) {
-      uint16_t n;
-      std::memcpy(&n, bytes.data() + 8, 2);
-      header_bytes = n;
-    } else {
-      if (bytes.size() < 12) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("only ", bytes.size(), " bytes, too short for a .npy file of version ",
-                         major, ".0 (its fixed header is 12)"));
-      }
-      uint32_t n;
-      std::memcpy(&n, bytes.data() + 8, 4);
-      header_bytes = n;
-      header_at = 12;
-    }
-    if (header_bytes > limits.max_header_bytes) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the header is ", header_bytes, " bytes long, above the limit of ",
-                       limits.max_header_bytes, " (np.save writes under 200)"));
-    }
-    if (header_bytes > bytes.size() - header_at) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the header is ", header_bytes, " bytes long, but the file ends ",
-                       bytes.size() - header_at, " bytes after its start (truncated?)"));
-    }
-    const absl::string_view text = bytes.substr(header_at, header_bytes);
-    Header header;
-    NPY_RETURN_IF_ERROR(HeaderParser(text, major, std::max(limits.max_dims, 0)).Parse(&header));
-
-    auto dtype = DTypeFromDescr(header.descr);
-    if (!dtype.ok()) return dtype.status();
-    if (header.fortran_order) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the array is in Fortran order (shape ", PyShape(header.shape),
-                       "); save with np.save(path, np.ascontiguousarray(a))"));
-    }
-    if (header.shape.empty()) {
-      return absl::InvalidArgumentError(
-          "the array is 0-d (a single value, shape ()); the data need at least one dimension, "
-          "whose index is the example");
-    }
-    const std::string declared = absl::StrCat("the header declares shape ", PyShape(header.shape),
-                                              " ", NpyDTypeName(*dtype));
-    auto data_bytes = ShapeBytes(header.shape, NpyItemSize(*dtype));
-    if (!data_bytes.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(declared, ": ", data_bytes.status().message(), " (a corrupt header)"));
-    }
-    const uint64_t want = static_cast<uint64_t>(*data_bytes);
-    if (want > limits.max_data_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(declared, " = ", want,
-                                                       " bytes of data, above the limit of ",
-                                                       limits.max_data_bytes, " bytes"));
-    }
-    const size_t data_at = header_at + header_bytes;
-    const uint64_t have = bytes.size() - data_at;
+  // Both ways: a file cut short, and bytes after the data, which mean that the header does not
+  // describe what follows it (a shape edited by hand, two arrays concatenated).
+  static absl::Status CheckDataSize(const NpyHeader& header, size_t file_bytes) {
+    const uint64_t want = static_cast<uint64_t>(header.data_bytes);
+    const uint64_t have = file_bytes - static_cast<size_t>(header.data_offset);
     if (have < want) {
-      return absl::DataLossError(absl::StrCat(declared, " = ", want,
-                                              " bytes of data, but the file holds ", have,
+      return absl::DataLossError(absl::StrCat(Declared(header), ", but the file holds ", have,
                                               " bytes after the header (truncated?)"));
     }
     if (have > want) {
-      return absl::DataLossError(
-          absl::StrCat(declared, " = ", want, " bytes of data, but the file holds ", have,
-                       " bytes after the header: ", have - want,
-                       " bytes too many (the header does not describe the data)"));
+      return absl::DataLossError(absl::StrCat(
+          Declared(header), ", but the file holds ", have, " bytes after the header: ", have - want,
+          " bytes too many (the header does not describe the data)"));
     }
-    array->dtype_ = *dtype;
-    array->shape_ = std::move(header.shape);
-    int64_t row_elements = 1;
-    for (size_t i = 1; i < array->shape_.size(); ++i) row_elements *= array->shape_[i];
-    array->row_elements_ = row_elements;
-    array->data_offset_ = static_cast<int64_t>(data_at);
-    array->data_ = reinterpret_cast<const uint8_t*>(bytes.data()) + data_at;
     return absl::OkStatus();
   }
 };

@@ -99,6 +99,20 @@ class NpyArray {
   size_t map_bytes_ = 0;
 };
 
+// What a .npy header declares.
+struct NpyHeader {
+  NpyDType dtype = NpyDType::kFloat32;
+  std::vector<int64_t> shape;
+  int64_t data_offset = 0;  // where the data start
+  int64_t data_bytes = 0;   // product(shape) * item size
+};
+
+// Reads only the header: `bytes` must hold the file's first data_offset bytes and may hold more
+// (the data are not looked at, so a caller can check a file's shape from its first few KiB).
+// Every check of ParseNpy but the data size.
+absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes, const std::string& origin,
+                                         const NpyLimits& limits = {});
+
 // Opens and maps a .npy file. Anything but a regular file (a FIFO, a device such as /dev/zero, a
 // directory) is refused without blocking or reading, also through a symlink; a missing file is
 // NOT_FOUND; a header or data above `limits` RESOURCE_EXHAUSTED; a data size that disagrees with

@@ -276,6 +276,26 @@ TEST_F(NpyFileTest, HeadersNumpyCouldHaveWrittenAreRead) {
   EXPECT_EQ(u1->dtype(), NpyDType::kUInt8);
 }
 
+TEST_F(NpyFileTest, TheHeaderAloneIsReadFromTheFilesFirstBytes) {
+  const std::string data = Values(NpyDType::kInt32, 30);
+  ASSERT_TRUE(WriteNpy(Path("h.npy"), NpyDType::kInt32, {5, 6}, data.data()).ok());
+  const std::string file = ReadBytes(Path("h.npy"));
+  auto whole = ParseNpyHeader(file, "h.npy");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const std::string prefix = file.substr(0, static_cast<size_t>(whole->data_offset));
+  auto header = ParseNpyHeader(prefix, "h.npy");
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->dtype, NpyDType::kInt32);
+  EXPECT_EQ(header->shape, (std::vector<int64_t>{5, 6}));
+  EXPECT_EQ(header->data_offset, 128);
+  EXPECT_EQ(header->data_bytes, 120);
+  // The data size is ParseNpy's check, not ParseNpyHeader's; a header cut short is refused.
+  EXPECT_EQ(ParseNpy(prefix, "h.npy").status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(std::string(ParseNpyHeader(prefix.substr(0, 100), "h.npy").status().message()),
+              HasSubstr("h.npy: the header is 118 bytes long, but the file ends 90 bytes after "
+                        "its start (truncated?)"));
+}
+
 // ---- Refusals -----------------------------------------------------------------------------------
 
 struct Refusal {
