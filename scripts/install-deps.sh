@@ -15,6 +15,9 @@ packages=(
   debootstrap
   # The fuzz targets (scripts/fuzz.sh): clang 14 and its runtimes (libFuzzer, ASan, UBSan).
   clang libclang-rt-14-dev
+  # Tests only: .npy files are exchanged with numpy itself both ways (tests/unit/common/
+  # npy_file_test.cc); Strata never runs Python.
+  python3-numpy
 )
 # The test suite starts a Docker daemon of its own (scripts/docker-daemon.sh) and `make image`
 # needs one. Only where no dockerd exists: docker.io conflicts with Docker's own docker-ce

@@ -1,7 +1,7 @@
 // Writes the seed corpus of the fuzz targets (tests/fuzz/corpus/<target>/seed-*) from the real
 // encoders, so the seeds follow the formats when they change: valid tensor streams, checkpoints
-// ring segments and the plain-TCP link's frames, the job specs of configs/, and a few hostile
-// inputs of each kind that the parsers must refuse (the cases docs/security.md lists).
+// ring segments, the plain-TCP link's frames and .npy files, the job specs of configs/, and a few
+// hostile inputs of each kind that the parsers must refuse (the cases docs/security.md lists).
 //
 //   cmake --build build-fuzz --target fuzz_seeds   # after scripts/fuzz.sh configured the tree
 //   build-fuzz/bin/fuzz_seeds tests/fuzz/corpus configs
@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "services/common/wire/checkpoint.h"
+#include "services/common/wire/npy_file.h"
 #include "services/common/wire/push_pull_frame.h"
 #include "services/common/wire/tensor_codec.h"
 #include "services/worker/segment_codec.h"
@@ -256,6 +257,84 @@ void PushPullFrameSeeds(const fs::path& dir) {
   Write(dir, "share-with-payload", hello + request(K::kShareMemory, 8));
 }
 
+// Users' .npy arrays (npy_file_fuzz.cc): what np.save writes for each dtype read, headers numpy
+// could also have written (version 3.0, Python 2's long integers, another key order), and files
+// the reader refuses.
+void NpyFileSeeds(const fs::path& dir) {
+  const auto saved = [](NpyDType dtype, std::vector<int64_t> shape) {
+    auto header = EncodeNpyHeader(dtype, shape);
+    if (!header.ok()) {
+      std::cerr << "fuzz_seeds: " << header.status() << "\n";
+      std::exit(1);
+    }
+    int64_t bytes = static_cast<int64_t>(NpyItemSize(dtype));
+    for (int64_t d : shape) bytes *= d;
+    std::string data(static_cast<size_t>(bytes), '\0');
+    for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 37 + 11);
+    return *header + data;
+  };
+  // A header of the given text, padded as np.save pads it, then `data`.
+  const auto crafted = [](const std::string& dict, const std::string& data, int major = 1) {
+    const size_t prefix = major == 1 ? 10 : 12;
+    std::string text = dict;
+    text.append((64 - (prefix + text.size() + 1) % 64) % 64, ' ');
+    text += '\n';
+    std::string out("\x93NUMPY", 6);
+    out.push_back(static_cast<char>(major));
+    out.push_back('\0');
+    const uint32_t n = static_cast<uint32_t>(text.size());
+    out.append(reinterpret_cast<const char*>(&n), major == 1 ? 2 : 4);
+    return out + text + data;
+  };
+  Write(dir, "float32", saved(NpyDType::kFloat32, {3, 4}));
+  Write(dir, "float64-4d", saved(NpyDType::kFloat64, {2, 3, 2, 2}));
+  Write(dir, "uint8", saved(NpyDType::kUInt8, {16}));
+  Write(dir, "int8", saved(NpyDType::kInt8, {4, 2}));
+  Write(dir, "int32-labels", saved(NpyDType::kInt32, {5}));
+  Write(dir, "int64-labels", saved(NpyDType::kInt64, {3, 1}));
+  Write(dir, "zero-rows", saved(NpyDType::kFloat32, {0, 7}));
+  const std::string f4x6(24, '\x3f');
+  Write(dir, "version-3",
+        crafted("{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", f4x6, 3));
+  Write(dir, "python2-longs",
+        crafted("{'shape': (2L, 3L), \"fortran_order\": False, 'descr': '<f4'}", f4x6));
+  // Hostile: cut short, trailing bytes, 3 GiB declared in 200 bytes, a shape whose size wraps,
+  // a negative dimension, nine dimensions, big-endian, Fortran order, structured, object and
+  // complex dtypes, a Python expression, a byte that is not ASCII.
+  const std::string good = saved(NpyDType::kFloat32, {3, 4});
+  Write(dir, "truncated", good.substr(0, good.size() - 5));
+  Write(dir, "trailing-bytes", good + "extra");
+  std::string claims =
+      crafted("{'descr': '<f4', 'fortran_order': False, 'shape': (805306368,), }", "");
+  claims.resize(200, '\x7f');
+  Write(dir, "declares-3gib", claims);
+  Write(dir, "size-wraps",
+        crafted("{'descr': '<i8', 'fortran_order': False, "
+                "'shape': (0, 4611686018427387904, 4611686018427387904), }",
+                ""));
+  Write(dir, "negative-dimension",
+        crafted("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, 3), }", f4x6));
+  Write(dir, "nine-dimensions",
+        crafted("{'descr': '<f4', 'fortran_order': False, "
+                "'shape': (1, 1, 1, 1, 1, 1, 1, 2, 3), }",
+                f4x6));
+  Write(dir, "big-endian",
+        crafted("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", f4x6));
+  Write(dir, "fortran-order",
+        crafted("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", f4x6));
+  Write(dir, "structured",
+        crafted("{'descr': [('x', '<f4'), ('y', '<i4')], 'fortran_order': "
+                "False, 'shape': (3,), }",
+                f4x6));
+  Write(dir, "object", crafted("{'descr': '|O', 'fortran_order': False, 'shape': (3,), }", f4x6));
+  Write(dir, "complex128",
+        crafted("{'descr': '<c16', 'fortran_order': False, 'shape': (1,), }", std::string(16, 0)));
+  Write(dir, "expression",
+        crafted("{'descr': '<f4', 'fortran_order': False, 'shape': (2,) * 3, }", f4x6));
+  Write(dir, "not-ascii",
+        crafted("{'descr': '<f4\xff', 'fortran_order': False, 'shape': (6,), }", f4x6));
+}
+
 void JobSpecSeeds(const fs::path& dir, const fs::path& configs) {
   for (const char* name : {"quickstart.yaml", "fmnist-mlp.yaml", "fmnist-resnet20.yaml",
                            "experiments/heterogeneous-job.yaml", "experiments/sharding-job.yaml"}) {
@@ -301,5 +380,6 @@ int main(int argc, char** argv) {
   strata::JobSpecSeeds(corpus / "job_spec", argv[2]);
   strata::TcpFrameSeeds(corpus / "tcp_frame");
   strata::PushPullFrameSeeds(corpus / "push_pull_frame");
+  strata::NpyFileSeeds(corpus / "npy_file");
   return 0;
 }
