@@ -35,6 +35,10 @@ std::string RunName(const std::string& v, double) {
   return "";
 }
 
+std::string NotEmptyPath(const std::string& v, double) {
+  return v.empty() ? "is empty (leave it out for the built-in model.arch)" : "";
+}
+
 std::string NotEmpty(const std::string& v, double) {
   return v.empty() ? "is empty (leave it out to have strata run make the run's certificates)" : "";
 }
@@ -97,6 +101,21 @@ std::string ForKStarSearch(const v1::ResolvedJob& job) {
              : "";
 }
 
+std::string ForBuiltinModel(const v1::ResolvedJob& job) {
+  return job.model().torchscript().empty()
+             ? ""
+             : "names a built-in model, which model.torchscript replaces: give one of the two";
+}
+
+// The built-in data sets hold class labels only: other losses need targets of the user's own.
+std::string ForLossOfTheData(const v1::ResolvedJob& job) {
+  return job.training().loss() == v1::LOSS_CROSS_ENTROPY ||
+                 job.dataset().name() == v1::DATASET_NPY
+             ? ""
+             : absl::StrCat(Spelled(job.training().loss()), " needs targets of your own (dataset.name npy); '",
+                            Spelled(job.dataset().name()), "' holds class labels only");
+}
+
 // A directory or name that TLS off would ignore means plaintext where TLS was meant.
 std::string ForTls(const v1::ResolvedJob& job) {
   return job.security().tls() == v1::TLS_MODE_OFF
@@ -130,7 +149,17 @@ std::vector<JobKey> MakeTable() {
           .AtLeast(0)
           .Doc("Use only the first N held-out examples for evaluation (0 = all)."),
 
-      Key("model.arch").Field("arch").Default("mlp").Doc("The model."),
+      Key("model.arch")
+          .Field("arch")
+          .Default("mlp")
+          .Applies(ForBuiltinModel, {"model.torchscript"})
+          .EmitOnlyWhereApplies()
+          .Doc("The built-in model."),
+      Key("model.torchscript")
+          .Check(NotEmptyPath)
+          .EmitOnlyUnlessDefault()
+          .Doc("A TorchScript file of your own (`torch.jit.script(model).save(...)`) to train "
+               "instead of a built-in model."),
 
       Key("training.epochs")
           .Default("10")
@@ -168,6 +197,11 @@ std::vector<JobKey> MakeTable() {
           .Default("0")
           .AtLeast(0)
           .Doc("Intra-op threads of the single-process trainer `strata-train` (0 = all cores)."),
+      Key("training.loss")
+          .Default("cross_entropy")
+          .Applies(ForLossOfTheData, {"dataset.name"})
+          .EmitOnlyUnlessDefault()
+          .Doc("What the model's output is trained on."),
 
       Key("cluster.workers")
           .Default("2")
