@@ -24,6 +24,8 @@ namespace strata {
 
 struct TrainerOptions {
   v1::ModelArch arch = v1::MODEL_ARCH_MLP;
+  std::string torchscript;  // a user's TorchScript file, trained instead of `arch`
+  v1::Loss loss = v1::LOSS_CROSS_ENTROPY;
   int64_t batch_size = 128;  // this process's batch
   double lr = 0.1;
   double momentum = 0.9;
@@ -45,13 +47,17 @@ struct TrainerOptions {
 
 struct StepStats {
   double loss = 0;  // mean over the batch
-  int64_t correct = 0;
+  // Predictions scored for accuracy and the right ones: one per example for cross_entropy, one
+  // per label for bce_with_logits, none for mse.
+  int64_t correct = 0, scored = 0;
+  double squared_error = 0;  // mse: summed over every target value
   int64_t examples = 0;
 };
 
 struct EvalResult {
   double loss = 0;
-  double accuracy = 0;
+  double accuracy = 0;  // 0 for mse
+  double rmse = 0;      // mse only
   int64_t examples = 0;
 };
 
