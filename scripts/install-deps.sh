@@ -18,6 +18,9 @@ packages=(
   # Tests only: .npy files are exchanged with numpy itself both ways (tests/unit/common/
   # npy_file_test.cc); Strata never runs Python.
   python3-numpy
+  # The browser test of the reports (tests/e2e/report_browser_test.cc): headless Chromium opens
+  # report.html through scripts/report-browser (playwright-core from npm, below, drives it).
+  chromium
 )
 # The test suite starts a Docker daemon of its own (scripts/docker-daemon.sh) and `make image`
 # needs one. Only where no dockerd exists: docker.io conflicts with Docker's own docker-ce
@@ -36,20 +39,25 @@ for p in "${packages[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 
-# The offline schema check of `strata render --launcher kubernetes` (scripts/k8s-validate): npm
-# packages in a repo-local directory; Node itself comes with the machine. Without npm the tests
-# that need it say so and skip.
+# npm packages in repo-local directories; Node itself comes with the machine. Without npm the
+# tests that need them say so and skip (under CI=true the browser test fails instead).
+#  - scripts/k8s-validate: the offline schema check of `strata render --launcher kubernetes`;
+#  - scripts/report-browser: playwright-core, which drives Debian's Chromium for the browser test
+#    of the reports (never `npx playwright install`: that downloads a browser of its own).
 install_node_tools() {
-  local dir scripts_dir
+  local scripts_dir dir marker
   scripts_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-  dir="$scripts_dir/k8s-validate"
-  [[ -f "$dir/node_modules/kubernetes-models/package.json" ]] && return 0
-  if ! command -v npm >/dev/null; then
-    echo "install-deps: no npm; the Kubernetes schema check (scripts/k8s-validate) will be skipped"
-    return 0
-  fi
-  echo "install-deps: npm install --prefix scripts/k8s-validate"
-  npm install --prefix "$dir" --no-audit --no-fund --no-package-lock --loglevel=error >/dev/null
+  for entry in k8s-validate:kubernetes-models report-browser:playwright-core; do
+    dir="$scripts_dir/${entry%%:*}"
+    marker="$dir/node_modules/${entry#*:}/package.json"
+    [[ -f "$marker" ]] && continue
+    if ! command -v npm >/dev/null; then
+      echo "install-deps: no npm; the tests that need scripts/${entry%%:*} will be skipped"
+      continue
+    fi
+    echo "install-deps: npm install --prefix scripts/${entry%%:*}"
+    npm install --prefix "$dir" --no-audit --no-fund --no-package-lock --loglevel=error >/dev/null
+  done
 }
 
 if [[ ${#missing[@]} -eq 0 ]]; then

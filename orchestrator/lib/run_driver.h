@@ -107,7 +107,7 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
 
   // start_ is the zero of the record's wall_s (earlier than began_ in a resumed run: its clock
   // goes on); began_ is when this process started.
-  Clock::time_point start_, began_, train_start_, finish_, last_status_write_;
+  Clock::time_point start_, began_, train_start_, finish_, last_status_write_, last_report_write_;
   std::optional<Clock::time_point> training_end_;
   std::vector<int64_t> shard_sizes_;
   int64_t train_examples_ = 0;

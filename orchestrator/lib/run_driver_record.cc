@@ -64,6 +64,11 @@ void RunDriver::ShowProgress(const ClusterView& view, Clock::time_point now) {
     WriteStatus();
     last_status_write_ = now;
   }
+  // report.html as often as the page reloads itself (best effort: Finish writes the last one).
+  if (now - last_report_write_ >= std::chrono::seconds(kReportRefreshSeconds)) {
+    WriteRunReport(paths_.root).IgnoreError();
+    last_report_write_ = now;
+  }
 }
 
 void RunDriver::WriteStatus() {

@@ -55,6 +55,12 @@ void EvalScheduler::Start(int64_t epoch, const ClusterView& view, Clock::time_po
   }
   request.set_train_loss(view.TrainLossOf(epoch));
   request.set_wall_s(std::chrono::duration<double>(now - options_.run_start).count());
+  pending_worker_rates_ = WorkerSamplesPerSecondSince(
+      view, rate_steps_,
+      rate_time_ ? std::chrono::duration<double>(now - *rate_time_).count() : 0.0);
+  rate_steps_.clear();
+  for (const v1::WorkerStatus& w : view.workers) rate_steps_.push_back(w.step());
+  rate_time_ = now;
   last_evaluated_epoch_ = epoch;
   pending_epoch_ = epoch;
   pending_ = client_.BeginEvaluate(request, options_.timeout);
@@ -79,6 +85,7 @@ absl::Status EvalScheduler::Collect(const ClusterView& view) {
                {"train_loss", std::isfinite(m.train_loss()) ? json(m.train_loss()) : json(nullptr)},
                {"wall_s", m.wall_s()},
                {"samples_per_s", view.SamplesPerSecond()},
+               {"worker_samples_per_s", pending_worker_rates_},
                {"eval_s", m.eval_s()},
                {"source", m.source()}};
   STRATA_RETURN_IF_ERROR(record_.Metrics(line));
