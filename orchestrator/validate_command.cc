@@ -3,6 +3,7 @@
 
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/job_checks.h"
+#include "orchestrator/lib/local_run.h"
 #include "services/common/config/job_keys.h"
 
 namespace strata::cli {
@@ -17,6 +18,7 @@ void AddValidateCommand(CLI::App& app, int* exit_code) {
   cmd->callback([=] {
     JobCheckOptions options;
     options.overrides = *overrides;
+    options.bin_dir = ExecutableDir();
     auto checked = LoadAndCheckJob(*job, options);
     if (!checked.ok()) {
       std::fprintf(stderr, "%s\n", std::string(checked.status().message()).c_str());

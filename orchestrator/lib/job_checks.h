@@ -19,6 +19,9 @@ namespace strata {
 struct JobCheckOptions {
   std::vector<std::string> overrides;  // --set key=value
   bool for_run = false;                // `strata run` also needs a launcher it can drive here
+  // Where strata-evaluator is: a job of the user's own model or data (model.torchscript,
+  // dataset.name npy) is read by it as the run will read it (--check). Empty: not checked.
+  std::string bin_dir;
 };
 
 // Parses and checks the job spec at `path`; the error lists every problem, one per line: the

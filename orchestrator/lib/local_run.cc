@@ -65,6 +65,7 @@ int RunLocalJob(const LocalRunOptions& options) {
   JobCheckOptions check;
   check.overrides = options.overrides;
   check.for_run = true;
+  check.bin_dir = options.bin_dir;
   auto job = LoadAndCheckJob(options.job_path, check);
   if (!job.ok()) {
     std::fprintf(stderr, "strata run: %s is not a valid job spec; nothing was launched:\n%s\n",

@@ -157,6 +157,7 @@ absl::Status RunDriver::Prepare() {
   if (resume_) {
     PrepareResume();
   } else {
+    STRATA_RETURN_IF_ERROR(KeepTheModel());
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecYaml(job_)));
   }
   // Every service this run starts reads this file (a resumed run writes it again, from the spec
@@ -205,6 +206,25 @@ absl::Status RunDriver::Prepare() {
   InstallSignalHandlers();
   StartControlServer();
   WriteStatus();
+  return absl::OkStatus();
+}
+
+// A user's TorchScript model is copied into the run directory, and the job names the copy: the
+// run trains, resumes and exports the file it started with, whatever becomes of the original.
+// Attached runs find the model where their platform mounted it.
+absl::Status RunDriver::KeepTheModel() {
+  if (attached() || job_.model().torchscript().empty()) return absl::OkStatus();
+  const std::string copy = paths_.At(run_files::kModel);
+  std::error_code ec;
+  std::filesystem::copy_file(job_.model().torchscript(), copy,
+                             std::filesystem::copy_options::overwrite_existing, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot copy model.torchscript ",
+                                                      job_.model().torchscript(), " into the run: ",
+                                                      ec.message()));
+  }
+  job_.mutable_model()->set_torchscript(
+      std::filesystem::absolute(copy).lexically_normal().string());
   return absl::OkStatus();
 }
 

@@ -68,6 +68,7 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   absl::Status Execute();
   absl::Status Prepare();
   absl::StatusOr<TlsMaterial> PrepareTls();
+  absl::Status KeepTheModel();
   absl::Status ShardData();
   absl::Status LaunchServices();
   absl::Status WaitForPorts();

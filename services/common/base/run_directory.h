@@ -27,6 +27,12 @@ inline constexpr char kCheckpoints[] = "checkpoints";
 inline constexpr char kRingCheckpoint[] = "checkpoints/ring.ckpt";
 // The servers' first model in a job that starts on the parameter servers.
 inline constexpr char kInitCheckpoint[] = "checkpoints/init.ckpt";
+// The model the evaluator scored last at the end of training (`strata export` writes it back into
+// a user's TorchScript module).
+inline constexpr char kFinalCheckpoint[] = "checkpoints/final.ckpt";
+// A user's TorchScript model, copied into the run when it starts: the run trains, resumes and
+// exports the file it started with, whatever happens to the original.
+inline constexpr char kModel[] = "model.pt";
 // Where partition 0's server records the rounds of a pdp or apdp job (one JSON line each).
 inline constexpr char kPdpRounds[] = "pdp-rounds.jsonl";
 inline std::string ShardIndex(const std::string& rank) {

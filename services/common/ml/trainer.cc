@@ -392,6 +392,17 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
   return result;
 }
 
+absl::StatusOr<std::vector<int64_t>> Trainer::ProbeOutputShape() {
+  const Dataset& d = *impl_->dataset;
+  if (d.train.size() == 0) return absl::FailedPreconditionError("the training split is empty");
+  impl_->model->SetTraining(false);
+  torch::NoGradGuard no_grad;
+  Batch batch = MakeBatch(d, d.train, {0});
+  auto out = impl_->model->Forward(batch.x);
+  if (!out.ok()) return out.status();
+  return Shape(*out);
+}
+
 Checkpoint Trainer::ToCheckpoint(int64_t epoch, int64_t step, int64_t version) const {
   Checkpoint c;
   c.epoch = epoch;
@@ -457,6 +468,22 @@ absl::Status Trainer::LoadCheckpoint(const Checkpoint& checkpoint) {
     std::memcpy(flat.data() + e->offset, src, e->numel * sizeof(float));
   SetBuffersFrom(flat.data());
   return absl::OkStatus();
+}
+
+absl::Status ExportTorchScript(const std::string& model_path, const Checkpoint& checkpoint,
+                               const std::string& out) {
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  absl::Status status = CatchTorch("reading the trained weights", [&] {
+    for (const CheckpointEntry& e : checkpoint.entries) {
+      if (e.kind == TensorKind::kMomentum || e.tensor.spec.dtype != DType::kFloat32) continue;
+      torch::Tensor t = torch::from_blob(const_cast<float*>(e.tensor.floats()),
+                                         e.tensor.spec.shape, torch::kFloat32)
+                            .clone();
+      weights.emplace_back(e.tensor.name(), std::move(t));
+    }
+  });
+  if (!status.ok()) return status;
+  return SaveTorchScriptWithWeights(model_path, weights, out);
 }
 
 }  // namespace strata

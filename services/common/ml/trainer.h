@@ -123,6 +123,9 @@ class Trainer {
   // One epoch of single-process training (local SGD after every batch).
   absl::StatusOr<EpochResult> TrainEpoch(int64_t epoch, const StepProgressFn& progress = {});
   absl::StatusOr<EvalResult> Evaluate();
+  // The shape of the model's output for one example of the training split (in evaluation mode):
+  // what `strata validate` compares with the labels and the loss.
+  absl::StatusOr<std::vector<int64_t>> ProbeOutputShape();
 
   Checkpoint ToCheckpoint(int64_t epoch, int64_t step, int64_t version) const;
   // Loads parameters and buffers (and velocity, if present); every tensor must match.
@@ -133,6 +136,12 @@ class Trainer {
   explicit Trainer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Writes the user's TorchScript module at `model_path` with the parameters and buffers of
+// `checkpoint` to `out` (`strata export`): the trained model in the form its user loads with
+// torch.jit.load.
+absl::Status ExportTorchScript(const std::string& model_path, const Checkpoint& checkpoint,
+                               const std::string& out);
 
 // Sets LibTorch's intra-op threads (0 = all cores); returns the number used.
 int ConfigureTorchThreads(int threads);
