@@ -4,6 +4,7 @@
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/config/job_keys.h"
 
 namespace strata::cli {
@@ -27,7 +28,7 @@ void AddValidateCommand(CLI::App& app, int* exit_code) {
     }
     const v1::ResolvedJob& s = *checked;
     std::printf("%s: ok — %s, %s on %s, %d epochs, %d worker(s), strategy %s\n", job->c_str(),
-                s.name().c_str(), Spelled(s.arch()).c_str(), Spelled(s.dataset().name()).c_str(),
+                s.name().c_str(), ModelText(s).c_str(), Spelled(s.dataset().name()).c_str(),
                 s.training().epochs(), s.cluster().workers(), Spelled(s.strategy().kind()).c_str());
     *exit_code = 0;
   });

@@ -129,7 +129,7 @@ absl::Status RunDriver::Execute() {
   console_.Say(
       absl::StrFormat("%s: %s: %s on %s, strategy %s, %d worker(s), %d parameter server(s); run "
                       "directory %s",
-                      command(), job_.name(), Spelled(job_.arch()), Spelled(job_.dataset().name()),
+                      command(), job_.name(), ModelText(job_), Spelled(job_.dataset().name()),
                       StrategyText(job_.strategy()), job_.cluster().workers(),
                       UsesServers(job_) ? job_.cluster().parameter_servers() : 0, paths_.root));
   if (resume_) {
@@ -406,6 +406,7 @@ absl::Status RunDriver::Supervise() {
   }
   EvalSchedulerOptions e;
   e.epochs = job_.training().epochs();
+  e.regression = job_.training().loss() == v1::LOSS_MSE;
   if (resume_) e.evaluated_epochs = resume_->evaluated_epochs;
   e.worker_address = worker_addresses.front();
   e.server_addresses = server_addresses;

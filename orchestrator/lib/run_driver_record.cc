@@ -150,7 +150,7 @@ void RunDriver::WriteSummary(const std::string& state) {
   if (failure_.failed()) s.error = std::string(failure_.status().message());
   s.failed_process = failure_.process();
   s.strategy = StrategyText(job_.strategy());
-  s.arch = Spelled(job_.arch());
+  s.arch = ModelText(job_);
   s.dataset = Spelled(job_.dataset().name());
   s.workers = job_.cluster().workers();
   s.parameter_servers = UsesServers(job_) ? job_.cluster().parameter_servers() : 0;

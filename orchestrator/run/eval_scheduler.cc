@@ -88,13 +88,16 @@ absl::Status EvalScheduler::Collect(const ClusterView& view) {
                {"worker_samples_per_s", pending_worker_rates_},
                {"eval_s", m.eval_s()},
                {"source", m.source()}};
+  if (options_.regression) line["val_rmse"] = m.val_rmse();
   STRATA_RETURN_IF_ERROR(record_.Metrics(line));
   final_ = m;
   have_final_ = m.epoch() >= options_.epochs;
   last_metrics_ = m;
   console_.Say(absl::StrFormat(
-      "epoch %3d/%d  %-9s  val_loss %.4f  val_acc %.4f  train_loss %s  %6.0f samples/s  %6.1f s",
-      m.epoch(), options_.epochs, m.phase(), m.val_loss(), m.val_acc(),
+      "epoch %3d/%d  %-9s  val_loss %.4f  %s %.4f  train_loss %s  %6.0f samples/s  %6.1f s",
+      m.epoch(), options_.epochs, m.phase(), m.val_loss(),
+      options_.regression ? "val_rmse" : "val_acc",
+      options_.regression ? m.val_rmse() : m.val_acc(),
       std::isfinite(m.train_loss()) ? absl::StrFormat("%.4f", m.train_loss()) : "--",
       view.SamplesPerSecond(), m.wall_s()));
   if (options_.on_result) options_.on_result(m);

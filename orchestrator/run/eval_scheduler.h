@@ -31,6 +31,8 @@ struct EvalSchedulerOptions {
   std::vector<std::string> server_addresses;  // by partition
   Clock::time_point run_start;
   std::chrono::milliseconds timeout{600000};
+  // training.loss mse: the evaluator's RMSE is recorded and shown (accuracy means nothing there).
+  bool regression = false;
   // Each evaluation that succeeded, after it was recorded (the empirical switch rule's input).
   std::function<void(const v1::EvalMetrics&)> on_result;
 };

@@ -399,7 +399,7 @@ absl::Status RunEvaluator(const EvaluatorOptions& options) {
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(options.port_file, std::to_string(port) + "\n"));
   }
   spdlog::info("evaluator serving on port {} ({} held-out examples, model {})", port,
-               trainer->dataset().test.size(), Spelled(options.job.arch()));
+               trainer->dataset().test.size(), ModelText(options.job));
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   while (!service.stopping() && !g_signalled) {
