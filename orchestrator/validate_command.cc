@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "orchestrator/commands.h"
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/plan/job_checks.h"
 #include "services/common/config/job_keys.h"
 
 namespace strata::cli {

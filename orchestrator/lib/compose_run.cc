@@ -23,8 +23,8 @@
 
 #include "orchestrator/launch/compose_render.h"
 #include "orchestrator/launch/container_plan.h"
-#include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
+#include "orchestrator/plan/job_checks.h"
 #include "services/common/base/files.h"
 #include "services/common/process/child_process.h"
 #include "services/common/wire/rpc_auth.h"

@@ -10,9 +10,9 @@
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 
-#include "orchestrator/lib/job_checks.h"
-#include "orchestrator/lib/resume_point.h"
 #include "orchestrator/lib/run_driver.h"
+#include "orchestrator/plan/job_checks.h"
+#include "orchestrator/run/resume_point.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/wire/rpc_auth.h"
 

@@ -8,13 +8,12 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
-#include "orchestrator/lib/report.h"
+#include "orchestrator/record/report.h"
 
 namespace strata::sweep {
 namespace {
 
 constexpr double kW = 520, kH = 300, kL = 60, kR = 16, kT = 28, kB = 64;
-
 
 // One colour per cell (the tab10 palette of the run report), repeating after ten.
 std::string CellColor(size_t i) {
@@ -221,7 +220,8 @@ std::string SwitchDots(const SweepSpec& spec, const std::vector<RunResult>& resu
                             "<circle cx='%.1f' cy='%.1f' r='4' fill='%s' class='switch-dot'>"
                             "<title>%s seed %d: epoch %s</title></circle>",
                             cx + dx, f.PY(*runs[k]->switch_epoch), CellColor(i),
-                            HtmlEscape(runs[k]->cell), runs[k]->seed, Short(*runs[k]->switch_epoch));
+                            HtmlEscape(runs[k]->cell), runs[k]->seed,
+                            Short(*runs[k]->switch_epoch));
     }
   }
   svg += CategoryLabels(spec, slot);
@@ -235,7 +235,8 @@ std::string RenderSweepReportHtml(const SweepSpec& spec, const std::vector<RunRe
   int succeeded = 0;
   for (const RunResult& r : results) succeeded += r.state == "succeeded";
   std::string html = absl::StrCat(
-      "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Strata sweep ", HtmlEscape(spec.name),
+      "<!DOCTYPE html><html><head><meta charset='utf-8'><title>Strata sweep ",
+      HtmlEscape(spec.name),
       "</title><style>body{font-family:sans-serif;margin:24px;color:#222}"
       "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;"
       "font-size:13px}td.n{text-align:right}.charts{display:flex;flex-wrap:wrap;gap:12px}"
@@ -287,7 +288,8 @@ std::string RenderSweepReportHtml(const SweepSpec& spec, const std::vector<RunRe
           "<td class='n'>%s</td><td class='n'>%s</td><td class='n'>%s</td><td>%s</td></tr>",
           HtmlEscape(v.cell), v.metric, v.n, v.n_baseline, v.ratio ? Short(v.ratio->ratio) : "--",
           v.ratio ? absl::StrCat(Short(v.ratio->ci_low), " to ", Short(v.ratio->ci_high)) : "--",
-          v.test ? Short(v.test->f) : "--", v.test ? Short(v.test->p) : "--", HtmlEscape(v.verdict));
+          v.test ? Short(v.test->f) : "--", v.test ? Short(v.test->p) : "--",
+          HtmlEscape(v.verdict));
     }
     html += "</table>";
   }

@@ -3,8 +3,8 @@
 //  - mean final accuracy and mean wall time per cell, as bars with t-based 95% CI whiskers;
 //  - the switch epoch of every run, as dots per cell;
 //  - the summary and the variance comparison as tables.
-// The run report's chart helper (orchestrator/lib/report.cc) draws one thick line per series with
-// dots on every point; a sweep needs many thin lines, bars and strip plots, so the few SVG
+// The run report's chart helper (orchestrator/record/report.cc) draws one thick line per series
+// with dots on every point; a sweep needs many thin lines, bars and strip plots, so the few SVG
 // primitives are here, in the same visual style.
 #pragma once
 

@@ -20,7 +20,7 @@
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/plan/job_checks.h"
 #include "orchestrator/sweep/sweep_plan.h"
 #include "orchestrator/sweep/sweep_report.h"
 #include "orchestrator/sweep/sweep_results.h"

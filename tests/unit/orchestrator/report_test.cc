@@ -1,9 +1,9 @@
-#include "orchestrator/lib/report.h"
+#include "orchestrator/record/report.h"
 
 #include <absl/strings/str_format.h>
 #include <gtest/gtest.h>
 
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/plan/job_checks.h"
 
 namespace strata {
 namespace {

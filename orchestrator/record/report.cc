@@ -1,4 +1,4 @@
-#include "orchestrator/lib/report.h"
+#include "orchestrator/record/report.h"
 
 #include <sys/stat.h>
 

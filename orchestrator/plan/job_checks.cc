@@ -1,4 +1,4 @@
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/plan/job_checks.h"
 
 #include <unistd.h>
 
@@ -6,7 +6,7 @@
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 
-#include "orchestrator/lib/switch_rule.h"
+#include "orchestrator/run/switch_rule.h"
 #include "services/common/base/files.h"
 #include "services/common/config/job_spec.h"
 #include "services/common/config/resolved_job.h"
