@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -27,15 +26,13 @@
 #include "orchestrator/plan/job_checks.h"
 #include "services/common/base/files.h"
 #include "services/common/process/child_process.h"
+#include "services/common/process/interrupt.h"
 #include "services/common/wire/rpc_auth.h"
 
 namespace strata {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::atomic<int> g_signal{0};
-void OnSignal(int sig) { g_signal = sig; }
 
 // Between reads of docker-compose's output while it runs: the lines reach the screen within this.
 constexpr std::chrono::milliseconds kFollowInterval{100};
@@ -168,18 +165,17 @@ int ComposeRun::Run() {
   }
   if (int rc = EnsureImage(); rc != 0) return rc;
 
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);
+  // Unlike the other drivers, this one has always left SIGPIPE at its default action.
+  InterruptOptions interrupt;
+  interrupt.ignore_sigpipe = false;
+  InstallInterruptHandlers(interrupt);
 
   Say(absl::StrFormat("strata run: %s on docker-compose (project %s, image %s); run directory %s",
                       job_.name(), project_, options_.image, dir_));
   const int up = Up();
   CollectRecord();
   TearDown();
-  if (g_signal != 0) {
+  if (Interrupted() != 0) {
     std::fprintf(stderr, "strata run: interrupted; the project is removed; run directory %s\n",
                  dir_.c_str());
     return 130;
@@ -264,7 +260,7 @@ int ComposeRun::Up() {
   std::optional<Clock::time_point> stopping;
   while (!(*child)->Poll()) {
     follow();
-    if (g_signal != 0 && !stopping) {
+    if (Interrupted() != 0 && !stopping) {
       // docker-compose stops the containers it started (SIGTERM to each: the orchestrator stops
       // the services through their Stop RPC and writes its record), then exits.
       (*child)->Signal(SIGINT);

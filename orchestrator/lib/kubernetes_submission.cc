@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -28,6 +27,7 @@
 #include "services/common/base/files.h"
 #include "services/common/base/run_directory.h"
 #include "services/common/base/status.h"
+#include "services/common/process/interrupt.h"
 #include "services/common/wire/rpc_auth.h"
 
 namespace strata {
@@ -108,25 +108,6 @@ struct SubmissionRecord {
     return r;
   }
 };
-
-std::atomic<int> g_signal{0};
-
-void OnSignal(int sig) { g_signal.store(sig); }
-
-// Ctrl-C (or SIGTERM, SIGHUP) asks for an orderly end: the run is deleted. The handler is reset
-// by the first signal, so a second Ctrl-C ends `strata` at once (kubectl calls die with it).
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-}
-
-bool Interrupted() { return g_signal.load() != 0; }
 
 // Sleeps `d` unless a signal comes first.
 void SleepUnlessInterrupted(milliseconds d) {
@@ -385,7 +366,7 @@ class Submission {
     std::vector<PodState> pods;
     for (;;) {
       if (Interrupted()) {
-        Error(absl::StrCat("interrupted (", ::strsignal(g_signal.load()), ")"));
+        Error(absl::StrCat("interrupted (", ::strsignal(Interrupted()), ")"));
         Finish(pods);
         return 130;
       }
@@ -610,7 +591,11 @@ int SubmitKubernetesJob(const SubmitOptions& options) {
               spec->name().c_str(), options.overlay.empty() ? "base" : options.overlay.c_str(),
               options.render.image.c_str(), kubectl_path->c_str(), paths.root.c_str());
   std::fflush(stdout);
-  InstallSignalHandlers();
+  // Ctrl-C (or SIGTERM, SIGHUP) asks for an orderly end: the run is deleted. A second Ctrl-C ends
+  // `strata` at once (kubectl calls die with it).
+  InterruptOptions interrupt;
+  interrupt.second_signal_ends_process = true;
+  InstallInterruptHandlers(interrupt);
   Submission submission(options, **kubectl, *std::move(objects), std::move(record), paths);
   return submission.Run();
 }
