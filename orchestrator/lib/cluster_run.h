@@ -1,6 +1,7 @@
 // What `strata submit`, `status`, `logs` and `delete` share about one run on a Kubernetes cluster
-// (docs/deploy.md, "strata submit"): where the submission keeps its files, the record that finds
-// the run again (submission.json), and kubectl's answers about the run. Used by
+// (docs/deploy.md, "strata submit"): the record that finds the run again (submission.json; the
+// submission's files are named in services/common/base/run_directory.h), and kubectl's answers
+// about the run. Used by
 // kubernetes_submission.cc (submit) and submission_commands.cc (status, logs, delete) only.
 #pragma once
 
@@ -14,29 +15,9 @@
 
 #include "orchestrator/launch/kubectl.h"
 #include "orchestrator/launch/kubernetes_state.h"
+#include "services/common/base/run_directory.h"
 
 namespace strata {
-
-// Where a submission keeps its files (docs/deploy.md, "strata submit").
-struct SubmissionPaths {
-  explicit SubmissionPaths(std::string dir)
-      : root(std::move(dir)),
-        record(root + "/submission.json"),
-        token(root + "/base/run-token"),
-        applied(root + "/submitted"),
-        job(applied + "/orchestrator-job.yaml"),
-        run_volume(applied + "/run-volume.yaml"),
-        owned(applied + "/owned.yaml"),
-        logs(root + "/logs") {}
-  std::string root;
-  std::string record;      // SubmissionRecord
-  std::string token;       // the run token, where the kustomize base expects it
-  std::string applied;     // the objects exactly as created
-  std::string job;         // the orchestrator Job (suspended)
-  std::string run_volume;  // the claim
-  std::string owned;       // everything the Job owns; holds the Secret, so private
-  std::string logs;        // <service>.log of every pod, saved when the run ends
-};
 
 // What the next command needs to find the run again.
 struct SubmissionRecord {

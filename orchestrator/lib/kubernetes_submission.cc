@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <thread>
 
 #include <absl/strings/match.h>
@@ -23,6 +24,7 @@
 #include "orchestrator/lib/local_run.h"
 #include "orchestrator/plan/job_checks.h"
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/process/interrupt.h"
 #include "services/common/wire/rpc_auth.h"
 
@@ -352,18 +354,22 @@ int SubmitKubernetesJob(const SubmitOptions& options) {
   auto files = RenderKubernetes(*spec, options.render);
   if (!files.ok()) return usage(std::string(files.status().message()));
 
-  const SubmissionPaths paths(options.out_dir.empty()
-                                  ? absl::StrCat(DefaultRunDir(spec->name()), "/kubernetes")
-                                  : options.out_dir);
+  const SubmissionPaths paths(
+      options.out_dir.empty()
+          ? absl::StrCat(DefaultRunDir(spec->name()), "/", submission_files::kInRunDirectory)
+          : options.out_dir);
   if (FileExists(paths.record)) {
     return usage(absl::StrCat(paths.root, " already holds a submission; choose another --out"));
   }
   // Everything on disk before anything is created: the files `strata render` writes (to read,
   // or to apply again by hand), the token where the kustomize base expects it, and the objects.
-  files->emplace("submitted/.gitignore",
-                 "# The Secret with the run token: never committed.\nowned.yaml\n");
-  files->emplace("submitted/orchestrator-job.yaml", yaml::Emit(objects->job));
-  files->emplace("submitted/run-volume.yaml", yaml::Emit(objects->run_volume));
+  files->emplace(
+      submission_files::kSubmittedGitignore,
+      absl::StrCat("# The Secret with the run token: never committed.\n",
+                   std::filesystem::path(submission_files::kSubmittedOwned).filename().string(),
+                   "\n"));
+  files->emplace(submission_files::kSubmittedJob, yaml::Emit(objects->job));
+  files->emplace(submission_files::kSubmittedRunVolume, yaml::Emit(objects->run_volume));
   if (absl::Status s = WriteRenderedFiles(paths.root, *files); !s.ok()) {
     return usage(std::string(s.message()));
   }

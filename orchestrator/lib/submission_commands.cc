@@ -15,6 +15,7 @@
 #include "orchestrator/launch/kubernetes_state.h"
 #include "orchestrator/lib/cluster_run.h"
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/base/status.h"
 
 namespace strata {
@@ -32,7 +33,8 @@ absl::StatusOr<Opened> Open(const std::string& dir, const SubmissionCommandOptio
   const std::optional<std::string> found = FindSubmissionDir(dir);
   if (!found) {
     return absl::NotFoundError(absl::StrCat(dir, " is not a Kubernetes submission (no ",
-                                            "submission.json in it or in ", dir, "/kubernetes)"));
+                                            submission_files::kRecord, " in it or in ", dir, "/",
+                                            submission_files::kInRunDirectory, ")"));
   }
   SubmissionPaths paths(*found);
   auto record = SubmissionRecord::Read(paths.record);
@@ -70,7 +72,8 @@ std::string LastLines(const std::string& text, int n) {
 }
 
 std::optional<std::string> FindSubmissionDir(const std::string& dir) {
-  for (const std::string& candidate : {dir, dir + "/kubernetes"}) {
+  for (const std::string& candidate :
+       {dir, absl::StrCat(dir, "/", submission_files::kInRunDirectory)}) {
     if (FileExists(SubmissionPaths(candidate).record)) return candidate;
   }
   return std::nullopt;

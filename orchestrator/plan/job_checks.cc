@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cstdio>
+
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
@@ -128,6 +130,18 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
   }
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
   return job;
+}
+
+std::optional<v1::ResolvedJob> LoadJobOrSayWhy(const std::string& command, const std::string& path,
+                                               const JobCheckOptions& options,
+                                               const std::string& nothing_was) {
+  auto job = LoadAndCheckJob(path, options);
+  if (!job.ok()) {
+    std::fprintf(stderr, "%s: %s is not a valid job spec; nothing was %s:\n%s\n", command.c_str(),
+                 path.c_str(), nothing_was.c_str(), std::string(job.status().message()).c_str());
+    return std::nullopt;
+  }
+  return *std::move(job);
 }
 
 absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
