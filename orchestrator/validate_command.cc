@@ -2,8 +2,8 @@
 #include <cstdio>
 
 #include "orchestrator/commands.h"
-#include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
+#include "orchestrator/plan/job_checks.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/config/job_keys.h"
 

@@ -193,6 +193,29 @@ const char kSuperviseNote[] =
     "starts training, evaluates, switches, stops the services and writes the run record to the\n"
     "run directory (docs/deploy.md).";
 
+// A service's container as both platforms run it; the caller names it and writes its script.
+ContainerSpec ServiceContainer(const ServiceSpec& service) {
+  ContainerSpec c;
+  c.role = RoleOf(service.role);
+  c.serves = true;
+  c.needs_token = true;
+  c.uses_run_dir = UsesRunDir(service.args);
+  return c;
+}
+
+// The orchestrator's container: `setup` (the token's lines, or the loops that list the peers),
+// then `strata supervise`.
+ContainerSpec OrchestratorContainer(const std::string& setup, const std::string& supervise) {
+  ContainerSpec o;
+  o.name = "orchestrator";
+  o.role = ContainerRole::kOrchestrator;
+  o.uses_run_dir = true;
+  o.needs_token = true;
+  o.note = kSuperviseNote;
+  o.script = absl::StrCat("set -eu\n", setup, supervise);
+  return o;
+}
+
 }  // namespace
 
 std::string ShellWord(const std::string& word) {
@@ -256,12 +279,8 @@ ContainerPlan PlanComposeContainers(const v1::ResolvedJob& job) {
   std::vector<std::string> servers, workers;
   const std::string port = absl::StrCat(":", kContainerPort);
   for (const ServiceSpec& s : PlanServices(plan.job, ContainerPathsOf(), inputs)) {
-    ContainerSpec c;
+    ContainerSpec c = ServiceContainer(s);
     c.name = s.name;
-    c.role = RoleOf(s.role);
-    c.serves = true;
-    c.needs_token = true;
-    c.uses_run_dir = UsesRunDir(s.args);
     // Compose starts the services once the one-shot step has ended (depends_on).
     c.script = absl::StrCat("set -eu\n", ComposeToken(),
                             ServiceBody(WithListen(s.args), s.binary, /*wait_for_shards=*/false));
@@ -271,16 +290,9 @@ ContainerPlan PlanComposeContainers(const v1::ResolvedJob& job) {
     if (s.role == ServiceRole::kParameterServer) servers.push_back(s.name + port);
     plan.containers.push_back(std::move(c));
   }
-  ContainerSpec o;
-  o.name = "orchestrator";
-  o.role = ContainerRole::kOrchestrator;
-  o.uses_run_dir = true;
-  o.needs_token = true;
-  o.note = kSuperviseNote;
-  o.script = absl::StrCat("set -eu\n", ComposeToken(),
-                          SuperviseExec(absl::StrJoin(servers, ","), absl::StrJoin(workers, ","),
-                                        "evaluator" + port, {}));
-  plan.containers.push_back(std::move(o));
+  plan.containers.push_back(OrchestratorContainer(
+      ComposeToken(), SuperviseExec(absl::StrJoin(servers, ","), absl::StrJoin(workers, ","),
+                                    "evaluator" + port, {})));
   return plan;
 }
 
@@ -298,14 +310,10 @@ ContainerPlan PlanKubernetesContainers(const v1::ResolvedJob& job, const Kuberne
                                                          : has_evaluator;
     if (seen) continue;  // one template per role, from its first instance
     seen = true;
-    ContainerSpec c;
+    ContainerSpec c = ServiceContainer(s);
     c.name = role == ContainerRole::kParameterServer ? "ps"
              : role == ContainerRole::kWorker        ? "worker"
                                                      : "evaluator";
-    c.role = role;
-    c.serves = true;
-    c.needs_token = true;
-    c.uses_run_dir = UsesRunDir(s.args);
     // Every role waits for the one-shot step: it writes the resolved job they all read.
     c.script =
         absl::StrCat("set -eu\n", ServiceBody(Templated(role, WithListen(s.args)), s.binary, true));
@@ -338,15 +346,8 @@ ContainerPlan PlanKubernetesContainers(const v1::ResolvedJob& job, const Kuberne
   if (has_servers) {
     extra.insert(extra.end(), {"--set", "cluster.parameter_servers=${STRATA_PARAMETER_SERVERS}"});
   }
-  ContainerSpec o;
-  o.name = "orchestrator";
-  o.role = ContainerRole::kOrchestrator;
-  o.uses_run_dir = true;
-  o.needs_token = true;
-  o.note = kSuperviseNote;
-  o.script = absl::StrCat("set -eu\n", loops,
-                          SuperviseExec(servers_arg, "$workers", names.evaluator() + port, extra));
-  plan.containers.push_back(std::move(o));
+  plan.containers.push_back(OrchestratorContainer(
+      loops, SuperviseExec(servers_arg, "$workers", names.evaluator() + port, extra)));
   return plan;
 }
 

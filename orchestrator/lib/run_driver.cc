@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +22,7 @@
 #include "services/common/base/status.h"
 #include "services/common/config/job_spec.h"
 #include "services/common/config/resolved_job.h"
+#include "services/common/process/interrupt.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/shard_index.h"
 #include "services/common/wire/tls_certificates.h"
@@ -30,27 +30,13 @@
 namespace strata {
 namespace {
 
-std::atomic<int> g_signal{0};
-void OnSignal(int sig) { g_signal = sig; }
-
 absl::Status CheckSignal(RunFailure& failure) {
-  if (const int sig = g_signal.load(); sig != 0) {
+  if (const int sig = Interrupted(); sig != 0) {
     return failure.Fail(
         "", absl::CancelledError(absl::StrCat(
                 "interrupted by ", sig == SIGINT ? "SIGINT (Ctrl-C)" : ::strsignal(sig))));
   }
   return absl::OkStatus();
-}
-
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a blocking wait returns early
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
 }
 
 }  // namespace
@@ -93,7 +79,7 @@ int RunDriver::Run() {
   console_.ClearProgress();
   if (!s.ok()) failure_.Fail("", s).IgnoreError();  // a failure already named stays
   const bool interrupted =
-      g_signal != 0 || failure_.status().code() == absl::StatusCode::kCancelled;
+      Interrupted() != 0 || failure_.status().code() == absl::StatusCode::kCancelled;
   const std::string state = !failure_.failed() ? "succeeded"
                             : interrupted      ? "interrupted"
                                                : "failed";
@@ -203,7 +189,7 @@ absl::Status RunDriver::Prepare() {
     started["removed"] = resume_->stale_server_checkpoints;
   }
   record_->Event(resume_ ? RunEvent::kResumed : RunEvent::kRunStarted, std::move(started));
-  InstallSignalHandlers();
+  InstallInterruptHandlers();
   StartControlServer();
   WriteStatus();
   return absl::OkStatus();

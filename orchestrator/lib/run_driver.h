@@ -16,12 +16,12 @@
 #include <absl/status/statusor.h>
 
 #include "orchestrator/launch/launcher.h"
-#include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
-#include "orchestrator/lib/resume_point.h"
+#include "orchestrator/plan/job_checks.h"
 #include "orchestrator/record/run_console.h"
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/control_server.h"
+#include "orchestrator/run/resume_point.h"
 #include "orchestrator/run/run_supervisor.h"
 #include "services/common/base/files.h"
 #include "services/common/base/run_directory.h"

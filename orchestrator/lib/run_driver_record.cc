@@ -8,9 +8,9 @@
 
 #include <absl/strings/str_format.h>
 
-#include "orchestrator/lib/report.h"
 #include "orchestrator/lib/run_driver.h"
 #include "orchestrator/record/pdp_rounds.h"
+#include "orchestrator/record/report.h"
 #include "orchestrator/record/run_files.h"
 #include "services/common/base/metrics.h"
 #include "services/common/process/progress.h"

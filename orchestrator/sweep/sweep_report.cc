@@ -8,8 +8,8 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 
-#include "orchestrator/lib/report_chart.h"
-#include "orchestrator/lib/report_format.h"
+#include "orchestrator/record/report_chart.h"
+#include "orchestrator/record/report_format.h"
 
 namespace strata::sweep {
 namespace {

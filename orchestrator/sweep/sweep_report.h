@@ -8,7 +8,7 @@
 //  - the summary, the variance comparison and the runs as tables, every interval written as
 //    numbers or with the reason there is none ("n = 1: no interval").
 // The charts' common pieces (legend, ticks at round numbers, line chart) are
-// orchestrator/lib/report_chart.h's, so both reports read alike.
+// orchestrator/record/report_chart.h's, so both reports read alike.
 #pragma once
 
 #include <string>

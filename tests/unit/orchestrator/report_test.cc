@@ -1,7 +1,7 @@
 // The run report and the formatting both reports share: rounding, units, tick choice, human
 // labels, and what report.html holds for a made-up run. The browser's view of a real run is
 // tests/e2e/report_browser_test.cc.
-#include "orchestrator/lib/report.h"
+#include "orchestrator/record/report.h"
 
 #include <stdlib.h>
 
@@ -12,9 +12,9 @@
 #include <absl/strings/str_format.h>
 #include <gtest/gtest.h>
 
-#include "orchestrator/lib/job_checks.h"
-#include "orchestrator/lib/report_chart.h"
-#include "orchestrator/lib/report_format.h"
+#include "orchestrator/plan/job_checks.h"
+#include "orchestrator/record/report_chart.h"
+#include "orchestrator/record/report_format.h"
 #include "services/common/base/files.h"
 
 namespace strata {

@@ -29,6 +29,13 @@ struct JobCheckOptions {
 absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
                                                 const JobCheckOptions& options);
 
+// The first step of the entry points that run a job (`strata run`, `strata supervise`, the
+// compose run): LoadAndCheckJob, or nullopt after "COMMAND: PATH is not a valid job spec; nothing
+// was NOTHING_WAS:" and the problems on stderr, when the caller exits 2.
+std::optional<v1::ResolvedJob> LoadJobOrSayWhy(const std::string& command, const std::string& path,
+                                               const JobCheckOptions& options,
+                                               const std::string& nothing_was = "launched");
+
 // What `strata render` and `strata submit` check: the schema, and the one check beyond it that
 // concerns any machine (no more servers than tensors). The data files are not looked for: they
 // live in the image, not on the machine that renders.

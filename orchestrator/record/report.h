@@ -17,7 +17,7 @@
 #include <absl/status/status.h>
 #include <nlohmann/json.hpp>
 
-#include "orchestrator/lib/report_format.h"
+#include "orchestrator/record/report_format.h"
 
 namespace strata {
 

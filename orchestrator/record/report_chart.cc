@@ -1,4 +1,4 @@
-#include "orchestrator/lib/report_chart.h"
+#include "orchestrator/record/report_chart.h"
 
 #include <algorithm>
 #include <cmath>

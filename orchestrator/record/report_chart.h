@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "orchestrator/lib/report_format.h"
+#include "orchestrator/record/report_format.h"
 
 namespace strata {
 

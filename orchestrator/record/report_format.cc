@@ -1,4 +1,4 @@
-#include "orchestrator/lib/report_format.h"
+#include "orchestrator/record/report_format.h"
 
 #include <algorithm>
 #include <cctype>

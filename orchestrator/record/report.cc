@@ -1,4 +1,4 @@
-#include "orchestrator/lib/report.h"
+#include "orchestrator/record/report.h"
 
 #include <sys/stat.h>
 
@@ -14,7 +14,7 @@
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 
-#include "orchestrator/lib/report_chart.h"
+#include "orchestrator/record/report_chart.h"
 #include "orchestrator/record/run_record.h"
 #include "services/common/base/files.h"
 #include "services/common/base/metrics.h"

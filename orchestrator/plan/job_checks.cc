@@ -1,4 +1,4 @@
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/plan/job_checks.h"
 
 #include <unistd.h>
 
@@ -9,7 +9,7 @@
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 
-#include "orchestrator/lib/switch_rule.h"
+#include "orchestrator/run/switch_rule.h"
 #include "services/common/base/files.h"
 #include "services/common/config/job_keys.h"
 #include "services/common/config/job_spec.h"
@@ -181,6 +181,18 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
   }
   if (!errors.empty()) return absl::InvalidArgumentError(absl::StrJoin(errors, "\n"));
   return job;
+}
+
+std::optional<v1::ResolvedJob> LoadJobOrSayWhy(const std::string& command, const std::string& path,
+                                               const JobCheckOptions& options,
+                                               const std::string& nothing_was) {
+  auto job = LoadAndCheckJob(path, options);
+  if (!job.ok()) {
+    std::fprintf(stderr, "%s: %s is not a valid job spec; nothing was %s:\n%s\n", command.c_str(),
+                 path.c_str(), nothing_was.c_str(), std::string(job.status().message()).c_str());
+    return std::nullopt;
+  }
+  return *std::move(job);
 }
 
 absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
