@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
@@ -23,11 +24,28 @@ RunPaths ContainerPathsOf() {
   return paths;
 }
 
-v1::ResolvedJob ContainerJobOf(const v1::ResolvedJob& job, v1::LauncherKind launcher) {
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+// The job as the containers see it, and the user's files it names, moved under
+// kContainerInputsDir.
+v1::ResolvedJob ContainerJobOf(const v1::ResolvedJob& job, v1::LauncherKind launcher,
+                               std::vector<UserInput>* inputs) {
   v1::ResolvedJob j = job;
   j.mutable_launcher()->set_kind(launcher);
   // Abstract Unix sockets do not cross network namespaces: the ring uses the service address.
   j.mutable_launcher()->set_ring_transport(v1::RING_TRANSPORT_TCP);
+  if (!j.model().torchscript().empty()) {
+    inputs->push_back({Absolute(j.model().torchscript()), kContainerModel});
+    j.mutable_model()->set_torchscript(kContainerModel);
+  }
+  if (j.dataset().name() == v1::DATASET_NPY) {
+    inputs->push_back({Absolute(j.dataset().path()), kContainerData});
+    j.mutable_dataset()->set_path(kContainerData);
+  }
   return j;
 }
 
@@ -272,7 +290,7 @@ const std::vector<TemplatedFlag>& KubernetesTemplatedFlags() {
 
 ContainerPlan PlanComposeContainers(const v1::ResolvedJob& job) {
   ContainerPlan plan;
-  plan.job = ContainerJobOf(job, v1::LAUNCHER_KIND_COMPOSE);
+  plan.job = ContainerJobOf(job, v1::LAUNCHER_KIND_COMPOSE, &plan.inputs);
   plan.job_yaml = JobSpecYaml(plan.job);
   plan.containers.push_back(Sharder(plan.job, false));
   const ServicePlanInputs inputs = ContainerPlanInputs(plan.job);
@@ -298,7 +316,7 @@ ContainerPlan PlanComposeContainers(const v1::ResolvedJob& job) {
 
 ContainerPlan PlanKubernetesContainers(const v1::ResolvedJob& job, const KubernetesNames& names) {
   ContainerPlan plan;
-  plan.job = ContainerJobOf(job, v1::LAUNCHER_KIND_KUBERNETES);
+  plan.job = ContainerJobOf(job, v1::LAUNCHER_KIND_KUBERNETES, &plan.inputs);
   plan.job_yaml = JobSpecYaml(plan.job);
   plan.containers.push_back(Sharder(plan.job, true));
   const ServicePlanInputs inputs = ContainerPlanInputs(plan.job);

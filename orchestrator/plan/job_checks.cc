@@ -210,7 +210,20 @@ absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
                      TlsInContainersRefusal(Spelled(job.security().tls()),
                                             "the compose and Kubernetes renderers")));
   }
-  if (UsesServers(job)) {
+  // The user's own files go into the containers from where the spec names them (compose binds
+  // them; for Kubernetes the user copies them into a claim): a missing one is named now.
+  if (const std::string& model = job.model().torchscript();
+      !model.empty() && ::access(model.c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(reading.Where("model.torchscript"),
+                                                   ": model.torchscript: cannot read ", model));
+  }
+  if (job.dataset().name() == v1::DATASET_NPY) {
+    if (auto files = DatasetFiles(DatasetOptionsFor(job)); !files.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(reading.Where("dataset.path"),
+                                                     ": dataset.path: ", files.status().message()));
+    }
+  }
+  if (UsesServers(job) && job.model().torchscript().empty()) {
     const auto tensors = BuiltinModelTensors(job.arch());
     if (tensors && job.cluster().parameter_servers() > *tensors) {
       return absl::InvalidArgumentError(
