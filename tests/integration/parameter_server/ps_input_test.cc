@@ -11,8 +11,8 @@
 #include <limits>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include "services/parameter_server/ps_process.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
@@ -28,10 +28,16 @@ constexpr char kTraining[] =
 // A checkpoint whose only tensor claims shape [-1] with 2^64-4 bytes, plus one of 4 bytes: the
 // sizes sum to 0 modulo 2^64, so with a valid checksum only the parser's own checks refuse it.
 std::string LyingCheckpoint() {
-  nlohmann::json tensor = {{"name", "fc1.weight"}, {"shape", {-1}}, {"dtype", "float32"},
-                           {"kind", "parameter"}, {"bytes", uint64_t{0} - 4}};
-  nlohmann::json other = {{"name", "fc1.bias"}, {"shape", {1}}, {"dtype", "float32"},
-                          {"kind", "parameter"}, {"bytes", 4}};
+  nlohmann::json tensor = {{"name", "fc1.weight"},
+                           {"shape", {-1}},
+                           {"dtype", "float32"},
+                           {"kind", "parameter"},
+                           {"bytes", uint64_t{0} - 4}};
+  nlohmann::json other = {{"name", "fc1.bias"},
+                          {"shape", {1}},
+                          {"dtype", "float32"},
+                          {"kind", "parameter"},
+                          {"bytes", 4}};
   const std::string meta =
       nlohmann::json{{"epoch", 0}, {"step", 0}, {"version", 0}, {"tensors", {tensor, other}}}
           .dump();
@@ -85,7 +91,8 @@ class PsInputTest : public ::testing::Test {
 
   std::vector<v1::PushRequest> PushOf(float gradient, double lr) const {
     std::vector<NamedTensor> tensors;
-    for (const auto& p : model_.params) tensors.push_back(Filled(p.name(), p.spec.shape, gradient, 0));
+    for (const auto& p : model_.params)
+      tensors.push_back(Filled(p.name(), p.spec.shape, gradient, 0));
     for (const auto& b : model_.buffers) tensors.push_back(Filled(b.name(), b.spec.shape, 1, 0));
     std::vector<v1::PushRequest> m = {Header(0, 5)};
     m[0].mutable_header()->set_lr(lr);
@@ -141,6 +148,35 @@ TEST_F(PsInputTest, CheckpointPathsOutsideTheRunDirectoryAreRefused) {
   const v1::ServerStatus status = GetStatus(*stub);
   EXPECT_TRUE(status.loaded());
   EXPECT_EQ(status.version(), 5);
+}
+
+// Before: the save's temporary file had a predictable name (`PATH.tmp.PID`) and was opened with
+// O_CREAT | O_TRUNC, following links, so a link planted there by anything that can write the run
+// directory (every container of a compose or Kubernetes job) got a file outside overwritten with
+// the model; and the checkpoint was 0644, readable by every local user. Run against the old code,
+// this test found the victim holding checkpoint bytes and the mode 0644.
+TEST_F(PsInputTest, ASaveFollowsNoPlantedLinkAndIsPrivate) {
+  auto ps = Launch(/*loaded=*/true);
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const std::string victim = dir_ / "victim.txt";
+  ASSERT_TRUE(WriteFileAtomic(victim, "precious").ok());
+  fs::create_directories(run_ + "/saved");
+  fs::create_symlink(victim, absl::StrCat(run_, "/saved/ps-0.ckpt.tmp.", ps->pid()));
+
+  grpc::Status saved = Checkpoint(*stub, /*save=*/true, "saved/ps-0.ckpt");
+  ASSERT_TRUE(saved.ok()) << saved.error_message();
+  EXPECT_EQ(ReadFile(victim).value_or(""), "precious");
+  struct stat st;
+  ASSERT_EQ(::stat((run_ + "/saved/ps-0.ckpt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_TRUE(ReadCheckpoint(run_ + "/saved/ps-0.ckpt").ok());
+
+  // A directory the request names is made 0700 by the server itself.
+  saved = Checkpoint(*stub, /*save=*/true, "fresh/ps-0.ckpt");
+  ASSERT_TRUE(saved.ok()) << saved.error_message();
+  ASSERT_EQ(::stat((run_ + "/fresh").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
 }
 
 TEST_F(PsInputTest, WithoutARunDirectoryTheCheckpointRpcsTakeNoPath) {
@@ -203,7 +239,8 @@ TEST_F(PsInputTest, PushesThatWouldPoisonTheModelAreRefusedAndChangeNothing) {
   ASSERT_TRUE(good.status.ok()) << good.status.error_message();
   EXPECT_EQ(good.version, 6);
   for (const auto& t : good.tensors) {
-    for (int64_t k = 0; k < t.spec.numel(); ++k) ASSERT_TRUE(std::isfinite(t.floats()[k])) << t.name();
+    for (int64_t k = 0; k < t.spec.numel(); ++k)
+      ASSERT_TRUE(std::isfinite(t.floats()[k])) << t.name();
   }
 }
 
