@@ -303,7 +303,9 @@ grpc::Status ParameterServerService::DataPlane(grpc::ServerContext*,
                      partition_->config().workers - 1)));
   }
   reply->set_port(static_cast<uint32_t>(options_.data_plane->port()));
-  reply->set_ticket(options_.data_plane->ticket().data(), options_.data_plane->ticket().size());
+  // Worker `sender`'s own ticket: its connection's requests must then all name that worker.
+  const tcp::Ticket& ticket = options_.data_plane->ticket(static_cast<int>(request->sender()));
+  reply->set_ticket(ticket.data(), ticket.size());
   return grpc::Status::OK;
 }
 

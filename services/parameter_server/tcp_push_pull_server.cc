@@ -232,11 +232,15 @@ class Session {
 
 absl::StatusOr<std::unique_ptr<TcpPushPullServer>> TcpPushPullServer::Start(
     PartitionStore* partition, TcpPushPullServerOptions options) {
-  STRATA_ASSIGN_OR_RETURN(const tcp::Ticket ticket, tcp::RandomTicket());
+  std::vector<tcp::Ticket> tickets;
+  for (int w = 0; w < partition->config().workers; ++w) {
+    STRATA_ASSIGN_OR_RETURN(const tcp::Ticket ticket, tcp::RandomTicket());
+    tickets.push_back(ticket);
+  }
   int port = 0;
   STRATA_ASSIGN_OR_RETURN(const int fd, tcp::ListenTcp(options.listen_host, &port));
   std::unique_ptr<TcpPushPullServer> server(
-      new TcpPushPullServer(partition, std::move(options), fd, port, ticket));
+      new TcpPushPullServer(partition, std::move(options), fd, port, std::move(tickets)));
   server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }
@@ -323,8 +327,7 @@ void TcpPushPullServer::Serve(Connection* c) {
                         tcp::DecodeHello(push_pull_wire::kHelloMagic, push_pull_wire::kVersion,
                                          "push/pull", hello, &presented, &sender)
                             .ok() &&
-                        tcp::SameTicket(presented, ticket_) &&
-                        sender < static_cast<uint32_t>(partition_->config().workers);
+                        sender < tickets_.size() && tcp::SameTicket(presented, tickets_[sender]);
   if (admitted) {
     tcp::SetReceiveTimeout(fd, std::chrono::milliseconds(0));
     tcp::SetSendTimeout(fd, options_.send_timeout);

@@ -25,6 +25,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <absl/status/statusor.h>
 
@@ -50,7 +51,10 @@ class TcpPushPullServer {
   ~TcpPushPullServer();  // Stop()
 
   int port() const { return port_; }
-  const tcp::Ticket& ticket() const { return ticket_; }
+  // The ticket that admits worker `worker` (0 <= worker < the job's workers) and no other: a
+  // connection speaks for the worker its hello names, so one worker's ticket cannot open a
+  // connection as another (BSP and SSP count clocks per worker).
+  const tcp::Ticket& ticket(int worker) const { return tickets_.at(static_cast<size_t>(worker)); }
   // Exchanges answered through a shared region (workers on this host), for the status.
   int64_t shared_exchanges() const { return shared_exchanges_.load(std::memory_order_relaxed); }
 
@@ -67,12 +71,12 @@ class TcpPushPullServer {
   };
 
   TcpPushPullServer(PartitionStore* partition, TcpPushPullServerOptions options, int listen_fd,
-                    int port, const tcp::Ticket& ticket)
+                    int port, std::vector<tcp::Ticket> tickets)
       : partition_(partition),
         options_(std::move(options)),
         listen_fd_(listen_fd),
         port_(port),
-        ticket_(ticket) {}
+        tickets_(std::move(tickets)) {}
 
   void AcceptLoop();
   void Serve(Connection* connection);
@@ -83,7 +87,7 @@ class TcpPushPullServer {
   const TcpPushPullServerOptions options_;
   const int listen_fd_;
   const int port_;
-  const tcp::Ticket ticket_;
+  const std::vector<tcp::Ticket> tickets_;  // by worker
   std::thread acceptor_;
   std::mutex mu_;
   std::list<Connection> connections_;

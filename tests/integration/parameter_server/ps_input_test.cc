@@ -62,13 +62,14 @@ class PsInputTest : public ::testing::Test {
     ASSERT_TRUE(WriteCheckpoint(checkpoint_, model_.ToCheckpoint(/*version=*/5)).ok());
   }
 
-  std::unique_ptr<PsProcess> Launch(bool loaded, bool with_run_dir = true) {
+  std::unique_ptr<PsProcess> Launch(bool loaded, bool with_run_dir = true, int workers = 1,
+                                    const std::string& consistency = "asp") {
     PsProcessOptions o;
     o.binary = STRATA_PS_BINARY;
     o.work_dir = dir_.path();
     o.config = config_;
-    o.workers = 1;
-    o.consistency = "asp";
+    o.workers = workers;
+    o.consistency = consistency;
     o.train_examples = 1000;
     if (loaded) o.init_checkpoint = checkpoint_;
     if (with_run_dir) o.extra_args = {"--run-dir", run_};
@@ -100,10 +101,68 @@ class PsInputTest : public ::testing::Test {
     return m;
   }
 
+  // The data plane's port and worker `worker`'s ticket, as ParameterServer.DataPlane hands them.
+  static std::pair<int, tcp::Ticket> DataPlaneOf(Stub& stub, uint32_t worker) {
+    grpc::ClientContext context;
+    context.set_deadline(TestDeadline());
+    v1::DataPlaneRequest request;
+    request.set_sender(worker);
+    v1::DataPlaneOffer offer;
+    grpc::Status s = stub.DataPlane(&context, request, &offer);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    tcp::Ticket ticket{};
+    EXPECT_EQ(offer.ticket().size(), tcp::kTicketBytes);
+    if (offer.ticket().size() == tcp::kTicketBytes) {
+      std::copy(offer.ticket().begin(), offer.ticket().end(), ticket.begin());
+    }
+    return {static_cast<int>(offer.port()), ticket};
+  }
+
   ScratchDir dir_;
   std::string run_, config_, checkpoint_;
   SmallModel model_;
 };
+
+// Before: one ticket per server for all workers, so whoever held worker 0's could open a
+// connection naming worker 1 and push and pull as it (BSP and SSP count clocks per worker). Run
+// against the old server, the pull below as worker 1 was answered with the model. Now each
+// worker has its own ticket, and a hello naming another worker is closed unread.
+TEST_F(PsInputTest, AWorkersTicketAdmitsThatWorkerOnly) {
+  auto ps = Launch(/*loaded=*/true, /*with_run_dir=*/true, /*workers=*/2, "ssp");
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const auto [port, ticket0] = DataPlaneOf(*stub, 0);
+  const auto [port1, ticket1] = DataPlaneOf(*stub, 1);
+  EXPECT_EQ(port, port1);
+  EXPECT_NE(ticket0, ticket1);
+
+  push_pull_wire::LayoutFingerprint fingerprint;
+  for (const auto& t : model_.params) fingerprint.Add(t.spec, false);
+  for (const auto& t : model_.buffers) fingerprint.Add(t.spec, true);
+  push_pull_wire::Request pull;
+  pull.kind = push_pull_wire::RequestKind::kPull;
+  pull.layout_fingerprint = fingerprint.value();
+  pull.deadline_ms = 60000;
+
+  {  // Worker 0's ticket in a hello naming worker 1.
+    DataPlaneClient impostor(port, ticket0, /*worker=*/1);
+    pull.worker = 1;
+    auto a = impostor.Call(pull);
+    EXPECT_TRUE(a.closed) << "answered a pull as worker 1 on worker 0's ticket: " << a.status;
+  }
+  {  // Each worker's own ticket admits it, and its requests must name it.
+    DataPlaneClient worker1(port, ticket1, /*worker=*/1);
+    pull.worker = 1;
+    auto a = worker1.Call(pull);
+    ASSERT_TRUE(a.status.ok()) << a.status;
+    pull.worker = 0;
+    a = worker1.Call(pull);
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+  }
+  DataPlaneClient worker0(port, ticket0, /*worker=*/0);
+  pull.worker = 0;
+  EXPECT_TRUE(worker0.Call(pull).status.ok());
+}
 
 TEST_F(PsInputTest, CheckpointPathsOutsideTheRunDirectoryAreRefused) {
   auto ps = Launch(/*loaded=*/true);
