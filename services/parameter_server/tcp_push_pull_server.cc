@@ -239,9 +239,17 @@ absl::StatusOr<std::unique_ptr<TcpPushPullServer>> TcpPushPullServer::Start(
   }
   int port = 0;
   STRATA_ASSIGN_OR_RETURN(const int fd, tcp::ListenTcp(options.listen_host, &port));
+  tcp::HelloGateOptions gate;
+  gate.max_pending = options.max_pending;
+  gate.handshake_timeout = options.hello_timeout;
+  gate.what = "push/pull data plane";
   std::unique_ptr<TcpPushPullServer> server(
-      new TcpPushPullServer(partition, std::move(options), fd, port, std::move(tickets)));
-  server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+      new TcpPushPullServer(partition, std::move(options), port, std::move(tickets)));
+  STRATA_ASSIGN_OR_RETURN(
+      server->gate_,
+      tcp::HelloGate::Start(fd, gate, [s = server.get()](int connection, const uint8_t* hello) {
+        return s->Admit(connection, hello);
+      }));
   return server;
 }
 
@@ -251,12 +259,12 @@ void TcpPushPullServer::Stop() {
   std::unique_lock<std::mutex> lock(mu_);
   if (stopping_) return;
   stopping_ = true;
-  // shutdown() wakes the threads blocked in accept and recv; the fds close once they are joined.
-  shutdown(listen_fd_, SHUT_RDWR);
-  for (Connection& c : connections_) shutdown(c.fd, SHUT_RDWR);
   lock.unlock();
-  if (acceptor_.joinable()) acceptor_.join();
+  // The gate first: once it has stopped, no new session starts.
+  if (gate_) gate_->Stop();
   lock.lock();
+  // shutdown() wakes the threads blocked in recv; the fds close once they are joined.
+  for (Connection& c : connections_) shutdown(c.fd, SHUT_RDWR);
   for (Connection& c : connections_) {
     if (c.thread.joinable()) {
       lock.unlock();
@@ -266,7 +274,6 @@ void TcpPushPullServer::Stop() {
     close(c.fd);
   }
   connections_.clear();
-  close(listen_fd_);
 }
 
 void TcpPushPullServer::ReapFinished(std::unique_lock<std::mutex>& lock) {
@@ -284,59 +291,45 @@ void TcpPushPullServer::ReapFinished(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-void TcpPushPullServer::AcceptLoop() {
-  for (;;) {
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    std::unique_lock<std::mutex> lock(mu_);
-    if (stopping_) {
-      if (fd >= 0) close(fd);
-      return;
-    }
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) {
-        // Out of descriptors: let finished connections go before trying again.
-        ReapFinished(lock);
-        if (errno == EMFILE || errno == ENFILE) {
-          lock.unlock();
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-        continue;
-      }
-      spdlog::warn("push/pull data plane: accept failed ({}); it takes no more connections",
-                   std::strerror(errno));
-      return;
-    }
-    ReapFinished(lock);
-    if (static_cast<int>(connections_.size()) >= options_.max_connections) {
-      close(fd);  // a worker whose connection is refused falls back to gRPC
-      continue;
-    }
-    connections_.push_back(Connection{fd, false, {}});
-    Connection* c = &connections_.back();
-    c->thread = std::thread([this, c] { Serve(c); });
+bool TcpPushPullServer::Admit(int fd, const uint8_t* hello) {
+  tcp::Ticket presented;
+  uint32_t sender = 0;
+  if (!tcp::DecodeHello(push_pull_wire::kHelloMagic, push_pull_wire::kVersion, "push/pull", hello,
+                        &presented, &sender)
+           .ok() ||
+      sender >= tickets_.size() || !tcp::SameTicket(presented, tickets_[sender])) {
+    return false;  // closed unread by the gate
   }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) return false;
+  ReapFinished(lock);
+  // A worker reconnects after a failure while its old connection may not have noticed yet: its
+  // newest connections are kept, the oldest beyond the limit is ended.
+  int held = 0;
+  for (auto it = connections_.rbegin(); it != connections_.rend(); ++it) {
+    if (it->worker != sender || it->done) continue;
+    if (++held >= options_.connections_per_worker) shutdown(it->fd, SHUT_RDWR);
+  }
+  connections_.push_back(Connection{fd, sender, false, {}});
+  Connection* c = &connections_.back();
+  c->thread = std::thread([this, c] { Serve(c); });
+  return true;
 }
 
 void TcpPushPullServer::Serve(Connection* c) {
   const int fd = c->fd;
-  tcp::SetReceiveTimeout(fd, options_.hello_timeout);
-  uint8_t hello[tcp::kHelloBytes];
-  tcp::Ticket presented;
-  uint32_t sender = 0;
-  const bool admitted = tcp::ReceiveExact(fd, hello, sizeof(hello)).ok() &&
-                        tcp::DecodeHello(push_pull_wire::kHelloMagic, push_pull_wire::kVersion,
-                                         "push/pull", hello, &presented, &sender)
-                            .ok() &&
-                        sender < tickets_.size() && tcp::SameTicket(presented, tickets_[sender]);
-  if (admitted) {
-    tcp::SetReceiveTimeout(fd, std::chrono::milliseconds(0));
-    tcp::SetSendTimeout(fd, options_.send_timeout);
-    const int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    Session(partition_, options_, fd, static_cast<int>(sender), &shared_exchanges_).Run();
+  tcp::SetSendTimeout(fd, options_.send_timeout);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // The welcome: the worker learns that it was admitted before it commits an exchange to this
+  // connection (a refused one falls back to gRPC instead).
+  uint8_t welcome[push_pull_wire::kReplyBytes];
+  push_pull_wire::EncodeReply(push_pull_wire::Reply{}, welcome);
+  if (tcp::SendAll(fd, welcome, sizeof(welcome), nullptr, 0).ok()) {
+    Session(partition_, options_, fd, static_cast<int>(c->worker), &shared_exchanges_).Run();
   }
   // The peer learns now that the connection is over; the descriptor is closed when the thread
-  // is joined (the next accept, or Stop).
+  // is joined (the next admission, or Stop).
   shutdown(fd, SHUT_RDWR);
   std::lock_guard<std::mutex> lock(mu_);
   c->done = true;

@@ -7,7 +7,9 @@
 // passed the run token (or TLS) gets them. With TLS on the server opens no data plane at all,
 // because this one is not encrypted; nor when its job says strategy.ps_link: grpc.
 //
-// A connection must present the ticket within the hello timeout; its requests then go through
+// A connection must present its worker's ticket within the hello timeout (the whole hello, read
+// by a HelloGate apart from the workers' connections, so that strangers take no slot a worker
+// needs); the server then answers with a welcome, and the connection's requests go through
 // the same checks and the same PartitionStore::Push and Pull as the gRPC service's, so the
 // consistency policies, budgets and refusals are the same. Bounds: the number of connections,
 // each request's payload (exactly the partition's size), every wait (the worker's deadline, at
@@ -29,6 +31,7 @@
 
 #include <absl/status/statusor.h>
 
+#include "services/common/wire/tcp_hello_gate.h"
 #include "services/common/wire/tcp_socket.h"
 #include "services/parameter_server/partition_store.h"
 
@@ -36,7 +39,13 @@ namespace strata {
 
 struct TcpPushPullServerOptions {
   std::string listen_host;  // on a port the kernel picks
-  int max_connections = 256;
+  // Admitted connections per worker: its current one and the one that replaces it after a
+  // reconnect. A newer connection of a worker that has this many closes its oldest.
+  int connections_per_worker = 2;
+  // Connections that have not yet sent a whole hello, held apart from the workers' (the
+  // HelloGate's pool, services/common/wire/tcp_hello_gate.h), and the time each has for it from
+  // accept.
+  size_t max_pending = 64;
   std::chrono::milliseconds hello_timeout{10000};
   // A worker that does not take its reply within this long is cut off: it would hold a thread
   // and a copy of the model.
@@ -66,29 +75,30 @@ class TcpPushPullServer {
  private:
   struct Connection {
     int fd = -1;
+    uint32_t worker = 0;
     bool done = false;
     std::thread thread;
   };
 
-  TcpPushPullServer(PartitionStore* partition, TcpPushPullServerOptions options, int listen_fd,
-                    int port, std::vector<tcp::Ticket> tickets)
+  TcpPushPullServer(PartitionStore* partition, TcpPushPullServerOptions options, int port,
+                    std::vector<tcp::Ticket> tickets)
       : partition_(partition),
         options_(std::move(options)),
-        listen_fd_(listen_fd),
         port_(port),
         tickets_(std::move(tickets)) {}
 
-  void AcceptLoop();
+  // The gate's callback: a hello with the ticket of the worker it names starts that worker's
+  // session on a thread of its own.
+  bool Admit(int fd, const uint8_t* hello);
   void Serve(Connection* connection);
   // Joins the threads of connections that have ended; with mu_ held.
   void ReapFinished(std::unique_lock<std::mutex>& lock);
 
   PartitionStore* const partition_;
   const TcpPushPullServerOptions options_;
-  const int listen_fd_;
   const int port_;
   const std::vector<tcp::Ticket> tickets_;  // by worker
-  std::thread acceptor_;
+  std::unique_ptr<tcp::HelloGate> gate_;
   std::mutex mu_;
   std::list<Connection> connections_;
   bool stopping_ = false;

@@ -43,7 +43,7 @@ enum class RequestKind : uint32_t {
 inline bool PayloadOnSocket(RequestKind kind) { return kind == RequestKind::kExchange; }
 
 constexpr uint32_t kHelloMagic = 0x50525453;  // "STRP"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the server answers an admitted hello with a welcome
 constexpr size_t kRequestBytes = 80;
 constexpr size_t kReplyBytes = 64;
 constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 30;

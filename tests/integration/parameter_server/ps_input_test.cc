@@ -123,6 +123,37 @@ class PsInputTest : public ::testing::Test {
   SmallModel model_;
 };
 
+// Anyone on the machine can connect to the data port. Before: a connection without a hello took
+// one of the 256 slots the workers' connections use, and its 10 s were a receive timeout that
+// restarted with every byte. Against the old server, the hello trickled a byte every 5 s below
+// was never closed (TrickleUntilClosed gave up after 120 s, 24 of its 48 bytes sent) and, with 300
+// strangers holding a byte each, the worker's own connection was closed unread. Now strangers wait
+// in a pool of their own with one deadline for the whole hello, and the worker is admitted and
+// served.
+TEST_F(PsInputTest, StrangersWithoutATicketTakeNoWorkersSlot) {
+  auto ps = Launch(/*loaded=*/true);
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const auto [port, ticket] = DataPlaneOf(*stub, 0);
+  EXPECT_TRUE(TrickleUntilClosed(port, std::chrono::seconds(5), std::chrono::seconds(120)))
+      << "a hello sent a byte at a time was never cut off";
+
+  Strangers strangers(port, 300);
+  EXPECT_GT(strangers.size(), 256u);
+  push_pull_wire::LayoutFingerprint fingerprint;
+  for (const auto& t : model_.params) fingerprint.Add(t.spec, false);
+  for (const auto& t : model_.buffers) fingerprint.Add(t.spec, true);
+  push_pull_wire::Request pull;
+  pull.kind = push_pull_wire::RequestKind::kPull;
+  pull.layout_fingerprint = fingerprint.value();
+  pull.deadline_ms = 60000;
+  DataPlaneClient worker(port, ticket, /*worker=*/0);
+  ASSERT_TRUE(worker.admitted()) << "the worker's connection was refused";
+  auto a = worker.Call(pull);
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  EXPECT_EQ(a.reply.version, 5);
+}
+
 // Before: one ticket per server for all workers, so whoever held worker 0's could open a
 // connection naming worker 1 and push and pull as it (BSP and SSP count clocks per worker). Run
 // against the old server, the pull below as worker 1 was answered with the model. Now each
