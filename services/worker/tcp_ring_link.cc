@@ -21,6 +21,7 @@
 
 #include "services/common/base/status.h"
 #include "services/common/wire/rpc.h"
+#include "services/common/wire/tcp_hello_gate.h"
 #include "services/worker/ring_inbox.h"
 #include "services/worker/segment_codec.h"
 #include "services/worker/tcp_frame.h"
@@ -41,11 +42,13 @@ using tcp_ring::kFrameHeaderBytes;
 constexpr uint64_t kOperationWindow = 16;
 constexpr size_t kMaxQueuedSegments = size_t{1} << 14;   // per operation
 constexpr uint64_t kMaxQueuedBytes = uint64_t{2} << 30;  // over all operations
-// Connections accepted at once: the previous rank's, a replacement's, and a few that have not
-// said hello yet (each has kHelloTimeout to do so).
-constexpr size_t kMaxConnections = 8;
-constexpr int kHelloTimeoutSeconds = 10;
-constexpr size_t kSpareBuffers = 8;  // receive buffers kept for reuse
+// Admitted connections held at once: the previous rank's, a replacement's after a re-formation,
+// and one or two that have not noticed yet; a newer one ends the oldest. Connections that have
+// not said hello yet wait apart, at the HelloGate, and take none of these.
+constexpr size_t kMaxConnections = 4;
+constexpr size_t kMaxPendingConnections = 64;
+constexpr std::chrono::seconds kHelloTimeout{10};  // the whole hello, from accept
+constexpr size_t kSpareBuffers = 8;                // receive buffers kept for reuse
 constexpr std::chrono::seconds kDrainLimit{5};
 constexpr size_t kScratchFloats = 16 << 10;  // 64 KiB: a piece read, then added while in cache
 
@@ -124,8 +127,8 @@ class DataPlaneService final : public v1::Collective::CallbackService {
 }  // namespace
 
 struct TcpRingLink::Impl {
-  Impl(const TcpRingLinkOptions& options, int listen_fd, int port, const Ticket& ticket)
-      : options(options), listen_fd(listen_fd), port(port), ticket(ticket), service(port, ticket) {}
+  Impl(const TcpRingLinkOptions& options, int port, const Ticket& ticket)
+      : options(options), port(port), ticket(ticket), service(port, ticket) {}
 
   const TcpRingLinkOptions options;
 
@@ -135,7 +138,6 @@ struct TcpRingLink::Impl {
   bool stopping = false;
 
   // ---- receiving: the previous rank's connection ----
-  const int listen_fd;
   const int port;
   const Ticket ticket;
   std::map<uint64_t, Inbox> inboxes;  // by operation
@@ -158,7 +160,7 @@ struct TcpRingLink::Impl {
     bool done = false;
   };
   std::list<Connection> connections;
-  std::thread acceptor;
+  std::unique_ptr<tcp::HelloGate> gate;
 
   // ---- sending: the connection to the next rank, owned by the writer thread ----
   int rank = 0;
@@ -237,7 +239,8 @@ struct TcpRingLink::Impl {
     acked.erase(acked.begin(), acked.upper_bound(operation));
   }
 
-  void AcceptLoop();
+  // The gate's callback: a hello with this rank's ticket starts a receiving thread.
+  bool Admit(int fd, const uint8_t* hello);
   void ReceiveLoop(int fd);
   // What one accepted connection's thread keeps between frames.
   struct Incoming {
@@ -256,65 +259,47 @@ struct TcpRingLink::Impl {
 
 // ---- receiving ----------------------------------------------------------------------------------
 
-void TcpRingLink::Impl::AcceptLoop() {
-  while (true) {
-    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    std::list<Connection> finished;
-    std::unique_lock<std::mutex> lock(mu);
-    if (stopping) {
-      if (fd >= 0) close(fd);
-      return;
-    }
+bool TcpRingLink::Impl::Admit(int fd, const uint8_t* hello) {
+  Ticket presented;
+  uint32_t sender = 0;
+  if (!tcp_ring::DecodeHello(hello, &presented, &sender).ok() ||
+      !tcp::SameTicket(presented, ticket)) {
+    return false;  // closed unread by the gate
+  }
+  std::list<Connection> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return false;
     for (auto it = connections.begin(); it != connections.end();) {
       auto here = it++;
       if (here->done) finished.splice(finished.end(), connections, here);
     }
-    if (fd < 0) {
-      // Interrupted, or a connection reset before it was taken: go on. Anything else (out of
-      // descriptors, say) would repeat at once, so stop accepting.
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      std::fprintf(stderr, "ring data plane: accept failed: %s; accepting no more connections\n",
-                   std::strerror(errno));
-      return;
+    // A newer connection ends the oldest beyond the bound (a previous rank that reconnected).
+    size_t live = 0;
+    for (auto it = connections.rbegin(); it != connections.rend(); ++it) {
+      if (++live >= kMaxConnections) shutdown(it->fd, SHUT_RDWR);
     }
-    if (connections.size() >= kMaxConnections) {
-      close(fd);
-    } else {
-      connections.emplace_back();
-      Connection* c = &connections.back();
-      c->fd = fd;
-      c->thread = std::thread([this, c] {
-        ReceiveLoop(c->fd);
-        // Tells the peer now; the descriptor is closed when the thread is joined, so that its
-        // number cannot be reused while the destructor may still shut it down.
-        shutdown(c->fd, SHUT_RDWR);
-        std::lock_guard<std::mutex> done(mu);
-        c->done = true;
-      });
-    }
-    lock.unlock();
-    for (Connection& c : finished) {
-      c.thread.join();
-      close(c.fd);
-    }
+    connections.emplace_back();
+    Connection* c = &connections.back();
+    c->fd = fd;
+    c->thread = std::thread([this, c] {
+      ReceiveLoop(c->fd);
+      // Tells the peer now; the descriptor is closed when the thread is joined, so that its
+      // number cannot be reused while the destructor may still shut it down.
+      shutdown(c->fd, SHUT_RDWR);
+      std::lock_guard<std::mutex> done(mu);
+      c->done = true;
+    });
   }
+  for (Connection& c : finished) {
+    c.thread.join();
+    close(c.fd);
+  }
+  return true;
 }
 
 void TcpRingLink::Impl::ReceiveLoop(int fd) {
-  // A peer has kHelloTimeout to present the ticket; after that a ring peer may stay quiet for as
-  // long as it likes (between operations).
-  timeval limit{kHelloTimeoutSeconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  uint8_t hello[tcp::kHelloBytes];
-  Ticket presented;
-  uint32_t sender = 0;
-  if (!tcp::ReceiveExact(fd, hello, sizeof(hello)).ok() ||
-      !tcp_ring::DecodeHello(hello, &presented, &sender).ok() ||
-      !tcp::SameTicket(presented, ticket)) {
-    return;  // closed by the acceptor
-  }
-  limit = timeval{0, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  // A ring peer may stay quiet for as long as it likes (between operations).
   Incoming in;
   while (Receive(fd, &in).ok()) {
   }
@@ -758,9 +743,17 @@ absl::StatusOr<std::unique_ptr<TcpRingLink>> TcpRingLink::Create(
   int port = 0;
   absl::StatusOr<int> fd = tcp::ListenTcp(options.listen_host, &port);
   if (!fd.ok()) return Annotate(fd.status(), "ring data plane");
-  auto impl = std::make_unique<Impl>(options, *fd, port, ticket);
+  auto impl = std::make_unique<Impl>(options, port, ticket);
   Impl* raw = impl.get();
-  impl->acceptor = std::thread([raw] { raw->AcceptLoop(); });
+  tcp::HelloGateOptions gate;
+  gate.max_pending = kMaxPendingConnections;
+  gate.handshake_timeout = kHelloTimeout;
+  gate.what = "ring data plane";
+  absl::StatusOr<std::unique_ptr<tcp::HelloGate>> started = tcp::HelloGate::Start(
+      *fd, gate,
+      [raw](int connection, const uint8_t* hello) { return raw->Admit(connection, hello); });
+  if (!started.ok()) return Annotate(started.status(), "ring data plane");
+  impl->gate = std::move(*started);
   impl->writer = std::thread([raw] { raw->WriterLoop(); });
   return std::unique_ptr<TcpRingLink>(new TcpRingLink(std::move(impl)));
 }
@@ -777,19 +770,21 @@ TcpRingLink::~TcpRingLink() {
                   [&] { return l.unended.empty() || *l.unended.begin() >= l.next_operation; });
     l.stopping = true;
     if (l.dialling != nullptr) l.dialling->TryCancel();
-    shutdown(l.listen_fd, SHUT_RDWR);  // wakes accept()
-    for (Impl::Connection& c : l.connections) shutdown(c.fd, SHUT_RDWR);
     if (l.out_fd >= 0) shutdown(l.out_fd, SHUT_RDWR);
+  }
+  // No connection is admitted once the gate has stopped (and Admit sees `stopping` before).
+  l.gate->Stop();
+  {
+    std::lock_guard<std::mutex> lock(l.mu);
+    for (Impl::Connection& c : l.connections) shutdown(c.fd, SHUT_RDWR);
   }
   l.writer_cv.notify_all();
   l.cv.notify_all();
-  l.acceptor.join();
   l.writer.join();
   for (Impl::Connection& c : l.connections) {
     c.thread.join();
     close(c.fd);
   }
-  close(l.listen_fd);
 }
 
 grpc::Service* TcpRingLink::service() { return &impl_->service; }

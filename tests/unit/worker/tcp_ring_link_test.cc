@@ -6,6 +6,7 @@
 // ring_allreduce_test.cc, which runs every test over "plain-tcp" too.
 #include "services/worker/tcp_ring_link.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -187,6 +188,44 @@ class TcpRingInputTest : public ::testing::Test {
 
   TestRing ring_;
 };
+
+// Anyone on the machine can connect to a rank's data port. Before: a connection without a
+// hello took one of the 8 connection slots, and its 10 s to present the ticket were a receive
+// timeout restarted by every byte. Against the old link, the hello trickled a byte every 5 s was
+// never cut off (given up after 120 s), and with 20 strangers holding a byte each the ring's own
+// connection was closed unread and its first operation failed. Now strangers wait apart, with
+// one deadline for the whole hello, and the ring forms and averages exactly.
+TEST_F(TcpRingInputTest, StrangersHoldingTheDataPortDoNotStopTheRing) {
+  const int port = ring_.ranks[0].tcp->data_port();
+  {
+    auto fd = tcp::DialTcp("127.0.0.1", port, std::chrono::seconds(10));
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    bool closed = false;
+    while (!closed && std::chrono::steady_clock::now() < give_up) {
+      const uint8_t byte = 0x53;
+      if (!tcp::SendAll(*fd, &byte, 1, nullptr, 0).ok()) break;
+      pollfd p{*fd, POLLIN, 0};
+      // Waits for the close (an event), or paces the next byte.
+      if (poll(&p, 1, 5000) > 0) {
+        char c;
+        closed = recv(*fd, &c, 1, 0) <= 0;
+      }
+    }
+    close(*fd);
+    EXPECT_TRUE(closed) << "a hello sent a byte every 5 s was never cut off";
+  }
+  std::vector<int> strangers;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = Dial();
+    ASSERT_GE(fd, 0);
+    Send(fd, "S", 1);
+    strangers.push_back(fd);
+  }
+  ExpectExactAverages(0);
+  ExpectExactAverages(1);
+  for (int fd : strangers) close(fd);
+}
 
 TEST_F(TcpRingInputTest, AConnectionWithoutTheTicketIsClosedAndChangesNothing) {
   ExpectExactAverages(0);
