@@ -22,6 +22,9 @@ namespace {
 
 namespace wire = push_pull_wire;
 
+// How long a share waits for its worker to take the region's descriptor.
+constexpr std::chrono::milliseconds kHandOverTimeout{10000};
+
 // One worker's connection after its hello: answers its requests in order, one at a time.
 class Session {
  public:
@@ -101,29 +104,26 @@ class Session {
       staging_ = std::make_unique<PushStaging>(*layout);
     }
     const size_t floats = request.payload_bytes / sizeof(float);
-    if (shared) {
-      // Scanned and applied where the worker wrote it, with no copy: the worker waits for its
-      // reply meanwhile (and one that could write the region while it does could as well write
-      // this process's memory; shared_region.h).
-      const auto* pushed = reinterpret_cast<const float*>(region_->push_area());
-      staging_->ReadInPlace(pushed);
-      staging_->NoteScanned(MaxAbsOrInfinity(pushed, floats));
-    } else {
-      // In pieces that stay in the cache, each scanned for its largest magnitude (and any NaN or
-      // Inf) as soon as it lands: PushStaging::Validate then needs no pass of its own.
-      float* into = staging_->WholeDestination();
-      constexpr size_t kPieceFloats = 64 << 10;
-      float largest = 0;
-      for (size_t at = 0; at < floats; at += kPieceFloats) {
-        const size_t n = std::min(kPieceFloats, floats - at);
-        if (!tcp::ReceiveExact(fd_, into + at, n * sizeof(float)).ok()) {
-          *connection_broke = true;
-          return absl::UnavailableError("the pushing worker went away");
-        }
-        largest = std::max(largest, MaxAbsOrInfinity(into + at, n));
+    // In pieces that stay in the cache, each scanned for its largest magnitude (and any NaN or
+    // Inf) as soon as it is in this process's memory: PushStaging::Validate then needs no pass
+    // of its own, and what is applied is exactly what was scanned.
+    float* into = staging_->WholeDestination();
+    constexpr size_t kPieceFloats = 64 << 10;
+    float largest = 0;
+    const auto* pushed = shared ? reinterpret_cast<const float*>(region_->push_area()) : nullptr;
+    for (size_t at = 0; at < floats; at += kPieceFloats) {
+      const size_t n = std::min(kPieceFloats, floats - at);
+      if (shared) {
+        // Copied out before the scan: the worker (or anything else that could write the region)
+        // can change the shared area at any time, but not this process's copy.
+        std::memcpy(into + at, pushed + at, n * sizeof(float));
+      } else if (!tcp::ReceiveExact(fd_, into + at, n * sizeof(float)).ok()) {
+        *connection_broke = true;
+        return absl::UnavailableError("the pushing worker went away");
       }
-      staging_->NoteScanned(largest);
+      largest = std::max(largest, MaxAbsOrInfinity(into + at, n));
     }
+    staging_->NoteScanned(largest);
     const PushMeta meta{worker_, request.version, request.clock, request.samples, request.lr};
     STRATA_RETURN_IF_ERROR(CheckPushMeta(meta, partition_->config().workers));
     // The message is built only for a refusal: this runs on every push.
@@ -165,18 +165,20 @@ class Session {
     return absl::OkStatus();
   }
 
-  // A share request: a region sized for the partition (kept for the connection's life, so asking
-  // again returns the same one), offered in the reply. Refused when there is nothing to size it
-  // by; the worker then keeps its tensors on the socket.
+  // A share request: a fresh region sized for the partition, offered in the reply and handed
+  // over to this connection's worker alone (SharedRegion::HandOver), after which no descriptor of
+  // this process names it. Refused when there is nothing to size it by; the worker then keeps its
+  // tensors on the socket, as it does when it cannot attach (another host or namespace).
   absl::Status Share(const wire::Request& request) {
+    region_.reset();
     absl::StatusOr<std::shared_ptr<const PartitionLayout>> layout = partition_->CurrentLayout();
     absl::Status usable = layout.status();
     if (usable.ok()) usable = CheckWorker(request);
-    const size_t bytes = usable.ok() ? (*layout)->total_floats * sizeof(float) : 0;
-    if (usable.ok() && (region_ == nullptr || region_->area_bytes() != bytes)) {
-      region_.reset();
-      absl::StatusOr<std::unique_ptr<SharedRegion>> created = SharedRegion::Create(bytes);
-      if (created.ok()) region_ = std::move(*created);
+    std::unique_ptr<SharedRegion> region;
+    if (usable.ok()) {
+      absl::StatusOr<std::unique_ptr<SharedRegion>> created =
+          SharedRegion::Create((*layout)->total_floats * sizeof(float));
+      if (created.ok()) region = std::move(*created);
       usable = created.status();
     }
     if (!usable.ok()) return SendRefusal(usable);
@@ -185,8 +187,12 @@ class Session {
     uint8_t header[wire::kReplyBytes];
     wire::EncodeReply(reply, header);
     uint8_t offer[wire::kShareOfferBytes];
-    wire::EncodeShareOffer(region_->offer(), offer);
-    return tcp::SendAll(fd_, header, sizeof(header), offer, sizeof(offer));
+    wire::EncodeShareOffer(region->offer(), offer);
+    STRATA_RETURN_IF_ERROR(tcp::SendAll(fd_, header, sizeof(header), offer, sizeof(offer)));
+    // The worker takes the descriptor before it sends anything more on this connection; a next
+    // request first means it could not (and it keeps its tensors on the socket).
+    if (region->HandOver(fd_, kHandOverTimeout)) region_ = std::move(region);
+    return absl::OkStatus();
   }
 
   absl::Status SendModel(const PullSnapshot& snapshot, bool shared) {

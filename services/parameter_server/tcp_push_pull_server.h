@@ -16,8 +16,9 @@
 // most max_wait; a worker that hangs up ends its wait) and every reply (send_timeout).
 //
 // A worker on this host may ask for a shared region (services/common/wire/shared_region.h): one
-// per connection, sized for the partition, through which its exchanges then move the tensors
-// while the socket carries only the headers; the push is checked and applied where it lies.
+// per connection, sized for the partition and handed to that worker alone, through which its
+// exchanges then move the tensors while the socket carries only the headers; the server copies
+// the push out of the region in the pass that checks it, and applies the copy.
 #pragma once
 
 #include <atomic>

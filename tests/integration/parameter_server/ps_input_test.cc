@@ -5,10 +5,13 @@
 // keeps serving.
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -152,6 +155,118 @@ TEST_F(PsInputTest, StrangersWithoutATicketTakeNoWorkersSlot) {
   auto a = worker.Call(pull);
   ASSERT_TRUE(a.status.ok()) << a.status;
   EXPECT_EQ(a.reply.version, 5);
+}
+
+// A shared push rewritten while the server handles it. Before: the server scanned the push area
+// for its largest magnitude, then ran its step reading the area again, so a writer racing the
+// exchange (here the worker's own threads; any process of the same user could open the region
+// as /proc/PID/fd/FD of the server) could put NaN into the published model. Run against the old
+// server, this test found a memfd among the server's descriptors (the path another process
+// would take) and NaN at element 0 of the pulled weights, in each of three runs. Now the server
+// copies the push out in the pass that checks it and applies the copy, and holds no descriptor of
+// the region once its worker has it.
+TEST_F(PsInputTest, ASharedPushRewrittenDuringTheExchangeNeverReachesTheModel) {
+  // Plain SGD: a push of zero gradients leaves every weight where it was.
+  config_ = WriteJobSpec(
+      dir_, "{ lr: 0.1, momentum: 0, weight_decay: 0, batch_size: 8, epochs: 1 }", "plain.yaml");
+  auto ps = Launch(/*loaded=*/true);
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const auto [port, ticket] = DataPlaneOf(*stub, 0);
+  push_pull_wire::LayoutFingerprint fingerprint;
+  size_t floats = 0, parameter_floats = 0;
+  for (const auto& t : model_.params) {
+    fingerprint.Add(t.spec, false);
+    parameter_floats += static_cast<size_t>(t.spec.numel());
+  }
+  floats = parameter_floats;
+  for (const auto& t : model_.buffers) {
+    fingerprint.Add(t.spec, true);
+    floats += static_cast<size_t>(t.spec.numel());
+  }
+  DataPlaneClient worker(port, ticket, /*worker=*/0);
+  push_pull_wire::Request pull;
+  pull.kind = push_pull_wire::RequestKind::kPull;
+  pull.layout_fingerprint = fingerprint.value();
+  pull.deadline_ms = 60000;
+  const auto before = worker.Call(pull);
+  ASSERT_TRUE(before.status.ok()) << before.status;
+  ASSERT_EQ(before.model.size(), floats);
+  // Zero gradients, and the buffers' own values.
+  std::vector<float> honest(floats, 0.0f);
+  std::copy(before.model.begin() + parameter_floats, before.model.end(),
+            honest.begin() + parameter_floats);
+
+  auto region = worker.Share(fingerprint.value(), floats * sizeof(float));
+  ASSERT_TRUE(region.ok()) << region.status();
+  // Flips one gradient and one buffer value between the honest one and NaN, Inf or -Inf, as
+  // fast as it can, for as long as the exchanges run.
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> rounds{0};
+  std::thread hostile([&, area = reinterpret_cast<volatile float*>((*region)->push_area())] {
+    const float poison[] = {std::nanf(""), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()};
+    const size_t targets[] = {0, floats - 1};
+    for (int64_t round = 0; !stop.load(std::memory_order_relaxed); ++round) {
+      for (size_t t : targets) area[t] = poison[round % 3];
+      for (size_t t : targets) area[t] = honest[t];
+      rounds.store(round + 1, std::memory_order_relaxed);
+    }
+  });
+  push_pull_wire::Request exchange;
+  exchange.worker = 0;
+  exchange.layout_fingerprint = fingerprint.value();
+  exchange.payload_bytes = floats * sizeof(float);
+  exchange.deadline_ms = 60000;
+  exchange.samples = 8;
+  exchange.lr = 0.1;
+  int accepted = 0, refused = 0;
+  int64_t version = before.reply.version;
+  // At least 2000 exchanges, and on until the writer has been seen at work (bounded).
+  for (int i = 0; i < 2000 || (rounds.load() < 100000 && i < 200000); ++i) {
+    exchange.version = version;
+    // Besides the thread, this one: the push is rewritten a chosen time after the request went
+    // out (0 to 63 us, a different time each exchange), while the server reads it.
+    std::memcpy((*region)->push_area(), honest.data(), floats * sizeof(float));
+    exchange.kind = push_pull_wire::RequestKind::kExchangeShared;
+    ASSERT_TRUE(worker.Send(exchange, {}).ok());
+    const auto rewrite_at = std::chrono::steady_clock::now() + std::chrono::microseconds(i % 64);
+    while (std::chrono::steady_clock::now() < rewrite_at) {
+    }
+    auto* area = reinterpret_cast<volatile float*>((*region)->push_area());
+    area[0] = std::nanf("");
+    area[floats - 1] = std::numeric_limits<float>::infinity();
+    auto a = worker.Receive(region->get());
+    ASSERT_FALSE(a.closed) << a.status;
+    if (a.status.ok()) {
+      ++accepted;
+      version = a.reply.version;
+    } else {
+      ASSERT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+      ++refused;
+    }
+  }
+  stop = true;
+  hostile.join();
+  // (After the exchanges: the server answers a request only once the hand-over is over.)
+  int server_memfds = 0;
+  for (const auto& entry : fs::directory_iterator(absl::StrCat("/proc/", ps->pid(), "/fd"))) {
+    std::error_code ec;
+    const auto target = fs::read_symlink(entry.path(), ec);
+    if (!ec && target.string().rfind("/memfd:strata-push-pull", 0) == 0) ++server_memfds;
+  }
+  EXPECT_EQ(server_memfds, 0) << "another process of this user could open the region";
+
+  const auto after = worker.Call(pull);
+  ASSERT_TRUE(after.status.ok()) << after.status;
+  ASSERT_EQ(after.model.size(), floats);
+  for (size_t i = 0; i < floats; ++i) {
+    ASSERT_TRUE(std::isfinite(after.model[i])) << "element " << i << " after " << accepted
+                                               << " accepted and " << refused << " refused pushes";
+    ASSERT_EQ(after.model[i], before.model[i]) << "element " << i << " moved";
+  }
+  std::printf("shared pushes under attack: %d accepted, %d refused, %lld rewrites\n", accepted,
+              refused, static_cast<long long>(rounds.load()));
 }
 
 // Before: one ticket per server for all workers, so whoever held worker 0's could open a
@@ -485,10 +600,10 @@ TEST_F(PsInputTest, TheTcpDataPlaneRefusesWhatAHostileClientSendsAndKeepsServing
     auto other_worker = c.Share(fingerprint.value(), floats * sizeof(float), /*worker=*/3);
     EXPECT_EQ(other_worker.status().code(), absl::StatusCode::kInvalidArgument)
         << other_worker.status();
-    // An offer is not a model: the region comes back the same when asked again.
+    // An offer is not a model: asking again gives a fresh region (the old one is no longer read).
     auto again = c.Share(fingerprint.value(), floats * sizeof(float));
     ASSERT_TRUE(again.ok()) << again.status();
-    EXPECT_EQ((*again)->offer().fd, (*region)->offer().fd);
+    EXPECT_NE((*again)->offer().socket_id, (*region)->offer().socket_id);
   }
   const v1::ServerStatus status = GetStatus(*stub);
   EXPECT_EQ(status.pushes(), 0);
