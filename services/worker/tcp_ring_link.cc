@@ -156,14 +156,19 @@ struct TcpRingLink::Impl {
   int place_fd = -1;
   struct Connection {
     int fd = -1;
+    uint32_t sender = 0;  // the rank its hello named: every frame on it must be from that rank
     std::thread thread;
     bool done = false;
   };
   std::list<Connection> connections;
   std::unique_ptr<tcp::HelloGate> gate;
 
+  // The ring's highest generation the orchestrator announced (AnnounceGeneration).
+  uint32_t announced_generation = 0;
+
   // ---- sending: the connection to the next rank, owned by the writer thread ----
   int rank = 0;
+  int world = 0;  // 0 until Connect
   std::string next_host;
   std::shared_ptr<v1::Collective::Stub> next_stub;
   // Operations send on connection `epoch`. Begin moves to a new one after a failure (and Connect
@@ -241,7 +246,7 @@ struct TcpRingLink::Impl {
 
   // The gate's callback: a hello with this rank's ticket starts a receiving thread.
   bool Admit(int fd, const uint8_t* hello);
-  void ReceiveLoop(int fd);
+  void ReceiveLoop(int fd, uint32_t sender);
   // What one accepted connection's thread keeps between frames.
   struct Incoming {
     bool carrying = false;  // an operation has begun on this connection and not ended
@@ -249,7 +254,10 @@ struct TcpRingLink::Impl {
     bool ended = false;
     std::vector<float> scratch;  // a data frame applied in place is read through it, in pieces
   };
-  absl::Status Receive(int fd, Incoming* in);
+  absl::Status Receive(int fd, uint32_t sender, Incoming* in);
+  // Whether frames of `rank` may be taken now (with `mu` held): the previous rank of the ring as
+  // Connect last set it. Before the first Connect nothing is known, and any rank is taken.
+  absl::Status CheckSender(uint32_t rank) const;
   absl::Status ReceiveData(int fd, const Frame& frame, Incoming* in, QueuedSegment* out);
   void WriterLoop();
   absl::Status Dial(std::unique_lock<std::mutex>& lock, const OutFrame& first);
@@ -282,8 +290,9 @@ bool TcpRingLink::Impl::Admit(int fd, const uint8_t* hello) {
     connections.emplace_back();
     Connection* c = &connections.back();
     c->fd = fd;
+    c->sender = sender;
     c->thread = std::thread([this, c] {
-      ReceiveLoop(c->fd);
+      ReceiveLoop(c->fd, c->sender);
       // Tells the peer now; the descriptor is closed when the thread is joined, so that its
       // number cannot be reused while the destructor may still shut it down.
       shutdown(c->fd, SHUT_RDWR);
@@ -298,10 +307,10 @@ bool TcpRingLink::Impl::Admit(int fd, const uint8_t* hello) {
   return true;
 }
 
-void TcpRingLink::Impl::ReceiveLoop(int fd) {
+void TcpRingLink::Impl::ReceiveLoop(int fd, uint32_t sender) {
   // A ring peer may stay quiet for as long as it likes (between operations).
   Incoming in;
-  while (Receive(fd, &in).ok()) {
+  while (Receive(fd, sender, &in).ok()) {
   }
   // The connection is over: so is the operation it was carrying.
   std::lock_guard<std::mutex> lock(mu);
@@ -364,12 +373,30 @@ absl::Status TcpRingLink::Impl::ReceiveData(int fd, const Frame& frame, Incoming
 }
 
 // Reads one frame and files it; an error ends the connection.
-absl::Status TcpRingLink::Impl::Receive(int fd, Incoming* in) {
+absl::Status TcpRingLink::Impl::CheckSender(uint32_t rank) const {
+  if (world <= 0) return absl::OkStatus();
+  const uint32_t previous = static_cast<uint32_t>((this->rank + world - 1) % world);
+  if (rank == previous) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("a connection of rank ", rank, ": only rank ",
+                                                 previous, " sends to rank ", this->rank));
+}
+
+absl::Status TcpRingLink::Impl::Receive(int fd, uint32_t sender, Incoming* in) {
   uint8_t raw[kFrameHeaderBytes];
   Frame frame;
   STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(fd, raw, sizeof(raw)));
   STRATA_RETURN_IF_ERROR(tcp_ring::DecodeFrame(raw, &frame));
   if (frame.kind == FrameKind::kAck) return absl::InvalidArgumentError("ack from the sender");
+  // A frame speaks for the rank whose hello opened its connection, and only the previous rank
+  // sends to this one: a frame naming another rank would make this rank blame the wrong peer.
+  if (frame.header.sender != sender) {
+    return absl::InvalidArgumentError(absl::StrCat("a frame of rank ", frame.header.sender,
+                                                   " on the connection of rank ", sender));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    STRATA_RETURN_IF_ERROR(CheckSender(sender));
+  }
   QueuedSegment r;
   r.header = frame.header;
   if (frame.kind == FrameKind::kData) {
@@ -386,13 +413,24 @@ absl::Status TcpRingLink::Impl::Receive(int fd, Incoming* in) {
   in->ended = frame.kind == FrameKind::kEnd;
   {
     std::lock_guard<std::mutex> lock(mu);
-    // The first operations of a re-formed ring (RingAllReduce::Reform): what is left of the
-    // broken generation is dropped, as its frames will be on arrival from now on.
-    const uint64_t generation_start = op >> kRingGenerationShift << kRingGenerationShift;
-    if (generation_start > next_operation && op < generation_start + kOperationWindow) {
-      Retire(generation_start - 1);
+    // A re-formed ring's operations (RingAllReduce::Reform) count in the generation the
+    // orchestrator's ReformRing (or a replacement's Start) announced (AnnounceGeneration), which
+    // is also where what is left of the broken generation is dropped. The next generation's
+    // first operations may arrive before this rank has heard of it: they are queued, and retire
+    // nothing. Any later generation is refused.
+    const uint64_t generation = op >> kRingGenerationShift;
+    const uint64_t generation_start = generation << kRingGenerationShift;
+    const bool next_generation = generation == uint64_t{announced_generation} + 1 &&
+                                 op < generation_start + kOperationWindow &&
+                                 generation_start > next_operation;
+    if (generation > announced_generation && !next_generation) {
+      GiveBack(std::move(r.payload));
+      return absl::InvalidArgumentError(absl::StrCat("frame for operation ", op, " of generation ",
+                                                     generation, ": this rank is in generation ",
+                                                     announced_generation,
+                                                     " and no re-formation announced a later one"));
     }
-    if (op >= next_operation + kOperationWindow) {
+    if (!next_generation && op >= next_operation + kOperationWindow) {
       GiveBack(std::move(r.payload));
       return absl::InvalidArgumentError("frame for an operation beyond the window");
     }
@@ -789,6 +827,15 @@ TcpRingLink::~TcpRingLink() {
 
 grpc::Service* TcpRingLink::service() { return &impl_->service; }
 
+void TcpRingLink::AnnounceGeneration(uint32_t generation) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (generation <= impl_->announced_generation) return;
+  impl_->announced_generation = generation;
+  const uint64_t start = uint64_t{generation} << kRingGenerationShift;
+  if (start > impl_->next_operation) impl_->Retire(start - 1);
+  impl_->cv.notify_all();
+}
+
 int TcpRingLink::data_port() const { return impl_->port; }
 
 absl::Status TcpRingLink::Connect(int rank, const std::vector<std::string>& peers) {
@@ -798,6 +845,7 @@ absl::Status TcpRingLink::Connect(int rank, const std::vector<std::string>& peer
   if (world > 1) stub = v1::Collective::NewStub(MakeChannel(next));
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->rank = rank;
+  impl_->world = world;
   impl_->next_host = tcp::DataPlaneHost(next);
   impl_->next_stub = std::move(stub);
   ++impl_->epoch;  // a new ring: a new connection

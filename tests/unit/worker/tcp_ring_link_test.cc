@@ -274,6 +274,7 @@ TEST_F(TcpRingInputTest, AnAuthenticatedCallerThatLiesIsCutOffAndTheRingGoesOn) 
     Frame end;
     end.kind = FrameKind::kEnd;
     end.header.operation = 0;
+    end.header.sender = 1;
     SendFrame(fd, end);
     uint8_t raw[kFrameHeaderBytes];
     ASSERT_TRUE(tcp::ReceiveExact(fd, raw, sizeof(raw)).ok());
@@ -301,6 +302,34 @@ TEST_F(TcpRingInputTest, AnAuthenticatedCallerThatLiesIsCutOffAndTheRingGoesOn) 
   ack.kind = FrameKind::kAck;
   cut_off_after("an ack", ack, "");
   ExpectExactAverages(1);
+}
+
+// Before: a frame's generation was taken at its word and its sender never checked, so one frame
+// of a later generation, from any connection that had the ticket, made rank 0 drop every
+// operation it was on and jump to that generation: against the old link the next all-reduce ran
+// into its deadline. Now a connection speaks for the rank its hello named, only the previous
+// rank's frames are taken, and a generation must have been announced by a re-formation.
+TEST_F(TcpRingInputTest, FramesOfAnotherRankOrAnUnannouncedGenerationAreRefused) {
+  ExpectExactAverages(0);
+  const tcp::Ticket ticket = AskForTicket();
+  const auto cut_off = [&](const std::string& what, uint32_t hello_sender, const Frame& f) {
+    uint8_t hello[tcp::kHelloBytes];
+    tcp_ring::EncodeHello(ticket, hello_sender, hello);
+    const int fd = Dial();
+    ASSERT_GE(fd, 0);
+    Send(fd, hello, sizeof(hello));
+    SendFrame(fd, f, std::string(f.payload_bytes, '\0'));
+    EXPECT_TRUE(ClosedByReceiver(fd)) << what;
+    close(fd);
+  };
+  // Rank 1 is rank 0's previous rank.
+  cut_off("a later generation", 1, DataFrame((uint64_t{5} << kRingGenerationShift) + 1, 4, 0, 16));
+  Frame other = DataFrame(1, 4, 0, 16);
+  other.header.sender = 0;
+  cut_off("a frame naming another rank than the hello", 1, other);
+  cut_off("a hello naming a rank that does not send to rank 0", 0, other);
+  ExpectExactAverages(1);
+  ExpectExactAverages(2);
 }
 
 TEST(TcpRingLink, ANextRankThatIsNotOnTheTcpLinkIsNamed) {
