@@ -15,7 +15,6 @@
 #include <string>
 
 #include <absl/strings/str_cat.h>
-#include <absl/strings/str_format.h>
 
 #include "services/common/wire/tcp_socket.h"
 
@@ -41,7 +40,7 @@ absl::StatusOr<uint8_t*> Map(int fd, size_t bytes) {
 socklen_t SocketAddress(uint64_t socket_id, sockaddr_un* address) {
   std::memset(address, 0, sizeof(*address));
   address->sun_family = AF_UNIX;
-  const std::string name = absl::StrFormat("strata-region-%016x", socket_id);
+  const std::string name = absl::StrCat("strata-region-", absl::Hex(socket_id, absl::kZeroPad16));
   std::memcpy(address->sun_path + 1, name.data(), name.size());  // sun_path[0] = 0: abstract
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + name.size());
 }
