@@ -21,6 +21,7 @@
 
 #include "services/common/base/status.h"
 #include "services/common/wire/rpc.h"
+#include "services/common/wire/tcp_hello_gate.h"
 #include "services/worker/ring_inbox.h"
 #include "services/worker/segment_codec.h"
 #include "services/worker/tcp_frame.h"
@@ -41,11 +42,13 @@ using tcp_ring::kFrameHeaderBytes;
 constexpr uint64_t kOperationWindow = 16;
 constexpr size_t kMaxQueuedSegments = size_t{1} << 14;   // per operation
 constexpr uint64_t kMaxQueuedBytes = uint64_t{2} << 30;  // over all operations
-// Connections accepted at once: the previous rank's, a replacement's, and a few that have not
-// said hello yet (each has kHelloTimeout to do so).
-constexpr size_t kMaxConnections = 8;
-constexpr int kHelloTimeoutSeconds = 10;
-constexpr size_t kSpareBuffers = 8;  // receive buffers kept for reuse
+// Admitted connections held at once: the previous rank's, a replacement's after a re-formation,
+// and one or two that have not noticed yet; a newer one ends the oldest. Connections that have
+// not said hello yet wait apart, at the HelloGate, and take none of these.
+constexpr size_t kMaxConnections = 4;
+constexpr size_t kMaxPendingConnections = 64;
+constexpr std::chrono::seconds kHelloTimeout{10};  // the whole hello, from accept
+constexpr size_t kSpareBuffers = 8;                // receive buffers kept for reuse
 constexpr std::chrono::seconds kDrainLimit{5};
 constexpr size_t kScratchFloats = 16 << 10;  // 64 KiB: a piece read, then added while in cache
 
@@ -124,8 +127,8 @@ class DataPlaneService final : public v1::Collective::CallbackService {
 }  // namespace
 
 struct TcpRingLink::Impl {
-  Impl(const TcpRingLinkOptions& options, int listen_fd, int port, const Ticket& ticket)
-      : options(options), listen_fd(listen_fd), port(port), ticket(ticket), service(port, ticket) {}
+  Impl(const TcpRingLinkOptions& options, int port, const Ticket& ticket)
+      : options(options), port(port), ticket(ticket), service(port, ticket) {}
 
   const TcpRingLinkOptions options;
 
@@ -135,7 +138,6 @@ struct TcpRingLink::Impl {
   bool stopping = false;
 
   // ---- receiving: the previous rank's connection ----
-  const int listen_fd;
   const int port;
   const Ticket ticket;
   std::map<uint64_t, Inbox> inboxes;  // by operation
@@ -154,14 +156,19 @@ struct TcpRingLink::Impl {
   int place_fd = -1;
   struct Connection {
     int fd = -1;
+    uint32_t sender = 0;  // the rank its hello named: every frame on it must be from that rank
     std::thread thread;
     bool done = false;
   };
   std::list<Connection> connections;
-  std::thread acceptor;
+  std::unique_ptr<tcp::HelloGate> gate;
+
+  // The ring's highest generation the orchestrator announced (AnnounceGeneration).
+  uint32_t announced_generation = 0;
 
   // ---- sending: the connection to the next rank, owned by the writer thread ----
   int rank = 0;
+  int world = 0;  // 0 until Connect
   std::string next_host;
   std::shared_ptr<v1::Collective::Stub> next_stub;
   // Operations send on connection `epoch`. Begin moves to a new one after a failure (and Connect
@@ -237,8 +244,9 @@ struct TcpRingLink::Impl {
     acked.erase(acked.begin(), acked.upper_bound(operation));
   }
 
-  void AcceptLoop();
-  void ReceiveLoop(int fd);
+  // The gate's callback: a hello with this rank's ticket starts a receiving thread.
+  bool Admit(int fd, const uint8_t* hello);
+  void ReceiveLoop(int fd, uint32_t sender);
   // What one accepted connection's thread keeps between frames.
   struct Incoming {
     bool carrying = false;  // an operation has begun on this connection and not ended
@@ -246,7 +254,10 @@ struct TcpRingLink::Impl {
     bool ended = false;
     std::vector<float> scratch;  // a data frame applied in place is read through it, in pieces
   };
-  absl::Status Receive(int fd, Incoming* in);
+  absl::Status Receive(int fd, uint32_t sender, Incoming* in);
+  // Whether frames of `rank` may be taken now (with `mu` held): the previous rank of the ring as
+  // Connect last set it. Before the first Connect nothing is known, and any rank is taken.
+  absl::Status CheckSender(uint32_t rank) const;
   absl::Status ReceiveData(int fd, const Frame& frame, Incoming* in, QueuedSegment* out);
   void WriterLoop();
   absl::Status Dial(std::unique_lock<std::mutex>& lock, const OutFrame& first);
@@ -256,67 +267,50 @@ struct TcpRingLink::Impl {
 
 // ---- receiving ----------------------------------------------------------------------------------
 
-void TcpRingLink::Impl::AcceptLoop() {
-  while (true) {
-    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    std::list<Connection> finished;
-    std::unique_lock<std::mutex> lock(mu);
-    if (stopping) {
-      if (fd >= 0) close(fd);
-      return;
-    }
+bool TcpRingLink::Impl::Admit(int fd, const uint8_t* hello) {
+  Ticket presented;
+  uint32_t sender = 0;
+  if (!tcp_ring::DecodeHello(hello, &presented, &sender).ok() ||
+      !tcp::SameTicket(presented, ticket)) {
+    return false;  // closed unread by the gate
+  }
+  std::list<Connection> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return false;
     for (auto it = connections.begin(); it != connections.end();) {
       auto here = it++;
       if (here->done) finished.splice(finished.end(), connections, here);
     }
-    if (fd < 0) {
-      // Interrupted, or a connection reset before it was taken: go on. Anything else (out of
-      // descriptors, say) would repeat at once, so stop accepting.
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      std::fprintf(stderr, "ring data plane: accept failed: %s; accepting no more connections\n",
-                   std::strerror(errno));
-      return;
+    // A newer connection ends the oldest beyond the bound (a previous rank that reconnected).
+    size_t live = 0;
+    for (auto it = connections.rbegin(); it != connections.rend(); ++it) {
+      if (++live >= kMaxConnections) shutdown(it->fd, SHUT_RDWR);
     }
-    if (connections.size() >= kMaxConnections) {
-      close(fd);
-    } else {
-      connections.emplace_back();
-      Connection* c = &connections.back();
-      c->fd = fd;
-      c->thread = std::thread([this, c] {
-        ReceiveLoop(c->fd);
-        // Tells the peer now; the descriptor is closed when the thread is joined, so that its
-        // number cannot be reused while the destructor may still shut it down.
-        shutdown(c->fd, SHUT_RDWR);
-        std::lock_guard<std::mutex> done(mu);
-        c->done = true;
-      });
-    }
-    lock.unlock();
-    for (Connection& c : finished) {
-      c.thread.join();
-      close(c.fd);
-    }
+    connections.emplace_back();
+    Connection* c = &connections.back();
+    c->fd = fd;
+    c->sender = sender;
+    c->thread = std::thread([this, c] {
+      ReceiveLoop(c->fd, c->sender);
+      // Tells the peer now; the descriptor is closed when the thread is joined, so that its
+      // number cannot be reused while the destructor may still shut it down.
+      shutdown(c->fd, SHUT_RDWR);
+      std::lock_guard<std::mutex> done(mu);
+      c->done = true;
+    });
   }
+  for (Connection& c : finished) {
+    c.thread.join();
+    close(c.fd);
+  }
+  return true;
 }
 
-void TcpRingLink::Impl::ReceiveLoop(int fd) {
-  // A peer has kHelloTimeout to present the ticket; after that a ring peer may stay quiet for as
-  // long as it likes (between operations).
-  timeval limit{kHelloTimeoutSeconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  uint8_t hello[tcp::kHelloBytes];
-  Ticket presented;
-  uint32_t sender = 0;
-  if (!tcp::ReceiveExact(fd, hello, sizeof(hello)).ok() ||
-      !tcp_ring::DecodeHello(hello, &presented, &sender).ok() ||
-      !tcp::SameTicket(presented, ticket)) {
-    return;  // closed by the acceptor
-  }
-  limit = timeval{0, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+void TcpRingLink::Impl::ReceiveLoop(int fd, uint32_t sender) {
+  // A ring peer may stay quiet for as long as it likes (between operations).
   Incoming in;
-  while (Receive(fd, &in).ok()) {
+  while (Receive(fd, sender, &in).ok()) {
   }
   // The connection is over: so is the operation it was carrying.
   std::lock_guard<std::mutex> lock(mu);
@@ -379,12 +373,30 @@ absl::Status TcpRingLink::Impl::ReceiveData(int fd, const Frame& frame, Incoming
 }
 
 // Reads one frame and files it; an error ends the connection.
-absl::Status TcpRingLink::Impl::Receive(int fd, Incoming* in) {
+absl::Status TcpRingLink::Impl::CheckSender(uint32_t rank) const {
+  if (world <= 0) return absl::OkStatus();
+  const uint32_t previous = static_cast<uint32_t>((this->rank + world - 1) % world);
+  if (rank == previous) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("a connection of rank ", rank, ": only rank ",
+                                                 previous, " sends to rank ", this->rank));
+}
+
+absl::Status TcpRingLink::Impl::Receive(int fd, uint32_t sender, Incoming* in) {
   uint8_t raw[kFrameHeaderBytes];
   Frame frame;
   STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(fd, raw, sizeof(raw)));
   STRATA_RETURN_IF_ERROR(tcp_ring::DecodeFrame(raw, &frame));
   if (frame.kind == FrameKind::kAck) return absl::InvalidArgumentError("ack from the sender");
+  // A frame speaks for the rank whose hello opened its connection, and only the previous rank
+  // sends to this one: a frame naming another rank would make this rank blame the wrong peer.
+  if (frame.header.sender != sender) {
+    return absl::InvalidArgumentError(absl::StrCat("a frame of rank ", frame.header.sender,
+                                                   " on the connection of rank ", sender));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    STRATA_RETURN_IF_ERROR(CheckSender(sender));
+  }
   QueuedSegment r;
   r.header = frame.header;
   if (frame.kind == FrameKind::kData) {
@@ -401,13 +413,24 @@ absl::Status TcpRingLink::Impl::Receive(int fd, Incoming* in) {
   in->ended = frame.kind == FrameKind::kEnd;
   {
     std::lock_guard<std::mutex> lock(mu);
-    // The first operations of a re-formed ring (RingAllReduce::Reform): what is left of the
-    // broken generation is dropped, as its frames will be on arrival from now on.
-    const uint64_t generation_start = op >> kRingGenerationShift << kRingGenerationShift;
-    if (generation_start > next_operation && op < generation_start + kOperationWindow) {
-      Retire(generation_start - 1);
+    // A re-formed ring's operations (RingAllReduce::Reform) count in the generation the
+    // orchestrator's ReformRing (or a replacement's Start) announced (AnnounceGeneration), which
+    // is also where what is left of the broken generation is dropped. The next generation's
+    // first operations may arrive before this rank has heard of it: they are queued, and retire
+    // nothing. Any later generation is refused.
+    const uint64_t generation = op >> kRingGenerationShift;
+    const uint64_t generation_start = generation << kRingGenerationShift;
+    const bool next_generation = generation == uint64_t{announced_generation} + 1 &&
+                                 op < generation_start + kOperationWindow &&
+                                 generation_start > next_operation;
+    if (generation > announced_generation && !next_generation) {
+      GiveBack(std::move(r.payload));
+      return absl::InvalidArgumentError(absl::StrCat("frame for operation ", op, " of generation ",
+                                                     generation, ": this rank is in generation ",
+                                                     announced_generation,
+                                                     " and no re-formation announced a later one"));
     }
-    if (op >= next_operation + kOperationWindow) {
+    if (!next_generation && op >= next_operation + kOperationWindow) {
       GiveBack(std::move(r.payload));
       return absl::InvalidArgumentError("frame for an operation beyond the window");
     }
@@ -758,9 +781,17 @@ absl::StatusOr<std::unique_ptr<TcpRingLink>> TcpRingLink::Create(
   int port = 0;
   absl::StatusOr<int> fd = tcp::ListenTcp(options.listen_host, &port);
   if (!fd.ok()) return Annotate(fd.status(), "ring data plane");
-  auto impl = std::make_unique<Impl>(options, *fd, port, ticket);
+  auto impl = std::make_unique<Impl>(options, port, ticket);
   Impl* raw = impl.get();
-  impl->acceptor = std::thread([raw] { raw->AcceptLoop(); });
+  tcp::HelloGateOptions gate;
+  gate.max_pending = kMaxPendingConnections;
+  gate.handshake_timeout = kHelloTimeout;
+  gate.what = "ring data plane";
+  absl::StatusOr<std::unique_ptr<tcp::HelloGate>> started = tcp::HelloGate::Start(
+      *fd, gate,
+      [raw](int connection, const uint8_t* hello) { return raw->Admit(connection, hello); });
+  if (!started.ok()) return Annotate(started.status(), "ring data plane");
+  impl->gate = std::move(*started);
   impl->writer = std::thread([raw] { raw->WriterLoop(); });
   return std::unique_ptr<TcpRingLink>(new TcpRingLink(std::move(impl)));
 }
@@ -777,22 +808,33 @@ TcpRingLink::~TcpRingLink() {
                   [&] { return l.unended.empty() || *l.unended.begin() >= l.next_operation; });
     l.stopping = true;
     if (l.dialling != nullptr) l.dialling->TryCancel();
-    shutdown(l.listen_fd, SHUT_RDWR);  // wakes accept()
-    for (Impl::Connection& c : l.connections) shutdown(c.fd, SHUT_RDWR);
     if (l.out_fd >= 0) shutdown(l.out_fd, SHUT_RDWR);
+  }
+  // No connection is admitted once the gate has stopped (and Admit sees `stopping` before).
+  l.gate->Stop();
+  {
+    std::lock_guard<std::mutex> lock(l.mu);
+    for (Impl::Connection& c : l.connections) shutdown(c.fd, SHUT_RDWR);
   }
   l.writer_cv.notify_all();
   l.cv.notify_all();
-  l.acceptor.join();
   l.writer.join();
   for (Impl::Connection& c : l.connections) {
     c.thread.join();
     close(c.fd);
   }
-  close(l.listen_fd);
 }
 
 grpc::Service* TcpRingLink::service() { return &impl_->service; }
+
+void TcpRingLink::AnnounceGeneration(uint32_t generation) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (generation <= impl_->announced_generation) return;
+  impl_->announced_generation = generation;
+  const uint64_t start = uint64_t{generation} << kRingGenerationShift;
+  if (start > impl_->next_operation) impl_->Retire(start - 1);
+  impl_->cv.notify_all();
+}
 
 int TcpRingLink::data_port() const { return impl_->port; }
 
@@ -803,6 +845,7 @@ absl::Status TcpRingLink::Connect(int rank, const std::vector<std::string>& peer
   if (world > 1) stub = v1::Collective::NewStub(MakeChannel(next));
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->rank = rank;
+  impl_->world = world;
   impl_->next_host = tcp::DataPlaneHost(next);
   impl_->next_stub = std::move(stub);
   ++impl_->epoch;  // a new ring: a new connection

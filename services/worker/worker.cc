@@ -244,10 +244,11 @@ class WorkerRunner {
     // record.
     STRATA_ASSIGN_OR_RETURN(auto model, KeepHandoverModel(trainer, epoch, step, steps_per_epoch));
     if (options_.rank == 0) {
-      STRATA_RETURN_IF_ERROR(MakeDirs(options_.run_dir + "/checkpoints"));
       const std::string path =
           absl::StrCat(options_.run_dir, "/", run_files::SwitchCheckpoint(step));
-      STRATA_RETURN_IF_ERROR(WriteFileAtomic(path, *model));
+      FileAccessOptions confined;
+      confined.beneath = options_.run_dir;
+      STRATA_RETURN_IF_ERROR(WriteFileAtomic(path, *model, confined));
       spdlog::info("switch: wrote {}", path);
     }
     STRATA_ASSIGN_OR_RETURN(auto next,
@@ -347,7 +348,7 @@ class WorkerRunner {
     STRATA_ASSIGN_OR_RETURN(
         const std::string path,
         ResolveInRunDir(options_.run_dir, start.init_checkpoint(), "Start init_checkpoint"));
-    STRATA_ASSIGN_OR_RETURN(const Checkpoint checkpoint, ReadCheckpoint(path));
+    STRATA_ASSIGN_OR_RETURN(const Checkpoint checkpoint, ReadCheckpoint(path, options_.run_dir));
     if (checkpoint.step != start.first_step()) {
       return absl::InvalidArgumentError(absl::StrCat("Start: init_checkpoint ", path,
                                                      " holds step ", checkpoint.step,
@@ -372,8 +373,9 @@ class WorkerRunner {
     }
     next_ring_checkpoint_ = now + options_.ring_checkpoint_every;
     const std::string path = absl::StrCat(options_.run_dir, "/", run_files::kRingCheckpoint);
-    absl::Status s = MakeDirs(std::filesystem::path(path).parent_path().string());
-    if (s.ok()) s = WriteCheckpoint(path, trainer.ToCheckpoint(step / steps_per_epoch, step, step));
+    absl::Status s =
+        WriteCheckpoint(path, trainer.ToCheckpoint(step / steps_per_epoch, step, step),
+                        options_.run_dir);
     if (!s.ok())
       spdlog::warn("ring checkpoint at step {} failed: {}", step, std::string(s.message()));
   }
