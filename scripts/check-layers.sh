@@ -13,7 +13,9 @@ declare -A allowed=(
   [services/common/process]="services/common/base services/common/wire"
   # No LibTorch: of ml only the optimizer.
   [services/parameter_server]="services/common/base services/common/config services/common/wire services/common/ml/sgd.h strata/v1"
-  [services/worker]="services/common strata/v1"
+  # The ring collective: the algorithm, its links and their wire formats; it knows no worker.
+  [services/collective]="services/common strata/v1"
+  [services/worker]="services/collective services/common strata/v1"
   [services/evaluator]="services/common strata/v1"
   [services/health]="services/common grpc/health"
   [sharder]="services/common/base services/common/config services/common/wire services/common/ml strata/v1"

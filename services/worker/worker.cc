@@ -7,6 +7,8 @@
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
+#include "services/collective/ring_allreduce.h"
+#include "services/collective/tcp_ring_link.h"
 #include "services/common/base/files.h"
 #include "services/common/base/status.h"
 #include "services/common/config/resolved_job.h"
@@ -18,8 +20,6 @@
 #include "services/worker/allreduce_sync.h"
 #include "services/worker/point_round_sync.h"
 #include "services/worker/push_pull_sync.h"
-#include "services/worker/ring_allreduce.h"
-#include "services/worker/tcp_ring_link.h"
 #include "services/worker/training_loop.h"
 #include "services/worker/worker_service.h"
 

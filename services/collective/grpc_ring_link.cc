@@ -1,4 +1,4 @@
-#include "services/worker/grpc_ring_link.h"
+#include "services/collective/grpc_ring_link.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -22,11 +22,11 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include "services/collective/ring_inbox.h"
+#include "services/collective/segment_codec.h"
+#include "services/collective/tsan_handoff.h"
 #include "services/common/base/status.h"
 #include "services/common/wire/rpc.h"
-#include "services/worker/ring_inbox.h"
-#include "services/worker/segment_codec.h"
-#include "services/worker/tsan_handoff.h"
 #include "strata/v1/collective.grpc.pb.h"
 
 namespace strata {
@@ -133,10 +133,10 @@ class RingReceiver final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
       } else if (operation_ >= core_->next_operation) {
         Inbox& inbox = core_->inboxes[operation_];
         if (inbox.segments.size() >= kMaxQueuedSegments) {
-          refused = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                 absl::StrCat("ring operation ", operation_, ": ",
-                                              kMaxQueuedSegments,
-                                              " segments already queued and not yet consumed"));
+          refused =
+              grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                           absl::StrCat("ring operation ", operation_, ": ", kMaxQueuedSegments,
+                                        " segments already queued and not yet consumed"));
         } else {
           inbox.segments.push_back(std::move(seg));
         }

@@ -1,4 +1,4 @@
-#include "services/worker/tcp_ring_link.h"
+#include "services/collective/tcp_ring_link.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -19,12 +19,12 @@
 #include <absl/strings/str_cat.h>
 #include <grpcpp/grpcpp.h>
 
+#include "services/collective/ring_inbox.h"
+#include "services/collective/segment_codec.h"
+#include "services/collective/tcp_frame.h"
+#include "services/collective/tsan_handoff.h"
 #include "services/common/base/status.h"
 #include "services/common/wire/rpc.h"
-#include "services/worker/ring_inbox.h"
-#include "services/worker/segment_codec.h"
-#include "services/worker/tcp_frame.h"
-#include "services/worker/tsan_handoff.h"
 #include "strata/v1/collective.grpc.pb.h"
 
 namespace strata {

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "services/worker/ring_link.h"
+#include "services/collective/ring_link.h"
 
 namespace strata {
 
