@@ -85,6 +85,19 @@ class PushPullInMemoryTest : public ::testing::Test {
     return sync.ok() ? std::move(*sync) : nullptr;
   }
 
+  // Serves `store` in memory and starts a push/pull synchroniser of rank 0 against it (sync_).
+  void StartAgainst(std::unique_ptr<ParameterPartition> store,
+                    std::chrono::milliseconds deadline = kGenerous) {
+    ASSERT_TRUE(store);
+    store_ = std::move(store);
+    servers_ =
+        std::make_unique<InMemoryPartitionServers>(std::vector<PartitionStore*>{store_.get()});
+    sync_ = Sync(*servers_, 0, deadline);
+    ASSERT_TRUE(sync_);
+    ASSERT_TRUE(sync_->Start(*trainer_).ok());
+    trainer_->StartEpoch(0);
+  }
+
   absl::StatusOr<StepOutcome> Step(Synchroniser& sync, int64_t step) {
     auto stats = trainer_->ComputeGradients(step % trainer_->batches_per_epoch());
     if (!stats.ok()) return stats.status();
@@ -106,6 +119,9 @@ class PushPullInMemoryTest : public ::testing::Test {
   }
 
   std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<ParameterPartition> store_;
+  std::unique_ptr<InMemoryPartitionServers> servers_;
+  std::unique_ptr<Synchroniser> sync_;
 };
 
 // A server restarted from its last save (docs/user-guide.md, "When a process dies"): the
@@ -114,45 +130,35 @@ class PushPullInMemoryTest : public ::testing::Test {
 // instead of waiting, the step failed with "push/pull with parameter server 0 (in-memory-0): the
 // server is stopped".)
 TEST_F(PushPullInMemoryTest, AnExchangeWaitsForARestartedServerAndTakesTheModelItResumedWith) {
-  auto first = Store(1, "asp");
-  ASSERT_TRUE(first);
-  InMemoryPartitionServers servers({first.get()});
-  auto sync = Sync(servers, 0);
-  ASSERT_TRUE(sync);
-  ASSERT_TRUE(sync->Start(*trainer_).ok());
-  trainer_->StartEpoch(0);
-  ASSERT_TRUE(Step(*sync, 0).ok());
-  const Checkpoint save = first->ToCheckpoint();  // the server's last save, at version 1
-  ASSERT_TRUE(Step(*sync, 1).ok());
-  ASSERT_EQ(first->Status().version, 2);
+  ASSERT_NO_FATAL_FAILURE(StartAgainst(Store(1, "asp")));
+  Synchroniser& sync = *sync_;
+  ASSERT_TRUE(Step(sync, 0).ok());
+  const Checkpoint save = store_->ToCheckpoint();  // the server's last save, at version 1
+  ASSERT_TRUE(Step(sync, 1).ok());
+  ASSERT_EQ(store_->Status().version, 2);
 
+  InMemoryPartitionServers& servers = *servers_;
   servers.Stop(0);
   auto restarted = Store(1, "asp");
   ASSERT_TRUE(restarted);
   ASSERT_TRUE(restarted->Load(save, "the last save").ok());
-  auto stepped = std::async(std::launch::async, [&] { return Step(*sync, 2); });
+  auto stepped = std::async(std::launch::async, [&] { return Step(sync, 2); });
   ASSERT_TRUE(servers.AwaitRefusedCall(0, kGenerous)) << "the worker never asked";
   servers.Serve(0, restarted.get());
   const absl::StatusOr<StepOutcome> outcome = stepped.get();
   ASSERT_TRUE(outcome.ok()) << outcome.status();
   EXPECT_EQ(restarted->Status().version, 1) << "the push to the stopped server is lost";
   EXPECT_EQ(DifferenceFrom(*restarted), 0.0f) << "the worker computes on the resumed model";
-  ASSERT_TRUE(Step(*sync, 3).ok());
+  ASSERT_TRUE(Step(sync, 3).ok());
   EXPECT_EQ(restarted->Status().version, 2) << "and pushes to it from then on";
 }
 
 // The job's sample budget is the servers' (docs/architecture.md, "The asynchronous phase's
 // budget"): the step whose reply shows it spent tells the worker to stop.
 TEST_F(PushPullInMemoryTest, TheStepWhoseReplyShowsTheBudgetSpentEndsTraining) {
-  auto store = Store(1, "asp", /*sample_budget=*/3 * kBatch);
-  ASSERT_TRUE(store);
-  InMemoryPartitionServers servers({store.get()});
-  auto sync = Sync(servers, 0);
-  ASSERT_TRUE(sync);
-  ASSERT_TRUE(sync->Start(*trainer_).ok());
-  trainer_->StartEpoch(0);
+  ASSERT_NO_FATAL_FAILURE(StartAgainst(Store(1, "asp", /*sample_budget=*/3 * kBatch)));
   for (int64_t step = 0; step < 3; ++step) {
-    absl::StatusOr<StepOutcome> outcome = Step(*sync, step);
+    absl::StatusOr<StepOutcome> outcome = Step(*sync_, step);
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     EXPECT_TRUE(outcome->has_budget);
     EXPECT_EQ(outcome->budget_spent, step == 2) << "step " << step;
@@ -162,14 +168,9 @@ TEST_F(PushPullInMemoryTest, TheStepWhoseReplyShowsTheBudgetSpentEndsTraining) {
 // A BSP round needs every worker's push: a lone worker's exchange ends at its deadline, and the
 // error names the server and what it waited for.
 TEST_F(PushPullInMemoryTest, AnExchangeThatCannotCompleteEndsAtTheDeadlineNamingTheServer) {
-  auto store = Store(/*workers=*/2, "bsp");
-  ASSERT_TRUE(store);
-  InMemoryPartitionServers servers({store.get()});
-  auto sync = Sync(servers, 0, std::chrono::milliseconds(200));
-  ASSERT_TRUE(sync);
-  ASSERT_TRUE(sync->Start(*trainer_).ok());
-  trainer_->StartEpoch(0);
-  const absl::Status s = Step(*sync, 0).status();
+  ASSERT_NO_FATAL_FAILURE(
+      StartAgainst(Store(/*workers=*/2, "bsp"), std::chrono::milliseconds(200)));
+  const absl::Status s = Step(*sync_, 0).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
   EXPECT_NE(s.message().find("push/pull with parameter server 0 (in-memory-0)"),
             absl::string_view::npos)
@@ -179,20 +180,14 @@ TEST_F(PushPullInMemoryTest, AnExchangeThatCannotCompleteEndsAtTheDeadlineNaming
 // A push the server refuses (a gradient that is not finite) changes nothing there, is counted,
 // and comes back naming the server and the worker.
 TEST_F(PushPullInMemoryTest, ANonFinitePushIsRefusedNamingTheServerAndChangesNothing) {
-  auto store = Store(1, "asp");
-  ASSERT_TRUE(store);
-  InMemoryPartitionServers servers({store.get()});
-  auto sync = Sync(servers, 0);
-  ASSERT_TRUE(sync);
-  ASSERT_TRUE(sync->Start(*trainer_).ok());
-  trainer_->StartEpoch(0);
+  ASSERT_NO_FATAL_FAILURE(StartAgainst(Store(1, "asp")));
   ASSERT_TRUE(trainer_->ComputeGradients(0).ok());
   trainer_->gradient_data()[0] = std::numeric_limits<float>::quiet_NaN();
-  const absl::Status s = sync->Step(*trainer_, {0, 0, kBatch}).status();
+  const absl::Status s = sync_->Step(*trainer_, {0, 0, kBatch}).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   EXPECT_NE(s.message().find("parameter server 0 (in-memory-0)"), absl::string_view::npos) << s;
   EXPECT_NE(s.message().find("worker 0"), absl::string_view::npos) << s;
-  const PartitionStatus status = store->Status();
+  const PartitionStatus status = store_->Status();
   EXPECT_EQ(status.version, 0);
   EXPECT_EQ(status.rejected_pushes, 1);
 }

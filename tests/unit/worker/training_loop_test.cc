@@ -172,6 +172,22 @@ class TrainingLoopTest : public ::testing::Test {
     return state_.status;
   }
 
+  // What the orchestrator's ReformRing brings (WorkerService::ReformRing files it): the ring of
+  // generation 1 with the dead rank's replacement, going on from `step` with rank 0's model.
+  void ReformRing(int64_t step) {
+    v1::ReformRingRequest reform;
+    reform.set_generation(1);
+    reform.set_step(step);
+    reform.set_source_rank(0);
+    reform.add_workers("127.0.0.1:6");
+    reform.add_workers("127.0.0.1:8");  // the replacement
+    {
+      std::lock_guard<std::mutex> lock(state_.mu);
+      state_.reform = reform;
+    }
+    state_.cv.notify_all();
+  }
+
   // Stops the loop (it serves tasks until Stop once training is over) and returns its status.
   v1::WorkerStatus FinishedStatus() {
     EXPECT_TRUE(AwaitStatus([](const v1::WorkerStatus& s) { return s.finished(); }));
@@ -287,17 +303,7 @@ TEST_P(AwaitNewRingTest, ASurvivorOfABrokenRingInAnAllReduceJobJoinsTheReformedR
   StartTraining(&fakes);
   const v1::WorkerStatus broken = AwaitRingBroken();
   ASSERT_NE(broken.ring_broken(), "") << broken.error();
-  v1::ReformRingRequest reform;
-  reform.set_generation(1);
-  reform.set_step(agreed);
-  reform.set_source_rank(0);
-  reform.add_workers("127.0.0.1:6");
-  reform.add_workers("127.0.0.1:8");  // the replacement of the dead rank
-  {
-    std::lock_guard<std::mutex> lock(state_.mu);
-    state_.reform = reform;
-  }
-  state_.cv.notify_all();
+  ReformRing(/*step=*/agreed);
 
   const v1::WorkerStatus status = FinishedStatus();
   EXPECT_EQ(status.error(), "");
@@ -328,17 +334,7 @@ TEST_F(TrainingLoopTest, AReformedRingTooFarAheadIsRefused) {
   StartTraining(&fakes);
   const v1::WorkerStatus broken = AwaitRingBroken();
   ASSERT_NE(broken.ring_broken(), "") << broken.error();
-  v1::ReformRingRequest reform;
-  reform.set_generation(1);
-  reform.set_step(7);
-  reform.set_source_rank(0);
-  reform.add_workers("127.0.0.1:6");
-  reform.add_workers("127.0.0.1:8");
-  {
-    std::lock_guard<std::mutex> lock(state_.mu);
-    state_.reform = reform;
-  }
-  state_.cv.notify_all();
+  ReformRing(/*step=*/7);
   const v1::WorkerStatus status = FinishedStatus();
   EXPECT_NE(status.error().find("go on from step 7"), std::string::npos) << status.error();
   EXPECT_NE(status.error().find("completed 5 steps"), std::string::npos) << status.error();
