@@ -7,15 +7,27 @@ CMAKE_ARGS ?=
 # the same from the first command to the second, so nothing is rebuilt for nothing.
 CMAKE_ARGS += -DCMAKE_CXX_COMPILER_LAUNCHER=$(CURDIR)/scripts/compiler-launcher.sh
 
-.PHONY: all deps configure build test test-sanitize test-fuzz quickstart bench clean format image image-prebuilt
+.PHONY: all deps deps-quickstart configure configure-quickstart build test test-sanitize test-fuzz quickstart bench clean format image image-prebuilt
+
+# What `make quickstart` runs, and all it builds: the first run needs nothing else.
+QUICKSTART_TARGETS = strata strata-ps strata-worker strata-evaluator strata-sharder
 
 all: build
 
 deps:
-	@bash scripts/install-deps.sh
+	@bash scripts/install-deps.sh test
+
+deps-quickstart:
+	@bash scripts/install-deps.sh quickstart
+
+# The same configuration either way, so that `make test` after `make quickstart` rebuilds nothing.
+CONFIGURE = cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS) >/dev/null
 
 configure: deps
-	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_ARGS) >/dev/null
+	@$(CONFIGURE)
+
+configure-quickstart: deps-quickstart
+	@$(CONFIGURE)
 
 build: configure
 	@cmake --build $(BUILD_DIR) -j $(JOBS)
@@ -37,7 +49,8 @@ test-sanitize: deps
 test-fuzz:
 	@bash scripts/fuzz.sh
 
-quickstart: build
+quickstart: configure-quickstart
+	@cmake --build $(BUILD_DIR) -j $(JOBS) --target $(QUICKSTART_TARGETS)
 	@bash scripts/quickstart.sh $(BUILD_DIR)
 
 # The container image (docker/Dockerfile, docs/deploy.md "The image") in your Docker daemon

@@ -9,6 +9,7 @@ namespace strata::cli {
 void AddShardCommand(CLI::App& app, int* exit_code);
 void AddValidateCommand(CLI::App& app, int* exit_code);
 void AddKeysCommand(CLI::App& app, int* exit_code);
+void AddExportCommand(CLI::App& app, int* exit_code);
 void AddResolveCommand(CLI::App& app, int* exit_code);
 void AddRunCommand(CLI::App& app, int* exit_code);
 void AddResumeCommand(CLI::App& app, int* exit_code);

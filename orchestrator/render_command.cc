@@ -9,7 +9,7 @@
 #include "orchestrator/commands.h"
 #include "orchestrator/launch/compose_render.h"
 #include "orchestrator/launch/kubernetes_render.h"
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/plan/job_checks.h"
 
 namespace strata::cli {
 namespace {

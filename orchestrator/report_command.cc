@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "orchestrator/commands.h"
-#include "orchestrator/lib/report.h"
+#include "orchestrator/record/report.h"
 #include "services/common/base/run_directory.h"
 
 namespace strata::cli {

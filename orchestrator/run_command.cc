@@ -3,8 +3,8 @@
 // a docker-compose project on this machine's Docker daemon (`compose`).
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/compose_run.h"
-#include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
+#include "orchestrator/plan/job_checks.h"
 
 namespace strata::cli {
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "orchestrator/commands.h"
-#include "orchestrator/lib/shard_stats.h"
+#include "orchestrator/plan/shard_stats.h"
 #include "services/common/process/child_process.h"
 #include "sharder/shard_flags.h"
 

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   strata::cli::AddValidateCommand(app, &exit_code);
   strata::cli::AddKeysCommand(app, &exit_code);
+  strata::cli::AddExportCommand(app, &exit_code);
   strata::cli::AddResolveCommand(app, &exit_code);
   strata::cli::AddShardCommand(app, &exit_code);
   strata::cli::AddRunCommand(app, &exit_code);

@@ -2,7 +2,9 @@
 #include <cstdio>
 
 #include "orchestrator/commands.h"
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/lib/local_run.h"
+#include "orchestrator/plan/job_checks.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/config/job_keys.h"
 
 namespace strata::cli {
@@ -17,6 +19,7 @@ void AddValidateCommand(CLI::App& app, int* exit_code) {
   cmd->callback([=] {
     JobCheckOptions options;
     options.overrides = *overrides;
+    options.bin_dir = ExecutableDir();
     auto checked = LoadAndCheckJob(*job, options);
     if (!checked.ok()) {
       std::fprintf(stderr, "%s\n", std::string(checked.status().message()).c_str());
@@ -25,7 +28,7 @@ void AddValidateCommand(CLI::App& app, int* exit_code) {
     }
     const v1::ResolvedJob& s = *checked;
     std::printf("%s: ok — %s, %s on %s, %d epochs, %d worker(s), strategy %s\n", job->c_str(),
-                s.name().c_str(), Spelled(s.arch()).c_str(), Spelled(s.dataset().name()).c_str(),
+                s.name().c_str(), ModelText(s).c_str(), Spelled(s.dataset().name()).c_str(),
                 s.training().epochs(), s.cluster().workers(), Spelled(s.strategy().kind()).c_str());
     *exit_code = 0;
   });

@@ -4,6 +4,11 @@
 # Usage: scripts/check-layers.sh [SOURCE_DIR]
 set -euo pipefail
 cd "${1:-$(dirname "$0")/..}"
+# What the orchestrator's subfolders may include from outside it, and from below them.
+orchestrator_outside="services/common strata/v1"
+below_run="orchestrator/record orchestrator/launch"
+below_plan="$below_run orchestrator/run"
+below_lib="$below_plan orchestrator/plan"
 # folder -> what its files may include besides the folder itself (folders, or single headers)
 declare -A allowed=(
   [services/common/base]=""
@@ -20,6 +25,15 @@ declare -A allowed=(
   [services/health]="services/common grpc/health"
   [sharder]="services/common/base services/common/config services/common/wire services/common/ml strata/v1"
   [orchestrator]="services/common sharder/shard_flags.h strata/v1 grpc/health"
+  # Inside the orchestrator, bottom to top: record < launch < run < plan < lib < sweep < the
+  # *_command.cc files (orchestrator/CMakeLists.txt says what each holds). A file in a subfolder is
+  # checked against its folder's rule and against [orchestrator]: the stricter one applies.
+  [orchestrator/record]="$orchestrator_outside"
+  [orchestrator/launch]="$orchestrator_outside grpc/health orchestrator/record"
+  [orchestrator/run]="$orchestrator_outside $below_run"
+  [orchestrator/plan]="$orchestrator_outside $below_plan"
+  [orchestrator/lib]="$orchestrator_outside $below_lib"
+  [orchestrator/sweep]="$orchestrator_outside $below_lib orchestrator/lib"
 )
 # Single files allowed more than their folder: PsProcess starts strata-ps for tests and
 # benchmarks (library strata_ps_process, which strata-ps does not link); the in-memory

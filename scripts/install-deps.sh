@@ -1,7 +1,14 @@
 #!/usr/bin/env bash
 # Installs the Debian packages Strata needs, only those that are missing, so a second run costs
 # a dpkg query and nothing else. The list is the verified stack of docs/building.md.
+#
+#   install-deps.sh quickstart   what `make quickstart` needs: the compilers and libraries, the
+#                                data set (the test libraries too: CMake configures the tests)
+#   install-deps.sh [test]       everything: also what only the test suite, the fuzz targets and
+#                                the examples use (Docker, clang, Chromium, PyTorch and numpy)
 set -euo pipefail
+profile=${1:-test}
+case "$profile" in quickstart | test) ;; *) echo "usage: $0 [quickstart|test]" >&2; exit 2 ;; esac
 
 packages=(
   build-essential cmake ninja-build pkg-config ccache
@@ -9,21 +16,29 @@ packages=(
   libtorch-dev libopenblas0-openmp libabsl-dev libspdlog-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist
-  # `strata render --launcher compose` is checked with `docker-compose config` (docs/deploy.md).
-  docker-compose
-  # The image's base is made without a registry (scripts/make-base-image.sh).
-  debootstrap
-  # The fuzz targets (scripts/fuzz.sh): clang 14 and its runtimes (libFuzzer, ASan, UBSan).
-  clang libclang-rt-14-dev
-  # Tests only: .npy files are exchanged with numpy itself both ways (tests/unit/common/
-  # npy_file_test.cc); Strata never runs Python.
-  python3-numpy
 )
-# The test suite starts a Docker daemon of its own (scripts/docker-daemon.sh) and `make image`
-# needs one. Only where no dockerd exists: docker.io conflicts with Docker's own docker-ce
-# packages, and apt would remove them to install it.
-if ! command -v dockerd >/dev/null && [[ ! -x /usr/sbin/dockerd && ! -x /usr/bin/dockerd ]]; then
-  packages+=(docker.io)
+if [[ "$profile" == test ]]; then
+  packages+=(
+    # `strata render --launcher compose` is checked with `docker-compose config` (docs/deploy.md).
+    docker-compose
+    # The image's base is made without a registry (scripts/make-base-image.sh).
+    debootstrap
+    # The fuzz targets (scripts/fuzz.sh): clang 14 and its runtimes (libFuzzer, ASan, UBSan).
+    clang libclang-rt-14-dev
+    # Your own model and data (examples/your-own-model, tests/integration/orchestrator/
+    # own_model_test.cc): TorchScript files made by PyTorch, .npy files by numpy, and the
+    # exported model loaded back in Python. Strata itself never runs Python.
+    python3-torch python3-numpy
+    # The browser test of the reports (tests/e2e/report_browser_test.cc): headless Chromium opens
+    # report.html through scripts/report-browser (playwright-core from npm, below, drives it).
+    chromium
+  )
+  # The test suite starts a Docker daemon of its own (scripts/docker-daemon.sh) and `make image`
+  # needs one. Only where no dockerd exists: docker.io conflicts with Docker's own docker-ce
+  # packages, and apt would remove them to install it.
+  if ! command -v dockerd >/dev/null && [[ ! -x /usr/sbin/dockerd && ! -x /usr/bin/dockerd ]]; then
+    packages+=(docker.io)
+  fi
 fi
 # Peers for side-by-side benchmarks and the tests that compare against them.
 if [[ "${STRATA_WITH_PEERS:-0}" == 1 ]]; then
@@ -36,25 +51,30 @@ for p in "${packages[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 
-# The offline schema check of `strata render --launcher kubernetes` (scripts/k8s-validate): npm
-# packages in a repo-local directory; Node itself comes with the machine. Without npm the tests
-# that need it say so and skip.
+# npm packages in repo-local directories; Node itself comes with the machine. Without npm the
+# tests that need them say so and skip (under CI=true the browser test fails instead).
+#  - scripts/k8s-validate: the offline schema check of `strata render --launcher kubernetes`;
+#  - scripts/report-browser: playwright-core, which drives Debian's Chromium for the browser test
+#    of the reports (never `npx playwright install`: that downloads a browser of its own).
 install_node_tools() {
-  local dir scripts_dir
+  local scripts_dir dir marker
   scripts_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-  dir="$scripts_dir/k8s-validate"
-  [[ -f "$dir/node_modules/kubernetes-models/package.json" ]] && return 0
-  if ! command -v npm >/dev/null; then
-    echo "install-deps: no npm; the Kubernetes schema check (scripts/k8s-validate) will be skipped"
-    return 0
-  fi
-  echo "install-deps: npm install --prefix scripts/k8s-validate"
-  npm install --prefix "$dir" --no-audit --no-fund --no-package-lock --loglevel=error >/dev/null
+  for entry in k8s-validate:kubernetes-models report-browser:playwright-core; do
+    dir="$scripts_dir/${entry%%:*}"
+    marker="$dir/node_modules/${entry#*:}/package.json"
+    [[ -f "$marker" ]] && continue
+    if ! command -v npm >/dev/null; then
+      echo "install-deps: no npm; the tests that need scripts/${entry%%:*} will be skipped"
+      continue
+    fi
+    echo "install-deps: npm install --prefix scripts/${entry%%:*}"
+    npm install --prefix "$dir" --no-audit --no-fund --no-package-lock --loglevel=error >/dev/null
+  done
 }
 
 if [[ ${#missing[@]} -eq 0 ]]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  install_node_tools
+  [[ "$profile" == test ]] && install_node_tools
   exit 0
 fi
 
@@ -66,4 +86,4 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
-install_node_tools
+if [[ "$profile" == test ]]; then install_node_tools; fi

@@ -1,6 +1,7 @@
 #include "sharder/plan_writer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <unistd.h>
 
@@ -31,6 +32,36 @@ uint32_t Crc32Update(uint32_t crc, const std::string& bytes) {
     offset += piece;
   }
   return static_cast<uint32_t>(c);
+}
+
+// The CRC-32 and size of a regular file, read in pieces: a user's .npy file may be far larger
+// than memory.
+absl::Status Crc32OfFile(const std::string& path, uint32_t* crc, uint64_t* bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  std::vector<char> buffer(size_t{1} << 20);
+  uLong c = crc32(0, nullptr, 0);
+  uint64_t total = 0;
+  for (;;) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) {
+      ::close(fd);
+      return absl::DataLossError(absl::StrCat("reading ", path, ": ", std::strerror(errno)));
+    }
+    if (got == 0) break;
+    c = crc32(c, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(got));
+    total += static_cast<uint64_t>(got);
+  }
+  ::close(fd);
+  *crc = static_cast<uint32_t>(c);
+  *bytes = total;
+  return absl::OkStatus();
 }
 
 std::string Hex32(uint32_t v) { return absl::StrFormat("crc32:%08x", v); }
@@ -95,12 +126,11 @@ absl::StatusOr<PlanProvenance> FingerprintDataset(const DatasetOptions& options)
                                     "/", options.synthetic_dim, "/", options.seed));
   }
   for (const std::string& path : *files) {
-    auto bytes = ReadFile(path);
-    if (!bytes.ok()) return bytes.status();
     DatasetFile f;
     f.path = path;
-    f.bytes = bytes->size();
-    f.crc32 = Crc32Update(0, *bytes);
+    uint64_t size = 0;
+    if (absl::Status s = Crc32OfFile(path, &f.crc32, &size); !s.ok()) return s;
+    f.bytes = size;
     combined = Crc32Update(combined, absl::StrCat(fs::path(path).filename().string(), ":", f.bytes,
                                                   ":", f.crc32, ";"));
     p.files.push_back(f);

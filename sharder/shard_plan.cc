@@ -69,7 +69,8 @@ absl::StatusOr<ShardPlan> MakeShardPlan(const DatasetSplit& split, int64_t examp
                                         int num_classes, const ShardPlanOptions& options) {
   const int64_t n = static_cast<int64_t>(split.size());
   if (absl::Status s = ValidateShardPlanOptions(options, n, example_floats); !s.ok()) return s;
-  if (static_cast<int64_t>(split.features.size()) != n * example_floats) {
+  if (split.mapped_features == nullptr &&
+      static_cast<int64_t>(split.features.size()) != n * example_floats) {
     return absl::InvalidArgumentError(absl::StrCat("the split holds ", split.features.size(),
                                                    " floats, expected ", n, " x ", example_floats));
   }
@@ -100,7 +101,10 @@ absl::StatusOr<ShardPlan> MakeShardPlan(const DatasetSplit& split, int64_t examp
     c.max_iterations = options.max_iterations;
     c.seed = options.seed;
     c.pca_fit_examples = options.pca_fit_examples;
-    auto clustering = PcaKMeans(split.features.data(), n, example_floats, c);
+    // Every example's features, flattened (a user's .npy file is read once, here).
+    std::vector<float> scratch;
+    const float* features = split.AllFeatures(static_cast<size_t>(example_floats), &scratch);
+    auto clustering = PcaKMeans(features, n, example_floats, c);
     if (!clustering.ok()) return clustering.status();
     plan.phase_seconds.emplace_back("pca", clustering->pca_seconds);
     plan.phase_seconds.emplace_back("kmeans", clustering->kmeans_seconds);

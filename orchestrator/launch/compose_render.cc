@@ -44,6 +44,10 @@ Node Service(const ContainerSpec& c, const RenderOptions& options, const Contain
   // The job spec as a read-only bind mount: compose v1 ignores `configs` outside a swarm.
   std::vector<std::string> volumes = {absl::StrCat("./job.yaml:", kContainerJobSpec, ":ro")};
   if (c.uses_run_dir) volumes.push_back(absl::StrCat(kVolume, ":", kContainerRunDir));
+  // The user's own model and data, bound read-only from where the job spec names them.
+  for (const UserInput& in : plan.inputs) {
+    volumes.push_back(absl::StrCat(in.host_path, ":", in.container_path, ":ro"));
+  }
   s.Add("volumes", Node::Strs(volumes));
   s.Add("networks", Node::Strs({kNetwork}));
   Node depends = Node::Map();

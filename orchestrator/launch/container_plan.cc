@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <filesystem>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
@@ -23,11 +24,28 @@ RunPaths ContainerPathsOf() {
   return paths;
 }
 
-v1::ResolvedJob ContainerJobOf(const v1::ResolvedJob& job, v1::LauncherKind launcher) {
+std::string Absolute(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.lexically_normal().string();
+}
+
+// The job as the containers see it, and the user's files it names, moved under
+// kContainerInputsDir.
+v1::ResolvedJob ContainerJobOf(const v1::ResolvedJob& job, v1::LauncherKind launcher,
+                               std::vector<UserInput>* inputs) {
   v1::ResolvedJob j = job;
   j.mutable_launcher()->set_kind(launcher);
   // Abstract Unix sockets do not cross network namespaces: the ring uses the service address.
   j.mutable_launcher()->set_ring_transport(v1::RING_TRANSPORT_TCP);
+  if (!j.model().torchscript().empty()) {
+    inputs->push_back({Absolute(j.model().torchscript()), kContainerModel});
+    j.mutable_model()->set_torchscript(kContainerModel);
+  }
+  if (j.dataset().name() == v1::DATASET_NPY) {
+    inputs->push_back({Absolute(j.dataset().path()), kContainerData});
+    j.mutable_dataset()->set_path(kContainerData);
+  }
   return j;
 }
 
@@ -193,6 +211,29 @@ const char kSuperviseNote[] =
     "starts training, evaluates, switches, stops the services and writes the run record to the\n"
     "run directory (docs/deploy.md).";
 
+// A service's container as both platforms run it; the caller names it and writes its script.
+ContainerSpec ServiceContainer(const ServiceSpec& service) {
+  ContainerSpec c;
+  c.role = RoleOf(service.role);
+  c.serves = true;
+  c.needs_token = true;
+  c.uses_run_dir = UsesRunDir(service.args);
+  return c;
+}
+
+// The orchestrator's container: `setup` (the token's lines, or the loops that list the peers),
+// then `strata supervise`.
+ContainerSpec OrchestratorContainer(const std::string& setup, const std::string& supervise) {
+  ContainerSpec o;
+  o.name = "orchestrator";
+  o.role = ContainerRole::kOrchestrator;
+  o.uses_run_dir = true;
+  o.needs_token = true;
+  o.note = kSuperviseNote;
+  o.script = absl::StrCat("set -eu\n", setup, supervise);
+  return o;
+}
+
 }  // namespace
 
 std::string ShellWord(const std::string& word) {
@@ -249,19 +290,15 @@ const std::vector<TemplatedFlag>& KubernetesTemplatedFlags() {
 
 ContainerPlan PlanComposeContainers(const v1::ResolvedJob& job) {
   ContainerPlan plan;
-  plan.job = ContainerJobOf(job, v1::LAUNCHER_KIND_COMPOSE);
+  plan.job = ContainerJobOf(job, v1::LAUNCHER_KIND_COMPOSE, &plan.inputs);
   plan.job_yaml = JobSpecYaml(plan.job);
   plan.containers.push_back(Sharder(plan.job, false));
   const ServicePlanInputs inputs = ContainerPlanInputs(plan.job);
   std::vector<std::string> servers, workers;
   const std::string port = absl::StrCat(":", kContainerPort);
   for (const ServiceSpec& s : PlanServices(plan.job, ContainerPathsOf(), inputs)) {
-    ContainerSpec c;
+    ContainerSpec c = ServiceContainer(s);
     c.name = s.name;
-    c.role = RoleOf(s.role);
-    c.serves = true;
-    c.needs_token = true;
-    c.uses_run_dir = UsesRunDir(s.args);
     // Compose starts the services once the one-shot step has ended (depends_on).
     c.script = absl::StrCat("set -eu\n", ComposeToken(),
                             ServiceBody(WithListen(s.args), s.binary, /*wait_for_shards=*/false));
@@ -271,22 +308,15 @@ ContainerPlan PlanComposeContainers(const v1::ResolvedJob& job) {
     if (s.role == ServiceRole::kParameterServer) servers.push_back(s.name + port);
     plan.containers.push_back(std::move(c));
   }
-  ContainerSpec o;
-  o.name = "orchestrator";
-  o.role = ContainerRole::kOrchestrator;
-  o.uses_run_dir = true;
-  o.needs_token = true;
-  o.note = kSuperviseNote;
-  o.script = absl::StrCat("set -eu\n", ComposeToken(),
-                          SuperviseExec(absl::StrJoin(servers, ","), absl::StrJoin(workers, ","),
-                                        "evaluator" + port, {}));
-  plan.containers.push_back(std::move(o));
+  plan.containers.push_back(OrchestratorContainer(
+      ComposeToken(), SuperviseExec(absl::StrJoin(servers, ","), absl::StrJoin(workers, ","),
+                                    "evaluator" + port, {})));
   return plan;
 }
 
 ContainerPlan PlanKubernetesContainers(const v1::ResolvedJob& job, const KubernetesNames& names) {
   ContainerPlan plan;
-  plan.job = ContainerJobOf(job, v1::LAUNCHER_KIND_KUBERNETES);
+  plan.job = ContainerJobOf(job, v1::LAUNCHER_KIND_KUBERNETES, &plan.inputs);
   plan.job_yaml = JobSpecYaml(plan.job);
   plan.containers.push_back(Sharder(plan.job, true));
   const ServicePlanInputs inputs = ContainerPlanInputs(plan.job);
@@ -298,14 +328,10 @@ ContainerPlan PlanKubernetesContainers(const v1::ResolvedJob& job, const Kuberne
                                                          : has_evaluator;
     if (seen) continue;  // one template per role, from its first instance
     seen = true;
-    ContainerSpec c;
+    ContainerSpec c = ServiceContainer(s);
     c.name = role == ContainerRole::kParameterServer ? "ps"
              : role == ContainerRole::kWorker        ? "worker"
                                                      : "evaluator";
-    c.role = role;
-    c.serves = true;
-    c.needs_token = true;
-    c.uses_run_dir = UsesRunDir(s.args);
     // Every role waits for the one-shot step: it writes the resolved job they all read.
     c.script =
         absl::StrCat("set -eu\n", ServiceBody(Templated(role, WithListen(s.args)), s.binary, true));
@@ -338,15 +364,8 @@ ContainerPlan PlanKubernetesContainers(const v1::ResolvedJob& job, const Kuberne
   if (has_servers) {
     extra.insert(extra.end(), {"--set", "cluster.parameter_servers=${STRATA_PARAMETER_SERVERS}"});
   }
-  ContainerSpec o;
-  o.name = "orchestrator";
-  o.role = ContainerRole::kOrchestrator;
-  o.uses_run_dir = true;
-  o.needs_token = true;
-  o.note = kSuperviseNote;
-  o.script = absl::StrCat("set -eu\n", loops,
-                          SuperviseExec(servers_arg, "$workers", names.evaluator() + port, extra));
-  plan.containers.push_back(std::move(o));
+  plan.containers.push_back(OrchestratorContainer(
+      loops, SuperviseExec(servers_arg, "$workers", names.evaluator() + port, extra)));
   return plan;
 }
 

@@ -21,6 +21,13 @@ namespace strata {
 inline constexpr int kContainerPort = 50051;
 inline constexpr char kContainerRunDir[] = "/run/strata";
 inline constexpr char kContainerJobSpec[] = "/etc/strata/job.yaml";
+// The user's own files (model.torchscript, the .npy files of dataset.name npy), read-only:
+// compose binds them from the machine that renders; Kubernetes mounts the claim
+// KubernetesNames::inputs() here, which the user fills (docs/deploy.md, "Your own model and
+// data").
+inline constexpr char kContainerInputsDir[] = "/inputs";
+inline constexpr char kContainerModel[] = "/inputs/model.pt";
+inline constexpr char kContainerData[] = "/inputs/data";
 // Written by the one-shot step (`strata resolve`) before the shards; every service reads it.
 inline constexpr char kContainerResolvedJob[] = "/run/strata/job.resolved.txtpb";
 inline constexpr char kComposeTokenFile[] = "/run/secrets/strata_run_token";
@@ -55,14 +62,23 @@ struct KubernetesNames {
   std::string job_spec() const { return prefix + "-job-spec"; }          // ConfigMap
   std::string topology() const { return prefix + "-topology"; }  // ConfigMap (replica counts)
   std::string token() const { return prefix + "-run-token"; }    // Secret
+  std::string inputs() const { return prefix + "-inputs"; }  // the user's claim, read-only
 };
 
 // InvalidArgument when nothing of the name is left for a DNS label.
 absl::StatusOr<KubernetesNames> MakeKubernetesNames(const std::string& job_name);
 
+// One of the user's own files as the containers see it.
+struct UserInput {
+  std::string host_path;       // as the job spec names it, made absolute
+  std::string container_path;  // under kContainerInputsDir
+};
+
 struct ContainerPlan {
   v1::ResolvedJob job;   // as the containers see it: launcher.kind set, the ring over TCP
   std::string job_yaml;  // that job as YAML, mounted at kContainerJobSpec
+  // The user's model and data, when the job has them (every container may read them).
+  std::vector<UserInput> inputs;
   // The sharder, the servers, the workers, the evaluator, the orchestrator, in that order.
   std::vector<ContainerSpec> containers;
 };

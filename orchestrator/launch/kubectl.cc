@@ -1,6 +1,5 @@
 #include "orchestrator/launch/kubectl.h"
 
-#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,8 +12,8 @@
 #include <absl/strings/str_split.h>
 #include <absl/strings/strip.h>
 
-#include "services/common/base/files.h"
 #include "services/common/process/child_process.h"
+#include "services/common/process/run_tool.h"
 
 namespace strata {
 namespace {
@@ -89,35 +88,29 @@ absl::StatusOr<std::string> Kubectl::Run(const std::vector<std::string>& args) {
 
 absl::StatusOr<std::string> Kubectl::Run(const std::vector<std::string>& args,
                                          std::chrono::milliseconds timeout) {
-  SpawnOptions spawn;
-  spawn.name = "kubectl";
-  spawn.argv = {options_.path};
-  for (const std::string& a : WithNamespace(args)) spawn.argv.push_back(a);
-  spawn.stdout_path = scratch_ + "/stdout";
-  spawn.log_path = scratch_ + "/stderr";
-  std::error_code ignored;
-  std::filesystem::remove(spawn.log_path, ignored);  // the log is appended to
-  auto child = ChildProcess::Spawn(spawn);
-  if (!child.ok()) {
+  ToolRunOptions tool;
+  tool.name = "kubectl";
+  tool.argv = {options_.path};
+  for (const std::string& a : WithNamespace(args)) tool.argv.push_back(a);
+  tool.output_path = scratch_ + "/stdout";
+  tool.errors_path = scratch_ + "/stderr";
+  tool.timeout = timeout;
+  auto run = RunTool(tool);
+  if (!run.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot run ", options_.path, ": ", child.status().message()));
+        absl::StrCat("cannot run ", options_.path, ": ", run.status().message()));
   }
-  if (!(*child)->WaitFor(timeout)) {
-    (*child)->Signal(SIGKILL);
-    (*child)->WaitFor(std::chrono::seconds(5));
+  if (!run->finished) {
     return absl::DeadlineExceededError(
         absl::StrCat("`", CommandLine(args), "` did not finish within ",
                      std::chrono::duration<double>(timeout).count(), " s and was killed"));
   }
-  auto out = ReadFile(spawn.stdout_path);
-  const std::string err = ReadFile(spawn.log_path).value_or("");
-  if (!(*child)->succeeded()) {
-    const std::string tail = OutputTail(err);
-    return absl::UnavailableError(absl::StrCat(
-        "`", CommandLine(args), "` ", (*child)->ExitDescription(), tail.empty() ? "" : ": ", tail));
+  if (run->exit_code != 0) {
+    const std::string tail = OutputTail(run->errors);
+    return absl::UnavailableError(absl::StrCat("`", CommandLine(args), "` ", run->exit_description,
+                                               tail.empty() ? "" : ": ", tail));
   }
-  if (!out.ok()) return out.status();
-  return *std::move(out);
+  return std::move(run->output);
 }
 
 }  // namespace strata

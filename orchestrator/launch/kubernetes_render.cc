@@ -257,6 +257,12 @@ class Builder {
       mounts.Push(
           Node::Map().Add("name", Node::Str("run")).Add("mountPath", Node::Str(kContainerRunDir)));
     }
+    if (!plan_.inputs.empty()) {
+      mounts.Push(Node::Map()
+                      .Add("name", Node::Str("inputs"))
+                      .Add("mountPath", Node::Str(kContainerInputsDir))
+                      .Add("readOnly", Node::Bool(true)));
+    }
     n.Add("volumeMounts", std::move(mounts));
     n.Add("resources", ResourcesNode(resources));
     if (c.serves) {
@@ -281,6 +287,15 @@ class Builder {
                  .Add("name", Node::Str("run"))
                  .Add("persistentVolumeClaim",
                       Node::Map().Add("claimName", Node::Str(names_.run_volume()))));
+    }
+    if (!plan_.inputs.empty()) {
+      Node claim = Node::Map();
+      claim.Add("claimName", Node::Str(names_.inputs())).Add("readOnly", Node::Bool(true));
+      v.Push(Node::Map()
+                 .Add("name", Node::Str("inputs"))
+                 .Add("persistentVolumeClaim", std::move(claim)),
+             "Your model at model.pt and your .npy files under data/ in this claim, which you "
+             "create and fill (docs/deploy.md).");
     }
     return v;
   }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <thread>
 
@@ -16,6 +17,9 @@
 #include "services/common/base/status.h"
 
 namespace strata {
+namespace {
+using Clock = std::chrono::steady_clock;
+}  // namespace
 
 LocalLauncher::LocalLauncher(std::string bin_dir, std::string run_dir, RunRecord& record,
                              RunConsole& console, RunFailure& failure)
@@ -137,8 +141,8 @@ absl::Status LocalLauncher::SlowDown(const Child& c, double fraction) {
   if (limit.ok()) {
     record_.Event(RunEvent::kStraggler,
                   {{"process", name}, {"cpu_fraction", fraction}, {"cgroup", (*limit)->path()}});
-    console_.Say(absl::StrFormat("%s runs under a CPU quota: %.0f%% of one core", name,
-                                 fraction * 100));
+    console_.Say(
+        absl::StrFormat("%s runs under a CPU quota: %.0f%% of one core", name, fraction * 100));
     cpu_limits_.push_back(std::move(*limit));
     return absl::OkStatus();
   }

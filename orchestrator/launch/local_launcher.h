@@ -14,8 +14,8 @@
 #include "orchestrator/launch/cpu_limit.h"
 #include "orchestrator/launch/launcher.h"
 #include "orchestrator/record/run_console.h"
+#include "orchestrator/record/run_failure.h"
 #include "orchestrator/record/run_record.h"
-#include "orchestrator/run/controller.h"
 #include "services/common/base/run_directory.h"
 #include "services/common/process/child_process.h"
 

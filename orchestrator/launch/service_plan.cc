@@ -82,7 +82,8 @@ std::vector<ServiceSpec> PlanServices(const v1::ResolvedJob& job, const RunPaths
   evaluator.name = "evaluator";
   evaluator.role = ServiceRole::kEvaluator;
   evaluator.binary = "strata-evaluator";
-  evaluator.args = {"--job", paths.job_resolved, "--threads", "1"};
+  // The run directory: where it keeps the final model it scores (`strata export` reads it).
+  evaluator.args = {"--job", paths.job_resolved, "--threads", "1", "--run-dir", paths.root};
   if (job.cluster().cpu().evaluator() > 0) {
     evaluator.cpu_fractions.push_back(job.cluster().cpu().evaluator());
   }

@@ -5,7 +5,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -23,19 +22,18 @@
 
 #include "orchestrator/launch/compose_render.h"
 #include "orchestrator/launch/container_plan.h"
-#include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
+#include "orchestrator/plan/job_checks.h"
 #include "services/common/base/files.h"
 #include "services/common/process/child_process.h"
+#include "services/common/process/interrupt.h"
+#include "services/common/process/run_tool.h"
 #include "services/common/wire/rpc_auth.h"
 
 namespace strata {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::atomic<int> g_signal{0};
-void OnSignal(int sig) { g_signal = sig; }
 
 // Between reads of docker-compose's output while it runs: the lines reach the screen within this.
 constexpr std::chrono::milliseconds kFollowInterval{100};
@@ -48,30 +46,21 @@ std::string DockerHostText() {
                                           : "the default socket (DOCKER_HOST unset)";
 }
 
-struct ToolResult {
-  int exit_code = -1;  // -1: killed at its deadline
-  std::string output;  // stdout and stderr
-  bool ok() const { return exit_code == 0; }
-};
-
-// Runs a tool to its end, its output captured in `log` (appended, so a run directory keeps every
-// call); killed at `timeout`.
-absl::StatusOr<ToolResult> RunTool(const std::vector<std::string>& argv, const std::string& log,
-                                   std::chrono::milliseconds timeout) {
-  SpawnOptions o;
-  o.name = argv.front();
-  o.argv = argv;
-  o.log_path = log + ".tmp";
-  std::remove(o.log_path.c_str());
-  auto child = ChildProcess::Spawn(o);
-  if (!child.ok()) return child.status();
-  ToolResult r;
-  if ((*child)->WaitFor(timeout)) r.exit_code = (*child)->exit_code();
-  r.output = ReadFile(o.log_path).value_or("");
-  std::remove(o.log_path.c_str());
+// Runs a docker or docker-compose call to its end, killed at `timeout`; the call and its output
+// (stdout and stderr) are appended to `log`, so a run directory keeps every call.
+absl::StatusOr<ToolRun> RunDockerTool(const std::vector<std::string>& argv, const std::string& log,
+                                      std::chrono::milliseconds timeout) {
+  ToolRunOptions tool;
+  tool.name = argv.front();
+  tool.argv = argv;
+  tool.output_path = log + ".tmp";
+  tool.timeout = timeout;
+  auto run = RunTool(tool);
+  if (!run.ok()) return run.status();
+  std::remove(tool.output_path.c_str());
   std::ofstream(log, std::ios::app) << "$ " << absl::StrJoin(argv, " ") << "\n"
-                                    << r.output << "(exit " << r.exit_code << ")\n";
-  return r;  // the child is killed and reaped with `child` if it still runs
+                                    << run->output << "(exit " << run->exit_code << ")\n";
+  return run;
 }
 
 // docker-compose v1 project names: lower-case letters, digits, '-' and '_'. The run directory's
@@ -159,8 +148,8 @@ int ComposeRun::Run() {
   // For the reader (and tests): `docker-compose -p "$(cat compose/project)" ...`.
   WriteFileAtomic(dir_ + "/compose/project", project_ + "\n").IgnoreError();
 
-  auto info = RunTool({docker_, "info", "--format", "{{.ServerVersion}}"}, tools_log_,
-                      options_.tool_timeout);
+  auto info = RunDockerTool({docker_, "info", "--format", "{{.ServerVersion}}"}, tools_log_,
+                            options_.tool_timeout);
   if (!info.ok() || !info->ok()) {
     return Refuse(absl::StrCat("cannot reach the Docker daemon at ", DockerHostText(), ": ",
                                info.ok() ? OutputTail(info->output, 400) : info.status().ToString(),
@@ -168,18 +157,17 @@ int ComposeRun::Run() {
   }
   if (int rc = EnsureImage(); rc != 0) return rc;
 
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);
+  // Unlike the other drivers, this one has always left SIGPIPE at its default action.
+  InterruptOptions interrupt;
+  interrupt.ignore_sigpipe = false;
+  InstallInterruptHandlers(interrupt);
 
   Say(absl::StrFormat("strata run: %s on docker-compose (project %s, image %s); run directory %s",
                       job_.name(), project_, options_.image, dir_));
   const int up = Up();
   CollectRecord();
   TearDown();
-  if (g_signal != 0) {
+  if (Interrupted() != 0) {
     std::fprintf(stderr, "strata run: interrupted; the project is removed; run directory %s\n",
                  dir_.c_str());
     return 130;
@@ -216,8 +204,8 @@ absl::Status ComposeRun::Render() {
 }
 
 int ComposeRun::EnsureImage() {
-  auto inspect = RunTool({docker_, "image", "inspect", "--format", "{{.Id}}", options_.image},
-                         tools_log_, options_.tool_timeout);
+  auto inspect = RunDockerTool({docker_, "image", "inspect", "--format", "{{.Id}}", options_.image},
+                               tools_log_, options_.tool_timeout);
   if (inspect.ok() && inspect->ok()) return 0;
   std::optional<std::string> script = MakeImageScript(options_.bin_dir);
   if (!script) {
@@ -228,8 +216,8 @@ int ComposeRun::EnsureImage() {
   }
   Say(absl::StrCat("the image ", options_.image, " is missing: building it from ", options_.bin_dir,
                    " (", *script, " --prebuilt; a minute or two)"));
-  auto build = RunTool({*script, "--prebuilt", options_.bin_dir, "--tag", options_.image},
-                       dir_ + "/compose/image-build.log", options_.image_build_timeout);
+  auto build = RunDockerTool({*script, "--prebuilt", options_.bin_dir, "--tag", options_.image},
+                             dir_ + "/compose/image-build.log", options_.image_build_timeout);
   if (!build.ok() || !build->ok()) {
     return Refuse(absl::StrCat("building the image ", options_.image, " failed: ",
                                build.ok() ? OutputTail(build->output) : build.status().ToString(),
@@ -264,7 +252,7 @@ int ComposeRun::Up() {
   std::optional<Clock::time_point> stopping;
   while (!(*child)->Poll()) {
     follow();
-    if (g_signal != 0 && !stopping) {
+    if (Interrupted() != 0 && !stopping) {
       // docker-compose stops the containers it started (SIGTERM to each: the orchestrator stops
       // the services through their Stop RPC and writes its record), then exits.
       (*child)->Signal(SIGINT);
@@ -281,12 +269,13 @@ int ComposeRun::Up() {
 // The run record from the project's volume into the run directory, and each service's output
 // as logs/<service>.log, as a local run leaves them.
 void ComposeRun::CollectRecord() {
-  auto id = RunTool(Compose({"ps", "-q", kOrchestratorService}), tools_log_, options_.tool_timeout);
+  auto id =
+      RunDockerTool(Compose({"ps", "-q", kOrchestratorService}), tools_log_, options_.tool_timeout);
   const std::string container =
       id.ok() && id->ok() ? std::string(absl::StripAsciiWhitespace(id->output)) : "";
   if (!container.empty() && container.find('\n') == std::string::npos) {
-    auto cp = RunTool({docker_, "cp", container + ":/run/strata/.", dir_ + "/"}, tools_log_,
-                      options_.tool_timeout);
+    auto cp = RunDockerTool({docker_, "cp", container + ":/run/strata/.", dir_ + "/"}, tools_log_,
+                            options_.tool_timeout);
     if (!cp.ok() || !cp->ok()) {
       std::fprintf(stderr, "strata run: could not copy the run record out of the project: %s\n",
                    cp.ok() ? OutputTail(cp->output, 400).c_str() : cp.status().ToString().c_str());
@@ -294,8 +283,8 @@ void ComposeRun::CollectRecord() {
   }
   MakeDirs(dir_ + "/logs").IgnoreError();
   for (const std::string& service : services_) {
-    auto logs = RunTool(Compose({"logs", "--no-color", "--no-log-prefix", service}),
-                        tools_log_ + ".logs", options_.tool_timeout);
+    auto logs = RunDockerTool(Compose({"logs", "--no-color", "--no-log-prefix", service}),
+                              tools_log_ + ".logs", options_.tool_timeout);
     if (logs.ok())
       WriteFileAtomic(absl::StrCat(dir_, "/logs/", service, ".log"), logs->output).IgnoreError();
   }
@@ -305,8 +294,8 @@ void ComposeRun::CollectRecord() {
 // Containers, the network and the volume: nothing of the project outlives the run, and neither
 // does its token.
 void ComposeRun::TearDown() {
-  auto down = RunTool(Compose({"down", "--volumes", "--remove-orphans", "--timeout", "10"}),
-                      tools_log_, options_.teardown_timeout);
+  auto down = RunDockerTool(Compose({"down", "--volumes", "--remove-orphans", "--timeout", "10"}),
+                            tools_log_, options_.teardown_timeout);
   if (!down.ok() || !down->ok()) {
     std::fprintf(
         stderr,
@@ -323,12 +312,8 @@ void ComposeRun::TearDown() {
 int RunComposeJob(const ComposeRunOptions& options) {
   JobCheckOptions check;
   check.overrides = options.overrides;
-  auto job = LoadAndCheckJob(options.job_path, check);
-  if (!job.ok()) {
-    std::fprintf(stderr, "strata run: %s is not a valid job spec; nothing was launched:\n%s\n",
-                 options.job_path.c_str(), std::string(job.status().message()).c_str());
-    return 2;
-  }
+  std::optional<v1::ResolvedJob> job = LoadJobOrSayWhy("strata run", options.job_path, check);
+  if (!job) return 2;
   const std::string dir = options.out_dir.empty() ? DefaultRunDir(job->name()) : options.out_dir;
   if (std::filesystem::exists(dir + "/job.yaml") || std::filesystem::exists(dir + "/compose")) {
     std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());

@@ -1,33 +1,31 @@
 #include "orchestrator/lib/kubernetes_submission.h"
 
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <thread>
 
 #include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
-#include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 #include <absl/strings/strip.h>
-#include <nlohmann/json.hpp>
 
 #include "orchestrator/launch/kubectl.h"
 #include "orchestrator/launch/kubernetes_render.h"
 #include "orchestrator/launch/kubernetes_state.h"
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/lib/cluster_run.h"
 #include "orchestrator/lib/local_run.h"
+#include "orchestrator/plan/job_checks.h"
 #include "services/common/base/files.h"
 #include "services/common/base/run_directory.h"
-#include "services/common/base/status.h"
+#include "services/common/process/interrupt.h"
 #include "services/common/wire/rpc_auth.h"
 
 namespace strata {
@@ -35,98 +33,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-// Where a submission keeps its files (docs/deploy.md, "strata submit").
-struct SubmissionPaths {
-  explicit SubmissionPaths(std::string dir)
-      : root(std::move(dir)),
-        record(root + "/submission.json"),
-        token(root + "/base/run-token"),
-        applied(root + "/submitted"),
-        job(applied + "/orchestrator-job.yaml"),
-        run_volume(applied + "/run-volume.yaml"),
-        owned(applied + "/owned.yaml"),
-        logs(root + "/logs") {}
-  std::string root;
-  std::string record;      // SubmissionRecord
-  std::string token;       // the run token, where the kustomize base expects it
-  std::string applied;     // the objects exactly as created
-  std::string job;         // the orchestrator Job (suspended)
-  std::string run_volume;  // the claim
-  std::string owned;       // everything the Job owns; holds the Secret, so private
-  std::string logs;        // <service>.log of every pod, saved when the run ends
-};
-
-// What the next command needs to find the run again.
-struct SubmissionRecord {
-  std::string name;      // the job spec's name
-  std::string instance;  // label app.kubernetes.io/instance of every object
-  std::string job;       // the orchestrator Job
-  std::string uid;       // its UID: a Job of that name with another UID is another submission
-  std::string namespace_name;
-  std::string kubectl;  // the kubectl that created it
-  std::string claim;    // the run volume's claim, kept after the run
-  std::string overlay;
-  std::string image;
-  std::string submitted_at;  // UTC, ISO 8601
-
-  nlohmann::json ToJson() const {
-    return {{"name", name},
-            {"instance", instance},
-            {"job", job},
-            {"uid", uid},
-            {"namespace", namespace_name},
-            {"kubectl", kubectl},
-            {"claim", claim},
-            {"overlay", overlay.empty() ? "base" : overlay},
-            {"image", image},
-            {"submitted_at", submitted_at}};
-  }
-
-  static absl::StatusOr<SubmissionRecord> Read(const std::string& path) {
-    auto text = ReadFile(path, 1 << 20);
-    if (!text.ok()) return text.status();
-    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-    if (j.is_discarded() || !j.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ": not a submission record (JSON)"));
-    }
-    SubmissionRecord r;
-    r.name = j.value("name", "");
-    r.instance = j.value("instance", "");
-    r.job = j.value("job", "");
-    r.uid = j.value("uid", "");
-    r.namespace_name = j.value("namespace", "");
-    r.kubectl = j.value("kubectl", "");
-    r.claim = j.value("claim", "");
-    r.overlay = j.value("overlay", "");
-    r.image = j.value("image", "");
-    r.submitted_at = j.value("submitted_at", "");
-    if (r.job.empty() || r.uid.empty() || r.namespace_name.empty() || r.instance.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": the record lacks the job, its UID, namespace or instance"));
-    }
-    return r;
-  }
-};
-
-std::atomic<int> g_signal{0};
-
-void OnSignal(int sig) { g_signal.store(sig); }
-
-// Ctrl-C (or SIGTERM, SIGHUP) asks for an orderly end: the run is deleted. The handler is reset
-// by the first signal, so a second Ctrl-C ends `strata` at once (kubectl calls die with it).
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESETHAND;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-}
-
-bool Interrupted() { return g_signal.load() != 0; }
 
 // Sleeps `d` unless a signal comes first.
 void SleepUnlessInterrupted(milliseconds d) {
@@ -174,76 +80,6 @@ absl::Status WritePrivateFile(const std::string& path, const std::string& conten
 std::string Seconds(milliseconds d) {
   return absl::StrCat(std::chrono::duration<double>(d).count());
 }
-
-// kubectl's answers about one run, and deleting it: what submit, status, logs and delete share.
-class ClusterRun {
- public:
-  ClusterRun(Kubectl& kubectl, SubmissionRecord record, SubmissionPaths paths)
-      : kubectl_(kubectl), record_(std::move(record)), paths_(std::move(paths)) {}
-
-  const SubmissionRecord& record() const { return record_; }
-
-  // The Job, or nullopt when no Job of that name exists. A Job of that name with another UID is
-  // another submission: FailedPrecondition, so that nothing of it is touched.
-  absl::StatusOr<std::optional<JobState>> GetJob() {
-    auto out = kubectl_.Run({"get", "job", record_.job, "-o", "json", "--ignore-not-found"});
-    if (!out.ok()) return out.status();
-    if (absl::StripAsciiWhitespace(*out).empty()) return std::optional<JobState>();
-    auto job = ParseJob(*out);
-    if (!job.ok()) return job.status();
-    if (job->uid != record_.uid) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job ", record_.job, " in namespace ", record_.namespace_name,
-          " is another submission (uid ", job->uid, ", this one's was ", record_.uid, ")"));
-    }
-    return std::optional<JobState>(*std::move(job));
-  }
-
-  absl::StatusOr<std::vector<PodState>> GetPods() {
-    auto out = kubectl_.Run(
-        {"get", "pods", "-l", "app.kubernetes.io/instance=" + record_.instance, "-o", "json"});
-    if (!out.ok()) return out.status();
-    return ParsePods(*out);
-  }
-
-  // The log of one pod, every container of it.
-  absl::StatusOr<std::string> PodLog(const PodState& pod, int tail_lines) {
-    std::vector<std::string> args = {"logs", pod.name, "--all-containers=true"};
-    if (pod.containers.size() > 1) args.push_back("--prefix=true");
-    if (tail_lines >= 0) args.push_back(absl::StrCat("--tail=", tail_lines));
-    return kubectl_.Run(args);
-  }
-
-  // Saves every pod's log into logs/<service>.log before the pods go; best effort. Returns how
-  // many it saved.
-  int SaveLogs(const std::vector<PodState>& pods) {
-    int saved = 0;
-    if (pods.empty() || !MakeDirs(paths_.logs).ok()) return 0;
-    for (const PodState& pod : pods) {
-      if (pod.deleting) continue;
-      auto log = PodLog(pod, -1);
-      if (!log.ok()) continue;  // a pod that never started has no log
-      if (WriteFileAtomic(paths_.logs + "/" + pod.service + ".log", *log).ok()) ++saved;
-    }
-    return saved;
-  }
-
-  // Deletes the Job in the foreground: its owned objects go first, and kubectl returns once they
-  // are gone (or at the deadline, when the cluster carries on).
-  absl::Status DeleteJob(milliseconds timeout) {
-    // kubectl gives up on its own first; the kill is the backstop.
-    return kubectl_
-        .Run({"delete", "job", record_.job, "--cascade=foreground", "--ignore-not-found",
-              "--wait=true", absl::StrCat("--timeout=", timeout.count() / 1000, "s")},
-             timeout + std::chrono::seconds(15))
-        .status();
-  }
-
- private:
-  Kubectl& kubectl_;
-  SubmissionRecord record_;
-  SubmissionPaths paths_;
-};
 
 // One `strata submit`: creates the objects, then follows the Job (see the header).
 class Submission {
@@ -385,7 +221,7 @@ class Submission {
     std::vector<PodState> pods;
     for (;;) {
       if (Interrupted()) {
-        Error(absl::StrCat("interrupted (", ::strsignal(g_signal.load()), ")"));
+        Error(absl::StrCat("interrupted (", ::strsignal(Interrupted()), ")"));
         Finish(pods);
         return 130;
       }
@@ -490,63 +326,7 @@ class Submission {
   std::optional<ClusterRun> cluster_;
   bool claim_created_ = false;
 };
-
-// What status, logs and delete start from: the record and a kubectl for its namespace. On
-// failure the exit code (2) after the message.
-struct Opened {
-  std::unique_ptr<Kubectl> kubectl;
-  std::optional<ClusterRun> run;
-  SubmissionPaths paths{""};
-};
-
-absl::StatusOr<Opened> Open(const std::string& dir, const SubmissionCommandOptions& options) {
-  const std::optional<std::string> found = FindSubmissionDir(dir);
-  if (!found) {
-    return absl::NotFoundError(absl::StrCat(dir, " is not a Kubernetes submission (no ",
-                                            "submission.json in it or in ", dir, "/kubernetes)"));
-  }
-  SubmissionPaths paths(*found);
-  auto record = SubmissionRecord::Read(paths.record);
-  if (!record.ok()) return record.status();
-  // --kubectl, else the one that created the run if it is still there, else PATH.
-  std::string flag = options.kubectl;
-  if (flag.empty() && ::access(record->kubectl.c_str(), X_OK) == 0) flag = record->kubectl;
-  auto path = FindKubectl(flag);
-  if (!path.ok()) return path.status();
-  auto kubectl = Kubectl::Create({*path, record->namespace_name, options.kubectl_timeout});
-  if (!kubectl.ok()) return kubectl.status();
-  Opened o;
-  o.kubectl = *std::move(kubectl);
-  o.run.emplace(*o.kubectl, *std::move(record), paths);
-  o.paths = paths;
-  return o;
-}
-
-int Fail(const char* command, const absl::Status& status, int code) {
-  std::fprintf(stderr, "strata %s: %s\n", command, std::string(status.message()).c_str());
-  return code;
-}
-
 }  // namespace
-
-std::string LastLines(const std::string& text, int n) {
-  if (n < 0) return text;
-  size_t pos = text.size();
-  if (pos > 0 && text[pos - 1] == '\n') --pos;
-  for (int i = 0; i < n; ++i) {
-    if (pos == 0) return text;
-    pos = text.rfind('\n', pos - 1);
-    if (pos == std::string::npos) return text;
-  }
-  return text.substr(pos + 1);
-}
-
-std::optional<std::string> FindSubmissionDir(const std::string& dir) {
-  for (const std::string& candidate : {dir, dir + "/kubernetes"}) {
-    if (FileExists(SubmissionPaths(candidate).record)) return candidate;
-  }
-  return std::nullopt;
-}
 
 int SubmitKubernetesJob(const SubmitOptions& options) {
   auto usage = [](const std::string& message) {
@@ -574,18 +354,22 @@ int SubmitKubernetesJob(const SubmitOptions& options) {
   auto files = RenderKubernetes(*spec, options.render);
   if (!files.ok()) return usage(std::string(files.status().message()));
 
-  const SubmissionPaths paths(options.out_dir.empty()
-                                  ? absl::StrCat(DefaultRunDir(spec->name()), "/kubernetes")
-                                  : options.out_dir);
+  const SubmissionPaths paths(
+      options.out_dir.empty()
+          ? absl::StrCat(DefaultRunDir(spec->name()), "/", submission_files::kInRunDirectory)
+          : options.out_dir);
   if (FileExists(paths.record)) {
     return usage(absl::StrCat(paths.root, " already holds a submission; choose another --out"));
   }
   // Everything on disk before anything is created: the files `strata render` writes (to read,
   // or to apply again by hand), the token where the kustomize base expects it, and the objects.
-  files->emplace("submitted/.gitignore",
-                 "# The Secret with the run token: never committed.\nowned.yaml\n");
-  files->emplace("submitted/orchestrator-job.yaml", yaml::Emit(objects->job));
-  files->emplace("submitted/run-volume.yaml", yaml::Emit(objects->run_volume));
+  files->emplace(
+      submission_files::kSubmittedGitignore,
+      absl::StrCat("# The Secret with the run token: never committed.\n",
+                   std::filesystem::path(submission_files::kSubmittedOwned).filename().string(),
+                   "\n"));
+  files->emplace(submission_files::kSubmittedJob, yaml::Emit(objects->job));
+  files->emplace(submission_files::kSubmittedRunVolume, yaml::Emit(objects->run_volume));
   if (absl::Status s = WriteRenderedFiles(paths.root, *files); !s.ok()) {
     return usage(std::string(s.message()));
   }
@@ -610,124 +394,13 @@ int SubmitKubernetesJob(const SubmitOptions& options) {
               spec->name().c_str(), options.overlay.empty() ? "base" : options.overlay.c_str(),
               options.render.image.c_str(), kubectl_path->c_str(), paths.root.c_str());
   std::fflush(stdout);
-  InstallSignalHandlers();
+  // Ctrl-C (or SIGTERM, SIGHUP) asks for an orderly end: the run is deleted. A second Ctrl-C ends
+  // `strata` at once (kubectl calls die with it).
+  InterruptOptions interrupt;
+  interrupt.second_signal_ends_process = true;
+  InstallInterruptHandlers(interrupt);
   Submission submission(options, **kubectl, *std::move(objects), std::move(record), paths);
   return submission.Run();
-}
-
-int ShowSubmissionStatus(const std::string& dir, const SubmissionCommandOptions& options) {
-  auto opened = Open(dir, options);
-  if (!opened.ok()) return Fail("status", opened.status(), 2);
-  ClusterRun& run = *opened->run;
-  const SubmissionRecord& r = run.record();
-  std::printf("submission: %s\n", opened->paths.root.c_str());
-  std::printf("job:        %s (overlay %s, image %s), submitted %s\n", r.name.c_str(),
-              r.overlay.c_str(), r.image.c_str(), r.submitted_at.c_str());
-  std::printf("kubernetes: job/%s in namespace %s, uid %s\n", r.job.c_str(),
-              r.namespace_name.c_str(), r.uid.c_str());
-  auto job = run.GetJob();
-  if (absl::IsFailedPrecondition(job.status())) {
-    std::printf("state:      gone (%s)\n", std::string(job.status().message()).c_str());
-    return 0;
-  }
-  if (!job.ok()) return Fail("status", job.status(), 1);
-  if (!job->has_value()) {
-    std::printf(
-        "state:      gone (no job %s in namespace %s: deleted, or removed by its TTL a "
-        "day after it ended)\n",
-        r.job.c_str(), r.namespace_name.c_str());
-    if (FileExists(opened->paths.logs)) {
-      std::printf("logs:       %s (saved when the run ended)\n", opened->paths.logs.c_str());
-    }
-    return 0;
-  }
-  auto pods = run.GetPods();
-  if (!pods.ok()) return Fail("status", pods.status(), 1);
-  std::printf("state:      %s\n", Progress(**job, *pods).c_str());
-  for (const std::string& f : PodFailures(*pods)) std::printf("failed:     %s\n", f.c_str());
-  for (const PodState& p : *pods) {
-    std::string state = p.phase.empty() ? "Unknown" : p.phase;
-    if (p.ready) absl::StrAppend(&state, ", ready");
-    if (auto blocker = StartBlocker(p)) absl::StrAppend(&state, " (", *blocker, ")");
-    if (p.deleting) absl::StrAppend(&state, ", being deleted");
-    std::printf("  %-14s %-44s %s\n", p.service.c_str(), p.name.c_str(), state.c_str());
-  }
-  return 0;
-}
-
-int ShowSubmissionLogs(const std::string& dir, const std::string& service, int tail_lines,
-                       const SubmissionCommandOptions& options) {
-  auto opened = Open(dir, options);
-  if (!opened.ok()) return Fail("logs", opened.status(), 2);
-  ClusterRun& run = *opened->run;
-  const std::string saved = opened->paths.logs + "/" + service + ".log";
-  auto job = run.GetJob();
-  if (!job.ok() && !absl::IsFailedPrecondition(job.status())) return Fail("logs", job.status(), 1);
-  std::vector<std::string> services;
-  if (job.ok() && job->has_value()) {
-    auto pods = run.GetPods();
-    if (!pods.ok()) return Fail("logs", pods.status(), 1);
-    for (const PodState& p : *pods) {
-      if (p.service != service && p.name != service) {
-        services.push_back(p.service);
-        continue;
-      }
-      auto log = run.PodLog(p, tail_lines);
-      if (!log.ok()) return Fail("logs", log.status(), 1);
-      std::fwrite(log->data(), 1, log->size(), stdout);
-      return 0;
-    }
-  }
-  // The run is over: the logs saved when it ended.
-  if (auto log = ReadFile(saved); log.ok()) {
-    const std::string text = LastLines(*log, tail_lines);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    return 0;
-  }
-  return Fail(
-      "logs",
-      absl::NotFoundError(absl::StrCat(
-          "no pod of the run is service '", service, "'",
-          services.empty() ? std::string(" (the run has no pods now)")
-                           : absl::StrCat(" (the run's: ", absl::StrJoin(services, ", "), ")"),
-          " and no log of it was saved in ", opened->paths.logs)),
-      1);
-}
-
-int DeleteSubmission(const std::string& dir, const SubmissionCommandOptions& options) {
-  auto opened = Open(dir, options);
-  if (!opened.ok()) return Fail("delete", opened.status(), 2);
-  ClusterRun& run = *opened->run;
-  const SubmissionRecord& r = run.record();
-  auto job = run.GetJob();
-  // Another submission of the same job now holds the name: none of it is this run's to delete.
-  if (absl::IsFailedPrecondition(job.status())) {
-    return Fail("delete", Annotate(job.status(), "nothing deleted"), 1);
-  }
-  if (!job.ok()) return Fail("delete", job.status(), 1);
-  if (job->has_value()) {
-    std::printf("deleting job %s in namespace %s and everything it owns\n", r.job.c_str(),
-                r.namespace_name.c_str());
-    std::fflush(stdout);
-    if (absl::Status s = run.DeleteJob(options.delete_timeout); !s.ok()) {
-      return Fail("delete", s, 1);
-    }
-  } else {
-    std::printf("job %s is already gone from namespace %s\n", r.job.c_str(),
-                r.namespace_name.c_str());
-  }
-  // The belt: anything of the job's still labelled, owned or not (the claim excepted).
-  auto rest = opened->kubectl->Run(
-      {"delete", "statefulset,job,pod,service,networkpolicy,configmap,secret", "-l",
-       "app.kubernetes.io/instance=" + r.instance, "--ignore-not-found", "--wait=true",
-       absl::StrCat("--timeout=", options.delete_timeout.count() / 1000, "s")},
-      options.delete_timeout + std::chrono::seconds(15));
-  if (!rest.ok()) return Fail("delete", rest.status(), 1);
-  const std::string leftovers(absl::StripAsciiWhitespace(*rest));
-  if (!leftovers.empty()) std::printf("%s\n", leftovers.c_str());
-  std::printf("deleted; claim %s keeps the run record (kubectl delete pvc %s -n %s removes it)\n",
-              r.claim.c_str(), r.claim.c_str(), r.namespace_name.c_str());
-  return 0;
 }
 
 }  // namespace strata

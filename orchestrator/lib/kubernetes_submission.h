@@ -1,6 +1,8 @@
 // A job on a Kubernetes cluster through kubectl (docs/deploy.md, "strata submit"): the
-// composition root of `strata submit`, as local_run.h is of `strata run`, and what `strata
-// status`, `logs` and `delete` do with the submission directory it leaves.
+// composition root of `strata submit`, as local_run.h is of `strata run`
+// (kubernetes_submission.cc), and what `strata status`, `logs` and `delete` do with the submission
+// directory it leaves (submission_commands.cc). What the two share, the record and kubectl's
+// answers about the run, is cluster_run.h.
 //
 // `strata submit` renders the job (kubernetes_render.h), creates the orchestrator Job suspended,
 // reads its UID, creates every other object with an owner reference to it (the run volume's claim

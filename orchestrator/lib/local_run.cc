@@ -5,14 +5,15 @@
 
 #include <cstdio>
 #include <ctime>
+#include <optional>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 
-#include "orchestrator/lib/job_checks.h"
-#include "orchestrator/lib/resume_point.h"
 #include "orchestrator/lib/run_driver.h"
+#include "orchestrator/plan/job_checks.h"
+#include "orchestrator/run/resume_point.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/wire/rpc_auth.h"
 
@@ -65,12 +66,9 @@ int RunLocalJob(const LocalRunOptions& options) {
   JobCheckOptions check;
   check.overrides = options.overrides;
   check.for_run = true;
-  auto job = LoadAndCheckJob(options.job_path, check);
-  if (!job.ok()) {
-    std::fprintf(stderr, "strata run: %s is not a valid job spec; nothing was launched:\n%s\n",
-                 options.job_path.c_str(), std::string(job.status().message()).c_str());
-    return 2;
-  }
+  check.bin_dir = options.bin_dir;
+  std::optional<v1::ResolvedJob> job = LoadJobOrSayWhy("strata run", options.job_path, check);
+  if (!job) return 2;
   if (!HaveServiceBinaries("strata run", *job, options.bin_dir)) return 2;
   std::string dir = options.out_dir.empty() ? DefaultRunDir(job->name()) : options.out_dir;
   if (FileExists(dir + "/job.yaml")) {
@@ -119,12 +117,9 @@ int ResumeLocalJob(const LocalRunOptions& options) {
 int SuperviseJob(const LocalRunOptions& options) {
   JobCheckOptions check;
   check.overrides = options.overrides;
-  auto job = LoadAndCheckJob(options.job_path, check);
-  if (!job.ok()) {
-    std::fprintf(stderr, "strata supervise: %s is not a valid job spec; nothing was started:\n%s\n",
-                 options.job_path.c_str(), std::string(job.status().message()).c_str());
-    return 2;
-  }
+  std::optional<v1::ResolvedJob> job =
+      LoadJobOrSayWhy("strata supervise", options.job_path, check, "started");
+  if (!job) return 2;
   const v1::ResolvedJob& spec = *job;
   const AttachedServices& given = *options.attached;
   std::vector<std::string> errors;

@@ -41,7 +41,7 @@ struct LocalRunOptions {
 int RunLocalJob(const LocalRunOptions& options);
 
 // `strata resume RUN_DIR` (`options.out_dir`): takes up a local run that did not finish where its
-// checkpoints left it (lib/resume_point.h), in the same run directory, its record going on. The
+// checkpoints left it (run/resume_point.h), in the same run directory, its record going on. The
 // same exit codes; 2 also when the directory holds no run, a finished one or one still running.
 int ResumeLocalJob(const LocalRunOptions& options);
 

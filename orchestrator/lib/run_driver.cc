@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -23,6 +22,7 @@
 #include "services/common/base/status.h"
 #include "services/common/config/job_spec.h"
 #include "services/common/config/resolved_job.h"
+#include "services/common/process/interrupt.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/shard_index.h"
 #include "services/common/wire/tls_certificates.h"
@@ -30,27 +30,13 @@
 namespace strata {
 namespace {
 
-std::atomic<int> g_signal{0};
-void OnSignal(int sig) { g_signal = sig; }
-
 absl::Status CheckSignal(RunFailure& failure) {
-  if (const int sig = g_signal.load(); sig != 0) {
+  if (const int sig = Interrupted(); sig != 0) {
     return failure.Fail(
         "", absl::CancelledError(absl::StrCat(
                 "interrupted by ", sig == SIGINT ? "SIGINT (Ctrl-C)" : ::strsignal(sig))));
   }
   return absl::OkStatus();
-}
-
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;  // no SA_RESTART: a blocking wait returns early
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
 }
 
 }  // namespace
@@ -93,7 +79,7 @@ int RunDriver::Run() {
   console_.ClearProgress();
   if (!s.ok()) failure_.Fail("", s).IgnoreError();  // a failure already named stays
   const bool interrupted =
-      g_signal != 0 || failure_.status().code() == absl::StatusCode::kCancelled;
+      Interrupted() != 0 || failure_.status().code() == absl::StatusCode::kCancelled;
   const std::string state = !failure_.failed() ? "succeeded"
                             : interrupted      ? "interrupted"
                                                : "failed";
@@ -129,7 +115,7 @@ absl::Status RunDriver::Execute() {
   console_.Say(
       absl::StrFormat("%s: %s: %s on %s, strategy %s, %d worker(s), %d parameter server(s); run "
                       "directory %s",
-                      command(), job_.name(), Spelled(job_.arch()), Spelled(job_.dataset().name()),
+                      command(), job_.name(), ModelText(job_), Spelled(job_.dataset().name()),
                       StrategyText(job_.strategy()), job_.cluster().workers(),
                       UsesServers(job_) ? job_.cluster().parameter_servers() : 0, paths_.root));
   if (resume_) {
@@ -157,6 +143,7 @@ absl::Status RunDriver::Prepare() {
   if (resume_) {
     PrepareResume();
   } else {
+    STRATA_RETURN_IF_ERROR(KeepTheModel());
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecYaml(job_)));
   }
   // Every service this run starts reads this file (a resumed run writes it again, from the spec
@@ -174,7 +161,7 @@ absl::Status RunDriver::Prepare() {
   if (attached()) {
     // The token the platform gave every service (a compose secret, a Kubernetes Secret); present,
     // SuperviseJob checked.
-    auth.token = std::getenv(kRunTokenEnv);
+    auth.token = RunTokenFromEnvironment();
   } else {
     STRATA_ASSIGN_OR_RETURN(auth.token, GenerateRunToken());
   }
@@ -202,9 +189,28 @@ absl::Status RunDriver::Prepare() {
     started["removed"] = resume_->stale_server_checkpoints;
   }
   record_->Event(resume_ ? RunEvent::kResumed : RunEvent::kRunStarted, std::move(started));
-  InstallSignalHandlers();
+  InstallInterruptHandlers();
   StartControlServer();
   WriteStatus();
+  return absl::OkStatus();
+}
+
+// A user's TorchScript model is copied into the run directory, and the job names the copy: the
+// run trains, resumes and exports the file it started with, whatever becomes of the original.
+// Attached runs find the model where their platform mounted it.
+absl::Status RunDriver::KeepTheModel() {
+  if (attached() || job_.model().torchscript().empty()) return absl::OkStatus();
+  const std::string copy = paths_.At(run_files::kModel);
+  std::error_code ec;
+  std::filesystem::copy_file(job_.model().torchscript(), copy,
+                             std::filesystem::copy_options::overwrite_existing, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat("cannot copy model.torchscript ",
+                                                      job_.model().torchscript(), " into the run: ",
+                                                      ec.message()));
+  }
+  job_.mutable_model()->set_torchscript(
+      std::filesystem::absolute(copy).lexically_normal().string());
   return absl::OkStatus();
 }
 
@@ -386,6 +392,7 @@ absl::Status RunDriver::Supervise() {
   }
   EvalSchedulerOptions e;
   e.epochs = job_.training().epochs();
+  e.regression = job_.training().loss() == v1::LOSS_MSE;
   if (resume_) e.evaluated_epochs = resume_->evaluated_epochs;
   e.worker_address = worker_addresses.front();
   e.server_addresses = server_addresses;

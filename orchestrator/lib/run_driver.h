@@ -16,12 +16,12 @@
 #include <absl/status/statusor.h>
 
 #include "orchestrator/launch/launcher.h"
-#include "orchestrator/lib/job_checks.h"
 #include "orchestrator/lib/local_run.h"
-#include "orchestrator/lib/resume_point.h"
+#include "orchestrator/plan/job_checks.h"
 #include "orchestrator/record/run_console.h"
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/control_server.h"
+#include "orchestrator/run/resume_point.h"
 #include "orchestrator/run/run_supervisor.h"
 #include "services/common/base/files.h"
 #include "services/common/base/run_directory.h"
@@ -68,6 +68,7 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   absl::Status Execute();
   absl::Status Prepare();
   absl::StatusOr<TlsMaterial> PrepareTls();
+  absl::Status KeepTheModel();
   absl::Status ShardData();
   absl::Status LaunchServices();
   absl::Status WaitForPorts();
@@ -107,7 +108,7 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
 
   // start_ is the zero of the record's wall_s (earlier than began_ in a resumed run: its clock
   // goes on); began_ is when this process started.
-  Clock::time_point start_, began_, train_start_, finish_, last_status_write_;
+  Clock::time_point start_, began_, train_start_, finish_, last_status_write_, last_report_write_;
   std::optional<Clock::time_point> training_end_;
   std::vector<int64_t> shard_sizes_;
   int64_t train_examples_ = 0;

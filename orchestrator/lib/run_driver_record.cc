@@ -8,9 +8,9 @@
 
 #include <absl/strings/str_format.h>
 
-#include "orchestrator/lib/report.h"
 #include "orchestrator/lib/run_driver.h"
 #include "orchestrator/record/pdp_rounds.h"
+#include "orchestrator/record/report.h"
 #include "orchestrator/record/run_files.h"
 #include "services/common/base/metrics.h"
 #include "services/common/process/progress.h"
@@ -63,6 +63,11 @@ void RunDriver::ShowProgress(const ClusterView& view, Clock::time_point now) {
   if (now - last_status_write_ > std::chrono::seconds(1)) {  // status.json about once a second
     WriteStatus();
     last_status_write_ = now;
+  }
+  // report.html as often as the page reloads itself (best effort: Finish writes the last one).
+  if (now - last_report_write_ >= std::chrono::seconds(kReportRefreshSeconds)) {
+    WriteRunReport(paths_.root).IgnoreError();
+    last_report_write_ = now;
   }
 }
 
@@ -145,7 +150,7 @@ void RunDriver::WriteSummary(const std::string& state) {
   if (failure_.failed()) s.error = std::string(failure_.status().message());
   s.failed_process = failure_.process();
   s.strategy = StrategyText(job_.strategy());
-  s.arch = Spelled(job_.arch());
+  s.arch = ModelText(job_);
   s.dataset = Spelled(job_.dataset().name());
   s.workers = job_.cluster().workers();
   s.parameter_servers = UsesServers(job_) ? job_.cluster().parameter_servers() : 0;

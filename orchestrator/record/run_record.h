@@ -14,7 +14,7 @@
 #include <absl/status/statusor.h>
 #include <nlohmann/json.hpp>
 
-#include "orchestrator/run/switch_trigger.h"
+#include "orchestrator/record/switch_trigger.h"
 #include "services/common/base/metrics.h"
 
 namespace strata {

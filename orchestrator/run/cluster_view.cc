@@ -87,4 +87,18 @@ void ClusterView::Record(size_t rank, const v1::WorkerStatus& status) {
   }
 }
 
+std::vector<double> WorkerSamplesPerSecondSince(const ClusterView& view,
+                                                const std::vector<int64_t>& earlier_steps,
+                                                double seconds) {
+  std::vector<double> rates;
+  for (size_t r = 0; r < view.workers.size(); ++r) {
+    const v1::WorkerStatus& w = view.workers[r];
+    const bool interval = r < earlier_steps.size() && seconds > 0 && w.step() >= earlier_steps[r];
+    rates.push_back(interval ? static_cast<double>(w.step() - earlier_steps[r]) *
+                                   view.worker_batch / seconds
+                             : w.samples_per_s());
+  }
+  return rates;
+}
+
 }  // namespace strata

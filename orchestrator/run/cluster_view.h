@@ -47,4 +47,12 @@ struct ClusterView {
   void Record(size_t rank, const v1::WorkerStatus& status);
 };
 
+// Each worker's samples/s since an earlier look at the cluster `seconds` ago, when its steps
+// were `earlier_steps` (by rank): the steps it made since, times the batch, over the time. A
+// worker without such an interval (no earlier look, no time passed, a count that went back)
+// gets the rate it reports itself, which covers its current phase.
+std::vector<double> WorkerSamplesPerSecondSince(const ClusterView& view,
+                                                const std::vector<int64_t>& earlier_steps,
+                                                double seconds);
+
 }  // namespace strata

@@ -55,6 +55,12 @@ void EvalScheduler::Start(int64_t epoch, const ClusterView& view, Clock::time_po
   }
   request.set_train_loss(view.TrainLossOf(epoch));
   request.set_wall_s(std::chrono::duration<double>(now - options_.run_start).count());
+  pending_worker_rates_ = WorkerSamplesPerSecondSince(
+      view, rate_steps_,
+      rate_time_ ? std::chrono::duration<double>(now - *rate_time_).count() : 0.0);
+  rate_steps_.clear();
+  for (const v1::WorkerStatus& w : view.workers) rate_steps_.push_back(w.step());
+  rate_time_ = now;
   last_evaluated_epoch_ = epoch;
   pending_epoch_ = epoch;
   pending_ = client_.BeginEvaluate(request, options_.timeout);
@@ -79,15 +85,19 @@ absl::Status EvalScheduler::Collect(const ClusterView& view) {
                {"train_loss", std::isfinite(m.train_loss()) ? json(m.train_loss()) : json(nullptr)},
                {"wall_s", m.wall_s()},
                {"samples_per_s", view.SamplesPerSecond()},
+               {"worker_samples_per_s", pending_worker_rates_},
                {"eval_s", m.eval_s()},
                {"source", m.source()}};
+  if (options_.regression) line["val_rmse"] = m.val_rmse();
   STRATA_RETURN_IF_ERROR(record_.Metrics(line));
   final_ = m;
   have_final_ = m.epoch() >= options_.epochs;
   last_metrics_ = m;
   console_.Say(absl::StrFormat(
-      "epoch %3d/%d  %-9s  val_loss %.4f  val_acc %.4f  train_loss %s  %6.0f samples/s  %6.1f s",
-      m.epoch(), options_.epochs, m.phase(), m.val_loss(), m.val_acc(),
+      "epoch %3d/%d  %-9s  val_loss %.4f  %s %.4f  train_loss %s  %6.0f samples/s  %6.1f s",
+      m.epoch(), options_.epochs, m.phase(), m.val_loss(),
+      options_.regression ? "val_rmse" : "val_acc",
+      options_.regression ? m.val_rmse() : m.val_acc(),
       std::isfinite(m.train_loss()) ? absl::StrFormat("%.4f", m.train_loss()) : "--",
       view.SamplesPerSecond(), m.wall_s()));
   if (options_.on_result) options_.on_result(m);

@@ -31,6 +31,8 @@ struct EvalSchedulerOptions {
   std::vector<std::string> server_addresses;  // by partition
   Clock::time_point run_start;
   std::chrono::milliseconds timeout{600000};
+  // training.loss mse: the evaluator's RMSE is recorded and shown (accuracy means nothing there).
+  bool regression = false;
   // Each evaluation that succeeded, after it was recorded (the empirical switch rule's input).
   std::function<void(const v1::EvalMetrics&)> on_result;
 };
@@ -66,6 +68,11 @@ class EvalScheduler final : public Controller {
 
   std::unique_ptr<PendingReply<v1::EvalMetrics>> pending_;
   int64_t pending_epoch_ = 0;
+  // Each worker's samples/s between the start of the previous evaluation and that of the one in
+  // flight (metrics.jsonl's worker_samples_per_s), and the steps and time it was measured at.
+  std::vector<double> pending_worker_rates_;
+  std::vector<int64_t> rate_steps_;
+  std::optional<Clock::time_point> rate_time_;
   int64_t last_evaluated_epoch_ = 0;
   bool final_started_ = false;
   std::optional<v1::EvalMetrics> last_metrics_;

@@ -34,9 +34,9 @@
 #include <vector>
 
 #include "orchestrator/record/run_record.h"
+#include "orchestrator/record/switch_trigger.h"
 #include "orchestrator/run/cluster_client.h"
 #include "orchestrator/run/controller.h"
-#include "orchestrator/run/switch_trigger.h"
 
 namespace strata {
 

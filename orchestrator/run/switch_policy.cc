@@ -4,7 +4,7 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "orchestrator/lib/switch_rule.h"
+#include "orchestrator/run/switch_rule.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-// When a `switch` job asks for the switch: the job's rule (orchestrator/lib/switch_rule.h) applied
+// When a `switch` job asks for the switch: the job's rule (orchestrator/run/switch_rule.h) applied
 // to what the run observes. The empirical rule looks at the validation losses of the all-reduce
 // phase as evaluations complete; the at_fraction rule knows its step in advance and fires a little
 // before it, so that the handover lands on the epoch boundary. The manual trigger (`strata
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "orchestrator/record/run_record.h"
+#include "orchestrator/record/switch_trigger.h"
 #include "orchestrator/run/cluster_view.h"
-#include "orchestrator/run/switch_trigger.h"
 #include "strata/v1/job.pb.h"
 
 namespace strata {

@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -20,7 +19,7 @@
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/plan/job_checks.h"
 #include "orchestrator/sweep/sweep_plan.h"
 #include "orchestrator/sweep/sweep_report.h"
 #include "orchestrator/sweep/sweep_results.h"
@@ -29,28 +28,12 @@
 #include "services/common/base/metrics.h"
 #include "services/common/base/run_directory.h"
 #include "services/common/process/child_process.h"
+#include "services/common/process/interrupt.h"
 
 namespace strata::sweep {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::atomic<int> g_signal{0};
-std::atomic<int> g_signal_count{0};
-void OnSignal(int sig) {
-  g_signal = sig;
-  g_signal_count.fetch_add(1);
-}
-
-void InstallSignalHandlers() {
-  struct sigaction sa {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = 0;
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::signal(SIGPIPE, SIG_IGN);
-}
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
@@ -244,7 +227,7 @@ class SweepLoop {
     std::string last_line;
     Clock::time_point last_print;
     while (true) {
-      if (const int count = g_signal_count.load(); count > forwarded) {
+      if (const int count = InterruptCount(); count > forwarded) {
         if (!interrupted) {
           interrupted = true;
           stop_asked = Clock::now();
@@ -255,7 +238,7 @@ class SweepLoop {
           std::fflush(stdout);
         }
         // A second Ctrl-C means now.
-        for (auto& a : active_) a.child->Signal(count >= 2 ? SIGKILL : g_signal.load());
+        for (auto& a : active_) a.child->Signal(count >= 2 ? SIGKILL : Interrupted());
         forwarded = count;
       }
       if (interrupted && Seconds(stop_asked, Clock::now()) >
@@ -483,7 +466,9 @@ int RunSweep(const SweepOptions& options) {
       spec.parallel, spec.base_path.c_str(), out_dir.c_str());
   std::fflush(stdout);
 
-  InstallSignalHandlers();
+  InterruptOptions interrupt;
+  interrupt.signals = {SIGINT, SIGTERM};
+  InstallInterruptHandlers(interrupt);
   SweepOptions run_options = options;
   if (run_options.strata_exe.empty()) run_options.strata_exe = SelfExecutable();
   SweepLoop loop(spec, run_options, runs, records, check.epochs);

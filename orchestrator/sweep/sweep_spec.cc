@@ -80,10 +80,26 @@ class SweepReader {
     errors_.push_back(absl::StrCat(At(at), ": ", key, ": ", what));
   }
 
+  // The top-level keys, in the order their errors read best: each step reports its own.
   void Read(const YAML::Node& root) {
-    // The keys, each once; yaml-cpp answers a lookup with the first of duplicates, so only the
-    // walk over the pairs sees them.
-    std::map<std::string, std::pair<YAML::Node, YAML::Node>> keys;
+    CollectKeys(root);
+    ReadName();
+    ReadBase();
+    ReadGridOrCells();
+    ReadSeedsKey();
+    ReadParallel();
+    ReadTargetAccuracy();
+    ReadOut();
+    NameCells();
+    ReadBaseline();
+  }
+
+  void set_cores(int cores) { cores_ = cores; }
+
+ private:
+  // The keys, each once; yaml-cpp answers a lookup with the first of duplicates, so only the walk
+  // over the pairs sees them.
+  void CollectKeys(const YAML::Node& root) {
     for (const auto& kv : root) {
       const std::string key = kv.first.Scalar();
       if (!TopLevelKeys().count(key)) {
@@ -91,25 +107,29 @@ class SweepReader {
               absl::StrCat("unknown key (allowed: ", absl::StrJoin(TopLevelKeys(), ", "), ")"));
         continue;
       }
-      if (auto first = keys.find(key); first != keys.end()) {
+      if (auto first = keys_.find(key); first != keys_.end()) {
         Error(kv.first, key,
               absl::StrCat("duplicate key: first on line ", Line(first->second.first),
                            " (keep one)"));
         continue;
       }
-      keys.emplace(key, std::make_pair(kv.first, kv.second));
+      keys_.emplace(key, std::make_pair(kv.first, kv.second));
     }
-    auto value = [&](const char* key) -> const YAML::Node* {
-      auto it = keys.find(key);
-      if (it == keys.end()) return nullptr;
-      if (it->second.second.IsNull()) {
-        Error(it->second.first, key, "has no value (give one, or leave the key out)");
-        return nullptr;
-      }
-      return &it->second.second;
-    };
+  }
 
-    if (const YAML::Node* n = value("name")) {
+  // The value of a key that is there and not null; an error for a key without a value.
+  const YAML::Node* Value(const char* key) {
+    auto it = keys_.find(key);
+    if (it == keys_.end()) return nullptr;
+    if (it->second.second.IsNull()) {
+      Error(it->second.first, key, "has no value (give one, or leave the key out)");
+      return nullptr;
+    }
+    return &it->second.second;
+  }
+
+  void ReadName() {
+    if (const YAML::Node* n = Value("name")) {
       if (!n->IsScalar() || n->Scalar().empty()) {
         Error(*n, "name", "expected a non-empty string");
       } else {
@@ -117,8 +137,10 @@ class SweepReader {
       }
     }
     if (out_->name.empty()) out_->name = Stem(origin_);
+  }
 
-    if (const YAML::Node* n = value("base")) {
+  void ReadBase() {
+    if (const YAML::Node* n = Value("base")) {
       if (!n->IsScalar() || n->Scalar().empty()) {
         Error(*n, "base", "expected the path of a job spec (relative to this file)");
       } else {
@@ -129,75 +151,85 @@ class SweepReader {
                 .string();
         out_->base_line = Line(*n);
       }
-    } else if (!keys.count("base")) {
+    } else if (!keys_.count("base")) {
       errors_.push_back(absl::StrCat(origin_,
                                      ":1: base: required: the job spec every cell varies "
                                      "(a path relative to this file)"));
     }
+  }
 
-    const bool has_grid = keys.count("grid") > 0, has_cells = keys.count("cells") > 0;
+  void ReadGridOrCells() {
+    const bool has_grid = keys_.count("grid") > 0, has_cells = keys_.count("cells") > 0;
     if (has_grid && has_cells) {
-      Error(keys["cells"].first, "cells",
+      Error(keys_["cells"].first, "cells",
             absl::StrCat("give either grid or cells, not both (grid is on line ",
-                         Line(keys["grid"].first), ")"));
+                         Line(keys_["grid"].first), ")"));
     } else if (has_grid) {
-      ReadGrid(keys["grid"].first, keys["grid"].second);
+      ReadGrid(keys_["grid"].first, keys_["grid"].second);
     } else if (has_cells) {
-      ReadCells(keys["cells"].first, keys["cells"].second);
+      ReadCells(keys_["cells"].first, keys_["cells"].second);
     } else {
       errors_.push_back(
           absl::StrCat(origin_,
                        ":1: grid: required: a grid of job keys to lists of values, or a list of "
                        "cells (one of the two)"));
     }
+  }
 
-    if (keys.count("seeds")) {
-      ReadSeeds(keys["seeds"].first, keys["seeds"].second);
+  void ReadSeedsKey() {
+    if (keys_.count("seeds")) {
+      ReadSeeds(keys_["seeds"].first, keys_["seeds"].second);
     } else {
       errors_.push_back(absl::StrCat(origin_,
                                      ":1: seeds: required: the seeds every cell runs with, e.g. "
                                      "seeds: [1, 2, 3] or seeds: {count: 10}"));
     }
+  }
 
-    if (const YAML::Node* n = value("parallel")) {
-      int parallel = 0;
-      const int limit = ParallelLimit(cores_);
-      if (!n->IsScalar() || !YAML::convert<int>::decode(*n, parallel) || parallel < 1) {
-        Error(*n, "parallel",
-              absl::StrCat("expected a whole number >= 1, got '", FlowText(*n), "'"));
-      } else if (parallel > limit) {
-        Error(*n, "parallel",
-              absl::StrCat(parallel, " is above this machine's limit of ", limit, " (", cores_,
-                           " core(s) / 2, rounded down, at least 1): every run is already several "
-                           "busy processes, so runs side by side would measure their contention "
-                           "for the cores, not the strategies"));
-      } else {
-        out_->parallel = parallel;
-      }
+  void ReadParallel() {
+    const YAML::Node* n = Value("parallel");
+    if (n == nullptr) return;
+    int parallel = 0;
+    const int limit = ParallelLimit(cores_);
+    if (!n->IsScalar() || !YAML::convert<int>::decode(*n, parallel) || parallel < 1) {
+      Error(*n, "parallel", absl::StrCat("expected a whole number >= 1, got '", FlowText(*n), "'"));
+    } else if (parallel > limit) {
+      Error(*n, "parallel",
+            absl::StrCat(parallel, " is above this machine's limit of ", limit, " (", cores_,
+                         " core(s) / 2, rounded down, at least 1): every run is already several "
+                         "busy processes, so runs side by side would measure their contention "
+                         "for the cores, not the strategies"));
+    } else {
+      out_->parallel = parallel;
     }
+  }
 
-    if (const YAML::Node* n = value("target_accuracy")) {
-      double target = 0;
-      if (!n->IsScalar() || !YAML::convert<double>::decode(*n, target) || !std::isfinite(target) ||
-          target <= 0 || target > 1) {
-        Error(*n, "target_accuracy",
-              absl::StrCat("expected a validation accuracy in (0, 1], got '", FlowText(*n), "'"));
-      } else {
-        out_->target_accuracy = target;
-      }
+  void ReadTargetAccuracy() {
+    const YAML::Node* n = Value("target_accuracy");
+    if (n == nullptr) return;
+    double target = 0;
+    if (!n->IsScalar() || !YAML::convert<double>::decode(*n, target) || !std::isfinite(target) ||
+        target <= 0 || target > 1) {
+      Error(*n, "target_accuracy",
+            absl::StrCat("expected a validation accuracy in (0, 1], got '", FlowText(*n), "'"));
+    } else {
+      out_->target_accuracy = target;
     }
+  }
 
-    if (const YAML::Node* n = value("out")) {
+  void ReadOut() {
+    if (const YAML::Node* n = Value("out")) {
       if (!n->IsScalar() || n->Scalar().empty()) {
         Error(*n, "out", "expected a directory path");
       } else {
         out_->out = n->Scalar();
       }
     }
+  }
 
-    NameCells();
-
-    if (const YAML::Node* n = value("baseline")) {
+  // After the cells are named: the baseline names one of them (default: the first).
+  void ReadBaseline() {
+    if (const YAML::Node* n = Value("baseline")) {
       if (!n->IsScalar() || n->Scalar().empty()) {
         Error(*n, "baseline", "expected the name of a cell");
       } else if (!out_->cells.empty()) {
@@ -215,9 +247,6 @@ class SweepReader {
     if (out_->baseline.empty() && !out_->cells.empty()) out_->baseline = out_->cells[0].name;
   }
 
-  void set_cores(int cores) { cores_ = cores; }
-
- private:
   // An override's key: dotted parts, not the seed (that is what `seeds:` sets).
   bool CheckKey(const YAML::Node& key_node, const std::string& where) {
     const std::string key = key_node.IsScalar() ? key_node.Scalar() : "";
@@ -495,6 +524,8 @@ class SweepReader {
 
   std::string origin_;
   SweepSpec* out_;
+  // The top-level keys seen: name -> (key node, value node).
+  std::map<std::string, std::pair<YAML::Node, YAML::Node>> keys_;
   int cores_ = 1;
   std::vector<bool> explicit_names_;
   std::vector<std::string> errors_;

@@ -3,7 +3,7 @@
 // seeds every cell runs with. This layer parses the file and expands the grid into cells; it does
 // no I/O, so every refusal is unit-tested. A problem is reported as "FILE:LINE: key: what", all of
 // them at once, before anything runs. Whether an override makes a valid *job* is the job spec's
-// business (orchestrator/lib/job_checks.h); sweep_runner.h asks it for every cell up front.
+// business (orchestrator/plan/job_checks.h); sweep_runner.h asks it for every cell up front.
 #pragma once
 
 #include <cstdint>

@@ -57,6 +57,10 @@ struct Core {
   std::condition_variable cv;
   std::map<uint64_t, Inbox> inboxes;  // by operation
   uint64_t next_operation = 0;        // lower operations are over: their segments are dropped
+  // The highest generation a re-formation announced (AnnounceGeneration), and this rank's place
+  // in the ring (world 0 until Connect): only the previous rank sends to it.
+  uint32_t announced_generation = 0;
+  int rank = 0, world = 0;
   // Sending sides whose call is over, for an operation's thread to destroy (TakeFinished).
   std::vector<std::shared_ptr<SendState>> finished;
 };
@@ -115,15 +119,30 @@ class RingReceiver final : public grpc::ServerReadReactor<grpc::ByteBuffer> {
     grpc::Status refused;
     {
       std::lock_guard<std::mutex> lock(core_->mu);
-      // The first operations of a re-formed ring (RingAllReduce::Reform): what is left of the
-      // broken generation is dropped, as its segments will be on arrival from now on.
-      const uint64_t generation_start = operation_ >> kRingGenerationShift << kRingGenerationShift;
-      if (generation_start > core_->next_operation &&
-          operation_ < generation_start + kOperationWindow) {
-        core_->inboxes.erase(core_->inboxes.begin(), core_->inboxes.lower_bound(generation_start));
-        core_->next_operation = generation_start;
-      }
-      if (operation_ >= core_->next_operation + kOperationWindow) {
+      // A re-formed ring's operations count in the generation a re-formation announced
+      // (AnnounceGeneration, which also drops what is left of the broken one); the next
+      // generation's first operations may arrive before this rank heard of it and are queued,
+      // retiring nothing; any later generation is refused. Only the previous rank sends here.
+      const uint64_t generation = operation_ >> kRingGenerationShift;
+      const uint64_t generation_start = generation << kRingGenerationShift;
+      const bool next_generation = generation == uint64_t{core_->announced_generation} + 1 &&
+                                   operation_ < generation_start + kOperationWindow &&
+                                   generation_start > core_->next_operation;
+      const uint32_t previous =
+          core_->world > 0 ? static_cast<uint32_t>((core_->rank + core_->world - 1) % core_->world)
+                           : seg.header.sender;
+      if (seg.header.sender != previous) {
+        refused =
+            grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                         absl::StrCat("ring segment of rank ", seg.header.sender, ": only rank ",
+                                      previous, " sends to rank ", core_->rank));
+      } else if (generation > core_->announced_generation && !next_generation) {
+        refused = grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("ring segment for operation ", operation_, " of generation ", generation,
+                         ": this rank is in generation ", core_->announced_generation,
+                         " and no re-formation announced a later one"));
+      } else if (!next_generation && operation_ >= core_->next_operation + kOperationWindow) {
         refused = grpc::Status(
             grpc::StatusCode::INVALID_ARGUMENT,
             absl::StrCat("ring segment for operation ", operation_, ": this rank is at operation ",
@@ -486,9 +505,27 @@ GrpcRingLink::~GrpcRingLink() {
 
 grpc::Service* GrpcRingLink::service() { return &impl_->service; }
 
+void GrpcRingLink::AnnounceGeneration(uint32_t generation) {
+  std::lock_guard<std::mutex> lock(impl_->core->mu);
+  Core& core = *impl_->core;
+  if (generation <= core.announced_generation) return;
+  core.announced_generation = generation;
+  const uint64_t start = uint64_t{generation} << kRingGenerationShift;
+  if (start > core.next_operation) {
+    core.inboxes.erase(core.inboxes.begin(), core.inboxes.lower_bound(start));
+    core.next_operation = start;
+  }
+  core.cv.notify_all();
+}
+
 absl::Status GrpcRingLink::Connect(int rank, const std::vector<std::string>& peers) {
   impl_->rank = rank;
   const int world = static_cast<int>(peers.size());
+  {
+    std::lock_guard<std::mutex> lock(impl_->core->mu);
+    impl_->core->rank = rank;
+    impl_->core->world = world;
+  }
   if (world == 1) return absl::OkStatus();
   grpc::ChannelArguments args = DefaultChannelArguments();
   // The retry layer keeps a reference to every message sent until the call is destroyed. Ring

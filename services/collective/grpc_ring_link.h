@@ -36,6 +36,7 @@ class GrpcRingLink final : public RingLink {
 
   // Dials only the next rank; the other names are for error messages.
   absl::Status Connect(int rank, const std::vector<std::string>& peers) override;
+  void AnnounceGeneration(uint32_t generation) override;
   std::unique_ptr<Operation> Begin(uint64_t operation, std::chrono::milliseconds lifetime,
                                    std::chrono::milliseconds grace) override;
 

@@ -342,6 +342,7 @@ absl::Status RingAllReduce::Reform(const std::vector<std::string>& peers, uint32
                                                    this->generation()));
   }
   STRATA_RETURN_IF_ERROR(Connect(peers));
+  impl_->link->AnnounceGeneration(generation);
   impl_->next_operation = first;
   {
     std::lock_guard<std::mutex> lock(impl_->interrupt_mu);

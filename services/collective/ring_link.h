@@ -139,6 +139,12 @@ class RingLink {
   // to contain this rank and to have no empty name.
   virtual absl::Status Connect(int rank, const std::vector<std::string>& peers) = 0;
 
+  // The ring has been re-formed into `generation` (RingAllReduce::Reform, on the orchestrator's
+  // ReformRing or a replacement's Start): the link drops what is left of earlier generations and
+  // takes this one's operations. A link takes segments of a generation no re-formation announced
+  // (beyond the next one's first operations, queued until it is announced) from nobody.
+  virtual void AnnounceGeneration(uint32_t /*generation*/) {}
+
   // Opens operation `operation` (0, 1, ... in call order; segments of earlier operations that
   // still arrive are dropped). The link keeps the stream open for `lifetime`, the operation's
   // deadline and the grace after it in which an abort may still travel; `grace` also bounds how

@@ -21,6 +21,8 @@ using Clock = RingClock;
 using tcp::Ticket;
 using tcp_ring::FrameKind;
 using tcp_ring::kDrainLimit;
+using tcp_ring::kHelloTimeout;
+using tcp_ring::kMaxPendingConnections;
 using tcp_ring::kOperationWindow;
 using tcp_ring::kSpareBuffers;
 using tcp_ring::MakeFrame;
@@ -260,9 +262,17 @@ absl::StatusOr<std::unique_ptr<TcpRingLink>> TcpRingLink::Create(
   int port = 0;
   absl::StatusOr<int> fd = tcp::ListenTcp(options.listen_host, &port);
   if (!fd.ok()) return Annotate(fd.status(), "ring data plane");
-  auto impl = std::make_unique<Impl>(options, *fd, port, ticket);
+  auto impl = std::make_unique<Impl>(options, port, ticket);
   Impl* raw = impl.get();
-  impl->acceptor = std::thread([raw] { raw->AcceptLoop(); });
+  tcp::HelloGateOptions gate;
+  gate.max_pending = kMaxPendingConnections;
+  gate.handshake_timeout = kHelloTimeout;
+  gate.what = "ring data plane";
+  absl::StatusOr<std::unique_ptr<tcp::HelloGate>> started = tcp::HelloGate::Start(
+      *fd, gate,
+      [raw](int connection, const uint8_t* hello) { return raw->Admit(connection, hello); });
+  if (!started.ok()) return Annotate(started.status(), "ring data plane");
+  impl->gate = std::move(*started);
   impl->writer = std::thread([raw] { raw->WriterLoop(); });
   return std::unique_ptr<TcpRingLink>(new TcpRingLink(std::move(impl)));
 }
@@ -279,22 +289,33 @@ TcpRingLink::~TcpRingLink() {
                   [&] { return l.unended.empty() || *l.unended.begin() >= l.next_operation; });
     l.stopping = true;
     if (l.dialling != nullptr) l.dialling->TryCancel();
-    shutdown(l.listen_fd, SHUT_RDWR);  // wakes accept()
-    for (Impl::Connection& c : l.connections) shutdown(c.fd, SHUT_RDWR);
     if (l.out_fd >= 0) shutdown(l.out_fd, SHUT_RDWR);
+  }
+  // No connection is admitted once the gate has stopped (and Admit sees `stopping` before).
+  l.gate->Stop();
+  {
+    std::lock_guard<std::mutex> lock(l.mu);
+    for (Impl::Connection& c : l.connections) shutdown(c.fd, SHUT_RDWR);
   }
   l.writer_cv.notify_all();
   l.cv.notify_all();
-  l.acceptor.join();
   l.writer.join();
   for (Impl::Connection& c : l.connections) {
     c.thread.join();
     close(c.fd);
   }
-  close(l.listen_fd);
 }
 
 grpc::Service* TcpRingLink::service() { return &impl_->service; }
+
+void TcpRingLink::AnnounceGeneration(uint32_t generation) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (generation <= impl_->announced_generation) return;
+  impl_->announced_generation = generation;
+  const uint64_t start = uint64_t{generation} << kRingGenerationShift;
+  if (start > impl_->next_operation) impl_->Retire(start - 1);
+  impl_->cv.notify_all();
+}
 
 int TcpRingLink::data_port() const { return impl_->port; }
 
@@ -305,6 +326,7 @@ absl::Status TcpRingLink::Connect(int rank, const std::vector<std::string>& peer
   if (world > 1) stub = v1::Collective::NewStub(MakeChannel(next));
   std::lock_guard<std::mutex> lock(impl_->mu);
   impl_->rank = rank;
+  impl_->world = world;
   impl_->next_host = tcp::DataPlaneHost(next);
   impl_->next_stub = std::move(stub);
   ++impl_->epoch;  // a new ring: a new connection

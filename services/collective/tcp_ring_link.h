@@ -56,6 +56,7 @@ class TcpRingLink final : public RingLink {
   int data_port() const;
 
   absl::Status Connect(int rank, const std::vector<std::string>& peers) override;
+  void AnnounceGeneration(uint32_t generation) override;
   std::unique_ptr<Operation> Begin(uint64_t operation, std::chrono::milliseconds lifetime,
                                    std::chrono::milliseconds grace) override;
 

@@ -26,6 +26,7 @@
 #include "services/collective/tcp_frame.h"
 #include "services/collective/tcp_ring_link.h"
 #include "services/collective/tsan_handoff.h"
+#include "services/common/wire/tcp_hello_gate.h"
 #include "services/common/wire/tcp_socket.h"
 #include "strata/v1/collective.grpc.pb.h"
 
@@ -37,11 +38,13 @@ namespace tcp_ring {
 inline constexpr uint64_t kOperationWindow = 16;
 inline constexpr size_t kMaxQueuedSegments = size_t{1} << 14;   // per operation
 inline constexpr uint64_t kMaxQueuedBytes = uint64_t{2} << 30;  // over all operations
-// Connections accepted at once: the previous rank's, a replacement's, and a few that have not
-// said hello yet (each has kHelloTimeout to do so).
-inline constexpr size_t kMaxConnections = 8;
-inline constexpr int kHelloTimeoutSeconds = 10;
-inline constexpr size_t kSpareBuffers = 8;  // receive buffers kept for reuse
+// Admitted connections held at once: the previous rank's, a replacement's after a re-formation,
+// and one or two that have not noticed yet; a newer one ends the oldest. Connections that have
+// not said hello yet wait apart, at the HelloGate, and take none of these.
+inline constexpr size_t kMaxConnections = 4;
+inline constexpr size_t kMaxPendingConnections = 64;
+inline constexpr std::chrono::seconds kHelloTimeout{10};  // the whole hello, from accept
+inline constexpr size_t kSpareBuffers = 8;                // receive buffers kept for reuse
 inline constexpr std::chrono::seconds kDrainLimit{5};
 
 // A receive buffer, allocated without zeroing and reused from one segment to the next.
@@ -119,8 +122,8 @@ struct TcpRingLink::Impl {
   using QueuedSegment = tcp_ring::QueuedSegment;
   using Ticket = tcp::Ticket;
 
-  Impl(const TcpRingLinkOptions& options, int listen_fd, int port, const Ticket& ticket)
-      : options(options), listen_fd(listen_fd), port(port), ticket(ticket), service(port, ticket) {}
+  Impl(const TcpRingLinkOptions& options, int port, const Ticket& ticket)
+      : options(options), port(port), ticket(ticket), service(port, ticket) {}
 
   const TcpRingLinkOptions options;
 
@@ -130,7 +133,6 @@ struct TcpRingLink::Impl {
   bool stopping = false;
 
   // ---- receiving: the previous rank's connection ----
-  const int listen_fd;
   const int port;
   const Ticket ticket;
   std::map<uint64_t, Inbox> inboxes;  // by operation
@@ -149,14 +151,19 @@ struct TcpRingLink::Impl {
   int place_fd = -1;
   struct Connection {
     int fd = -1;
+    uint32_t sender = 0;  // the rank its hello named: every frame on it must be from that rank
     std::thread thread;
     bool done = false;
   };
   std::list<Connection> connections;
-  std::thread acceptor;
+  std::unique_ptr<tcp::HelloGate> gate;
+
+  // The ring's highest generation the orchestrator announced (AnnounceGeneration).
+  uint32_t announced_generation = 0;
 
   // ---- sending: the connection to the next rank, owned by the writer thread ----
   int rank = 0;
+  int world = 0;  // 0 until Connect
   std::string next_host;
   std::shared_ptr<v1::Collective::Stub> next_stub;
   // Operations send on connection `epoch`. Begin moves to a new one after a failure (and Connect
@@ -189,8 +196,9 @@ struct TcpRingLink::Impl {
 
   // The threads' loops: accepting and receiving (tcp_ring_link_receive.cc), writing to the next
   // rank and reading its acks (tcp_ring_link_send.cc).
-  void AcceptLoop();
-  void ReceiveLoop(int fd);
+  // The gate's callback: a hello with this rank's ticket starts a receiving thread.
+  bool Admit(int fd, const uint8_t* hello);
+  void ReceiveLoop(int fd, uint32_t sender);
   // What one accepted connection's thread keeps between frames.
   struct Incoming {
     bool carrying = false;  // an operation has begun on this connection and not ended
@@ -198,7 +206,10 @@ struct TcpRingLink::Impl {
     bool ended = false;
     std::vector<float> scratch;  // a data frame applied in place is read through it, in pieces
   };
-  absl::Status Receive(int fd, Incoming* in);
+  absl::Status Receive(int fd, uint32_t sender, Incoming* in);
+  // Whether frames of `rank` may be taken now (with `mu` held): the previous rank of the ring as
+  // Connect last set it. Before the first Connect nothing is known, and any rank is taken.
+  absl::Status CheckSender(uint32_t rank) const;
   absl::Status ReceiveData(int fd, const Frame& frame, Incoming* in, QueuedSegment* out);
   void WriterLoop();
   absl::Status Dial(std::unique_lock<std::mutex>& lock, const OutFrame& first);

@@ -1,7 +1,8 @@
-// The plain-TCP ring link's receiving side (tcp_ring_link_impl.h): the thread that accepts
-// connections, and per connection the thread that checks the hello, reads frames and files them
-// in the operations' inboxes, applies data in place when the operation allows it, and
-// acknowledges each operation's end.
+// The plain-TCP ring link's receiving side (tcp_ring_link_impl.h): admitting a connection whose
+// hello the HelloGate (services/common/wire/tcp_hello_gate.h) has read, and per connection the
+// thread that reads frames, checks that they come from the previous rank, files them in the
+// operations' inboxes, applies data in place when the operation allows it, and acknowledges each
+// operation's end.
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -18,7 +19,6 @@
 namespace strata {
 namespace {
 
-using tcp_ring::kHelloTimeoutSeconds;
 using tcp_ring::kMaxConnections;
 using tcp_ring::kMaxQueuedBytes;
 using tcp_ring::kMaxQueuedSegments;
@@ -38,67 +38,50 @@ void AddInto(float* __restrict dst, const float* __restrict src, size_t n, float
 
 }  // namespace
 
-void TcpRingLink::Impl::AcceptLoop() {
-  while (true) {
-    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-    std::list<Connection> finished;
-    std::unique_lock<std::mutex> lock(mu);
-    if (stopping) {
-      if (fd >= 0) close(fd);
-      return;
-    }
+bool TcpRingLink::Impl::Admit(int fd, const uint8_t* hello) {
+  Ticket presented;
+  uint32_t sender = 0;
+  if (!tcp_ring::DecodeHello(hello, &presented, &sender).ok() ||
+      !tcp::SameTicket(presented, ticket)) {
+    return false;  // closed unread by the gate
+  }
+  std::list<Connection> finished;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stopping) return false;
     for (auto it = connections.begin(); it != connections.end();) {
       auto here = it++;
       if (here->done) finished.splice(finished.end(), connections, here);
     }
-    if (fd < 0) {
-      // Interrupted, or a connection reset before it was taken: go on. Anything else (out of
-      // descriptors, say) would repeat at once, so stop accepting.
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      std::fprintf(stderr, "ring data plane: accept failed: %s; accepting no more connections\n",
-                   std::strerror(errno));
-      return;
+    // A newer connection ends the oldest beyond the bound (a previous rank that reconnected).
+    size_t live = 0;
+    for (auto it = connections.rbegin(); it != connections.rend(); ++it) {
+      if (++live >= kMaxConnections) shutdown(it->fd, SHUT_RDWR);
     }
-    if (connections.size() >= kMaxConnections) {
-      close(fd);
-    } else {
-      connections.emplace_back();
-      Connection* c = &connections.back();
-      c->fd = fd;
-      c->thread = std::thread([this, c] {
-        ReceiveLoop(c->fd);
-        // Tells the peer now; the descriptor is closed when the thread is joined, so that its
-        // number cannot be reused while the destructor may still shut it down.
-        shutdown(c->fd, SHUT_RDWR);
-        std::lock_guard<std::mutex> done(mu);
-        c->done = true;
-      });
-    }
-    lock.unlock();
-    for (Connection& c : finished) {
-      c.thread.join();
-      close(c.fd);
-    }
+    connections.emplace_back();
+    Connection* c = &connections.back();
+    c->fd = fd;
+    c->sender = sender;
+    c->thread = std::thread([this, c] {
+      ReceiveLoop(c->fd, c->sender);
+      // Tells the peer now; the descriptor is closed when the thread is joined, so that its
+      // number cannot be reused while the destructor may still shut it down.
+      shutdown(c->fd, SHUT_RDWR);
+      std::lock_guard<std::mutex> done(mu);
+      c->done = true;
+    });
   }
+  for (Connection& c : finished) {
+    c.thread.join();
+    close(c.fd);
+  }
+  return true;
 }
 
-void TcpRingLink::Impl::ReceiveLoop(int fd) {
-  // A peer has kHelloTimeout to present the ticket; after that a ring peer may stay quiet for as
-  // long as it likes (between operations).
-  timeval limit{kHelloTimeoutSeconds, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  uint8_t hello[tcp::kHelloBytes];
-  Ticket presented;
-  uint32_t sender = 0;
-  if (!tcp::ReceiveExact(fd, hello, sizeof(hello)).ok() ||
-      !tcp_ring::DecodeHello(hello, &presented, &sender).ok() ||
-      !tcp::SameTicket(presented, ticket)) {
-    return;  // closed by the acceptor
-  }
-  limit = timeval{0, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+void TcpRingLink::Impl::ReceiveLoop(int fd, uint32_t sender) {
+  // A ring peer may stay quiet for as long as it likes (between operations).
   Incoming in;
-  while (Receive(fd, &in).ok()) {
+  while (Receive(fd, sender, &in).ok()) {
   }
   // The connection is over: so is the operation it was carrying.
   std::lock_guard<std::mutex> lock(mu);
@@ -161,12 +144,30 @@ absl::Status TcpRingLink::Impl::ReceiveData(int fd, const Frame& frame, Incoming
 }
 
 // Reads one frame and files it; an error ends the connection.
-absl::Status TcpRingLink::Impl::Receive(int fd, Incoming* in) {
+absl::Status TcpRingLink::Impl::CheckSender(uint32_t rank) const {
+  if (world <= 0) return absl::OkStatus();
+  const uint32_t previous = static_cast<uint32_t>((this->rank + world - 1) % world);
+  if (rank == previous) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("a connection of rank ", rank, ": only rank ",
+                                                 previous, " sends to rank ", this->rank));
+}
+
+absl::Status TcpRingLink::Impl::Receive(int fd, uint32_t sender, Incoming* in) {
   uint8_t raw[kFrameHeaderBytes];
   Frame frame;
   STRATA_RETURN_IF_ERROR(tcp::ReceiveExact(fd, raw, sizeof(raw)));
   STRATA_RETURN_IF_ERROR(tcp_ring::DecodeFrame(raw, &frame));
   if (frame.kind == FrameKind::kAck) return absl::InvalidArgumentError("ack from the sender");
+  // A frame speaks for the rank whose hello opened its connection, and only the previous rank
+  // sends to this one: a frame naming another rank would make this rank blame the wrong peer.
+  if (frame.header.sender != sender) {
+    return absl::InvalidArgumentError(absl::StrCat("a frame of rank ", frame.header.sender,
+                                                   " on the connection of rank ", sender));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    STRATA_RETURN_IF_ERROR(CheckSender(sender));
+  }
   QueuedSegment r;
   r.header = frame.header;
   if (frame.kind == FrameKind::kData) {
@@ -183,13 +184,24 @@ absl::Status TcpRingLink::Impl::Receive(int fd, Incoming* in) {
   in->ended = frame.kind == FrameKind::kEnd;
   {
     std::lock_guard<std::mutex> lock(mu);
-    // The first operations of a re-formed ring (RingAllReduce::Reform): what is left of the
-    // broken generation is dropped, as its frames will be on arrival from now on.
-    const uint64_t generation_start = op >> kRingGenerationShift << kRingGenerationShift;
-    if (generation_start > next_operation && op < generation_start + kOperationWindow) {
-      Retire(generation_start - 1);
+    // A re-formed ring's operations (RingAllReduce::Reform) count in the generation the
+    // orchestrator's ReformRing (or a replacement's Start) announced (AnnounceGeneration), which
+    // is also where what is left of the broken generation is dropped. The next generation's
+    // first operations may arrive before this rank has heard of it: they are queued, and retire
+    // nothing. Any later generation is refused.
+    const uint64_t generation = op >> kRingGenerationShift;
+    const uint64_t generation_start = generation << kRingGenerationShift;
+    const bool next_generation = generation == uint64_t{announced_generation} + 1 &&
+                                 op < generation_start + kOperationWindow &&
+                                 generation_start > next_operation;
+    if (generation > announced_generation && !next_generation) {
+      GiveBack(std::move(r.payload));
+      return absl::InvalidArgumentError(absl::StrCat("frame for operation ", op, " of generation ",
+                                                     generation, ": this rank is in generation ",
+                                                     announced_generation,
+                                                     " and no re-formation announced a later one"));
     }
-    if (op >= next_operation + kOperationWindow) {
+    if (!next_generation && op >= next_operation + kOperationWindow) {
       GiveBack(std::move(r.payload));
       return absl::InvalidArgumentError("frame for an operation beyond the window");
     }

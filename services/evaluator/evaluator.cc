@@ -9,11 +9,13 @@
 #include <thread>
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 #include <grpcpp/grpcpp.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/base/run_paths.h"
 #include "services/common/base/status.h"
 #include "services/common/ml/trainer.h"
@@ -70,7 +72,7 @@ class EvaluatorService final : public v1::Evaluator::Service {
       source = absl::StrCat("checkpoint ", request->checkpoint());
       auto path = ResolveInRunDir(options_.run_dir, request->checkpoint(), "Evaluate checkpoint");
       if (!path.ok()) return ToGrpcStatus(path.status());
-      auto c = ReadCheckpoint(*path);
+      auto c = ReadCheckpoint(*path, options_.run_dir);
       if (!c.ok()) {
         fetched = c.status();
       } else {
@@ -83,7 +85,8 @@ class EvaluatorService final : public v1::Evaluator::Service {
           "Evaluate: name a source (worker, parameter_servers or checkpoint)"));
     }
     if (!fetched.ok()) return ToGrpcStatus(fetched);
-    auto metrics = Score(std::move(tensors), source);
+    auto metrics =
+        Score(std::move(tensors), source, request->epoch() >= options_.job.training().epochs());
     if (!metrics.ok()) return ToGrpcStatus(metrics.status());
     metrics->set_epoch(request->epoch());
     metrics->set_phase(request->phase());
@@ -193,8 +196,9 @@ class EvaluatorService final : public v1::Evaluator::Service {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<v1::EvalMetrics> Score(std::vector<NamedTensor> tensors,
-                                        const std::string& source) {
+  // `final_epoch`: the model at the end of training, which the run keeps.
+  absl::StatusOr<v1::EvalMetrics> Score(std::vector<NamedTensor> tensors, const std::string& source,
+                                        bool final_epoch = false) {
     // One model in the trainer at a time.
     std::lock_guard<std::mutex> lock(eval_mu_);
     STRATA_ASSIGN_OR_RETURN(Checkpoint c,
@@ -205,10 +209,18 @@ class EvaluatorService final : public v1::Evaluator::Service {
     v1::EvalMetrics m;
     m.set_val_loss(r.loss);
     m.set_val_acc(r.accuracy);
+    m.set_val_rmse(r.rmse);
     m.set_examples(r.examples);
     m.set_source(source);
     spdlog::info("evaluated model from {}: val_loss {:.4f} val_acc {:.4f} on {} examples", source,
                  r.loss, r.accuracy, r.examples);
+    if (final_epoch && !options_.run_dir.empty()) {
+      // The model whose score the run reports last: what `strata export` hands back.
+      const std::string path = RunPaths(options_.run_dir).At(run_files::kFinalCheckpoint);
+      if (absl::Status s = WriteCheckpoint(path, trainer_->ToCheckpoint(0, 0, 0)); !s.ok()) {
+        spdlog::warn("cannot keep the final model in {}: {}", path, std::string(s.message()));
+      }
+    }
     return m;
   }
 
@@ -280,6 +292,102 @@ absl::Status WriteInitialCheckpoint(const v1::ResolvedJob& job, const std::strin
   return WriteCheckpoint(path, trainer->ToCheckpoint(0, 0, 0));
 }
 
+namespace {
+
+// The checks of CheckDataAndModel, each problem without the key it is about.
+absl::Status CheckDataAndModelUnkeyed(const v1::ResolvedJob& job, std::string* key) {
+  *key = "dataset.path";
+  DatasetOptions data = DatasetOptionsFor(job);
+  data.scan_features = true;
+  STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(data));
+  const std::string origin = job.dataset().name() == v1::DATASET_NPY
+                                 ? std::string(kNpyTrainTargets)
+                                 : Spelled(job.dataset().name());
+  if (dataset.test.size() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        job.dataset().path(), ": no held-out examples (", kNpyTestFeatures, " and ",
+        kNpyTestTargets, "): every job evaluates its model on them after each epoch"));
+  }
+  const v1::Loss loss = job.training().loss();
+  *key = "training.loss";
+  if (loss == v1::LOSS_CROSS_ENTROPY && !dataset.class_labels()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, ": float targets, but training.loss cross_entropy needs class labels (an integer "
+                "array); use training.loss mse or bce_with_logits"));
+  }
+  if (loss != v1::LOSS_CROSS_ENTROPY && dataset.class_labels()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        origin, ": class labels, but training.loss ", Spelled(loss),
+        " needs float targets; use training.loss cross_entropy"));
+  }
+  *key = "dataset.path";
+  if (loss == v1::LOSS_BCE_WITH_LOGITS) {
+    for (const DatasetSplit* split : {&dataset.train, &dataset.test}) {
+      for (size_t i = 0; i < split->targets.size(); ++i) {
+        const float t = split->targets[i];
+        if (t < 0 || t > 1) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              origin, ": example ", i / dataset.target_floats(), " holds the target ", t,
+              "; bce_with_logits needs targets in [0, 1]"));
+        }
+      }
+    }
+  }
+  const int64_t classes_seen = dataset.num_classes;
+  *key = job.model().torchscript().empty() ? "model.arch" : "model.torchscript";
+  auto shared = std::make_shared<const Dataset>(std::move(dataset));
+  TrainerOptions options = TrainerOptions::ForWorker(job);
+  options.threads = 1;
+  STRATA_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(options, shared));
+  STRATA_ASSIGN_OR_RETURN(std::vector<int64_t> out, trainer->ProbeOutputShape());
+  const std::string model = job.model().torchscript().empty()
+                                ? absl::StrCat("model ", Spelled(job.arch()))
+                                : job.model().torchscript();
+  auto shape = [](const std::vector<int64_t>& s) { return absl::StrJoin(s, "x"); };
+  if (loss == v1::LOSS_CROSS_ENTROPY) {
+    if (out.size() != 2 || out[0] != 1 || out[1] < 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          model, ": outputs ", shape(out), " for one example; cross_entropy needs logits [1, C] "
+                 "with C >= 2 classes"));
+    }
+    if (classes_seen > out[1]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          origin, ": labels up to ", classes_seen - 1, ", but ", model, " outputs ", out[1],
+          " logits: every label must lie in [0, ", out[1], ")"));
+    }
+  } else {
+    int64_t values = 1;
+    for (int64_t d : out) values *= d;
+    if (values != static_cast<int64_t>(shared->target_floats())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          model, ": outputs ", shape(out), " for one example, but each target holds ",
+          shared->target_floats(), " value(s) (", origin, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckDataAndModel(const v1::ResolvedJob& job) {
+  std::string key;
+  absl::Status s = CheckDataAndModelUnkeyed(job, &key);
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(key, ": ", s.message()));
+}
+
+absl::Status ExportModel(const v1::ResolvedJob& job, const std::string& checkpoint,
+                         const std::string& out) {
+  if (job.model().torchscript().empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job trains the built-in model ", Spelled(job.arch()),
+        ", which has no TorchScript module to write back into; its weights are in ", checkpoint,
+        " (docs/data-and-models.md, \"Checkpoints\")"));
+  }
+  STRATA_ASSIGN_OR_RETURN(Checkpoint c, ReadCheckpoint(checkpoint));
+  return ExportTorchScript(job.model().torchscript(), c, out);
+}
+
 absl::Status RunEvaluator(const EvaluatorOptions& options) {
   STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(options.job, options.threads));
   EvaluatorService service(options, trainer.get());
@@ -291,7 +399,7 @@ absl::Status RunEvaluator(const EvaluatorOptions& options) {
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(options.port_file, std::to_string(port) + "\n"));
   }
   spdlog::info("evaluator serving on port {} ({} held-out examples, model {})", port,
-               trainer->dataset().test.size(), Spelled(options.job.arch()));
+               trainer->dataset().test.size(), ModelText(options.job));
   std::signal(SIGTERM, OnSignal);
   std::signal(SIGINT, OnSignal);
   while (!service.stopping() && !g_signalled) {

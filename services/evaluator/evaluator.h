@@ -40,6 +40,19 @@ absl::StatusOr<std::string> DescribeJob(const v1::ResolvedJob& job);
 // servers of a pure `ps` job start from the same model a worker would build.
 absl::Status WriteInitialCheckpoint(const v1::ResolvedJob& job, const std::string& path);
 
+// `strata-evaluator --check`: what `strata validate` cannot check without LibTorch, for a job of
+// the user's own model or data. The data files read as the services will read them (every
+// feature scanned for NaN and infinities), the held-out files are there, the labels or targets
+// suit training.loss, the model loads, and a forward pass on one example gives an output that
+// fits them: logits for every label's class, or one value per target. Each problem names the file
+// and starts with the job key it is about ("dataset.path: ...", "model.torchscript: ...").
+absl::Status CheckDataAndModel(const v1::ResolvedJob& job);
+
+// `strata-evaluator --export CHECKPOINT --out FILE` (what `strata export` runs): the trained
+// weights written back into the job's TorchScript model.
+absl::Status ExportModel(const v1::ResolvedJob& job, const std::string& checkpoint,
+                         const std::string& out);
+
 // The fetched tensors as a checkpoint a Trainer loads: names are sorted into parameters and
 // buffers by the model's own layout; an unknown name is an error naming it.
 absl::StatusOr<Checkpoint> TensorsToCheckpoint(std::vector<NamedTensor> tensors,

@@ -34,6 +34,15 @@ int main(int argc, char** argv) {
                "print the model's tensors and the data set's sizes as JSON and exit");
   app.add_option("--write-init-checkpoint", init_checkpoint,
                  "write the job's initial model as a checkpoint and exit");
+  bool check = false;
+  app.add_flag("--check", check,
+               "check the job's data and model as a run will read them (a user's .npy data, "
+               "a TorchScript model) and exit: 0 and nothing printed when they suit each other");
+  std::string export_from, export_to;
+  app.add_option("--export", export_from,
+                 "write these trained weights (a checkpoint) back into the job's TorchScript "
+                 "model, to --out, and exit");
+  app.add_option("--out", export_to, "where --export writes the TorchScript file");
   bool insecure_no_auth = false;
   app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
   strata::TlsFlagValues tls;
@@ -41,7 +50,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // Checked before the job spec is loaded (seconds with LibTorch) but only when serving: --describe
   // and --write-init-checkpoint serve nothing.
-  if (!describe && init_checkpoint.empty()) {
+  const bool one_shot = describe || !init_checkpoint.empty() || check || !export_from.empty();
+  if (!export_from.empty() && export_to.empty()) {
+    std::fprintf(stderr, "strata-evaluator: --export needs --out\n");
+    return 2;
+  }
+  if (!one_shot) {
     if (absl::Status s = strata::InitServiceAuth("strata-evaluator", insecure_no_auth); !s.ok()) {
       std::fprintf(stderr, "strata-evaluator: %s\n", std::string(s.message()).c_str());
       return 2;
@@ -56,6 +70,15 @@ int main(int argc, char** argv) {
   if (!job.ok()) {
     std::fprintf(stderr, "strata-evaluator: %s\n", std::string(job.status().message()).c_str());
     return 2;
+  }
+  if (check || !export_from.empty()) {
+    absl::Status s = check ? strata::CheckDataAndModel(*job)
+                           : strata::ExportModel(*job, export_from, export_to);
+    if (!s.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+      return 2;
+    }
+    return 0;
   }
   if (describe) {
     auto text = strata::DescribeJob(*job);

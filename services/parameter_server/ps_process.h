@@ -1,6 +1,8 @@
 // Launches a strata-ps process on loopback and owns it: the small launcher that integration
-// tests and benchmarks use until the orchestrator's launcher exists. The process dies with its
-// owner (the destructor kills it; PR_SET_PDEATHSIG covers a crash of the launching thread).
+// tests and benchmarks use to start servers (and workers) one by one, without the orchestrator's
+// launcher (orchestrator/launch/local_launcher.h), which needs a whole job and run directory. The
+// process dies with its owner (the destructor kills it; PR_SET_PDEATHSIG covers a crash of the
+// launching thread).
 #pragma once
 
 #include <sys/types.h>

@@ -12,6 +12,7 @@
 #include "services/common/base/metrics.h"
 #include "services/common/config/job_keys.h"
 #include "services/common/config/job_spec.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/trainer.h"
 #include "services/common/process/progress.h"
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
     std::printf(
         "strata-train: %s — %s (%lld parameters) on %s (%zu train / %zu test), batch %d, %d "
         "thread%s\n",
-        spec->name().c_str(), strata::Spelled(spec->arch()).c_str(),
+        spec->name().c_str(), strata::ModelText(*spec).c_str(),
         static_cast<long long>((*trainer)->parameter_count()), d.name.c_str(), d.train.size(),
         d.test.size(), static_cast<int>(spec->training().global_batch()), used_threads,
         used_threads == 1 ? "" : "s");
@@ -115,7 +116,7 @@ int main(int argc, char** argv) {
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   nlohmann::json summary = {{"name", spec->name()},
-                            {"arch", strata::Spelled(spec->arch())},
+                            {"arch", strata::ModelText(*spec)},
                             {"epochs", total_epochs},
                             {"final_val_acc", last.val_acc},
                             {"final_val_loss", last.val_loss},

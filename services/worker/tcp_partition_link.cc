@@ -95,6 +95,21 @@ absl::StatusOr<bool> TcpPartitionLink::Open(const PartitionCallOptions& call) {
     close(*fd);
     return decline(sent.message());
   }
+  // The server welcomes an admitted connection at once. One that closes it instead (a ticket of
+  // another server incarnation, a connection it had no room for) or says nothing leaves this
+  // worker on gRPC, with the cause in the log, rather than failing its next exchange.
+  tcp::SetReceiveTimeout(*fd, std::min(call.deadline, std::chrono::milliseconds(10000)));
+  wire::Reply welcome;
+  absl::Status refused;
+  if (absl::Status got = ReceiveReply(*fd, &welcome, &refused); !got.ok() || !refused.ok()) {
+    close(*fd);
+    const absl::Status why = !got.ok() ? got : refused;
+    return decline(absl::StrCat("it did not admit the connection (",
+                                why.code() == absl::StatusCode::kOutOfRange
+                                    ? "closed after the hello"
+                                    : std::string(why.message()),
+                                ")"));
+  }
   data_fd_ = *fd;
   socket_deadline_ = std::chrono::milliseconds(0);
   SetSocketDeadline(call.deadline);

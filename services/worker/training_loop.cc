@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <optional>
@@ -197,10 +196,11 @@ class TrainingLoop::Runner {
     // record.
     STRATA_ASSIGN_OR_RETURN(auto model, KeepHandoverModel(trainer, epoch, step, steps_per_epoch));
     if (options_.rank == 0) {
-      STRATA_RETURN_IF_ERROR(MakeDirs(options_.run_dir + "/checkpoints"));
       const std::string path =
           absl::StrCat(options_.run_dir, "/", run_files::SwitchCheckpoint(step));
-      STRATA_RETURN_IF_ERROR(WriteFileAtomic(path, *model));
+      FileAccessOptions confined;
+      confined.beneath = options_.run_dir;
+      STRATA_RETURN_IF_ERROR(WriteFileAtomic(path, *model, confined));
       spdlog::info("switch: wrote {}", path);
     }
     STRATA_ASSIGN_OR_RETURN(auto next,
@@ -293,7 +293,7 @@ class TrainingLoop::Runner {
     STRATA_ASSIGN_OR_RETURN(
         const std::string path,
         ResolveInRunDir(options_.run_dir, start.init_checkpoint(), "Start init_checkpoint"));
-    STRATA_ASSIGN_OR_RETURN(const Checkpoint checkpoint, ReadCheckpoint(path));
+    STRATA_ASSIGN_OR_RETURN(const Checkpoint checkpoint, ReadCheckpoint(path, options_.run_dir));
     if (checkpoint.step != start.first_step()) {
       return absl::InvalidArgumentError(absl::StrCat("Start: init_checkpoint ", path,
                                                      " holds step ", checkpoint.step,
@@ -318,8 +318,8 @@ class TrainingLoop::Runner {
     }
     next_ring_checkpoint_ = now + options_.ring_checkpoint_every;
     const std::string path = absl::StrCat(options_.run_dir, "/", run_files::kRingCheckpoint);
-    absl::Status s = MakeDirs(std::filesystem::path(path).parent_path().string());
-    if (s.ok()) s = WriteCheckpoint(path, trainer.ToCheckpoint(step / steps_per_epoch, step, step));
+    absl::Status s = WriteCheckpoint(path, trainer.ToCheckpoint(step / steps_per_epoch, step, step),
+                                     options_.run_dir);
     if (!s.ok())
       spdlog::warn("ring checkpoint at step {} failed: {}", step, std::string(s.message()));
   }

@@ -109,13 +109,13 @@ target_accuracy: 0.5
   const std::string report = Slurp(out + "/report.html");
   EXPECT_NE(report.find("<svg"), std::string::npos);
   size_t curves = 0;
-  for (size_t at = report.find("class='run-curve'"); at != std::string::npos;
-       at = report.find("class='run-curve'", at + 1)) {
+  for (size_t at = report.find("run-curve"); at != std::string::npos;
+       at = report.find("run-curve", at + 1)) {
     ++curves;
   }
   EXPECT_EQ(curves, 4u);
-  EXPECT_NE(report.find("Mean final val accuracy"), std::string::npos);
-  EXPECT_NE(report.find("Switch epoch per run"), std::string::npos);
+  EXPECT_NE(report.find("Final validation accuracy: mean and 95% interval"), std::string::npos);
+  EXPECT_NE(report.find("Switch epoch: mean and 95% interval"), std::string::npos);
 
   // 3. Nothing left: a third invocation runs nothing and rewrites the same tables.
   CommandResult again = RunCommand(Strata() + " sweep " + dir + "/sweep.yaml --out " + out);

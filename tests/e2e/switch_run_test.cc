@@ -100,7 +100,8 @@ strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
   const std::string report = Slurp(run_dir + "/report.html");
   EXPECT_NE(report.find("<svg"), std::string::npos);
   EXPECT_NE(report.find("switch-marker"), std::string::npos);
-  EXPECT_NE(report.find("Validation accuracy vs wall time"), std::string::npos);
+  EXPECT_NE(report.find("Validation accuracy against wall time"), std::string::npos);
+  EXPECT_NE(report.find("Switched to parameter servers at epoch"), std::string::npos);
 
   CommandResult status = RunCommand(Strata() + " status " + run_dir);
   EXPECT_EQ(status.exit_code, 0);

@@ -2,7 +2,8 @@
 // and nowhere else. The services name files relative to the run directory (they are handed it as
 // --run-dir, or see it mounted elsewhere in a container); the orchestrator holds the absolute
 // paths (RunPaths). A shard plan directory written outside a run (`strata shard --out DIR`) has
-// the same two names as a run's shards/ (kShardManifestName, ShardIndexName).
+// the same two names as a run's shards/ (kShardManifestName, ShardIndexName). A Kubernetes
+// submission's directory has names of its own (SubmissionPaths, below).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,12 @@ inline constexpr char kCheckpoints[] = "checkpoints";
 inline constexpr char kRingCheckpoint[] = "checkpoints/ring.ckpt";
 // The servers' first model in a job that starts on the parameter servers.
 inline constexpr char kInitCheckpoint[] = "checkpoints/init.ckpt";
+// The model the evaluator scored last at the end of training (`strata export` writes it back into
+// a user's TorchScript module).
+inline constexpr char kFinalCheckpoint[] = "checkpoints/final.ckpt";
+// A user's TorchScript model, copied into the run when it starts: the run trains, resumes and
+// exports the file it started with, whatever happens to the original.
+inline constexpr char kModel[] = "model.pt";
 // Where partition 0's server records the rounds of a pdp or apdp job (one JSON line each).
 inline constexpr char kPdpRounds[] = "pdp-rounds.jsonl";
 inline std::string ShardIndex(const std::string& rank) {
@@ -91,6 +98,52 @@ struct RunPaths {
   // security.tls without tls_dir: the run's own CA certificate and the services' certificates and
   // keys (mode 0700), removed when the run ends
   std::string tls;
+};
+
+// A Kubernetes submission directory (`strata submit`; by default the run directory's
+// kubernetes/): the files `strata render` writes, and these, relative to it.
+namespace submission_files {
+// The default submission directory's name inside a run directory.
+inline constexpr char kInRunDirectory[] = "kubernetes";
+// What `strata status`, `logs` and `delete` find the run by (the Job, its UID, the namespace).
+inline constexpr char kRecord[] = "submission.json";
+// The run token, where the kustomize base's Secret generator expects it.
+inline constexpr char kRunToken[] = "base/run-token";
+// The objects exactly as created: the orchestrator Job (created suspended), the run volume's
+// claim, and everything the Job owns (it holds the Secret, so it is written private and ignored
+// by git).
+inline constexpr char kSubmitted[] = "submitted";
+inline constexpr char kSubmittedJob[] = "submitted/orchestrator-job.yaml";
+inline constexpr char kSubmittedRunVolume[] = "submitted/run-volume.yaml";
+inline constexpr char kSubmittedOwned[] = "submitted/owned.yaml";
+inline constexpr char kSubmittedGitignore[] = "submitted/.gitignore";
+// <service>.log of every pod, saved when the run ends.
+inline constexpr char kLogs[] = "logs";
+}  // namespace submission_files
+
+// The absolute paths of one submission's files.
+struct SubmissionPaths {
+  explicit SubmissionPaths(std::string dir)
+      : root(std::move(dir)),
+        record(At(submission_files::kRecord)),
+        token(At(submission_files::kRunToken)),
+        applied(At(submission_files::kSubmitted)),
+        job(At(submission_files::kSubmittedJob)),
+        run_volume(At(submission_files::kSubmittedRunVolume)),
+        owned(At(submission_files::kSubmittedOwned)),
+        logs(At(submission_files::kLogs)) {}
+
+  // `relative` (one of submission_files) under this submission's directory.
+  std::string At(const std::string& relative) const { return root + "/" + relative; }
+
+  std::string root;
+  std::string record;      // submission_files::kRecord
+  std::string token;       // the run token
+  std::string applied;     // the objects exactly as created
+  std::string job;         // the orchestrator Job
+  std::string run_volume;  // the claim
+  std::string owned;       // everything the Job owns
+  std::string logs;        // the pods' logs
 };
 
 }  // namespace strata

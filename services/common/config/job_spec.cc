@@ -515,6 +515,19 @@ void CheckAcrossKeys(SpecReader& r, JobSpecReading* out) {
   if (out->Given("strategy.at_fraction") && !out->Given("strategy.rule")) {
     job.mutable_strategy()->set_rule(v1::SWITCH_RULE_AT_FRACTION);
   }
+  // Targets (mse, bce_with_logits) have no classes to stratify by: a regression job asking for
+  // it is refused, one that does not ask is split at random.
+  if (job.training().loss() != v1::LOSS_CROSS_ENTROPY && !out->Refused("training.loss")) {
+    if (!out->Given("sharding.method")) {
+      job.mutable_sharding()->set_method(v1::SHARD_METHOD_RANDOM);
+    } else if (job.sharding().method() == v1::SHARD_METHOD_STRATIFIED &&
+               !out->Refused("sharding.method")) {
+      error("sharding.method",
+            absl::StrCat("stratified needs class labels, and training.loss ",
+                         Spelled(job.training().loss()),
+                         " trains on targets: use random, mod or distribution-aware"));
+    }
+  }
   const auto& milestones = job.training().lr_milestones();
   if (!out->Refused("training.lr_schedule.milestones")) {
     for (int i = 1; i < milestones.size(); ++i) {

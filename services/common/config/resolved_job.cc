@@ -212,6 +212,13 @@ std::optional<int> BuiltinModelTensors(v1::ModelArch arch) {
   return d->options().GetExtension(v1::model_tensors);
 }
 
+std::string ModelText(const v1::ResolvedJob& job) {
+  const std::string& file = job.model().torchscript();
+  if (file.empty()) return Spelled(job.arch());
+  const size_t slash = file.rfind('/');
+  return absl::StrCat(slash == std::string::npos ? file : file.substr(slash + 1), " (TorchScript)");
+}
+
 std::string StrategyText(const v1::ResolvedStrategy& s) {
   switch (s.kind()) {
     case v1::STRATEGY_KIND_PS:

@@ -63,6 +63,8 @@ double WorkerCpuShare(const v1::ResolvedCluster& cluster, int rank);
 // The tensors the parameter servers partition for a built-in model (job.proto's
 // `model_tensors`); nullopt for a value without one.
 std::optional<int> BuiltinModelTensors(v1::ModelArch arch);
+// The model as messages say it: "mlp", or "net.pt (TorchScript)" for a user's file.
+std::string ModelText(const v1::ResolvedJob& job);
 // The strategy as the run's first line and status.json say it: "switch (at_fraction 0.5)".
 std::string StrategyText(const v1::ResolvedStrategy& strategy);
 

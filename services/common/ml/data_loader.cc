@@ -16,20 +16,44 @@ uint64_t Mix(uint64_t seed, uint64_t a, uint64_t b) {
   return x;
 }
 
+std::vector<int64_t> BatchShape(int64_t n, const std::vector<int64_t>& one) {
+  std::vector<int64_t> shape = {n};
+  shape.insert(shape.end(), one.begin(), one.end());
+  return shape;
+}
+
 torch::Tensor RawBatch(const Dataset& dataset, const DatasetSplit& split,
                        const std::vector<int64_t>& examples, torch::Tensor* labels) {
-  const int64_t per = static_cast<int64_t>(dataset.example_floats());
+  const size_t per = dataset.example_floats();
   const int64_t n = static_cast<int64_t>(examples.size());
-  torch::Tensor x = torch::empty({n, dataset.channels, dataset.height, dataset.width});
-  *labels = torch::empty({n}, torch::kInt64);
+  const std::vector<int64_t> one =
+      dataset.example_shape.empty()
+          ? std::vector<int64_t>{dataset.channels, dataset.height, dataset.width}
+          : dataset.example_shape;
+  torch::Tensor x = torch::empty(BatchShape(n, one));
   float* dst = x.data_ptr<float>();
-  int64_t* lab = labels->data_ptr<int64_t>();
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t e = examples[i];
-    std::copy_n(split.features.data() + e * per, per, dst + i * per);
-    lab[i] = split.labels[e];
+  for (int64_t i = 0; i < n; ++i) split.CopyFeatures(examples[i], per, dst + i * per);
+  if (dataset.class_labels()) {
+    *labels = torch::empty({n}, torch::kInt64);
+    int64_t* lab = labels->data_ptr<int64_t>();
+    for (int64_t i = 0; i < n; ++i) lab[i] = split.labels[examples[i]];
+  } else {
+    const size_t k = dataset.target_floats();
+    *labels = torch::empty(BatchShape(n, dataset.target_shape));
+    float* t = labels->data_ptr<float>();
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy_n(split.targets.data() + examples[i] * static_cast<int64_t>(k), k, t + i * k);
+    }
   }
   return x;
+}
+
+// Per-channel normalisation, for the data sets that have it (the image sets; not the user's).
+void Normalise(const Dataset& dataset, torch::Tensor* x) {
+  if (dataset.mean.empty()) return;
+  const int64_t c = static_cast<int64_t>(dataset.mean.size());
+  x->sub_(torch::tensor(dataset.mean).view({1, c, 1, 1}))
+      .div_(torch::tensor(dataset.stddev).view({1, c, 1, 1}));
 }
 
 }  // namespace
@@ -52,9 +76,7 @@ Batch MakeBatch(const Dataset& dataset, const DatasetSplit& split,
                 const std::vector<int64_t>& examples) {
   Batch batch;
   batch.x = RawBatch(dataset, split, examples, &batch.y);
-  torch::Tensor mean = torch::tensor(dataset.mean).view({1, -1, 1, 1});
-  torch::Tensor std = torch::tensor(dataset.stddev).view({1, -1, 1, 1});
-  batch.x.sub_(mean).div_(std);
+  Normalise(dataset, &batch.x);
   return batch;
 }
 
@@ -66,8 +88,10 @@ DataLoader::DataLoader(const Dataset& dataset, const DatasetSplit& split,
     std::iota(indices_.begin(), indices_.end(), 0);
   }
   options_.augment = options_.augment && dataset.augment;
-  mean_ = torch::tensor(dataset.mean).view({1, -1, 1, 1});
-  inv_std_ = 1.0 / torch::tensor(dataset.stddev).view({1, -1, 1, 1});
+  if (!dataset.mean.empty()) {
+    mean_ = torch::tensor(dataset.mean).view({1, -1, 1, 1});
+    inv_std_ = 1.0 / torch::tensor(dataset.stddev).view({1, -1, 1, 1});
+  }
   StartEpoch(0);
 }
 
@@ -91,7 +115,7 @@ std::vector<int64_t> DataLoader::BatchIndices(int64_t b) const {
 Batch DataLoader::GetBatch(int64_t b) const {
   Batch batch;
   batch.x = RawBatch(dataset_, split_, BatchIndices(b), &batch.y);
-  batch.x.sub_(mean_).mul_(inv_std_);
+  if (mean_.defined()) batch.x.sub_(mean_).mul_(inv_std_);
   if (options_.augment) {
     // Pad 4 (zeros after normalisation, as torchvision pads the normalised tensor), crop back at a
     // random offset, flip half of the images; one generator per (seed, epoch, batch).

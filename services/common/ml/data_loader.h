@@ -21,8 +21,8 @@ struct LoaderOptions {
 };
 
 struct Batch {
-  torch::Tensor x;  // [B, C, H, W] float, normalised
-  torch::Tensor y;  // [B] int64
+  torch::Tensor x;  // [B, ...one example's shape] float (the image sets' [B, C, H, W] normalised)
+  torch::Tensor y;  // class labels: [B] int64; targets: [B, ...one target's shape] float
 };
 
 class DataLoader {

@@ -1,5 +1,11 @@
 #include "services/common/ml/dataset.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -7,6 +13,7 @@
 #include <absl/strings/str_join.h>
 #include <zlib.h>
 
+#include "services/common/base/status.h"
 #include "services/common/config/job_keys.h"
 
 namespace strata {
@@ -15,12 +22,59 @@ namespace {
 
 constexpr int64_t kCifarPixels = 3 * 32 * 32;
 
+// Deflate emits at most 1032 bytes of output per byte of input (its maximum ratio), so a file of
+// N bytes holds at most 1032 N bytes of data, gzipped or not: what a header declares is checked
+// against that before anything is allocated for it.
+constexpr uint64_t kMaxInflateRatio = 1032;
+// No data file of a supported set comes near this (CIFAR-100's train.bin is 150 MiB).
+constexpr uint64_t kMaxDataFileBytes = uint64_t{4} << 30;
+// Data arrives in pieces of this size: memory grows with what the file actually holds, not with
+// what its header claims.
+constexpr size_t kReadPiece = size_t{16} << 20;
+
+// A data file opened for reading: a regular file (not a device such as /dev/zero, which reads
+// for ever, nor a FIFO, which blocks the reader for ever), gzipped or plain.
 struct GzFile {
   gzFile file = nullptr;
+  uint64_t file_bytes = 0;  // on disk
   ~GzFile() {
     if (file != nullptr) gzclose(file);
   }
+  // The most data bytes that can follow what was read so far (after the first read, zlib knows
+  // whether the file is plain or gzipped).
+  uint64_t MaxContent(uint64_t consumed) const {
+    const uint64_t bound =
+        gzdirect(file) ? file_bytes : std::min(file_bytes * kMaxInflateRatio, kMaxDataFileBytes);
+    return bound > consumed ? bound - consumed : 0;
+  }
 };
+
+absl::Status OpenDataFile(const std::string& path, GzFile* out) {
+  // stat before open: opening some devices has effects, and a FIFO blocks open itself.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  // O_NONBLOCK and the fstat close the race with a FIFO or device swapped in after the stat.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  out->file = gzdopen(fd, "rb");
+  if (out->file == nullptr) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot open ", path, ": out of memory"));
+  }
+  out->file_bytes = static_cast<uint64_t>(st.st_size);
+  return absl::OkStatus();
+}
 
 // Reads exactly n bytes or fails, naming the file and how much was missing.
 absl::Status ReadExactly(gzFile file, void* out, size_t n, const std::string& path,
@@ -105,16 +159,146 @@ std::vector<std::string> Cifar10TrainNames() {
 void Truncate(DatasetSplit* split, size_t limit, size_t per) {
   if (limit == 0 || limit >= split->size()) return;
   split->labels.resize(limit);
-  split->features.resize(limit * per);
+  if (!split->features.empty()) split->features.resize(limit * per);
+  if (!split->targets.empty()) split->targets.resize(limit * (split->targets.size() / split->size()));
   if (!split->hidden_clusters.empty()) split->hidden_clusters.resize(limit);
+}
+
+// ---- your own data: .npy files ---------------------------------------------------------------
+
+std::string ShapeText(const std::vector<int64_t>& shape) {
+  return absl::StrCat("(", absl::StrJoin(shape, ", "), ")");
+}
+
+absl::StatusOr<std::shared_ptr<const NpyArray>> OpenMapped(const std::string& path) {
+  auto array = OpenNpy(path);
+  if (!array.ok()) return array.status();
+  return std::make_shared<const NpyArray>(*std::move(array));
+}
+
+// One split: x's rows are the examples, y's their class labels (an integer dtype, one per row)
+// or their targets (float32 or float64, any trailing shape).
+absl::Status ReadNpySplit(const std::string& x_path, const std::string& y_path, size_t limit,
+                          bool scan_features, DatasetSplit* split,
+                          std::vector<int64_t>* example_shape,
+                          std::vector<int64_t>* target_shape) {
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const NpyArray> x, OpenMapped(x_path));
+  STRATA_ASSIGN_OR_RETURN(std::shared_ptr<const NpyArray> y, OpenMapped(y_path));
+  const NpyDType xt = x->dtype();
+  if (xt != NpyDType::kFloat32 && xt != NpyDType::kFloat64 && xt != NpyDType::kUInt8 &&
+      xt != NpyDType::kInt64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        x_path, ": features of dtype ", NpyDTypeName(xt),
+        " are not read; use float32, float64, uint8 (scaled to [0, 1]) or int64"));
+  }
+  if (x->rows() != y->rows()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        y_path, ": ", y->rows(), " rows, but ", fs::path(x_path).filename().string(), " has ",
+        x->rows(), ": one target (or label) per example"));
+  }
+  if (x->rows() == 0) return absl::InvalidArgumentError(absl::StrCat(x_path, ": no examples"));
+  const std::vector<int64_t> shape(x->shape().begin() + 1, x->shape().end());
+  if (!example_shape->empty() && *example_shape != shape) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        x_path, ": examples of shape ", ShapeText(shape), ", the training examples are ",
+        ShapeText(*example_shape)));
+  }
+  *example_shape = shape;
+  size_t n = static_cast<size_t>(x->rows());
+  if (limit > 0 && limit < n) n = limit;
+  if (scan_features) {
+    if (std::optional<int64_t> row = FirstNonFiniteRow(*x); row && *row < static_cast<int64_t>(n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(x_path, ": row ", *row, " holds NaN or infinity"));
+    }
+  }
+  const bool labels = !NpyIsFloat(y->dtype());
+  if (labels) {
+    if (!target_shape->empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          y_path, ": class labels (", NpyDTypeName(y->dtype()),
+          "), but the training targets are floats"));
+    }
+    const bool one_per_row =
+        y->shape().size() == 1 || (y->shape().size() == 2 && y->shape()[1] == 1);
+    if (!one_per_row) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          y_path, ": labels of shape ", ShapeText(y->shape()),
+          ": class labels are one integer per example (shape (N,)); for several labels per "
+          "example save 0/1 targets as float32 and use training.loss bce_with_logits"));
+    }
+    STRATA_RETURN_IF_ERROR(ReadLabels(*y, -1, &split->labels));
+    split->labels.resize(n);
+  } else {
+    const std::vector<int64_t> tshape(y->shape().begin() + 1, y->shape().end());
+    if (!target_shape->empty() && *target_shape != std::vector<int64_t>(tshape.empty() ? std::vector<int64_t>{1} : tshape)) {
+      return absl::InvalidArgumentError(absl::StrCat(y_path, ": targets of shape ",
+                                                     ShapeText(tshape), ", the training targets are ",
+                                                     ShapeText(*target_shape)));
+    }
+    if (tshape.empty()) {
+      *target_shape = {1};
+    } else {
+      *target_shape = tshape;
+    }
+    if (std::optional<int64_t> row = FirstNonFiniteRow(*y)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(y_path, ": row ", *row, " holds NaN or infinity"));
+    }
+    const int64_t per = y->row_elements();
+    split->targets.resize(n * static_cast<size_t>(per));
+    RowsToFloat(*y, 0, static_cast<int64_t>(n), split->targets.data());
+    split->labels.assign(n, 0);
+  }
+  split->mapped_features = std::move(x);
+  split->mapped_scale = xt == NpyDType::kUInt8 ? 1.0f / 255.0f : 1.0f;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Dataset> LoadNpyDataset(const std::vector<std::string>& files,
+                                       const DatasetOptions& options) {
+  Dataset d;
+  d.name = Spelled(options.name);
+  STRATA_RETURN_IF_ERROR(ReadNpySplit(files[0], files[1], options.max_train,
+                                      options.scan_features, &d.train, &d.example_shape,
+                                      &d.target_shape));
+  if (files.size() == 4) {
+    const bool labels = d.target_shape.empty();
+    STRATA_RETURN_IF_ERROR(ReadNpySplit(files[2], files[3], options.max_test,
+                                        options.scan_features, &d.test, &d.example_shape,
+                                        &d.target_shape));
+    if (labels != d.target_shape.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          files[3], ": targets of another kind than ", fs::path(files[1]).filename().string(),
+          "'s (class labels in one, floats in the other)"));
+    }
+  }
+  // What a built-in model takes: images as they are, vectors as 1 x 1 x D.
+  const std::vector<int64_t>& e = d.example_shape;
+  if (e.size() == 3) {
+    d.channels = e[0], d.height = e[1], d.width = e[2];
+  } else {
+    d.channels = 1;
+    d.height = e.size() == 2 ? e[0] : 1;
+    d.width = e.empty() ? 1 : e.back();
+  }
+  if (d.class_labels()) {
+    int32_t top = 0;
+    for (const DatasetSplit* s : {&d.train, &d.test}) {
+      for (int32_t l : s->labels) top = std::max(top, l);
+    }
+    d.num_classes = std::max(2, top + 1);
+  } else {
+    d.num_classes = static_cast<int>(d.target_floats());
+  }
+  return d;
 }
 
 }  // namespace
 
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   GzFile f;
-  f.file = gzopen(path.c_str(), "rb");
-  if (f.file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  if (absl::Status opened = OpenDataFile(path, &f); !opened.ok()) return opened;
   unsigned char magic[4];
   absl::Status status = ReadExactly(f.file, magic, 4, path, "the IDX header");
   if (!status.ok()) return status;
@@ -141,25 +325,40 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
     total *= static_cast<size_t>(d);
   }
   if (total > (size_t{1} << 32)) return absl::DataLossError(absl::StrCat(path, ": too large"));
-  array.data.resize(total);
-  status = ReadExactly(f.file, array.data.data(), total, path, "the IDX data");
-  if (!status.ok()) return status;
+  const uint64_t header = 4 + 4 * static_cast<uint64_t>(ndims);
+  const uint64_t room = f.MaxContent(gzdirect(f.file) ? header : 0);
+  if (total > room) {
+    return absl::DataLossError(absl::StrCat(path, ": the header declares ", total,
+                                            " bytes of data, but a file of ", f.file_bytes,
+                                            " bytes holds at most ", room));
+  }
+  while (array.data.size() < total) {
+    const size_t at = array.data.size();
+    const size_t piece = std::min(total - at, kReadPiece);
+    array.data.resize(at + piece);
+    status = ReadExactly(f.file, array.data.data() + at, piece, path, "the IDX data");
+    if (!status.ok()) return status;
+  }
   return array;
 }
 
 absl::Status ReadCifarFile(const std::string& path, int label_bytes, int label_index,
                            int num_classes, DatasetSplit* out) {
   GzFile f;
-  f.file = gzopen(path.c_str(), "rb");
-  if (f.file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  if (absl::Status opened = OpenDataFile(path, &f); !opened.ok()) return opened;
   const size_t record = static_cast<size_t>(label_bytes + kCifarPixels);
   std::vector<uint8_t> bytes;
-  // Read the whole file; the size must be a whole number of records.
+  // Read the whole file, never more than a file of its size can hold; the size must be a whole
+  // number of records.
   std::vector<uint8_t> buffer(1 << 20);
   for (;;) {
     int r = gzread(f.file, buffer.data(), static_cast<unsigned>(buffer.size()));
     if (r < 0) return absl::DataLossError(absl::StrCat(path, ": corrupt"));
     if (r == 0) break;
+    if (static_cast<uint64_t>(r) > f.MaxContent(bytes.size())) {
+      return absl::DataLossError(absl::StrCat(path, ": more data than a file of ", f.file_bytes,
+                                              " bytes can hold (is it growing?)"));
+    }
     bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + r);
   }
   if (bytes.empty() || bytes.size() % record != 0) {
@@ -272,6 +471,29 @@ absl::StatusOr<std::vector<std::string>> DatasetFiles(const DatasetOptions& opti
       absl::Status s = add(dir, n);
       if (!s.ok()) return s;
     }
+  } else if (name == v1::DATASET_NPY) {
+    for (const char* n : {kNpyTrainFeatures, kNpyTrainTargets}) {
+      const fs::path p = fs::path(options.path) / n;
+      std::error_code ec;
+      if (!fs::exists(p, ec)) {
+        return absl::NotFoundError(absl::StrCat("missing data file ", p.string()));
+      }
+      files.push_back(p.string());
+    }
+    // The held-out files come as a pair or not at all.
+    const fs::path x = fs::path(options.path) / kNpyTestFeatures;
+    const fs::path y = fs::path(options.path) / kNpyTestTargets;
+    std::error_code ec;
+    const bool have_x = fs::exists(x, ec), have_y = fs::exists(y, ec);
+    if (have_x != have_y) {
+      return absl::NotFoundError(absl::StrCat("missing data file ", (have_x ? y : x).string(),
+                                              " (", (have_x ? x : y).filename().string(),
+                                              " is there: give both test files or neither)"));
+    }
+    if (have_x) {
+      files.push_back(x.string());
+      files.push_back(y.string());
+    }
   } else if (name != v1::DATASET_SYNTHETIC) {
     return absl::InvalidArgumentError(absl::StrCat("unknown data set ", static_cast<int>(name)));
   }
@@ -292,6 +514,7 @@ DatasetOptions DatasetOptionsFor(const v1::ResolvedJob& job) {
 absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options) {
   auto files = DatasetFiles(options);
   if (!files.ok()) return files.status();
+  if (options.name == v1::DATASET_NPY) return LoadNpyDataset(*files, options);
   Dataset d;
   d.name = Spelled(options.name);
   if (options.name == v1::DATASET_SYNTHETIC) {
@@ -348,6 +571,37 @@ absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options) {
   Truncate(&d.train, options.max_train, d.example_floats());
   Truncate(&d.test, options.max_test, d.example_floats());
   return d;
+}
+
+size_t Dataset::example_floats() const {
+  if (example_shape.empty()) return static_cast<size_t>(channels * height * width);
+  size_t n = 1;
+  for (int64_t d : example_shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+size_t Dataset::target_floats() const {
+  size_t n = 1;
+  for (int64_t d : target_shape) n *= static_cast<size_t>(d);
+  return target_shape.empty() ? 0 : n;
+}
+
+void DatasetSplit::CopyFeatures(int64_t e, size_t per, float* out) const {
+  if (mapped_features == nullptr) {
+    std::copy_n(features.data() + e * static_cast<int64_t>(per), per, out);
+    return;
+  }
+  RowsToFloat(*mapped_features, e, 1, out);
+  if (mapped_scale != 1.0f) {
+    for (size_t i = 0; i < per; ++i) out[i] *= mapped_scale;
+  }
+}
+
+const float* DatasetSplit::AllFeatures(size_t per, std::vector<float>* scratch) const {
+  if (mapped_features == nullptr) return features.data();
+  scratch->resize(size() * per);
+  for (size_t e = 0; e < size(); ++e) CopyFeatures(static_cast<int64_t>(e), per, scratch->data() + e * per);
+  return scratch->data();
 }
 
 }  // namespace strata

@@ -4,33 +4,61 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <absl/status/statusor.h>
 
+#include "services/common/wire/npy_file.h"
 #include "strata/v1/job.pb.h"
 
 namespace strata {
 
 struct DatasetSplit {
-  std::vector<float> features;  // size() * example_floats, row-major C x H x W per example
-  std::vector<int32_t> labels;  // the class used for training and sharding
+  std::vector<float> features;  // size() * example_floats, row-major per example
+  // Your own data (dataset.name npy): the features stay in the memory-mapped train_x.npy or
+  // test_x.npy and are converted to float as a batch reads them, so that a worker touches only
+  // the pages of its shard; `features` is then empty.
+  std::shared_ptr<const NpyArray> mapped_features;
+  float mapped_scale = 1.0f;  // uint8 features are scaled to [0, 1], as the image sets' pixels
+  // The class of each example, for training (cross_entropy) and for sharding. A data set of
+  // targets (mse, bce_with_logits) holds 0 for every example: one class, as far as the sharder
+  // is concerned.
+  std::vector<int32_t> labels;
+  // Data sets of targets: Dataset::target_floats() per example.
+  std::vector<float> targets;
   // Synthetic data only: the hidden sub-cluster of each example (for checking the sharder).
   std::vector<int32_t> hidden_clusters;
 
   size_t size() const { return labels.size(); }
+  // Example `e`'s `per` features as floats.
+  void CopyFeatures(int64_t e, size_t per, float* out) const;
+  // Every example's features, contiguous: `features` itself, or the mapped file converted into
+  // `scratch` (the sharder's clustering reads them all).
+  const float* AllFeatures(size_t per, std::vector<float>* scratch) const;
 };
 
 struct Dataset {
   std::string name;
+  // The built-in models' input: channels x height x width (1 x 1 x D for vectors).
   int64_t channels = 0, height = 0, width = 0;
+  // The shape of one example as a model receives it (the images' {channels, height, width}; the
+  // trailing dimensions of train_x.npy).
+  std::vector<int64_t> example_shape;
+  // The shape of one target (the trailing dimensions of train_y.npy when it holds floats);
+  // empty: each example has a class label.
+  std::vector<int64_t> target_shape;
+  // Classes of the labels; for a data set of targets, the floats of one target (what a built-in
+  // model outputs).
   int num_classes = 0;
-  std::vector<float> mean, stddev;  // per channel, for normalisation
+  std::vector<float> mean, stddev;  // per channel, for normalisation; empty: none
   bool augment = false;             // random crop (padding 4) and horizontal flip while training
   DatasetSplit train, test;
 
-  size_t example_floats() const { return static_cast<size_t>(channels * height * width); }
+  size_t example_floats() const;
+  size_t target_floats() const;
+  bool class_labels() const { return target_shape.empty(); }
 };
 
 struct DatasetOptions {
@@ -43,9 +71,19 @@ struct DatasetOptions {
   size_t synthetic_train = 6000, synthetic_test = 1000;
   int synthetic_classes = 4, synthetic_subclusters = 3, synthetic_dim = 32;
   uint64_t seed = 1;
+  // npy: read every feature once to refuse NaN and infinities (what `strata validate` and the
+  // sharder do); a worker leaves it off and reads only its shard.
+  bool scan_features = false;
 };
 
 absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options);
+
+// The .npy files of dataset.name npy, relative to dataset.path: train_x.npy and train_y.npy,
+// and optionally test_x.npy and test_y.npy (both or neither).
+inline constexpr char kNpyTrainFeatures[] = "train_x.npy";
+inline constexpr char kNpyTrainTargets[] = "train_y.npy";
+inline constexpr char kNpyTestFeatures[] = "test_x.npy";
+inline constexpr char kNpyTestTargets[] = "test_y.npy";
 
 // The reader options the job's dataset section asks for (its seed seeds synthetic data).
 DatasetOptions DatasetOptionsFor(const v1::ResolvedJob& job);

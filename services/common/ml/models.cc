@@ -1,6 +1,13 @@
 #include "services/common/ml/models.h"
 
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <absl/strings/str_split.h>
+#include <torch/script.h>
 
 #include "services/common/config/job_keys.h"
 
@@ -157,6 +164,171 @@ int64_t CountParameters(const torch::nn::Module& model) {
   int64_t n = 0;
   for (const auto& p : model.parameters()) n += p.numel();
   return n;
+}
+
+namespace {
+
+// The first line of an exception's text: LibTorch's messages carry a C++ backtrace and, for
+// TorchScript, the serialized code around the error, which a user's terminal does not need.
+std::string FirstLine(const std::exception& e) {
+  std::string what = e.what();
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) what = c10->what_without_backtrace();
+  const size_t line_end = what.find('\n');
+  return line_end == std::string::npos ? what : what.substr(0, line_end);
+}
+
+class BuiltinModel final : public TrainableModel {
+ public:
+  explicit BuiltinModel(std::shared_ptr<Net> net) : net_(std::move(net)) {}
+  NamedTensors Parameters() override {
+    NamedTensors out;
+    for (const auto& item : net_->named_parameters(/*recurse=*/true)) {
+      out.emplace_back(item.key(), item.value());
+    }
+    return out;
+  }
+  NamedTensors Buffers() override {
+    NamedTensors out;
+    for (const auto& item : net_->named_buffers(/*recurse=*/true)) {
+      out.emplace_back(item.key(), item.value());
+    }
+    return out;
+  }
+  absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& x) override {
+    try {
+      return net_->forward(x);
+    } catch (const c10::Error& e) {
+      return absl::InvalidArgumentError(absl::StrCat("forward pass: ", e.what_without_backtrace()));
+    }
+  }
+  void SetTraining(bool on) override { net_->train(on); }
+
+ private:
+  std::shared_ptr<Net> net_;
+};
+
+class TorchScriptModel final : public TrainableModel {
+ public:
+  TorchScriptModel(torch::jit::Module module, std::string path)
+      : module_(std::move(module)), path_(std::move(path)) {}
+  NamedTensors Parameters() override {
+    NamedTensors out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
+      if (p.value.requires_grad()) out.emplace_back(p.name, p.value);
+    }
+    return out;
+  }
+  // Frozen parameters travel as buffers: every replica keeps them equal, none trains them.
+  NamedTensors Buffers() override {
+    NamedTensors out;
+    for (const auto& p : module_.named_parameters(/*recurse=*/true)) {
+      if (!p.value.requires_grad()) out.emplace_back(p.name, p.value);
+    }
+    for (const auto& b : module_.named_buffers(/*recurse=*/true)) out.emplace_back(b.name, b.value);
+    return out;
+  }
+  absl::StatusOr<torch::Tensor> Forward(const torch::Tensor& x) override {
+    torch::jit::IValue y;
+    try {
+      y = module_.forward({x});
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": the model's forward pass failed on input ",
+                       absl::StrJoin(x.sizes(), "x"), ": ", FirstLine(e)));
+    }
+    if (!y.isTensor()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          path_, ": forward returns a ", y.tagKind(),
+          ", not one tensor; return the logits (or the predictions) alone"));
+    }
+    return y.toTensor();
+  }
+  void SetTraining(bool on) override { module_.train(on); }
+
+ private:
+  torch::jit::Module module_;
+  std::string path_;
+};
+
+absl::StatusOr<torch::jit::Module> LoadModule(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    return absl::NotFoundError(absl::StrCat(path, ": no such TorchScript file"));
+  }
+  try {
+    return torch::jit::load(path, torch::kCPU);
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path,
+        ": not a TorchScript file (save the model with torch.jit.script(model).save(path) or "
+        "torch.jit.trace(model, example).save(path)): ",
+        FirstLine(e)));
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TrainableModel>> MakeTrainableModel(v1::ModelArch arch,
+                                                                   const InputShape& shape) {
+  auto net = MakeModel(arch, shape);
+  if (!net.ok()) return net.status();
+  return std::unique_ptr<TrainableModel>(std::make_unique<BuiltinModel>(*std::move(net)));
+}
+
+absl::StatusOr<std::unique_ptr<TrainableModel>> LoadTorchScriptModel(const std::string& path) {
+  auto module = LoadModule(path);
+  if (!module.ok()) return module.status();
+  auto model = std::make_unique<TorchScriptModel>(*std::move(module), path);
+  if (model->Parameters().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": the model has no trainable parameter (none with requires_grad): nothing to "
+              "train"));
+  }
+  return std::unique_ptr<TrainableModel>(std::move(model));
+}
+
+absl::Status SaveTorchScriptWithWeights(
+    const std::string& model_path, const std::vector<std::pair<std::string, torch::Tensor>>& weights,
+    const std::string& out) {
+  auto module = LoadModule(model_path);
+  if (!module.ok()) return module.status();
+  std::map<std::string, torch::Tensor> by_name(weights.begin(), weights.end());
+  std::vector<std::pair<torch::Tensor, torch::Tensor>> copies;  // destination, source
+  auto take = [&](const std::string& name, const torch::Tensor& into) -> absl::Status {
+    if (!into.is_floating_point()) return absl::OkStatus();  // num_batches_tracked
+    auto it = by_name.find(name);
+    if (it == by_name.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the trained weights hold no tensor '", name, "' of ", model_path));
+    }
+    if (it->second.sizes() != into.sizes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", name, "' is ", absl::StrJoin(it->second.sizes(), "x"), " in the weights, ",
+          absl::StrJoin(into.sizes(), "x"), " in ", model_path));
+    }
+    copies.emplace_back(into, it->second);
+    return absl::OkStatus();
+  };
+  for (const auto& p : module->named_parameters(/*recurse=*/true)) {
+    if (absl::Status s = take(p.name, p.value); !s.ok()) return s;
+  }
+  for (const auto& b : module->named_buffers(/*recurse=*/true)) {
+    if (absl::Status s = take(b.name, b.value); !s.ok()) return s;
+  }
+  const std::string tmp = out + ".tmp";
+  try {
+    torch::NoGradGuard no_grad;
+    for (auto& [into, from] : copies) into.copy_(from);
+    module->save(tmp);
+  } catch (const std::exception& e) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat("writing ", out, ": ", FirstLine(e)));
+  }
+  if (std::rename(tmp.c_str(), out.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return absl::InternalError(absl::StrCat("cannot write ", out));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace strata

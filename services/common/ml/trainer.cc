@@ -43,6 +43,8 @@ TrainerOptions TrainerOptions::ForWorker(const v1::ResolvedJob& job) {
   TrainerOptions o;
   const v1::ResolvedTraining& t = job.training();
   o.arch = job.arch();
+  o.torchscript = job.model().torchscript();
+  o.loss = t.loss();
   o.batch_size = t.worker_batch();
   o.lr = t.lr();
   o.momentum = t.momentum();
@@ -64,7 +66,7 @@ TrainerOptions TrainerOptions::ForSingleProcess(const v1::ResolvedJob& job) {
 struct Trainer::Impl {
   TrainerOptions options;
   std::shared_ptr<const Dataset> dataset;
-  std::shared_ptr<Net> model;
+  std::unique_ptr<TrainableModel> model;
   std::unique_ptr<DataLoader> loader;
   FlatLayout param_layout, buffer_layout;
   std::vector<torch::Tensor> params, buffers;  // in layout order
@@ -118,18 +120,48 @@ struct Trainer::Impl {
     }
   }
 
+  // The loss of `out` against the batch's labels or targets (its mean, or its sum), and the
+  // counts behind accuracy and RMSE in `stats`.
+  torch::Tensor ScoreBatch(torch::Tensor out, const torch::Tensor& y, bool sum, StepStats* stats) {
+    namespace F = torch::nn::functional;
+    const auto reduction = sum ? torch::Reduction::Sum : torch::Reduction::Mean;
+    stats->examples = y.size(0);
+    if (options.loss == v1::LOSS_CROSS_ENTROPY) {
+      F::CrossEntropyFuncOptions reduce;
+      if (sum) reduce.reduction(torch::kSum);
+      torch::Tensor loss = F::cross_entropy(out, y, reduce);
+      stats->correct = out.argmax(1).eq(y).sum().item<int64_t>();
+      stats->scored = stats->examples;
+      return loss;
+    }
+    // A model's [N, 1] output for [N] targets, and the like: the same values, another shape.
+    if (out.sizes() != y.sizes() && out.numel() == y.numel()) out = out.reshape(y.sizes());
+    torch::Tensor target = y.to(out.scalar_type());
+    if (options.loss == v1::LOSS_MSE) {
+      torch::Tensor loss = torch::mse_loss(out, target, reduction);
+      stats->squared_error = (out.detach() - target).pow(2).sum().item<double>();
+      return loss;
+    }
+    torch::Tensor loss = torch::binary_cross_entropy_with_logits(out, target, {}, {}, reduction);
+    stats->correct = out.detach().gt(0).eq(target.gt(0.5)).sum().item<int64_t>();
+    stats->scored = target.numel();
+    return loss;
+  }
+
   absl::StatusOr<StepStats> Step(const Batch& batch) {
     StepStats stats;
     absl::Status status = CatchTorch("training step", [&] {
-      model->train();
+      model->SetTraining(true);
       grads_flat.zero_();
       AttachGradients();
-      torch::Tensor logits = model->forward(batch.x);
-      torch::Tensor loss = torch::nn::functional::cross_entropy(logits, batch.y);
+    });
+    if (!status.ok()) return status;
+    auto out = model->Forward(batch.x);
+    if (!out.ok()) return out.status();
+    status = CatchTorch("training step", [&] {
+      torch::Tensor loss = ScoreBatch(*out, batch.y, /*sum=*/false, &stats);
       loss.backward();
       stats.loss = loss.item<double>();
-      stats.correct = logits.argmax(1).eq(batch.y).sum().item<int64_t>();
-      stats.examples = batch.y.size(0);
     });
     if (!status.ok()) return status;
     for (size_t i = 0; i < params.size(); ++i) ReclaimGradient(i);
@@ -155,21 +187,30 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   impl->dataset = std::move(dataset);
   const Dataset& d = *impl->dataset;
   torch::manual_seed(options.seed);
-  auto model = MakeModel(options.arch, {d.channels, d.height, d.width, d.num_classes});
+  // A user's model brings its own initial weights (every replica loads the same file); a
+  // built-in one is initialised from the seed.
+  auto model = options.torchscript.empty()
+                   ? MakeTrainableModel(options.arch, {d.channels, d.height, d.width, d.num_classes})
+                   : LoadTorchScriptModel(options.torchscript);
   if (!model.ok()) return model.status();
-  impl->model = *model;
+  impl->model = *std::move(model);
 
   std::vector<TensorSpec> param_specs, buffer_specs;
-  for (const auto& item : impl->model->named_parameters(/*recurse=*/true)) {
-    param_specs.push_back({item.key(), Shape(item.value()), DType::kFloat32});
-    impl->params.push_back(item.value());
+  for (const auto& [name, tensor] : impl->model->Parameters()) {
+    if (tensor.scalar_type() != torch::kFloat32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter '", name, "' is ", c10::toString(tensor.scalar_type()),
+          "; Strata trains float32 models (call model.float() before saving it)"));
+    }
+    param_specs.push_back({name, Shape(tensor), DType::kFloat32});
+    impl->params.push_back(tensor);
   }
-  for (const auto& item : impl->model->named_buffers(/*recurse=*/true)) {
+  for (const auto& [name, tensor] : impl->model->Buffers()) {
     // Integer buffers (BatchNorm's num_batches_tracked) only matter without a momentum, which
-    // our BatchNorm layers always have; they are neither sent nor averaged.
-    if (item.value().scalar_type() != torch::kFloat32) continue;
-    buffer_specs.push_back({item.key(), Shape(item.value()), DType::kFloat32});
-    impl->buffers.push_back(item.value());
+    // BatchNorm layers have by default; they are neither sent nor averaged.
+    if (tensor.scalar_type() != torch::kFloat32) continue;
+    buffer_specs.push_back({name, Shape(tensor), DType::kFloat32});
+    impl->buffers.push_back(tensor);
   }
   auto params = FlatLayout::Create(param_specs);
   if (!params.ok()) return params.status();
@@ -282,7 +323,7 @@ absl::StatusOr<EpochResult> Trainer::TrainEpoch(int64_t epoch, const StepProgres
   const SgdOptions sgd = SgdFor(static_cast<double>(epoch));
   const int64_t steps = batches_per_epoch();
   double loss_sum = 0;
-  int64_t correct = 0, seen = 0;
+  int64_t correct = 0, scored = 0, seen = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int64_t b = 0; b < steps; ++b) {
     auto stats = ComputeGradients(b);
@@ -295,6 +336,7 @@ absl::StatusOr<EpochResult> Trainer::TrainEpoch(int64_t epoch, const StepProgres
     ApplyGradients(sgd);
     loss_sum += stats->loss * stats->examples;
     correct += stats->correct;
+    scored += stats->scored;
     seen += stats->examples;
     if (progress) progress(b + 1, steps, loss_sum / seen);
   }
@@ -306,7 +348,7 @@ absl::StatusOr<EpochResult> Trainer::TrainEpoch(int64_t epoch, const StepProgres
   r.epoch = epoch + 1;
   r.lr = sgd.lr;
   r.train_loss = loss_sum / std::max<int64_t>(seen, 1);
-  r.train_acc = static_cast<double>(correct) / std::max<int64_t>(seen, 1);
+  r.train_acc = static_cast<double>(correct) / std::max<int64_t>(scored, 1);
   r.val_loss = eval->loss;
   r.val_acc = eval->accuracy;
   r.train_s = train_s;
@@ -319,30 +361,46 @@ absl::StatusOr<EvalResult> Trainer::Evaluate() {
   const int64_t n = static_cast<int64_t>(d.test.size());
   EvalResult result;
   if (n == 0) return absl::FailedPreconditionError("the test split is empty");
-  double loss_sum = 0;
-  int64_t correct = 0;
-  absl::Status status = CatchTorch("evaluation", [&] {
+  double loss_sum = 0, squared_error = 0;
+  int64_t correct = 0, scored = 0;
+  impl_->model->SetTraining(false);
+  std::vector<int64_t> examples;
+  for (int64_t begin = 0; begin < n; begin += impl_->options.eval_batch) {
+    const int64_t end = std::min(n, begin + impl_->options.eval_batch);
+    examples.resize(end - begin);
+    std::iota(examples.begin(), examples.end(), begin);
     torch::NoGradGuard no_grad;
-    impl_->model->eval();
-    std::vector<int64_t> examples;
-    for (int64_t begin = 0; begin < n; begin += impl_->options.eval_batch) {
-      const int64_t end = std::min(n, begin + impl_->options.eval_batch);
-      examples.resize(end - begin);
-      std::iota(examples.begin(), examples.end(), begin);
-      Batch batch = MakeBatch(d, d.test, examples);
-      torch::Tensor logits = impl_->model->forward(batch.x);
-      loss_sum += torch::nn::functional::cross_entropy(
-                      logits, batch.y,
-                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                      .item<double>();
-      correct += logits.argmax(1).eq(batch.y).sum().item<int64_t>();
-    }
-  });
-  if (!status.ok()) return status;
+    Batch batch = MakeBatch(d, d.test, examples);
+    auto out = impl_->model->Forward(batch.x);
+    if (!out.ok()) return out.status();
+    StepStats stats;
+    absl::Status status = CatchTorch("evaluation", [&] {
+      loss_sum += impl_->ScoreBatch(*out, batch.y, /*sum=*/true, &stats).item<double>();
+    });
+    if (!status.ok()) return status;
+    correct += stats.correct;
+    scored += stats.scored;
+    squared_error += stats.squared_error;
+  }
+  // Per example for cross_entropy; per target value for mse and bce_with_logits, as their
+  // training loss is.
+  const int64_t values = n * std::max<int64_t>(1, static_cast<int64_t>(d.target_floats()));
   result.examples = n;
-  result.loss = loss_sum / n;
-  result.accuracy = static_cast<double>(correct) / n;
+  result.loss = loss_sum / (d.class_labels() ? n : values);
+  result.accuracy = scored > 0 ? static_cast<double>(correct) / scored : 0;
+  result.rmse = impl_->options.loss == v1::LOSS_MSE ? std::sqrt(squared_error / values) : 0;
   return result;
+}
+
+absl::StatusOr<std::vector<int64_t>> Trainer::ProbeOutputShape() {
+  const Dataset& d = *impl_->dataset;
+  if (d.train.size() == 0) return absl::FailedPreconditionError("the training split is empty");
+  impl_->model->SetTraining(false);
+  torch::NoGradGuard no_grad;
+  Batch batch = MakeBatch(d, d.train, {0});
+  auto out = impl_->model->Forward(batch.x);
+  if (!out.ok()) return out.status();
+  return Shape(*out);
 }
 
 Checkpoint Trainer::ToCheckpoint(int64_t epoch, int64_t step, int64_t version) const {
@@ -350,7 +408,9 @@ Checkpoint Trainer::ToCheckpoint(int64_t epoch, int64_t step, int64_t version) c
   c.epoch = epoch;
   c.step = step;
   c.version = version;
-  c.extra = {{"arch", Spelled(impl_->options.arch)}, {"dataset", impl_->dataset->name}};
+  c.extra = {{"arch", impl_->options.torchscript.empty() ? Spelled(impl_->options.arch)
+                                                        : std::string("torchscript")},
+             {"dataset", impl_->dataset->name}};
   auto add = [&](TensorKind kind, const FlatEntry& e, const float* base) {
     CheckpointEntry entry{kind, NamedTensor::Zeros(e.spec)};
     std::memcpy(entry.tensor.data.data(), base + e.offset, e.numel * sizeof(float));
@@ -408,6 +468,22 @@ absl::Status Trainer::LoadCheckpoint(const Checkpoint& checkpoint) {
     std::memcpy(flat.data() + e->offset, src, e->numel * sizeof(float));
   SetBuffersFrom(flat.data());
   return absl::OkStatus();
+}
+
+absl::Status ExportTorchScript(const std::string& model_path, const Checkpoint& checkpoint,
+                               const std::string& out) {
+  std::vector<std::pair<std::string, torch::Tensor>> weights;
+  absl::Status status = CatchTorch("reading the trained weights", [&] {
+    for (const CheckpointEntry& e : checkpoint.entries) {
+      if (e.kind == TensorKind::kMomentum || e.tensor.spec.dtype != DType::kFloat32) continue;
+      torch::Tensor t = torch::from_blob(const_cast<float*>(e.tensor.floats()),
+                                         e.tensor.spec.shape, torch::kFloat32)
+                            .clone();
+      weights.emplace_back(e.tensor.name(), std::move(t));
+    }
+  });
+  if (!status.ok()) return status;
+  return SaveTorchScriptWithWeights(model_path, weights, out);
 }
 
 }  // namespace strata

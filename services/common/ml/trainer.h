@@ -24,6 +24,8 @@ namespace strata {
 
 struct TrainerOptions {
   v1::ModelArch arch = v1::MODEL_ARCH_MLP;
+  std::string torchscript;  // a user's TorchScript file, trained instead of `arch`
+  v1::Loss loss = v1::LOSS_CROSS_ENTROPY;
   int64_t batch_size = 128;  // this process's batch
   double lr = 0.1;
   double momentum = 0.9;
@@ -45,13 +47,17 @@ struct TrainerOptions {
 
 struct StepStats {
   double loss = 0;  // mean over the batch
-  int64_t correct = 0;
+  // Predictions scored for accuracy and the right ones: one per example for cross_entropy, one
+  // per label for bce_with_logits, none for mse.
+  int64_t correct = 0, scored = 0;
+  double squared_error = 0;  // mse: summed over every target value
   int64_t examples = 0;
 };
 
 struct EvalResult {
   double loss = 0;
-  double accuracy = 0;
+  double accuracy = 0;  // 0 for mse
+  double rmse = 0;      // mse only
   int64_t examples = 0;
 };
 
@@ -117,6 +123,9 @@ class Trainer {
   // One epoch of single-process training (local SGD after every batch).
   absl::StatusOr<EpochResult> TrainEpoch(int64_t epoch, const StepProgressFn& progress = {});
   absl::StatusOr<EvalResult> Evaluate();
+  // The shape of the model's output for one example of the training split (in evaluation mode):
+  // what `strata validate` compares with the labels and the loss.
+  absl::StatusOr<std::vector<int64_t>> ProbeOutputShape();
 
   Checkpoint ToCheckpoint(int64_t epoch, int64_t step, int64_t version) const;
   // Loads parameters and buffers (and velocity, if present); every tensor must match.
@@ -127,6 +136,12 @@ class Trainer {
   explicit Trainer(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
+
+// Writes the user's TorchScript module at `model_path` with the parameters and buffers of
+// `checkpoint` to `out` (`strata export`): the trained model in the form its user loads with
+// torch.jit.load.
+absl::Status ExportTorchScript(const std::string& model_path, const Checkpoint& checkpoint,
+                               const std::string& out);
 
 // Sets LibTorch's intra-op threads (0 = all cores); returns the number used.
 int ConfigureTorchThreads(int threads);

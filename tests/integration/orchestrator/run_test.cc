@@ -107,12 +107,24 @@ TEST(StrataRun, ManualSwitchHandsOverLiveAndServersHoldTheLastAllReduceModel) {
   EXPECT_EQ(status.exit_code, 0);
   EXPECT_NE(status.output.find("state:     running"), std::string::npos) << status.output;
   EXPECT_NE(status.output.find("done at step"), std::string::npos) << status.output;
+  // The running orchestrator rewrites report.html (every kReportRefreshSeconds): the switch
+  // appears in it while the run goes on, and the page reloads itself meanwhile. (Seen to fail:
+  // with the rewrite in RunDriver::ShowProgress taken out, this waited its 60 s in vain.)
+  EXPECT_TRUE(Eventually(
+      [&] {
+        const std::string html = Slurp(f.run_dir + "/report.html");
+        return html.find("switch-marker") != std::string::npos &&
+               html.find("http-equiv='refresh'") != std::string::npos;
+      },
+      std::chrono::seconds(60)));
   CommandResult again = RunCommand(Strata() + " switch " + f.run_dir + " --wait-s 0");
   EXPECT_NE(again.exit_code, 0) << again.output;  // already switched
 
   ASSERT_EQ(::kill(f.run->pid(), SIGINT), 0);
   EXPECT_EQ(f.run->Wait(std::chrono::seconds(120)), 130);
   for (int pid : pids) EXPECT_TRUE(ProcessEnded(pid)) << "pid " << pid << " outlived the run";
+  // The report of the ended run no longer reloads.
+  EXPECT_EQ(Slurp(f.run_dir + "/report.html").find("http-equiv='refresh'"), std::string::npos);
   CommandResult report = RunCommand(Strata() + " report " + f.run_dir);
   EXPECT_EQ(report.exit_code, 0) << report.output;
   EXPECT_NE(Slurp(f.run_dir + "/report.html").find("switch-marker"), std::string::npos);

@@ -2,7 +2,7 @@
 // the line, the exit code is non-zero, and `run` launches nothing (no run directory appears).
 #include <gtest/gtest.h>
 
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/plan/job_checks.h"
 #include "services/common/config/resolved_job.h"
 #include "tests/integration/orchestrator/cli_test_util.h"
 

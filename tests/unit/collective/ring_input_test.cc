@@ -60,6 +60,20 @@ TEST_F(RingInputTest, SegmentsForAnOperationFarAheadAreRefused) {
   EXPECT_TRUE(status.ok()) << status.error_message();
 }
 
+// Before: one segment of any later generation made the rank drop every operation it was on and
+// jump to that generation (the test's first Send was accepted, OK). Now generations come from
+// the orchestrator's ReformRing only (RingLink::AnnounceGeneration); the next generation's first
+// operations are queued without retiring anything, in case a peer re-formed first.
+TEST_F(RingInputTest, AGenerationNoReformationAnnouncedIsRefused) {
+  grpc::Status status = Send(uint64_t{5} << kRingGenerationShift, 1);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status.error_message();
+  EXPECT_THAT(status.error_message(), HasSubstr("no re-formation announced"));
+  status = Send(uint64_t{1} << kRingGenerationShift, 1);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  status = Send(1, 3);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
 TEST_F(RingInputTest, MoreQueuedSegmentsThanAnOperationNeedsAreRefused) {
   // Before: every segment was kept, so one stream could grow the worker without bound.
   grpc::Status status = Send(2, (1 << 14) + 10);

@@ -6,6 +6,7 @@
 // ring_allreduce_test.cc, which runs every test over "plain-tcp" too.
 #include "services/collective/tcp_ring_link.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -188,6 +189,44 @@ class TcpRingInputTest : public ::testing::Test {
   TestRing ring_;
 };
 
+// Anyone on the machine can connect to a rank's data port. Before: a connection without a
+// hello took one of the 8 connection slots, and its 10 s to present the ticket were a receive
+// timeout restarted by every byte. Against the old link, the hello trickled a byte every 5 s was
+// never cut off (given up after 120 s), and with 20 strangers holding a byte each the ring's own
+// connection was closed unread and its first operation failed. Now strangers wait apart, with
+// one deadline for the whole hello, and the ring forms and averages exactly.
+TEST_F(TcpRingInputTest, StrangersHoldingTheDataPortDoNotStopTheRing) {
+  const int port = ring_.ranks[0].tcp->data_port();
+  {
+    auto fd = tcp::DialTcp("127.0.0.1", port, std::chrono::seconds(10));
+    ASSERT_TRUE(fd.ok()) << fd.status();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    bool closed = false;
+    while (!closed && std::chrono::steady_clock::now() < give_up) {
+      const uint8_t byte = 0x53;
+      if (!tcp::SendAll(*fd, &byte, 1, nullptr, 0).ok()) break;
+      pollfd p{*fd, POLLIN, 0};
+      // Waits for the close (an event), or paces the next byte.
+      if (poll(&p, 1, 5000) > 0) {
+        char c;
+        closed = recv(*fd, &c, 1, 0) <= 0;
+      }
+    }
+    close(*fd);
+    EXPECT_TRUE(closed) << "a hello sent a byte every 5 s was never cut off";
+  }
+  std::vector<int> strangers;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = Dial();
+    ASSERT_GE(fd, 0);
+    Send(fd, "S", 1);
+    strangers.push_back(fd);
+  }
+  ExpectExactAverages(0);
+  ExpectExactAverages(1);
+  for (int fd : strangers) close(fd);
+}
+
 TEST_F(TcpRingInputTest, AConnectionWithoutTheTicketIsClosedAndChangesNothing) {
   ExpectExactAverages(0);
   // A wrong ticket, then a data frame for the operation the ring is about to run.
@@ -235,6 +274,7 @@ TEST_F(TcpRingInputTest, AnAuthenticatedCallerThatLiesIsCutOffAndTheRingGoesOn) 
     Frame end;
     end.kind = FrameKind::kEnd;
     end.header.operation = 0;
+    end.header.sender = 1;
     SendFrame(fd, end);
     uint8_t raw[kFrameHeaderBytes];
     ASSERT_TRUE(tcp::ReceiveExact(fd, raw, sizeof(raw)).ok());
@@ -262,6 +302,34 @@ TEST_F(TcpRingInputTest, AnAuthenticatedCallerThatLiesIsCutOffAndTheRingGoesOn) 
   ack.kind = FrameKind::kAck;
   cut_off_after("an ack", ack, "");
   ExpectExactAverages(1);
+}
+
+// Before: a frame's generation was taken at its word and its sender never checked, so one frame
+// of a later generation, from any connection that had the ticket, made rank 0 drop every
+// operation it was on and jump to that generation: against the old link the next all-reduce ran
+// into its deadline. Now a connection speaks for the rank its hello named, only the previous
+// rank's frames are taken, and a generation must have been announced by a re-formation.
+TEST_F(TcpRingInputTest, FramesOfAnotherRankOrAnUnannouncedGenerationAreRefused) {
+  ExpectExactAverages(0);
+  const tcp::Ticket ticket = AskForTicket();
+  const auto cut_off = [&](const std::string& what, uint32_t hello_sender, const Frame& f) {
+    uint8_t hello[tcp::kHelloBytes];
+    tcp_ring::EncodeHello(ticket, hello_sender, hello);
+    const int fd = Dial();
+    ASSERT_GE(fd, 0);
+    Send(fd, hello, sizeof(hello));
+    SendFrame(fd, f, std::string(f.payload_bytes, '\0'));
+    EXPECT_TRUE(ClosedByReceiver(fd)) << what;
+    close(fd);
+  };
+  // Rank 1 is rank 0's previous rank.
+  cut_off("a later generation", 1, DataFrame((uint64_t{5} << kRingGenerationShift) + 1, 4, 0, 16));
+  Frame other = DataFrame(1, 4, 0, 16);
+  other.header.sender = 0;
+  cut_off("a frame naming another rank than the hello", 1, other);
+  cut_off("a hello naming a rank that does not send to rank 0", 0, other);
+  ExpectExactAverages(1);
+  ExpectExactAverages(2);
 }
 
 TEST(TcpRingLink, ANextRankThatIsNotOnTheTcpLinkIsNamed) {

@@ -76,5 +76,21 @@ TEST(ClusterView, RecordKeepsEachEpochsTrainingLossPerWorker) {
   EXPECT_TRUE(v.AllFinished());
 }
 
+TEST(ClusterView, EachWorkersSamplesPerSecondSinceAnEarlierLook) {
+  const ClusterView v = TwoWorkers(250, 150);  // 32 examples per step
+  // 2 s after steps 50 and 100: 200 and 50 steps made.
+  std::vector<double> rates = WorkerSamplesPerSecondSince(v, {50, 100}, 2.0);
+  ASSERT_EQ(rates.size(), 2u);
+  EXPECT_DOUBLE_EQ(rates[0], 200 * 32 / 2.0);
+  EXPECT_DOUBLE_EQ(rates[1], 50 * 32 / 2.0);
+  // No earlier look: each worker's own rate (3200 and 1600 samples/s).
+  rates = WorkerSamplesPerSecondSince(v, {}, 0);
+  EXPECT_EQ(rates, (std::vector<double>{3200, 1600}));
+  // A count that went back (a restarted worker with another first step): its own rate.
+  rates = WorkerSamplesPerSecondSince(v, {50, 200}, 2.0);
+  EXPECT_DOUBLE_EQ(rates[0], 3200);
+  EXPECT_DOUBLE_EQ(rates[1], 1600);
+}
+
 }  // namespace
 }  // namespace strata

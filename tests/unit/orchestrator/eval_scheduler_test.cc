@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include "services/common/base/metrics.h"
+
 #include "tests/unit/orchestrator/fake_cluster_client.h"
 
 namespace strata {
@@ -17,10 +19,11 @@ class EvalSchedulerTest : public ::testing::Test {
  protected:
   EvalSchedulerTest() : client_(2, 1), console_(/*quiet=*/true) {
     std::string dir_template = ::testing::TempDir() + "/eval-scheduler-XXXXXX";
-    const std::string dir = ::mkdtemp(dir_template.data());
-    record_ = *RunRecord::Open(dir, now_);
+    dir_ = ::mkdtemp(dir_template.data());
+    record_ = *RunRecord::Open(dir_, now_);
     view_.planned_steps_per_epoch = 100;
     view_.epochs = 4;
+    view_.worker_batch = 10;
     view_.workers.resize(2);
     view_.loss_by_epoch.resize(2);
     EvalSchedulerOptions o;
@@ -43,6 +46,7 @@ class EvalSchedulerTest : public ::testing::Test {
     client_.eval_calls.at(call)->Answer(m);
   }
 
+  std::string dir_;
   Clock::time_point now_ = Clock::now();
   FakeClusterClient client_;
   RunConsole console_;
@@ -106,6 +110,25 @@ TEST_F(EvalSchedulerTest, AFailedFinalEvaluationSettlesWithoutAFinalResult) {
   EXPECT_TRUE(eval_->final_settled());
   EXPECT_FALSE(eval_->have_final());
   EXPECT_TRUE(results_.empty());
+}
+
+TEST_F(EvalSchedulerTest, EachMetricsLineCarriesEveryWorkersSamplesPerSecond) {
+  // The first evaluation: each worker's own rate; the next: its steps since over the time since.
+  AtStep(100);
+  view_.workers[0].set_samples_per_s(400);
+  view_.workers[1].set_samples_per_s(300);
+  ASSERT_TRUE(eval_->Step(view_, now_).ok());
+  Answer(0, 1, "allreduce");
+  view_.workers[0].set_step(250);  // 150 steps of 10 examples in 5 s: 300 samples/s
+  view_.workers[1].set_step(200);  // 100 steps: 200 samples/s
+  ASSERT_TRUE(eval_->Step(view_, now_ + std::chrono::seconds(5)).ok());
+  Answer(1, 2, "allreduce");
+  ASSERT_TRUE(eval_->Step(view_, now_ + std::chrono::seconds(5)).ok());
+  auto lines = ReadJsonLines(dir_ + "/metrics.jsonl");
+  ASSERT_TRUE(lines.ok()) << lines.status();
+  ASSERT_EQ(lines->size(), 2u);
+  EXPECT_EQ((*lines)[0]["worker_samples_per_s"], nlohmann::json({400.0, 300.0}));
+  EXPECT_EQ((*lines)[1]["worker_samples_per_s"], nlohmann::json({300.0, 200.0}));
 }
 
 }  // namespace

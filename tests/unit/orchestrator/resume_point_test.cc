@@ -1,6 +1,6 @@
 // FindResumePoint on run directories made by hand: which phase a run resumes in, from which
 // checkpoint and step, and the runs it refuses (finished, still running, saves missing or torn).
-#include "orchestrator/lib/resume_point.h"
+#include "orchestrator/run/resume_point.h"
 #include "services/common/config/job_spec.h"
 
 #include <unistd.h>

@@ -2,7 +2,9 @@
 #include "orchestrator/sweep/sweep_results.h"
 
 #include <cmath>
+#include <limits>
 
+#include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 
 #include "orchestrator/sweep/sweep_report.h"
@@ -180,25 +182,89 @@ TEST(SweepResults, SummaryCsvAndText) {
   EXPECT_NE(text.find("variance of final_val_acc, ps vs baseline ar"), std::string::npos) << text;
 }
 
-TEST(SweepReport, DrawsEveryChart) {
+size_t Count(const std::string& html, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = html.find(needle); at != std::string::npos; at = html.find(needle, at + 1)) ++n;
+  return n;
+}
+
+TEST(SweepReport, DrawsEveryChartWithMeansIntervalsAndTheBaseline) {
   const SweepSpec spec = Spec();
   const std::vector<RunResult> results = Results();
   const std::string html = RenderSweepReportHtml(spec, results, Summarize(spec, results));
-  EXPECT_NE(html.find("Validation accuracy vs wall time"), std::string::npos);
-  // One thin line per run with metrics (5), one bar per cell in each bar chart (2 x 2), the
-  // whiskers of the cells with 2+ runs, one dot per switched run (2).
-  auto count = [&](const std::string& needle) {
-    size_t n = 0;
-    for (size_t at = html.find(needle); at != std::string::npos; at = html.find(needle, at + 1))
-      ++n;
-    return n;
-  };
-  EXPECT_EQ(count("class='run-curve'"), 5u);
-  EXPECT_EQ(count("class='bar'"), 4u);
-  EXPECT_EQ(count("class='whisker'"), 4u);
-  EXPECT_EQ(count("class='switch-dot'"), 2u);
+  EXPECT_NE(html.find("Validation accuracy against wall time"), std::string::npos);
+  // One thin line per run with metrics (5).
+  EXPECT_EQ(Count(html, "run-curve"), 5u);
+  // Point-and-interval charts of accuracy, wall time, time to target (the spec has a target)
+  // and switch epoch: a ring per counted run, a dot per cell with runs, a bar per cell with 2+.
+  //   accuracy and wall time: ar 3 runs, ps 2 (its third failed)
+  //   time to 0.8: ar 3, ps 0 ("target not reached")
+  //   switch epoch: ar 0 ("no switch"), ps 2
+  for (const char* kind : {"forest-accuracy", "forest-wall", "forest-target", "forest-switch"}) {
+    EXPECT_EQ(Count(html, absl::StrCat("class='chart forest ", kind, "'")), 1u) << kind;
+  }
+  EXPECT_EQ(Count(html, "class='run-point'"), 5u + 5u + 3u + 2u);
+  EXPECT_EQ(Count(html, "class='mean-point'"), 2u + 2u + 1u + 1u);
+  EXPECT_EQ(Count(html, "class='interval'"), 2u + 2u + 1u + 1u);
+  EXPECT_NE(html.find(">target not reached</text>"), std::string::npos);
+  EXPECT_NE(html.find(">no switch</text>"), std::string::npos);
+  // The baseline: named in bold on each chart, its mean a dashed line where it has one.
+  EXPECT_EQ(Count(html, "class='cell-row baseline' data-cell='ar'"), 4u);
+  EXPECT_EQ(Count(html, "class='baseline-line'"), 3u);
+  EXPECT_NE(html.find(">ar (baseline)</text>"), std::string::npos);
+  // The accuracy axis is fitted to the values (0.7 to 0.84, and ps's wide interval cut at 1),
+  // not drawn from 0.
+  const std::string accuracy = html.substr(html.find("class='chart forest forest-accuracy'"));
+  const size_t first_tick = accuracy.find("class='tick x-tick'>");
+  ASSERT_NE(first_tick, std::string::npos);
+  EXPECT_EQ(accuracy.substr(first_tick + 20, 4), "0.2<") << accuracy.substr(first_tick, 40);
   EXPECT_NE(html.find("not significant at 5%"), std::string::npos);
   EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find(" to --"), std::string::npos);
+}
+
+TEST(SweepReport, ACellOfOneRunHasNoIntervalAndSaysSo) {
+  const SweepSpec spec = Spec();
+  std::vector<RunResult> results = Results();
+  results.erase(results.begin() + 4);  // ps keeps seed 1 only
+  const SweepSummary summary = Summarize(spec, results);
+  const std::string html = RenderSweepReportHtml(spec, results, summary);
+  EXPECT_NE(html.find("(n = 1: no interval)</text>"), std::string::npos);
+  for (const CellMetric& row : summary.rows) {
+    if (row.cell == "ps" && row.metric == "final_val_acc") {
+      EXPECT_EQ(MeanIntervalText(row), "n = 1: no interval");
+    }
+  }
+  EXPECT_NE(html.find("<td class='n'>n = 1: no interval</td>"), std::string::npos);
+}
+
+TEST(SweepReport, IntervalsAreNumbersOrTheReasonThereAreNone) {
+  CellMetric row;
+  row.stats.n = 0;
+  EXPECT_EQ(MeanIntervalText(row), "no runs");
+  row.stats = {3, 0.82, 0.02, 0.80, 0.84};
+  row.ci95_half_width = 0.0497;
+  EXPECT_EQ(MeanIntervalText(row), "0.7703 to 0.8697");
+
+  VarianceComparison v;
+  v.cell = "ps";
+  v.n = 1;
+  v.n_baseline = 3;
+  EXPECT_EQ(BootstrapIntervalText(v), "n = 1 in ps: no interval");
+  v.n = 3;
+  v.n_baseline = 1;
+  EXPECT_EQ(BootstrapIntervalText(v), "n = 1 in the baseline: no interval");
+  v.n_baseline = 3;
+  EXPECT_EQ(BootstrapIntervalText(v), "no interval: the baseline's runs are all equal");
+  v.ratio = VarianceRatio{0.5, 0.1, 2.5, 2000};
+  EXPECT_EQ(BootstrapIntervalText(v), "0.1000 to 2.500");
+  // Where the report used to print "0 to --".
+  v.ratio = VarianceRatio{0.04459, 0, std::numeric_limits<double>::infinity(), 2000};
+  EXPECT_EQ(BootstrapIntervalText(v).rfind("0 to infinity (unbounded: in some resamples the "
+                                           "baseline's runs were all equal",
+                                           0),
+            0u)
+      << BootstrapIntervalText(v);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "orchestrator/lib/switch_rule.h"
+#include "orchestrator/run/switch_rule.h"
 
 #include <cmath>
 

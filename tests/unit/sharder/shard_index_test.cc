@@ -7,7 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "orchestrator/lib/shard_stats.h"
+#include "orchestrator/plan/shard_stats.h"
 #include "services/common/base/files.h"
 #include "services/common/wire/shard_index.h"
 
@@ -17,8 +17,9 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ShardIndex, RoundTripsThroughAFile) {
-  const std::string path =
-      (std::filesystem::temp_directory_path() / ("shard-index-" + std::to_string(::getpid()) + ".idx")).string();
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("shard-index-" + std::to_string(::getpid()) + ".idx"))
+                               .string();
   ASSERT_TRUE(WriteShardIndex(path, {9, 2, 5, 0}, 10).ok());
   auto indices = ReadShardIndex(path);
   ASSERT_TRUE(indices.ok()) << indices.status();
@@ -93,7 +94,8 @@ TEST(ShardStats, LargestDeviationFromTheIdealShare) {
   EXPECT_EQ(b->overall_class, 0);
   EXPECT_DOUBLE_EQ(b->class_max[1], -2.0);
   const std::string table = shard::FormatShardBalance(*b);
-  EXPECT_THAT(table, HasSubstr("overall largest deviation: +2.0 examples (+66.67% of the ideal share)"));
+  EXPECT_THAT(table,
+              HasSubstr("overall largest deviation: +2.0 examples (+66.67% of the ideal share)"));
 }
 
 TEST(ShardStats, RejectsWhatIsNotAManifest) {
@@ -103,7 +105,8 @@ TEST(ShardStats, RejectsWhatIsNotAManifest) {
   EXPECT_FALSE(shard::ComputeShardBalance("{", "m.json").ok());
   auto missing = shard::ShardStats("/nonexistent-plan");
   ASSERT_FALSE(missing.ok());
-  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("/nonexistent-plan/manifest.json"));
+  EXPECT_THAT(std::string(missing.status().message()),
+              HasSubstr("/nonexistent-plan/manifest.json"));
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "orchestrator/lib/shard_stats.h"
+#include "orchestrator/plan/shard_stats.h"
 #include "services/common/base/files.h"
 #include "services/common/base/run_directory.h"
 #include "services/common/config/job_keys.h"

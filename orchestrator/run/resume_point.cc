@@ -1,4 +1,4 @@
-#include "orchestrator/lib/resume_point.h"
+#include "orchestrator/run/resume_point.h"
 
 #include "services/common/config/resolved_job.h"
 

@@ -19,12 +19,22 @@ namespace strata {
 struct JobCheckOptions {
   std::vector<std::string> overrides;  // --set key=value
   bool for_run = false;                // `strata run` also needs a launcher it can drive here
+  // Where strata-evaluator is: a job of the user's own model or data (model.torchscript,
+  // dataset.name npy) is read by it as the run will read it (--check). Empty: not checked.
+  std::string bin_dir;
 };
 
 // Parses and checks the job spec at `path`; the error lists every problem, one per line: the
 // schema's first, then these checks (each skipped when the schema refused one of its inputs).
 absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
                                                 const JobCheckOptions& options);
+
+// The first step of the entry points that run a job (`strata run`, `strata supervise`, the
+// compose run): LoadAndCheckJob, or nullopt after "COMMAND: PATH is not a valid job spec; nothing
+// was NOTHING_WAS:" and the problems on stderr, when the caller exits 2.
+std::optional<v1::ResolvedJob> LoadJobOrSayWhy(const std::string& command, const std::string& path,
+                                               const JobCheckOptions& options,
+                                               const std::string& nothing_was = "launched");
 
 // What `strata render` and `strata submit` check: the schema, and the one check beyond it that
 // concerns any machine (no more servers than tensors). The data files are not looked for: they

@@ -1,4 +1,4 @@
-#include "orchestrator/run/switch_trigger.h"
+#include "orchestrator/record/switch_trigger.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "orchestrator/lib/shard_stats.h"
+#include "orchestrator/plan/shard_stats.h"
 
 #include <cmath>
 
@@ -19,12 +19,14 @@ double Percent(double part, double whole) { return whole > 0 ? 100.0 * part / wh
 
 }  // namespace
 
-absl::StatusOr<ShardBalance> ComputeShardBalance(const std::string& text, const std::string& origin) {
+absl::StatusOr<ShardBalance> ComputeShardBalance(const std::string& text,
+                                                 const std::string& origin) {
   nlohmann::json m = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (m.is_discarded() || !m.is_object()) return Bad(origin, "not valid JSON");
   ShardBalance b;
   try {
-    if (m.value("format", "") != "strata-shard-plan") return Bad(origin, "not a strata shard plan manifest");
+    if (m.value("format", "") != "strata-shard-plan")
+      return Bad(origin, "not a strata shard plan manifest");
     b.method = m.at("method").get<std::string>();
     b.dataset = m.at("dataset").at("name").get<std::string>();
     b.examples = m.at("examples").get<int64_t>();
@@ -77,14 +79,17 @@ std::string FormatShardBalance(const ShardBalance& b) {
       "%s plan of %d %s examples over %d workers, %d classes\n"
       "ideal share of class c in a shard = shard count x (class c total / examples)\n\n",
       b.method, b.examples, b.dataset, workers, classes);
-  absl::StrAppend(&out, absl::StrFormat("%6s %9s %22s %6s\n", "worker", "count", "largest deviation", "class"));
+  absl::StrAppend(
+      &out, absl::StrFormat("%6s %9s %22s %6s\n", "worker", "count", "largest deviation", "class"));
   for (size_t w = 0; w < workers; ++w) {
-    const double ideal = static_cast<double>(b.shard_counts[w]) * b.class_totals[b.worker_max_class[w]] / b.examples;
+    const double ideal =
+        static_cast<double>(b.shard_counts[w]) * b.class_totals[b.worker_max_class[w]] / b.examples;
     absl::StrAppend(&out, absl::StrFormat("%6d %9d %+10.1f (%+7.2f%%) %6d\n", w, b.shard_counts[w],
                                           b.worker_max[w], Percent(b.worker_max[w], ideal),
                                           b.worker_max_class[w]));
   }
-  absl::StrAppend(&out, absl::StrFormat("\n%6s %9s %22s %6s\n", "class", "total", "largest deviation", "worker"));
+  absl::StrAppend(&out, absl::StrFormat("\n%6s %9s %22s %6s\n", "class", "total",
+                                        "largest deviation", "worker"));
   for (size_t c = 0; c < classes; ++c) {
     const int w = b.class_max_worker[c];
     const double ideal = static_cast<double>(b.shard_counts[w]) * b.class_totals[c] / b.examples;
@@ -93,10 +98,11 @@ std::string FormatShardBalance(const ShardBalance& b) {
   }
   const double ideal = static_cast<double>(b.shard_counts[b.overall_worker]) *
                        b.class_totals[b.overall_class] / b.examples;
-  absl::StrAppend(&out, absl::StrFormat(
-                            "\noverall largest deviation: %+.1f examples (%+.2f%% of the ideal share), "
-                            "class %d in worker %d\n",
-                            b.overall_max, Percent(b.overall_max, ideal), b.overall_class, b.overall_worker));
+  absl::StrAppend(
+      &out, absl::StrFormat(
+                "\noverall largest deviation: %+.1f examples (%+.2f%% of the ideal share), "
+                "class %d in worker %d\n",
+                b.overall_max, Percent(b.overall_max, ideal), b.overall_class, b.overall_worker));
   return out;
 }
 

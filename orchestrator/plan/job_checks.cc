@@ -1,16 +1,21 @@
-#include "orchestrator/lib/job_checks.h"
+#include "orchestrator/plan/job_checks.h"
 
 #include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 
-#include "orchestrator/lib/switch_rule.h"
+#include "orchestrator/run/switch_rule.h"
 #include "services/common/base/files.h"
+#include "services/common/config/job_keys.h"
 #include "services/common/config/job_spec.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/ml/dataset.h"
+#include "services/common/process/child_process.h"
 #include "services/common/wire/tls.h"
 
 namespace strata {
@@ -24,6 +29,38 @@ std::string TlsInContainersRefusal(const std::string& mode, const std::string& c
       " yet: each container would need the certificates as a secret and the health probes a TLS "
       "client (Kubernetes' gRPC probes speak no TLS); use launcher.kind local, or security.tls "
       "off on a network only the job's containers reach (docs/deploy.md)");
+}
+
+// What needs LibTorch to check, for a job of the user's own model or data: strata-evaluator
+// --check reads the files as the run will. Its problems come back as "key: what".
+absl::StatusOr<std::string> CheckWithLibTorch(const std::string& bin_dir, const std::string& path,
+                                              const std::vector<std::string>& overrides) {
+  char log_template[] = "/tmp/strata-check-XXXXXX";
+  const int fd = ::mkstemp(log_template);
+  if (fd < 0) return absl::InternalError("cannot make a temporary file for the model check");
+  ::close(fd);
+  const std::string log = log_template;
+  SpawnOptions o;
+  o.name = "strata-evaluator --check";
+  o.argv = {absl::StrCat(bin_dir, "/strata-evaluator"), "--config", path};
+  for (const std::string& set : overrides) o.argv.insert(o.argv.end(), {"--set", set});
+  o.argv.push_back("--check");
+  o.log_path = log;
+  auto child = ChildProcess::Spawn(o);
+  if (!child.ok()) {
+    std::remove(log.c_str());
+    return child.status();
+  }
+  // Loading LibTorch, the model, and reading every feature of a large data set once.
+  const bool ended = (*child)->WaitFor(std::chrono::minutes(10));
+  std::string output = ReadFile(log).value_or("");
+  std::remove(log.c_str());
+  if (!ended) return absl::DeadlineExceededError("the model check took over 10 minutes");
+  if ((*child)->succeeded()) return std::string();
+  while (!output.empty() && output.back() == '\n') output.pop_back();
+  // The last line is the problem; what comes before is LibTorch talking.
+  const size_t line = output.rfind('\n');
+  return line == std::string::npos ? output : output.substr(line + 1);
 }
 
 }  // namespace
@@ -63,9 +100,25 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
     }
   }
 
+  // The user's own model or data, read as the run will read them: a file that is not
+  // TorchScript, a model whose output does not fit the labels, a lying .npy header, NaN.
+  const bool own = job.dataset().name() == v1::DATASET_NPY || !job.model().torchscript().empty();
+  if (own && !options.bin_dir.empty() && errors.empty()) {
+    auto problem = CheckWithLibTorch(options.bin_dir, path, options.overrides);
+    if (!problem.ok()) {
+      error("model.torchscript", std::string(problem.status().message()));
+    } else if (!problem->empty()) {
+      const size_t colon = problem->find(": ");
+      const std::string key = colon == std::string::npos ? "dataset.path" : problem->substr(0, colon);
+      const bool known = FindJobKey(key) != nullptr;
+      error(known ? key : "dataset.path", known ? problem->substr(colon + 2) : *problem);
+    }
+  }
+
   // Parameter servers own whole tensors: one more server than tensors would own nothing.
   if (auto tensors = BuiltinModelTensors(job.arch());
-      usable({"model.arch", "cluster.parameter_servers"}) && tensors &&
+      usable({"model.arch", "cluster.parameter_servers"}) && job.model().torchscript().empty() &&
+      tensors &&
       job.cluster().parameter_servers() > *tensors) {
     error("cluster.parameter_servers",
           absl::StrCat(job.cluster().parameter_servers(), " parameter servers but model '",
@@ -130,6 +183,18 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
   return job;
 }
 
+std::optional<v1::ResolvedJob> LoadJobOrSayWhy(const std::string& command, const std::string& path,
+                                               const JobCheckOptions& options,
+                                               const std::string& nothing_was) {
+  auto job = LoadAndCheckJob(path, options);
+  if (!job.ok()) {
+    std::fprintf(stderr, "%s: %s is not a valid job spec; nothing was %s:\n%s\n", command.c_str(),
+                 path.c_str(), nothing_was.c_str(), std::string(job.status().message()).c_str());
+    return std::nullopt;
+  }
+  return *std::move(job);
+}
+
 absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
                                                  const std::vector<std::string>& overrides) {
   auto text = ReadFile(path);
@@ -145,7 +210,20 @@ absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
                      TlsInContainersRefusal(Spelled(job.security().tls()),
                                             "the compose and Kubernetes renderers")));
   }
-  if (UsesServers(job)) {
+  // The user's own files go into the containers from where the spec names them (compose binds
+  // them; for Kubernetes the user copies them into a claim): a missing one is named now.
+  if (const std::string& model = job.model().torchscript();
+      !model.empty() && ::access(model.c_str(), R_OK) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(reading.Where("model.torchscript"),
+                                                   ": model.torchscript: cannot read ", model));
+  }
+  if (job.dataset().name() == v1::DATASET_NPY) {
+    if (auto files = DatasetFiles(DatasetOptionsFor(job)); !files.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(reading.Where("dataset.path"),
+                                                     ": dataset.path: ", files.status().message()));
+    }
+  }
+  if (UsesServers(job) && job.model().torchscript().empty()) {
     const auto tensors = BuiltinModelTensors(job.arch());
     if (tensors && job.cluster().parameter_servers() > *tensors) {
       return absl::InvalidArgumentError(
