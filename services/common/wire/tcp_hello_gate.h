@@ -1,4 +1,4 @@
-// The door of a plain-TCP data plane (the ring's, services/worker/tcp_ring_link.h, and the
+// The door of a plain-TCP data plane (the ring's, services/collective/tcp_ring_link.h, and the
 // parameter server's, services/parameter_server/tcp_push_pull_server.h): accepts connections and
 // holds them until they have sent their whole hello, then hands each to the plane to admit or
 // refuse.

@@ -16,7 +16,7 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/slice.h>
 
-#include "services/worker/ring_link.h"
+#include "services/collective/ring_link.h"
 
 namespace strata {
 

@@ -14,7 +14,7 @@
 #include <chrono>
 #include <memory>
 
-#include "services/worker/ring_link.h"
+#include "services/collective/ring_link.h"
 
 namespace strata {
 

@@ -1,10 +1,10 @@
-#include "services/worker/segment_codec.h"
+#include "services/collective/segment_codec.h"
 
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
 
-#include "services/worker/tsan_handoff.h"
+#include "services/collective/tsan_handoff.h"
 
 namespace strata {
 namespace {

@@ -15,11 +15,11 @@
 #include <gtest/gtest.h>
 
 #include "bench/allreduce/rank_launcher.h"
+#include "services/collective/in_memory_ring_link.h"
+#include "services/collective/ring_allreduce.h"
 #include "services/common/process/child_process.h"
 #include "services/common/wire/rpc.h"
-#include "services/worker/in_memory_ring_link.h"
-#include "services/worker/ring_allreduce.h"
-#include "tests/unit/worker/ring_test_support.h"
+#include "tests/unit/collective/ring_test_support.h"
 
 namespace strata {
 namespace {

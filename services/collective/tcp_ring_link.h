@@ -9,9 +9,9 @@
 // Finding and trusting the peer: the next rank's gRPC service (Collective.DataPlane, which carries
 // the run token like every call) hands out its data-plane port and a random ticket; the
 // connection presents the ticket first and is closed if it does not match. The connection itself
-// is not encrypted, so a process with TLS on keeps the ring on gRPC (MakeWorkerRing in worker.cc
-// decides). A broken connection is dialled again at the next operation, so the ring
-// re-forms over it like over gRPC (RingAllReduce::Reform).
+// is not encrypted, so a process with TLS on keeps the ring on gRPC (MakeWorkerRing in
+// services/worker/worker.cc decides). A broken connection is dialled again at the next operation,
+// so the ring re-forms over it like over gRPC (RingAllReduce::Reform).
 //
 // Deadlines and failures keep the gRPC link's meaning: a next rank that cannot be reached fails
 // the operation by the deadline, naming it; a previous rank whose connection closes mid-operation
@@ -25,7 +25,7 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/worker/ring_link.h"
+#include "services/collective/ring_link.h"
 
 namespace strata {
 

@@ -1,10 +1,8 @@
-#include "services/worker/grpc_ring_link.h"
+#include "services/collective/grpc_ring_link.h"
 
 #include <algorithm>
 #include <condition_variable>
 #include <cstddef>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -22,11 +20,12 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
+#include "services/collective/lent_buffers.h"
+#include "services/collective/ring_inbox.h"
+#include "services/collective/segment_codec.h"
+#include "services/collective/tsan_handoff.h"
 #include "services/common/base/status.h"
 #include "services/common/wire/rpc.h"
-#include "services/worker/ring_inbox.h"
-#include "services/worker/segment_codec.h"
-#include "services/worker/tsan_handoff.h"
 #include "strata/v1/collective.grpc.pb.h"
 
 namespace strata {
@@ -378,7 +377,7 @@ struct GrpcRingLink::Impl {
 
 namespace {
 
-class GrpcOperation final : public RingLink::Operation {
+class GrpcOperation final : public NetworkOperation {
  public:
   GrpcOperation(GrpcRingLink::Impl* link, uint64_t operation, std::chrono::milliseconds lifetime,
                 std::chrono::milliseconds grace)
@@ -396,9 +395,7 @@ class GrpcOperation final : public RingLink::Operation {
     sender_->Start(link->next_stub.get());
   }
 
-  ~GrpcOperation() override {
-    if (!ended_) Abandon();
-  }
+  ~GrpcOperation() override { AbandonIfOpen(); }
 
   void Send(const SegmentHeader& header, const float* data, size_t floats) override {
     sender_->Send(EncodeSegment(header, data, floats, ledger_));
@@ -424,8 +421,7 @@ class GrpcOperation final : public RingLink::Operation {
   }
 
   bool ReceiveAbort(Clock::time_point until, std::string* reason) override {
-    std::unique_lock<std::mutex> lock(core_->mu);
-    return TakeNextAbort(lock, core_->cv, core_->inboxes[operation_], until, reason);
+    return ReceiveAbortFrom(core_->mu, core_->cv, core_->inboxes, operation_, until, reason);
   }
 
   absl::Status SendError() override {
@@ -433,59 +429,41 @@ class GrpcOperation final : public RingLink::Operation {
     // A failed write is followed by the call's status; wait briefly for it so the error says why
     // (refused, reset, deadline) rather than only that the stream broke.
     core_->cv.wait_for(lock, std::chrono::seconds(2), [&] { return state_->done; });
-    if (state_->status.ok()) return absl::UnavailableError("stream broke");
-    return absl::Status(static_cast<absl::StatusCode>(state_->status.error_code()),
-                        state_->status.error_message());
+    return SendErrorOr(absl::Status(static_cast<absl::StatusCode>(state_->status.error_code()),
+                                    state_->status.error_message()),
+                       "stream broke");
   }
 
-  Completion Finish(Clock::time_point until) override {
-    ended_ = true;
+  // RingSender::Release is the operation thread's last call on the reactor.
+  void CloseStream(bool finishing) override {
     sender_->CloseWrites();
     sender_->Release();
-    Completion completion = Completion::kAcknowledged;
-    {
-      std::unique_lock<std::mutex> lock(core_->mu);
-      if (!core_->cv.wait_until(lock, until, [&] { return state_->done; })) {
-        state_->context.TryCancel();
-        link_->lingering.push_back(state_);
-        completion = Completion::kNotAcknowledged;
-      } else if (!state_->status.ok()) {
-        completion = Completion::kSendFailed;
-      }
+    if (!finishing) link_->lingering.push_back(state_);
+  }
+
+  Completion AwaitAcknowledgement(Clock::time_point until) override {
+    std::unique_lock<std::mutex> lock(core_->mu);
+    if (!core_->cv.wait_until(lock, until, [&] { return state_->done; })) {
+      state_->context.TryCancel();
+      link_->lingering.push_back(state_);
+      return Completion::kNotAcknowledged;
     }
-    AwaitLentSegments();
-    Retire();
-    return completion;
-  }
-
-  void Abandon() override {
-    ended_ = true;
-    sender_->CloseWrites();
-    sender_->Release();
-    link_->lingering.push_back(state_);
-    AwaitLentSegments();
-    Retire();
+    return state_->status.ok() ? Completion::kAcknowledged : Completion::kSendFailed;
   }
 
  private:
   // gRPC may still hold slices of the caller's buffer: of a failed operation, or briefly after the
   // last write of a good one. A peer that reads nothing keeps them until the call is cancelled.
-  void AwaitLentSegments() {
-    if (ledger_->WaitAllReturned(Clock::now() + grace_)) return;
-    state_->context.TryCancel();
-    if (ledger_->WaitAllReturned(Clock::now() + std::chrono::seconds(30))) return;
-    // Not seen in practice: gRPC releases a cancelled call's messages at once. Returning would
-    // let gRPC read memory the caller may free, so stop here, loudly.
-    std::fprintf(stderr,
-                 "ring all-reduce operation %llu on rank %d: gRPC kept the send buffers 30 s after "
-                 "cancelling; aborting\n",
-                 static_cast<unsigned long long>(operation_), link_->rank);
-    std::abort();
+  void AwaitLentSegments() override {
+    AwaitLentBuffers(
+        {operation_, link_->rank, "gRPC kept the send buffers", "cancelling"}, grace_,
+        [&](Clock::time_point until) { return ledger_->WaitAllReturned(until); },
+        [&] { state_->context.TryCancel(); });
   }
 
   // Drops what is left of this and earlier operations; their late segments are dropped on
   // arrival from now on.
-  void Retire() {
+  void Retire() override {
     {
       std::lock_guard<std::mutex> lock(core_->mu);
       core_->inboxes.erase(core_->inboxes.begin(), core_->inboxes.upper_bound(operation_));
@@ -506,7 +484,6 @@ class GrpcOperation final : public RingLink::Operation {
   std::shared_ptr<SendState> state_;
   RingSender* sender_;     // deletes itself in OnDone, after Release()
   ParsedSegment current_;  // owns the bytes of the segment last handed out by Receive
-  bool ended_ = false;
 };
 
 }  // namespace

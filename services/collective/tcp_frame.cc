@@ -1,4 +1,4 @@
-#include "services/worker/tcp_frame.h"
+#include "services/collective/tcp_frame.h"
 
 #include <cstring>
 

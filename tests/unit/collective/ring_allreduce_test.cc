@@ -1,7 +1,7 @@
 // The ring all-reduce over each of its links (ring_test_support.h): exact results for every
 // world size and awkward buffer sizes, and failures that name the rank at fault. Faults only the
 // in-memory link can inject, and a real peer process killed, are in ring_fault_test.cc.
-#include "services/worker/ring_allreduce.h"
+#include "services/collective/ring_allreduce.h"
 
 #include <chrono>
 #include <string>
@@ -13,7 +13,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "tests/unit/worker/ring_test_support.h"
+#include "tests/unit/collective/ring_test_support.h"
 
 namespace strata {
 namespace {

@@ -20,8 +20,8 @@
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 
+#include "services/collective/ring_link.h"
 #include "services/common/wire/tcp_socket.h"
-#include "services/worker/ring_link.h"
 
 namespace strata::tcp_ring {
 

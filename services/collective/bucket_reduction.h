@@ -20,8 +20,8 @@
 
 #include <absl/status/status.h>
 
+#include "services/collective/ring_allreduce.h"
 #include "services/common/wire/flat_layout.h"
-#include "services/worker/ring_allreduce.h"
 
 namespace strata {
 

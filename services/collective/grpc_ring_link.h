@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "services/worker/ring_link.h"
+#include "services/collective/ring_link.h"
 
 namespace grpc {
 class Service;

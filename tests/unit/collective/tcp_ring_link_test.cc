@@ -4,7 +4,7 @@
 // giving exact averages afterwards. The ring's own behaviour over this link (exact averages,
 // identical replicas, dead and silent peers named within the deadline, re-forming) is in
 // ring_allreduce_test.cc, which runs every test over "plain-tcp" too.
-#include "services/worker/tcp_ring_link.h"
+#include "services/collective/tcp_ring_link.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -17,10 +17,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "services/collective/tcp_frame.h"
 #include "services/common/wire/rpc.h"
-#include "services/worker/tcp_frame.h"
 #include "strata/v1/collective.grpc.pb.h"
-#include "tests/unit/worker/ring_test_support.h"
+#include "tests/unit/collective/ring_test_support.h"
 
 namespace strata {
 namespace {

@@ -1,4 +1,4 @@
-#include "services/worker/bucket_reduction.h"
+#include "services/collective/bucket_reduction.h"
 
 #include <absl/strings/str_cat.h>
 

@@ -1,4 +1,4 @@
-#include "services/worker/ring_allreduce.h"
+#include "services/collective/ring_allreduce.h"
 
 #include <algorithm>
 #include <atomic>
@@ -8,8 +8,8 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "services/collective/grpc_ring_link.h"
 #include "services/common/base/status.h"
-#include "services/worker/grpc_ring_link.h"
 
 namespace strata {
 namespace {

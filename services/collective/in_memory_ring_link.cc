@@ -1,4 +1,4 @@
-#include "services/worker/in_memory_ring_link.h"
+#include "services/collective/in_memory_ring_link.h"
 
 #include <algorithm>
 #include <condition_variable>

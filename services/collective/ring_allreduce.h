@@ -24,7 +24,7 @@
 
 #include <absl/status/status.h>
 
-#include "services/worker/ring_link.h"
+#include "services/collective/ring_link.h"
 
 namespace grpc {
 class Service;

@@ -21,10 +21,10 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "services/collective/in_memory_ring_link.h"
+#include "services/collective/ring_allreduce.h"
+#include "services/collective/tcp_ring_link.h"
 #include "services/common/wire/rpc.h"
-#include "services/worker/in_memory_ring_link.h"
-#include "services/worker/ring_allreduce.h"
-#include "services/worker/tcp_ring_link.h"
 
 namespace strata::ring_test {
 

@@ -6,9 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "services/collective/ring_allreduce.h"
+#include "services/collective/segment_codec.h"
 #include "services/common/wire/rpc.h"
-#include "services/worker/ring_allreduce.h"
-#include "services/worker/segment_codec.h"
 #include "strata/v1/collective.grpc.pb.h"
 
 namespace strata {

@@ -1,14 +1,18 @@
 // What the two network links (grpc_ring_link.cc, tcp_ring_link.cc) share about an operation's
 // inbox, the segments received from the previous rank in send order: how RingLink's Receive waits
-// on it, and how ReceiveAbort takes the previous rank's later aborts out of it after a failure.
+// on it, how ReceiveAbort takes the previous rank's later aborts out of it after a failure, and
+// what SendError says. (How an operation ends while its buffers are lent: lent_buffers.h.)
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <mutex>
 #include <string>
 #include <utility>
 
-#include "services/worker/ring_link.h"
+#include <absl/status/status.h>
+
+#include "services/collective/ring_link.h"
 
 namespace strata {
 
@@ -50,6 +54,21 @@ bool TakeNextAbort(std::unique_lock<std::mutex>& lock, std::condition_variable& 
     if (inbox.ended || timed_out) return false;
     timed_out = cv.wait_until(lock, until) == std::cv_status::timeout;
   }
+}
+
+// RingLink::Operation::ReceiveAbort of operation `operation`, whose inbox is inboxes[operation]
+// (a map by operation, guarded by `mu`, which `cv` is notified under).
+template <typename Inboxes>
+bool ReceiveAbortFrom(std::mutex& mu, std::condition_variable& cv, Inboxes& inboxes,
+                      uint64_t operation, RingClock::time_point until, std::string* reason) {
+  std::unique_lock<std::mutex> lock(mu);
+  return TakeNextAbort(lock, cv, inboxes[operation], until, reason);
+}
+
+// RingLink::Operation::SendError: the transport's reason, or `unknown` (UNAVAILABLE) when it
+// gave none.
+inline absl::Status SendErrorOr(const absl::Status& reason, const char* unknown) {
+  return reason.ok() ? absl::UnavailableError(unknown) : reason;
 }
 
 }  // namespace strata

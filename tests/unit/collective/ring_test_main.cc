@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include "bench/allreduce/rank_launcher.h"
-#include "services/worker/ring_allreduce.h"
-#include "tests/unit/worker/ring_test_support.h"
+#include "services/collective/ring_allreduce.h"
+#include "tests/unit/collective/ring_test_support.h"
 
 namespace {
 
