@@ -4,6 +4,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 
@@ -74,6 +75,18 @@ std::vector<std::string> Kubectl::WithNamespace(const std::vector<std::string>& 
   std::vector<std::string> all = args;
   if (!options_.namespace_name.empty()) all.insert(all.end(), {"-n", options_.namespace_name});
   return all;
+}
+
+absl::Status Kubectl::Exec(const std::vector<std::string>& args) const {
+  std::vector<std::string> words = {options_.path};
+  for (const std::string& a : WithNamespace(args)) words.push_back(a);
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  std::fflush(stdout);
+  ::execv(options_.path.c_str(), argv.data());
+  return absl::FailedPreconditionError(
+      absl::StrCat("cannot run ", options_.path, ": ", std::strerror(errno)));
 }
 
 std::string Kubectl::CommandLine(const std::vector<std::string>& args) const {

@@ -41,6 +41,11 @@ class Kubectl {
   absl::StatusOr<std::string> Run(const std::vector<std::string>& args,
                                   std::chrono::milliseconds timeout);
 
+  // Replaces this process with `kubectl ARGS -n NAMESPACE`, its output the terminal's, for a call
+  // that runs until the user stops it (`logs -f`): no deadline, nothing read back. Returns only
+  // when kubectl cannot be executed.
+  absl::Status Exec(const std::vector<std::string>& args) const;
+
   // The command as a user would type it, for messages: "kubectl get job x -n default".
   std::string CommandLine(const std::vector<std::string>& args) const;
 

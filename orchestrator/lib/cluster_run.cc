@@ -66,11 +66,24 @@ absl::StatusOr<std::vector<PodState>> ClusterRun::GetPods() {
   return ParsePods(*out);
 }
 
-absl::StatusOr<std::string> ClusterRun::PodLog(const PodState& pod, int tail_lines) {
+namespace {
+
+std::vector<std::string> PodLogArgs(const PodState& pod, int tail_lines, bool follow) {
   std::vector<std::string> args = {"logs", pod.name, "--all-containers=true"};
   if (pod.containers.size() > 1) args.push_back("--prefix=true");
   if (tail_lines >= 0) args.push_back(absl::StrCat("--tail=", tail_lines));
-  return kubectl_.Run(args);
+  if (follow) args.push_back("--follow=true");
+  return args;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ClusterRun::PodLog(const PodState& pod, int tail_lines) {
+  return kubectl_.Run(PodLogArgs(pod, tail_lines, /*follow=*/false));
+}
+
+absl::Status ClusterRun::FollowPodLog(const PodState& pod, int tail_lines) {
+  return kubectl_.Exec(PodLogArgs(pod, tail_lines, /*follow=*/true));
 }
 
 int ClusterRun::SaveLogs(const std::vector<PodState>& pods) {

@@ -55,6 +55,9 @@ class ClusterRun {
   // The log of one pod, every container of it.
   absl::StatusOr<std::string> PodLog(const PodState& pod, int tail_lines);
 
+  // Becomes `kubectl logs -f` of the pod (Kubectl::Exec); returns only if that cannot start.
+  absl::Status FollowPodLog(const PodState& pod, int tail_lines);
+
   // Saves every pod's log into logs/<service>.log before the pods go; best effort. Returns how
   // many it saved.
   int SaveLogs(const std::vector<PodState>& pods);

@@ -66,9 +66,10 @@ struct SubmissionCommandOptions {
 int ShowSubmissionStatus(const std::string& dir, const SubmissionCommandOptions& options);
 
 // `strata logs DIR --service NAME`: the service's log from its pod, or from the logs saved when
-// the run ended. `tail_lines` < 0: all of it.
+// the run ended. `tail_lines` < 0: all of it. `follow`: becomes `kubectl logs -f` of the pod
+// while there is one (a saved log is printed once).
 int ShowSubmissionLogs(const std::string& dir, const std::string& service, int tail_lines,
-                       const SubmissionCommandOptions& options);
+                       bool follow, const SubmissionCommandOptions& options);
 
 // `strata delete DIR`: deletes the Job in the foreground (everything it owns goes first), then
 // whatever still carries the job's instance label, except the run volume's claim.

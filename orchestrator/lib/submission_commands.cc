@@ -120,7 +120,7 @@ int ShowSubmissionStatus(const std::string& dir, const SubmissionCommandOptions&
 }
 
 int ShowSubmissionLogs(const std::string& dir, const std::string& service, int tail_lines,
-                       const SubmissionCommandOptions& options) {
+                       bool follow, const SubmissionCommandOptions& options) {
   auto opened = Open(dir, options);
   if (!opened.ok()) return Fail("logs", opened.status(), 2);
   ClusterRun& run = *opened->run;
@@ -136,6 +136,7 @@ int ShowSubmissionLogs(const std::string& dir, const std::string& service, int t
         services.push_back(p.service);
         continue;
       }
+      if (follow) return Fail("logs", run.FollowPodLog(p, tail_lines), 1);
       auto log = run.PodLog(p, tail_lines);
       if (!log.ok()) return Fail("logs", log.status(), 1);
       std::fwrite(log->data(), 1, log->size(), stdout);

@@ -14,6 +14,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "services/common/base/files.h"
+#include "services/common/config/job_key_values.h"
 #include "services/common/config/job_keys.h"
 #include "services/common/config/resolved_job.h"
 
@@ -115,181 +116,6 @@ class Sections {
   }
   std::map<std::string, std::vector<std::string>> children_;
 };
-
-// A value as YAML gave it: its text, and its number for numeric fields.
-struct Scalar {
-  std::string text;
-  double number = 0;
-  const EnumValueDescriptor* enum_value = nullptr;
-};
-
-// What a field of `key`'s type is called in messages.
-const char* TypeName(const FieldDescriptor* f) {
-  switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_STRING:
-    case FieldDescriptor::CPPTYPE_ENUM:
-      return "a string";
-    case FieldDescriptor::CPPTYPE_BOOL:
-      return "true or false";
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-    case FieldDescriptor::CPPTYPE_FLOAT:
-      return "a number";
-    default:
-      return "an integer";
-  }
-}
-
-std::string Describe(const YAML::Node& node) {
-  if (node.IsScalar()) return node.Scalar();
-  if (node.IsSequence()) return "a list";
-  if (node.IsMap()) return "a mapping";
-  return "nothing";
-}
-
-template <typename T>
-bool DecodeAs(const YAML::Node& node, double* number) {
-  T v;
-  if (!YAML::convert<T>::decode(node, v)) return false;
-  *number = static_cast<double>(v);
-  return true;
-}
-
-// Decodes `node` as a value of `key`'s field: "" or the problem (type, finiteness, control
-// characters, an enum spelling not allowed).
-std::string Decode(const JobKey& key, const YAML::Node& node, Scalar* out) {
-  const FieldDescriptor* f = key.leaf();
-  const std::string type_problem =
-      absl::StrCat("expected ", TypeName(f), ", got '", Describe(node), "'");
-  if (!node.IsScalar()) return type_problem;
-  out->text = node.Scalar();
-  switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-      return DecodeAs<int32_t>(node, &out->number) ? "" : type_problem;
-    case FieldDescriptor::CPPTYPE_INT64:
-      return DecodeAs<int64_t>(node, &out->number) ? "" : type_problem;
-    case FieldDescriptor::CPPTYPE_UINT32:
-      return DecodeAs<uint32_t>(node, &out->number) ? "" : type_problem;
-    case FieldDescriptor::CPPTYPE_UINT64:
-      return DecodeAs<uint64_t>(node, &out->number) ? "" : type_problem;
-    case FieldDescriptor::CPPTYPE_BOOL: {
-      bool b;
-      if (!YAML::convert<bool>::decode(node, b)) return type_problem;
-      out->number = b ? 1 : 0;
-      return "";
-    }
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-    case FieldDescriptor::CPPTYPE_FLOAT:
-      if (!DecodeAs<double>(node, &out->number)) return type_problem;
-      // yaml-cpp reads .inf and .nan as numbers; no setting of a job means either.
-      if (!std::isfinite(out->number)) {
-        return absl::StrCat("must be a finite number, got '", node.Scalar(), "'");
-      }
-      return "";
-    case FieldDescriptor::CPPTYPE_STRING:
-    case FieldDescriptor::CPPTYPE_ENUM:
-      // No setting is spelled with control characters, and yaml-cpp's emitter writes some
-      // unquoted (a trailing carriage return), so the job.yaml every service reads would hold
-      // another value ("data\r" read back as "data"; found with the job-spec fuzz target).
-      for (char c : out->text) {
-        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7F) {
-          return "may not hold control characters (line breaks, tabs, escapes)";
-        }
-      }
-      if (f->cpp_type() == FieldDescriptor::CPPTYPE_ENUM) {
-        std::vector<std::string> names = key.allowed;
-        if (names.empty()) {
-          for (int i = 0; i < f->enum_type()->value_count(); ++i) {
-            if (std::string s = Spelled(f->enum_type()->value(i)); !s.empty()) names.push_back(s);
-          }
-        }
-        if (std::find(names.begin(), names.end(), out->text) != names.end()) {
-          out->enum_value = EnumBySpelling(f->enum_type(), out->text);
-        }
-        if (out->enum_value == nullptr) {
-          return absl::StrCat("'", out->text, "' is not one of ", absl::StrJoin(names, ", "));
-        }
-      }
-      return "";
-    default:
-      return type_problem;
-  }
-}
-
-// "" or why `number` is outside `key`'s range.
-std::string RangeProblem(const JobKey& key, double number) {
-  const bool below = key.min && (key.min_open ? number <= *key.min : number < *key.min);
-  const bool above = key.max && (key.max_open ? number >= *key.max : number > *key.max);
-  if (!below && !above) return "";
-  const bool integer = key.leaf()->cpp_type() != FieldDescriptor::CPPTYPE_DOUBLE;
-  if (integer && key.min && key.max && *key.max - *key.min == 1) {
-    return absl::StrCat("must be ", *key.min, " or ", *key.max, ", got ", number);
-  }
-  return absl::StrCat("must be ", key.RangeText(), ", got ", number);
-}
-
-// Stores `value` into `f` of `message` (added to the list when the field is repeated).
-void Store(Message* message, const FieldDescriptor* f, const Scalar& value) {
-  const Reflection* r = message->GetReflection();
-  const bool add = f->is_repeated();
-  switch (f->cpp_type()) {
-    case FieldDescriptor::CPPTYPE_INT32:
-      add ? r->AddInt32(message, f, static_cast<int32_t>(value.number))
-          : r->SetInt32(message, f, static_cast<int32_t>(value.number));
-      break;
-    case FieldDescriptor::CPPTYPE_INT64:
-      add ? r->AddInt64(message, f, static_cast<int64_t>(value.number))
-          : r->SetInt64(message, f, static_cast<int64_t>(value.number));
-      break;
-    case FieldDescriptor::CPPTYPE_UINT32:
-      add ? r->AddUInt32(message, f, static_cast<uint32_t>(value.number))
-          : r->SetUInt32(message, f, static_cast<uint32_t>(value.number));
-      break;
-    case FieldDescriptor::CPPTYPE_UINT64: {
-      // Through the text, not the double: a seed needs all 64 bits.
-      const uint64_t v = std::stoull(value.text, nullptr, 0);
-      add ? r->AddUInt64(message, f, v) : r->SetUInt64(message, f, v);
-      break;
-    }
-    case FieldDescriptor::CPPTYPE_BOOL:
-      add ? r->AddBool(message, f, value.number != 0) : r->SetBool(message, f, value.number != 0);
-      break;
-    case FieldDescriptor::CPPTYPE_DOUBLE:
-      add ? r->AddDouble(message, f, value.number) : r->SetDouble(message, f, value.number);
-      break;
-    case FieldDescriptor::CPPTYPE_FLOAT:
-      add ? r->AddFloat(message, f, static_cast<float>(value.number))
-          : r->SetFloat(message, f, static_cast<float>(value.number));
-      break;
-    case FieldDescriptor::CPPTYPE_STRING:
-      add ? r->AddString(message, f, value.text) : r->SetString(message, f, value.text);
-      break;
-    case FieldDescriptor::CPPTYPE_ENUM:
-      add ? r->AddEnum(message, f, value.enum_value) : r->SetEnum(message, f, value.enum_value);
-      break;
-    default:
-      break;
-  }
-}
-
-// The message holding `key`'s value, made on the way: the job's own sections, or `item` for a
-// key of a list's item.
-Message* Holder(const JobKey& key, Message* job, Message* item) {
-  if (item != nullptr) return item;
-  Message* m = job;
-  for (size_t i = 0; i + 1 < key.chain.size(); ++i) {
-    m = m->GetReflection()->MutableMessage(m, key.chain[i]);
-  }
-  return m;
-}
-
-const Message* Holder(const JobKey& key, const Message& job, const Message* item) {
-  if (item != nullptr) return item;
-  const Message* m = &job;
-  for (size_t i = 0; i + 1 < key.chain.size(); ++i) {
-    m = &m->GetReflection()->GetMessage(*m, key.chain[i]);
-  }
-  return m;
-}
 
 // Every per-worker figure that follows from the keys, computed once, here.
 void Derive(v1::ResolvedJob* job) {
@@ -419,7 +245,7 @@ class SpecReader {
             absl::StrCat("expected a list of {", absl::StrJoin(keys, ", "), "}"));
       return;
     }
-    Message* holder = Holder(list, &out_->job, nullptr);
+    Message* holder = KeyHolder(list, &out_->job, nullptr);
     holder->GetReflection()->ClearField(holder, list.leaf());
     for (size_t i = 0; i < node.size(); ++i) {
       const std::string path = absl::StrCat(list.path, "[", i, "]");
@@ -429,9 +255,9 @@ class SpecReader {
       for (const std::string& name : keys) {
         const JobKey& k = *FindJobKey(absl::StrCat(list.path, "[].", name));
         if (!k.default_yaml.empty()) {
-          Scalar d;
-          Decode(k, YAML::Load(k.default_yaml), &d);
-          Store(item, k.leaf(), d);
+          KeyValue d;
+          DecodeKeyValue(k, YAML::Load(k.default_yaml), &d);
+          StoreKeyValue(item, k.leaf(), d);
         }
       }
       for (const std::string& name : keys) {
@@ -460,22 +286,22 @@ class SpecReader {
               absl::StrCat("expected a list of ", key.IsNumber() ? "numbers" : "values"));
         return;
       }
-      Message* holder = Holder(key, &out_->job, item);
+      Message* holder = KeyHolder(key, &out_->job, item);
       holder->GetReflection()->ClearField(holder, f);
       for (size_t i = 0; i < node.size(); ++i) {
         const std::string element = absl::StrCat(full, "[", i, "]");
-        Scalar value;
-        std::string problem = Decode(key, node[i], &value);
-        if (problem.empty() && key.IsNumber()) problem = RangeProblem(key, value.number);
+        KeyValue value;
+        std::string problem = DecodeKeyValue(key, node[i], &value);
+        if (problem.empty() && key.IsNumber()) problem = KeyRangeProblem(key, value.number);
         if (!problem.empty()) {
           // An element of the wrong type is named by its place; the list is refused.
           Error(Locate(node[i]), element,
-                absl::StartsWith(problem, "expected") ? absl::StrCat("expected ", TypeName(f))
+                absl::StartsWith(problem, "expected") ? absl::StrCat("expected ", KeyTypeName(f))
                                                       : problem);
           out_->refused.insert(full);
           continue;
         }
-        Store(holder, f, value);
+        StoreKeyValue(holder, f, value);
       }
       return;
     }
@@ -483,15 +309,15 @@ class SpecReader {
       Error(where, full, "has no value (give one, or leave the key out for the default)");
       return;
     }
-    Scalar value;
-    std::string problem = Decode(key, node, &value);
-    if (problem.empty() && key.IsNumber()) problem = RangeProblem(key, value.number);
+    KeyValue value;
+    std::string problem = DecodeKeyValue(key, node, &value);
+    if (problem.empty() && key.IsNumber()) problem = KeyRangeProblem(key, value.number);
     if (problem.empty() && key.check != nullptr) problem = key.check(value.text, value.number);
     if (!problem.empty()) {
       Error(where, full, problem);
       return;
     }
-    Store(Holder(key, &out_->job, item), f, value);
+    StoreKeyValue(KeyHolder(key, &out_->job, item), f, value);
   }
 
   // The place of `key`'s value: where Map() found the key, else the node itself.
@@ -641,8 +467,8 @@ void ApplyOverride(YAML::Node* root, const std::string& assignment, SpecReader& 
 // ---- the emitter ----------------------------------------------------------------------------
 
 bool SameValue(const JobKey& key, const Message& a, const Message& b) {
-  const Message& ha = *Holder(key, a, nullptr);
-  const Message& hb = *Holder(key, b, nullptr);
+  const Message& ha = *KeyHolder(key, a, nullptr);
+  const Message& hb = *KeyHolder(key, b, nullptr);
   const FieldDescriptor* f = key.leaf();
   const Reflection* r = ha.GetReflection();
   if (f->is_repeated()) {
@@ -729,7 +555,7 @@ void EmitSection(YAML::Emitter& out, const v1::ResolvedJob& job, const std::stri
     }
     if (!Emitted(*key, job)) continue;
     out << YAML::Key << child << YAML::Value;
-    const Message& holder = *Holder(*key, job, nullptr);
+    const Message& holder = *KeyHolder(*key, job, nullptr);
     const FieldDescriptor* f = key->leaf();
     const int n = f->is_repeated() ? holder.GetReflection()->FieldSize(holder, f) : 0;
     if (key->IsListOfMappings()) {
@@ -778,11 +604,11 @@ v1::ResolvedJob DefaultJob() {
   job.set_format(kResolvedJobFormat);
   for (const JobKey& key : JobKeys()) {
     if (key.IsListItem() || key.IsListOfMappings() || key.leaf()->is_repeated()) continue;
-    Scalar value;
+    KeyValue value;
     if (key.leaf()->cpp_type() != FieldDescriptor::CPPTYPE_STRING || !key.default_yaml.empty()) {
-      Decode(key, YAML::Load(key.default_yaml), &value);
+      DecodeKeyValue(key, YAML::Load(key.default_yaml), &value);
     }
-    Store(Holder(key, &job, nullptr), key.leaf(), value);
+    StoreKeyValue(KeyHolder(key, &job, nullptr), key.leaf(), value);
   }
   Derive(&job);
   return job;

@@ -408,6 +408,13 @@ TEST(Submit, DetachedThenStatusLogsAndDeleteWorkOnTheSubmissionDirectory) {
   r = RunCommand(fake.Strata("logs " + run + " --service worker-1 --tail 20"));
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "the log of quickstart-worker-1-x1\n");
+  // --follow hands the terminal to `kubectl logs --follow` of the pod (the fake prints and ends).
+  r = RunCommand(fake.Strata("logs " + run + " worker-1 --follow"));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "the log of quickstart-worker-1-x1\n");
+  ASSERT_FALSE(fake.Calls().empty());
+  EXPECT_EQ(fake.Calls().back(),
+            "logs quickstart-worker-1-x1 --all-containers=true --follow=true -n default");
   r = RunCommand(fake.Strata("logs " + run + " --service ps-7"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   ExpectHas(r.output,
@@ -536,6 +543,10 @@ TEST(Submit, LogsAndDeleteOnALocalRunDirectory) {
   EXPECT_EQ(r.output, "b\nc\n");
   r = RunCommand(Strata() + " logs " + run.path);
   EXPECT_EQ(r.output, "==> ps-0 <==\na\nb\nc\n==> worker-0 <==\nw\n");
+  // The service may be named without --service; a run that is not going is not followed.
+  r = RunCommand(Strata() + " logs " + run.path + " worker-0 --follow");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "w\n");
   r = RunCommand(Strata() + " delete " + run.path);
   EXPECT_EQ(r.exit_code, 2);
   ExpectHas(r.output, "is a local run directory, not a Kubernetes submission");
