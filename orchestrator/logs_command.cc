@@ -65,14 +65,14 @@ std::vector<std::string> LocalServices(const RunPaths& paths) {
 // the log printed from changes (as tail does). A log that shrank was started afresh: read from 0.
 class LogFollower {
  public:
-  LogFollower(std::string logs_dir, bool with_headers)
-      : logs_dir_(std::move(logs_dir)), with_headers_(with_headers) {}
+  LogFollower(std::string run_dir, bool with_headers)
+      : run_dir_(std::move(run_dir)), with_headers_(with_headers) {}
 
   void Start(const std::string& service, int64_t offset) { offsets_[service] = offset; }
 
   void PrintNew(const std::vector<std::string>& services) {
     for (const std::string& s : services) {
-      const std::string path = logs_dir_ + "/" + s + ".log";
+      const std::string path = RunPaths(run_dir_).ServiceLog(s);
       struct stat st;
       if (::stat(path.c_str(), &st) != 0) continue;
       int64_t& offset = offsets_[s];
@@ -93,7 +93,7 @@ class LogFollower {
   }
 
  private:
-  std::string logs_dir_;
+  std::string run_dir_;
   bool with_headers_;
   std::map<std::string, int64_t> offsets_;
   std::string last_printed_;
@@ -115,9 +115,9 @@ int LocalLogs(const LogsArgs& a) {
     }
   }
   if (!a.service.empty()) services = {a.service};
-  LogFollower follower(paths.logs, a.service.empty());
+  LogFollower follower(paths.root, a.service.empty());
   for (const std::string& s : services) {
-    const std::string whole = ReadFile(paths.logs + "/" + s + ".log").value_or("");
+    const std::string whole = ReadFile(paths.ServiceLog(s)).value_or("");
     const std::string text = LastLines(whole, a.tail);
     if (services.size() > 1) std::printf("==> %s <==\n", s.c_str());
     std::fwrite(text.data(), 1, text.size(), stdout);

@@ -6,6 +6,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "services/common/base/run_directory.h"
 #include "services/common/base/status.h"
 #include "services/common/config/job_keys.h"
 #include "services/common/config/job_spec.h"
@@ -166,7 +167,7 @@ absl::StatusOr<ShardJob> ResolveShardJob(const v1::ShardRequest& r) {
   text(r.out_dir(), &s.out);
   if (!r.run_dir().empty()) {
     const std::string run_dir = r.run_dir();
-    if (!s.out) s.out = run_dir + "/shards";
+    if (!s.out) s.out = RunPaths(run_dir).shards;
     if (!s.config && !s.dataset) s.config = run_dir + "/job.yaml";
   }
   number(r.workers(), &s.workers);

@@ -31,6 +31,19 @@ std::string SecretName() {
   return path.substr(path.rfind('/') + 1);
 }
 
+// Generous bounds for the machine compose runs on (a model and its data must fit a worker's);
+// the Kubernetes overlays set tighter ones per profile.
+std::string ComposeMemoryLimit(ContainerRole role) {
+  switch (role) {
+    case ContainerRole::kOrchestrator:
+      return "1g";
+    case ContainerRole::kWorker:
+      return "8g";
+    default:
+      return "4g";
+  }
+}
+
 Node Service(const ContainerSpec& c, const RenderOptions& options, const ContainerPlan& plan) {
   Node s = Node::Map();
   s.Add("image", Node::Str(options.image));
@@ -80,6 +93,15 @@ Node Service(const ContainerSpec& c, const RenderOptions& options, const Contain
           "The standard gRPC health check (grpc.health.v1.Health) on the service's port.");
   }
   if (c.cpus > 0) s.Add("cpus", Node::Num(c.cpus), c.note);
+  // Hardened as the Kubernetes pods are: a root filesystem nobody writes (scratch in a small
+  // in-memory /tmp), no capabilities and no way to gain any, and bounds on processes and memory
+  // so that one container cannot starve the machine. Raise mem_limit here for a large model.
+  s.Add("read_only", Node::Bool(true));
+  s.Add("tmpfs", Node::Strs({"/tmp:size=64m"}));
+  s.Add("cap_drop", Node::Strs({"ALL"}).Flow());
+  s.Add("security_opt", Node::Strs({"no-new-privileges:true"}).Flow());
+  s.Add("pids_limit", Node::Int(1024));
+  s.Add("mem_limit", Node::Str(ComposeMemoryLimit(c.role)));
   // Services end when the orchestrator stops them; a container that exits is not restarted.
   s.Add("restart", Node::Str("no"));
   if (c.role == ContainerRole::kOrchestrator) s.Comment(c.note);

@@ -19,6 +19,8 @@
 namespace strata {
 
 inline constexpr int kContainerPort = 50051;
+// The user the image runs its processes as (docker/Dockerfile: `useradd --uid 10001`).
+inline constexpr int kImageUid = 10001;
 inline constexpr char kContainerRunDir[] = "/run/strata";
 inline constexpr char kContainerJobSpec[] = "/etc/strata/job.yaml";
 // The user's own files (model.torchscript, the .npy files of dataset.name npy), read-only:
@@ -62,7 +64,7 @@ struct KubernetesNames {
   std::string job_spec() const { return prefix + "-job-spec"; }          // ConfigMap
   std::string topology() const { return prefix + "-topology"; }  // ConfigMap (replica counts)
   std::string token() const { return prefix + "-run-token"; }    // Secret
-  std::string inputs() const { return prefix + "-inputs"; }  // the user's claim, read-only
+  std::string inputs() const { return prefix + "-inputs"; }      // the user's claim, read-only
 };
 
 // InvalidArgument when nothing of the name is left for a DNS label.

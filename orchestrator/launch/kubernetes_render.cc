@@ -263,8 +263,12 @@ class Builder {
                       .Add("mountPath", Node::Str(kContainerInputsDir))
                       .Add("readOnly", Node::Bool(true)));
     }
+    // The root filesystem is read-only; what a process may write outside the run directory
+    // (scratch files) goes to a small in-memory /tmp.
+    mounts.Push(Node::Map().Add("name", Node::Str("tmp")).Add("mountPath", Node::Str("/tmp")));
     n.Add("volumeMounts", std::move(mounts));
     n.Add("resources", ResourcesNode(resources));
+    n.Add("securityContext", ContainerSecurity());
     if (c.serves) {
       // Servers and workers wait for the shard plan before they listen: the startup probe
       // gives them the sharder's time (30 minutes) before liveness counts.
@@ -277,8 +281,34 @@ class Builder {
     return n;
   }
 
+  // What the Pod Security "restricted" level asks of a container, and a root filesystem nobody
+  // can write: a compromised process cannot replace the binaries the next one runs.
+  static Node ContainerSecurity() {
+    Node s = Node::Map();
+    s.Add("allowPrivilegeEscalation", Node::Bool(false));
+    s.Add("readOnlyRootFilesystem", Node::Bool(true));
+    s.Add("capabilities", Node::Map().Add("drop", Node::Strs({"ALL"}).Flow()));
+    return s;
+  }
+
+  // The image's user (docker/Dockerfile), never root; the run volume's files belong to its group.
+  static Node PodSecurity() {
+    Node s = Node::Map();
+    s.Add("runAsNonRoot", Node::Bool(true));
+    s.Add("runAsUser", Node::Int(kImageUid));
+    s.Add("runAsGroup", Node::Int(kImageUid));
+    s.Add("fsGroup", Node::Int(kImageUid));
+    s.Add("seccompProfile", Node::Map().Add("type", Node::Str("RuntimeDefault")));
+    return s;
+  }
+
   Node Volumes(bool run_dir) const {
     Node v = Node::Seq();
+    v.Push(Node::Map()
+               .Add("name", Node::Str("tmp"))
+               .Add("emptyDir", Node::Map()
+                                    .Add("medium", Node::Str("Memory"))
+                                    .Add("sizeLimit", Node::Str("64Mi"))));
     v.Push(Node::Map()
                .Add("name", Node::Str("job-spec"))
                .Add("configMap", Node::Map().Add("name", Node::Str(names_.job_spec()))));
@@ -310,6 +340,9 @@ class Builder {
   Node PodSpec(const ContainerSpec& c, const Resources& r, const std::string& restart) const {
     Node spec = Node::Map();
     spec.Add("restartPolicy", Node::Str(restart));
+    spec.Add("automountServiceAccountToken", Node::Bool(false),
+             "No process of the job calls the Kubernetes API.");
+    spec.Add("securityContext", PodSecurity());
     spec.Add("containers", Node::Seq().Push(ContainerNode(c, r)));
     spec.Add("volumes", Volumes(c.uses_run_dir));
     return spec;

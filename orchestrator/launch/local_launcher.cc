@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> LocalLauncher::Spawn(const std::st
   SpawnOptions o;
   o.name = name;
   o.argv = std::move(argv);
-  o.log_path = absl::StrCat(paths_.logs, "/", name, ".log");
+  o.log_path = paths_.ServiceLog(name);
   auto child = ChildProcess::Spawn(o);
   if (!child.ok()) return failure_.Fail(name, child.status());
   return child;
@@ -72,7 +72,7 @@ absl::Status LocalLauncher::RunTask(const TaskSpec& task, std::chrono::milliseco
 absl::Status LocalLauncher::Start(const ServiceSpec& service) {
   Child c;
   c.spec = service;
-  c.port_file = absl::StrCat(paths_.ports, "/", service.name, ".port");
+  c.port_file = paths_.PortFile(service.name);
   absl::Status launched = Launch(c, "127.0.0.1:0");  // a free loopback port, reported in port_file
   // Kept even when the quota failed, so that stopping the run ends this process too.
   if (c.process != nullptr) children_.push_back(std::move(c));

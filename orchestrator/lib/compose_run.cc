@@ -25,6 +25,7 @@
 #include "orchestrator/lib/local_run.h"
 #include "orchestrator/plan/job_checks.h"
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/process/child_process.h"
 #include "services/common/process/interrupt.h"
 #include "services/common/process/run_tool.h"
@@ -285,8 +286,7 @@ void ComposeRun::CollectRecord() {
   for (const std::string& service : services_) {
     auto logs = RunDockerTool(Compose({"logs", "--no-color", "--no-log-prefix", service}),
                               tools_log_ + ".logs", options_.tool_timeout);
-    if (logs.ok())
-      WriteFileAtomic(absl::StrCat(dir_, "/logs/", service, ".log"), logs->output).IgnoreError();
+    if (logs.ok()) WriteFileAtomic(RunPaths(dir_).ServiceLog(service), logs->output).IgnoreError();
   }
   std::remove((tools_log_ + ".logs").c_str());  // the output is in logs/ already
 }

@@ -79,6 +79,10 @@ struct RunPaths {
   }
   std::string RingCheckpoint() const { return At(run_files::kRingCheckpoint); }
   std::string InitCheckpoint() const { return At(run_files::kInitCheckpoint); }
+  // ports/<service>.port: where a service started by the local launcher writes its port.
+  std::string PortFile(const std::string& service) const { return ports + "/" + service + ".port"; }
+  // logs/<service>.log: a service's output.
+  std::string ServiceLog(const std::string& service) const { return logs + "/" + service + ".log"; }
 
   std::string root;
   std::string job_yaml;  // the job as YAML, every key written out

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include <absl/strings/str_join.h>
+#include <yaml-cpp/yaml.h>
 
 #include "orchestrator/launch/compose_render.h"
 #include "orchestrator/launch/container_plan.h"
@@ -183,6 +184,88 @@ TEST(Render, NoFileHoldsASecretValue) {
       EXPECT_EQ(text.find("STRATA_RUN_TOKEN="), text.find("STRATA_RUN_TOKEN=$"))
           << path << ": the token is only ever read from the secret";
     }
+  }
+}
+
+// Every pod of every case meets the Pod Security "restricted" level, and more: a read-only root
+// filesystem, limits on every container, no service-account token. Seen to fail with the
+// containers' securityContext left out.
+TEST(RenderKubernetes, EveryPodMeetsTheRestrictedPodSecurityLevel) {
+  for (const char* job : {"configs/quickstart.yaml", "tests/data/render/ps-stragglers.yaml",
+                          "tests/data/render/allreduce.yaml"}) {
+    SCOPED_TRACE(job);
+    auto files = RenderKubernetes(LoadCase(job), {});
+    ASSERT_TRUE(files.ok()) << files.status();
+    int pods = 0;
+    for (const auto& [path, text] : *files) {
+      if (path.rfind("base/", 0) != 0 || path.find(".yaml") == std::string::npos) continue;
+      for (const YAML::Node& doc : YAML::LoadAll(text)) {
+        const std::string kind = doc["kind"] ? doc["kind"].as<std::string>() : "";
+        YAML::Node spec;
+        if (kind == "Pod") spec = doc["spec"];
+        if (kind == "Job") spec = doc["spec"]["template"]["spec"];
+        if (!spec.IsMap()) continue;  // a Service, a claim, a policy
+        ++pods;
+        const std::string where = path + ": " + doc["metadata"]["name"].as<std::string>("?");
+        const YAML::Node security = spec["securityContext"];
+        ASSERT_TRUE(security && security.IsMap()) << where;
+        EXPECT_TRUE(security["runAsNonRoot"].as<bool>(false)) << where;
+        EXPECT_GT(security["runAsUser"].as<int>(0), 0) << where;
+        EXPECT_EQ(security["seccompProfile"]["type"].as<std::string>(""), "RuntimeDefault")
+            << where;
+        EXPECT_FALSE(spec["automountServiceAccountToken"].as<bool>(true)) << where;
+        for (const char* host : {"hostNetwork", "hostPID", "hostIPC"}) {
+          EXPECT_FALSE(spec[host].as<bool>(false)) << where << " " << host;
+        }
+        for (const YAML::Node& volume : spec["volumes"]) {
+          EXPECT_FALSE(volume["hostPath"]) << where << ": a hostPath volume";
+        }
+        for (const char* list : {"containers", "initContainers"}) {
+          for (const YAML::Node& c : spec[list]) {
+            const std::string name = where + "/" + c["name"].as<std::string>("?");
+            const YAML::Node cs = c["securityContext"];
+            ASSERT_TRUE(cs && cs.IsMap()) << name;
+            EXPECT_FALSE(cs["allowPrivilegeEscalation"].as<bool>(true)) << name;
+            EXPECT_FALSE(cs["privileged"].as<bool>(false)) << name;
+            EXPECT_TRUE(cs["readOnlyRootFilesystem"].as<bool>(false)) << name;
+            std::vector<std::string> dropped;
+            for (const YAML::Node& d : cs["capabilities"]["drop"]) {
+              dropped.push_back(d.as<std::string>());
+            }
+            EXPECT_EQ(dropped, std::vector<std::string>{"ALL"}) << name;
+            EXPECT_FALSE(cs["capabilities"]["add"]) << name;
+            EXPECT_TRUE(c["resources"]["limits"]["cpu"]) << name;
+            EXPECT_TRUE(c["resources"]["limits"]["memory"]) << name;
+            for (const YAML::Node& port : c["ports"]) EXPECT_FALSE(port["hostPort"]) << name;
+          }
+        }
+      }
+    }
+    EXPECT_GE(pods, 3) << "the workers (and servers), the evaluator and the orchestrator";
+  }
+}
+
+// Compose services are hardened the same way: read-only root, no capabilities, no privilege
+// gain, bounded processes and memory. Seen to fail with read_only left out.
+TEST(RenderCompose, EveryServiceIsHardened) {
+  for (const char* job : {"configs/quickstart.yaml", "tests/data/render/ps-stragglers.yaml"}) {
+    SCOPED_TRACE(job);
+    const RenderedFiles files = RenderCompose(LoadCase(job), {});
+    const YAML::Node doc = YAML::Load(files.at("docker-compose.yml"));
+    int services = 0;
+    for (const auto& entry : doc["services"]) {
+      ++services;
+      const std::string name = entry.first.as<std::string>();
+      const YAML::Node s = entry.second;
+      EXPECT_TRUE(s["read_only"].as<bool>(false)) << name;
+      EXPECT_EQ(s["cap_drop"][0].as<std::string>(""), "ALL") << name;
+      EXPECT_EQ(s["security_opt"][0].as<std::string>(""), "no-new-privileges:true") << name;
+      EXPECT_GT(s["pids_limit"].as<int>(0), 0) << name;
+      EXPECT_FALSE(s["mem_limit"].as<std::string>("").empty()) << name;
+      EXPECT_FALSE(s["privileged"].as<bool>(false)) << name;
+      EXPECT_FALSE(s["network_mode"]) << name;
+    }
+    EXPECT_GE(services, 4);
   }
 }
 
