@@ -23,12 +23,6 @@
 // machine hold little-endian ('<f4'); big-endian files are refused.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "npy_file assumes a little-endian host");
 
-#define NPY_RETURN_IF_ERROR(expr)              \
-  do {                                         \
-    ::absl::Status npy_status_ = (expr);       \
-    if (!npy_status_.ok()) return npy_status_; \
-  } while (0)
-
 namespace strata {
 namespace {
 

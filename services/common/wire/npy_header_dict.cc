@@ -6,12 +6,6 @@
 
 #include <absl/strings/str_cat.h>
 
-#define NPY_RETURN_IF_ERROR(expr)              \
-  do {                                         \
-    ::absl::Status npy_status_ = (expr);       \
-    if (!npy_status_.ok()) return npy_status_; \
-  } while (0)
-
 namespace strata {
 namespace {
 

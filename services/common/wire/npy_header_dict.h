@@ -13,6 +13,14 @@
 #include <absl/status/status.h>
 #include <absl/strings/string_view.h>
 
+// The .npy reader's own early return: it is part of strata_formats, which the fuzz targets link,
+// and does not include base/status.h (which brings in gRPC's headers).
+#define NPY_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::absl::Status npy_status_ = (expr);       \
+    if (!npy_status_.ok()) return npy_status_; \
+  } while (0)
+
 namespace strata {
 
 struct NpyHeaderDict {
