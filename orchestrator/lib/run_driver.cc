@@ -206,8 +206,8 @@ absl::Status RunDriver::KeepTheModel() {
                              std::filesystem::copy_options::overwrite_existing, ec);
   if (ec) {
     return absl::FailedPreconditionError(absl::StrCat("cannot copy model.torchscript ",
-                                                      job_.model().torchscript(), " into the run: ",
-                                                      ec.message()));
+                                                      job_.model().torchscript(),
+                                                      " into the run: ", ec.message()));
   }
   job_.mutable_model()->set_torchscript(
       std::filesystem::absolute(copy).lexically_normal().string());
@@ -454,7 +454,16 @@ void RunDriver::SwitchDecided(const SwitchDecidedEvent& e) {
                                TriggerKindName(e.trigger.kind), e.trigger.reason, e.at_step));
 }
 
+void RunDriver::SwitchFailed(const SwitchFailedEvent& e) {
+  record_->SwitchFailed(e);
+  if (e.verification) {
+    handover_check_ = e.verification->ToJson();
+    console_.Say(absl::StrFormat("handover check failed: %s", e.error));
+  }
+}
+
 void RunDriver::SwitchDone(const SwitchDoneEvent& e) {
+  handover_check_ = e.verification.ToJson();
   record_->SwitchDone(e);
   console_.Say(absl::StrFormat(
       "switched to parameter servers at step %d (epoch %.2f): handover %.3f s%s", e.at_step,
