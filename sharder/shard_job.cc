@@ -184,19 +184,30 @@ absl::StatusOr<ShardJob> ResolveShardJob(const v1::ShardRequest& r) {
   return Resolve(s);
 }
 
-absl::StatusOr<nlohmann::ordered_json> RunShardJob(const ShardJob& job) {
-  SetClusteringThreads(job.threads);
+absl::StatusOr<ShardInput> LoadShardInput(const ShardJob& job) {
   auto start = std::chrono::steady_clock::now();
   auto dataset = LoadDataset(job.dataset);
   if (!dataset.ok()) return dataset.status();
   auto provenance = FingerprintDataset(job.dataset);
   if (!provenance.ok()) return provenance.status();
   provenance->extra_phase_seconds.emplace_back("load", SecondsSince(start));
-  auto plan = MakeShardPlan(dataset->train, static_cast<int64_t>(dataset->example_floats()),
-                            dataset->num_classes, job.plan);
+  return ShardInput{std::move(*dataset), std::move(*provenance)};
+}
+
+absl::StatusOr<nlohmann::ordered_json> PlanShards(const ShardJob& job, ShardInput input) {
+  SetClusteringThreads(job.threads);
+  auto plan =
+      MakeShardPlan(input.dataset.train, static_cast<int64_t>(input.dataset.example_floats()),
+                    input.dataset.num_classes, job.plan);
   if (!plan.ok()) return plan.status();
-  if (absl::Status s = WriteShardPlan(job.out_dir, *plan, *provenance); !s.ok()) return s;
-  return BuildManifest(*plan, *provenance);
+  if (absl::Status s = WriteShardPlan(job.out_dir, *plan, input.provenance); !s.ok()) return s;
+  return BuildManifest(*plan, input.provenance);
+}
+
+absl::StatusOr<nlohmann::ordered_json> RunShardJob(const ShardJob& job) {
+  auto input = LoadShardInput(job);
+  if (!input.ok()) return input.status();
+  return PlanShards(job, std::move(*input));
 }
 
 }  // namespace strata::sharder

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "services/common/ml/dataset.h"
+#include "sharder/plan_writer.h"
 #include "sharder/shard_flags.h"
 #include "sharder/shard_plan.h"
 #include "strata/v1/sharder.pb.h"
@@ -29,7 +30,19 @@ absl::StatusOr<ShardJob> ResolveShardJob(const shard::ShardFlags& flags);
 // The same rules for a request: zero / empty fields are not set.
 absl::StatusOr<ShardJob> ResolveShardJob(const v1::ShardRequest& request);
 
-// Runs the job; returns the manifest that was written. On error nothing is left at out_dir.
+// What a job reads: the data set and its fingerprint. Reading takes no lock (the readers accept
+// only regular files and read no more than a file of its size can hold, so a read ends).
+struct ShardInput {
+  Dataset dataset;
+  PlanProvenance provenance;
+};
+absl::StatusOr<ShardInput> LoadShardInput(const ShardJob& job);
+
+// Plans and writes the plan directory from what LoadShardInput read; returns the manifest that
+// was written. On error nothing is left at out_dir.
+absl::StatusOr<nlohmann::ordered_json> PlanShards(const ShardJob& job, ShardInput input);
+
+// Both in turn.
 absl::StatusOr<nlohmann::ordered_json> RunShardJob(const ShardJob& job);
 
 }  // namespace strata::sharder

@@ -37,12 +37,20 @@ grpc::Status SharderService::Shard(grpc::ServerContext* context, const v1::Shard
                  std::string(job.status().message()));
     return ToGrpcStatus(job.status());
   }
+  // The data is read before the planning lock: a read that took long (a slow disk) must not
+  // hold up every later request. The readers take regular files only and never read more than
+  // a file of its size holds, so a read ends.
+  auto input = LoadShardInput(*job);
+  if (!input.ok()) {
+    spdlog::warn("Shard request failed: {}", std::string(input.status().message()));
+    return ToGrpcStatus(input.status());
+  }
   std::lock_guard<std::mutex> lock(planning_);
   if (context->IsCancelled())
     return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled while queued");
-  spdlog::info("planning {} over {} workers of {} into {}", Spelled(job->plan.method),
-               job->plan.workers, Spelled(job->dataset.name), job->out_dir);
-  auto manifest = RunShardJob(*job);
+  spdlog::info("planning {} over {} workers of {} into {}", Spelled(job->plan.method), job->plan.workers,
+               Spelled(job->dataset.name), job->out_dir);
+  auto manifest = PlanShards(*job, std::move(*input));
   if (!manifest.ok()) {
     spdlog::warn("Shard request failed: {}", std::string(manifest.status().message()));
     return ToGrpcStatus(manifest.status());

@@ -10,8 +10,8 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/allreduce/rank_launcher.h"
+#include "services/collective/ring_allreduce.h"
 #include "services/common/wire/rpc.h"
-#include "services/worker/ring_allreduce.h"
 
 namespace {
 

@@ -19,12 +19,12 @@
 #include <absl/status/statusor.h>
 #include <absl/strings/str_cat.h>
 
+#include "services/collective/grpc_ring_link.h"
+#include "services/collective/ring_allreduce.h"
+#include "services/collective/tcp_ring_link.h"
 #include "services/common/base/files.h"
 #include "services/common/process/child_process.h"
 #include "services/common/wire/rpc.h"
-#include "services/worker/grpc_ring_link.h"
-#include "services/worker/ring_allreduce.h"
-#include "services/worker/tcp_ring_link.h"
 
 namespace strata::bench {
 

@@ -21,10 +21,15 @@ absl::Status WriteRenderedFiles(const std::string& out_dir, const RenderedFiles&
     return absl::FailedPreconditionError(
         absl::StrCat("cannot write to the output directory ", out_dir, ": not writable"));
   }
+  // Deployment files, meant to be read by the platform's tools and the containers' own user (a
+  // compose bind mount keeps the host file's mode), and holding no secret (the run token is a
+  // file of its own): readable, unlike the private files of a run directory.
+  FileAccessOptions readable;
+  readable.mode = 0644;
   for (const auto& [path, contents] : files) {
     const std::filesystem::path full = std::filesystem::path(out_dir) / path;
     const std::string dir = full.parent_path().string();
-    if (absl::Status s = MakeDirs(dir); !s.ok()) {
+    if (absl::Status s = MakeDirs(dir, 0755); !s.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("cannot create the output directory ", dir, ": ", s.message()));
     }
@@ -32,7 +37,7 @@ absl::Status WriteRenderedFiles(const std::string& out_dir, const RenderedFiles&
       return absl::FailedPreconditionError(
           absl::StrCat("cannot write to the output directory ", dir, ": not writable"));
     }
-    if (absl::Status s = WriteFileAtomic(full.string(), contents); !s.ok()) {
+    if (absl::Status s = WriteFileAtomic(full.string(), contents, readable); !s.ok()) {
       return absl::FailedPreconditionError(
           absl::StrCat("cannot write ", full.string(), ": ", s.message()));
     }

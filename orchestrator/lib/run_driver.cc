@@ -161,7 +161,7 @@ absl::Status RunDriver::Prepare() {
   if (attached()) {
     // The token the platform gave every service (a compose secret, a Kubernetes Secret); present,
     // SuperviseJob checked.
-    auth.token = std::getenv(kRunTokenEnv);
+    auth.token = RunTokenFromEnvironment();
   } else {
     STRATA_ASSIGN_OR_RETURN(auth.token, GenerateRunToken());
   }

@@ -72,7 +72,7 @@ class EvaluatorService final : public v1::Evaluator::Service {
       source = absl::StrCat("checkpoint ", request->checkpoint());
       auto path = ResolveInRunDir(options_.run_dir, request->checkpoint(), "Evaluate checkpoint");
       if (!path.ok()) return ToGrpcStatus(path.status());
-      auto c = ReadCheckpoint(*path);
+      auto c = ReadCheckpoint(*path, options_.run_dir);
       if (!c.ok()) {
         fetched = c.status();
       } else {

@@ -19,6 +19,7 @@
 #include "services/common/base/files.h"
 #include "services/common/base/logging.h"
 #include "services/common/base/run_directory.h"
+#include "services/common/base/status.h"
 #include "services/common/config/job_flags.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/rpc_auth.h"
@@ -94,168 +95,245 @@ class StopFlag {
   std::string reason_;
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Exit with the orchestrator (or test) that launched us: the parent's death sends SIGTERM,
-  // which the signal thread below turns into an orderly stop.
-  const pid_t parent = getppid();
-  prctl(PR_SET_PDEATHSIG, SIGTERM);
-  if (getppid() != parent) return Fail("parent exited during start-up");
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGTERM);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);  // before any thread starts: all inherit it
-
-  CLI::App app{"Strata parameter server: one partition of the model"};
+// The command line.
+struct PsFlags {
   std::string listen = "127.0.0.1:0", port_file, init_checkpoint, run_dir, log_file;
   int partition = 0;
   int checkpoint_every_epochs = 0;
   // -1: what the job and the run directory say.
   int64_t train_examples = 0, sample_budget = -1;
   double checkpoint_every_s = -1;
-  app.add_option("--listen", listen, "address to serve on; port 0 picks a free port");
-  app.add_option("--port-file", port_file,
+  bool resume = false;
+  bool insecure_no_auth = false;
+  strata::TlsFlagValues tls;
+};
+
+void AddFlags(CLI::App& app, strata::JobFlags& job_flags, PsFlags* f) {
+  app.add_option("--listen", f->listen, "address to serve on; port 0 picks a free port");
+  app.add_option("--port-file", f->port_file,
                  "file that receives the bound port (written atomically)");
-  app.add_option("--partition", partition, "this server's partition index")
+  app.add_option("--partition", f->partition, "this server's partition index")
       ->required()
       ->check(CLI::NonNegativeNumber);
-  strata::JobFlags job_flags(&app, "a server");
   job_flags.AddShorthand("--partitions", "cluster.parameter_servers", "number of servers");
   job_flags.AddShorthand("--workers", "cluster.workers", "number of workers pushing");
   job_flags.AddShorthand("--consistency", "strategy.consistency", "asp | bsp | ssp | pdp | apdp");
   job_flags.AddShorthand("--staleness", "strategy.staleness", "SSP bound");
   job_flags.AddShorthand("--lr-scale", "strategy.ps_lr_scale",
                          "ASP/SSP per-worker lr = training.lr * X");
-  app.add_option("--train-examples", train_examples,
+  app.add_option("--train-examples", f->train_examples,
                  "training-set size (global epoch = samples / M); default: the sharder's count in "
                  "<run-dir>/shards/manifest.json")
       ->check(CLI::PositiveNumber);
-  app.add_option("--sample-budget", sample_budget,
+  app.add_option("--sample-budget", f->sample_budget,
                  "samples the job applies in all, all workers together; then pushes are discarded "
                  "and workers told to stop (default: training.epochs x the training-set size; "
                  "0: none, each worker stops by itself)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--init-checkpoint", init_checkpoint,
+  app.add_option("--init-checkpoint", f->init_checkpoint,
                  "load this checkpoint (whole model or partition) at start")
       ->check(CLI::ExistingFile);
-  app.add_option("--run-dir", run_dir, "run directory (checkpoints go to <run-dir>/checkpoints)");
-  app.add_option("--checkpoint-every-epochs", checkpoint_every_epochs,
+  app.add_option("--run-dir", f->run_dir,
+                 "run directory (checkpoints go to <run-dir>/checkpoints)");
+  app.add_option("--checkpoint-every-epochs", f->checkpoint_every_epochs,
                  "save the partition each time E more global epochs complete (needs --run-dir)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--checkpoint-every-s", checkpoint_every_s,
+  app.add_option("--checkpoint-every-s", f->checkpoint_every_s,
                  "save the partition every S seconds (needs --run-dir; default with --run-dir: "
                  "the job's recovery.server_checkpoint_s)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--log-file", log_file, "also log to this file");
-  bool resume = false;
-  app.add_flag("--resume", resume,
+  app.add_option("--log-file", f->log_file, "also log to this file");
+  app.add_flag("--resume", f->resume,
                "start from this partition's own last periodic checkpoint "
                "(<run-dir>/checkpoints/ps-<partition>.ckpt) when it exists, instead of "
                "--init-checkpoint: a restarted server continues where it last saved");
-  bool insecure_no_auth = false;
-  app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
-  strata::TlsFlagValues tls;
-  strata::AddTlsFlags(&app, &tls);
+  app.add_flag(strata::kInsecureNoAuthFlag, f->insecure_no_auth, strata::kInsecureNoAuthHelp);
+  strata::AddTlsFlags(&app, &f->tls);
+}
+
+// This server's partition of the job, with what the job learned while it ran: the sharder counted
+// the training set (in the run directory) before any server started. Also settles the periodic
+// checkpoints' default.
+absl::StatusOr<strata::PartitionConfig> PartitionOf(const strata::v1::ResolvedJob& job,
+                                                    PsFlags* f) {
+  if (f->train_examples == 0) {
+    if (f->run_dir.empty()) {
+      return absl::InvalidArgumentError("give --train-examples, or --run-dir of a sharded run");
+    }
+    STRATA_ASSIGN_OR_RETURN(
+        auto plan, strata::ReadShardPlanFacts(strata::RunPaths(f->run_dir).ShardManifest()));
+    f->train_examples = plan.examples;
+  }
+  if (f->checkpoint_every_s < 0) {
+    f->checkpoint_every_s = f->run_dir.empty() ? 0 : job.recovery().server_checkpoint_s();
+  }
+  STRATA_ASSIGN_OR_RETURN(strata::PartitionConfig config,
+                          strata::PartitionConfigFor(job, f->partition, f->train_examples));
+  if (f->sample_budget >= 0) config.sample_budget = f->sample_budget;
+  return config;
+}
+
+// The per-step push/pull over plain TCP (tcp_push_pull_server.h), unless the job keeps it on gRPC
+// or TLS is on (the data plane is not encrypted); the rest stays on gRPC. Null: none.
+std::unique_ptr<strata::TcpPushPullServer> StartDataPlane(const strata::v1::ResolvedJob& job,
+                                                          const std::string& listen,
+                                                          strata::ParameterPartition* state) {
+  if (job.strategy().ps_link() == strata::v1::DATA_LINK_GRPC) {
+    spdlog::info("strategy.ps_link {}: no plain-TCP data plane",
+                 strata::Spelled(job.strategy().ps_link()));
+    return nullptr;
+  }
+  if (strata::ChannelsUseTls()) {
+    spdlog::info("TLS is on: push/pull stays on gRPC (the plain-TCP data plane is not encrypted)");
+    return nullptr;
+  }
+  strata::TcpPushPullServerOptions plane;
+  plane.listen_host = strata::tcp::DataPlaneHost(listen);
+  auto started = strata::TcpPushPullServer::Start(state, plane);
+  if (!started.ok()) {
+    spdlog::warn("no plain-TCP data plane ({}): push/pull stays on gRPC",
+                 std::string(started.status().message()));
+    return nullptr;
+  }
+  return std::move(*started);
+}
+
+// The model the server starts with: a restarted server's own save is newer than anything it was
+// started with (--resume); else --init-checkpoint, if any (else it idles until LoadCheckpoint).
+absl::Status LoadFirstModel(strata::ParameterServerService& service, const PsFlags& f) {
+  const std::string own_checkpoint = service.DefaultCheckpointPath();
+  const bool resuming = f.resume && ::access(own_checkpoint.c_str(), F_OK) == 0;
+  const std::string first_model = resuming ? own_checkpoint : f.init_checkpoint;
+  if (first_model.empty()) return absl::OkStatus();
+  STRATA_ASSIGN_OR_RETURN(const strata::v1::CheckpointReply loaded, service.Load(first_model));
+  if (resuming) {
+    spdlog::info("resumed from this partition's last checkpoint {}: version {}", own_checkpoint,
+                 loaded.version());
+  }
+  return absl::OkStatus();
+}
+
+// Periodic checkpoints, until the partition stops: woken by epoch boundaries (and every second,
+// for the timer).
+void SavePeriodically(strata::ParameterPartition& state, strata::ParameterServerService& service,
+                      const PsFlags& f) {
+  int64_t saved_version = -1, saved_epochs = state.Status().completed_epochs;
+  auto last_save = std::chrono::steady_clock::now();
+  const auto every = std::chrono::duration<double>(f.checkpoint_every_s);
+  while (!state.stopping()) {
+    const auto status = state.Status();
+    state.WaitForProgress(status.completed_epochs, std::chrono::seconds(1));
+    const auto now_status = state.Status();
+    if (!now_status.loaded || now_status.version == saved_version) continue;
+    const bool epochs_due = f.checkpoint_every_epochs > 0 &&
+                            now_status.completed_epochs >= saved_epochs + f.checkpoint_every_epochs;
+    const bool time_due =
+        f.checkpoint_every_s > 0 && std::chrono::steady_clock::now() - last_save >= every;
+    // The first model a server holds is saved at once: a server restarted before its first
+    // timed save would otherwise come back empty (switch jobs) or at the initial model.
+    const bool first_save = saved_version < 0;
+    if (!epochs_due && !time_due && !first_save) continue;
+    auto saved = service.Save("");
+    last_save = std::chrono::steady_clock::now();
+    if (!saved.ok()) {
+      spdlog::warn("periodic checkpoint failed: {}", std::string(saved.status().message()));
+      continue;
+    }
+    saved_version = saved->version();
+    saved_epochs = now_status.completed_epochs;
+    spdlog::info("checkpoint {} at version {}, epoch {}", saved->path(), saved->version(),
+                 now_status.completed_epochs);
+  }
+}
+
+// Exit with the orchestrator (or test) that launched us: the parent's death sends SIGTERM, which
+// the signal thread turns into an orderly stop. Blocks the stop signals before any thread starts
+// (all inherit the mask) and returns them; false if the parent is already gone.
+bool FollowTheParent(sigset_t* signals) {
+  const pid_t parent = getppid();
+  prctl(PR_SET_PDEATHSIG, SIGTERM);
+  if (getppid() != parent) return false;
+  sigemptyset(signals);
+  sigaddset(signals, SIGTERM);
+  sigaddset(signals, SIGINT);
+  sigaddset(signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, signals, nullptr);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sigset_t signals;
+  if (!FollowTheParent(&signals)) return Fail("parent exited during start-up");
+
+  CLI::App app{"Strata parameter server: one partition of the model"};
+  PsFlags flags;
+  strata::JobFlags job_flags(&app, "a server");
+  AddFlags(app, job_flags, &flags);
   CLI11_PARSE(app, argc, argv);
-  if (absl::Status s = strata::InitServiceAuth("strata-ps", insecure_no_auth); !s.ok()) {
+  if (absl::Status s = strata::InitServiceAuth("strata-ps", flags.insecure_no_auth); !s.ok()) {
     return Fail(std::string(s.message()));
   }
-  if (absl::Status s = strata::InitServiceTls(tls); !s.ok()) return Fail(std::string(s.message()));
-
-  if ((checkpoint_every_s > 0 || checkpoint_every_epochs > 0 || resume) && run_dir.empty()) {
+  if (absl::Status s = strata::InitServiceTls(flags.tls); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  if ((flags.checkpoint_every_s > 0 || flags.checkpoint_every_epochs > 0 || flags.resume) &&
+      flags.run_dir.empty()) {
     return Fail("--checkpoint-every-s, --checkpoint-every-epochs and --resume need --run-dir");
   }
-  strata::InitLogging({absl::StrCat("ps-", partition), log_file, "info"});
+  strata::InitLogging({absl::StrCat("ps-", flags.partition), flags.log_file, "info"});
 
   auto job = strata::LoadServiceJob(job_flags.Source());
   if (!job.ok()) return Fail(std::string(job.status().message()));
-  // What the job learned while it ran is in the run directory: the sharder counted the training
-  // set before any server started.
-  if (train_examples == 0) {
-    if (run_dir.empty()) return Fail("give --train-examples, or --run-dir of a sharded run");
-    auto plan = strata::ReadShardPlanFacts(strata::RunPaths(run_dir).ShardManifest());
-    if (!plan.ok()) return Fail(std::string(plan.status().message()));
-    train_examples = plan->examples;
-  }
-  if (checkpoint_every_s < 0) {
-    checkpoint_every_s = run_dir.empty() ? 0 : job->recovery().server_checkpoint_s();
-  }
-  auto partition_config = strata::PartitionConfigFor(*job, partition, train_examples);
+  auto partition_config = PartitionOf(*job, &flags);
   if (!partition_config.ok()) return Fail(std::string(partition_config.status().message()));
-  if (sample_budget >= 0) partition_config->sample_budget = sample_budget;
   const strata::PartitionConfig& config = *partition_config;
-  const int partitions = config.partitions, workers = config.workers;
 
   strata::ParameterPartition state(config);
-  // The per-step push/pull over plain TCP (tcp_push_pull_server.h); the rest stays on gRPC.
-  std::unique_ptr<strata::TcpPushPullServer> data_plane;
-  if (job->strategy().ps_link() == strata::v1::DATA_LINK_GRPC) {
-    spdlog::info("strategy.ps_link {}: no plain-TCP data plane",
-                 strata::Spelled(job->strategy().ps_link()));
-  } else if (strata::ChannelsUseTls()) {
-    spdlog::info("TLS is on: push/pull stays on gRPC (the plain-TCP data plane is not encrypted)");
-  } else {
-    strata::TcpPushPullServerOptions plane;
-    plane.listen_host = strata::tcp::DataPlaneHost(listen);
-    auto started = strata::TcpPushPullServer::Start(&state, plane);
-    if (started.ok()) {
-      data_plane = std::move(*started);
-    } else {
-      spdlog::warn("no plain-TCP data plane ({}): push/pull stays on gRPC",
-                   std::string(started.status().message()));
-    }
-  }
+  std::unique_ptr<strata::TcpPushPullServer> data_plane =
+      StartDataPlane(*job, flags.listen, &state);
   StopFlag stop;
   strata::ParameterServerServiceOptions service_options;
   service_options.data_plane = data_plane.get();
-  service_options.run_dir = run_dir;
+  service_options.run_dir = flags.run_dir;
   service_options.on_stop = [&stop](const std::string& reason) {
     stop.Set(reason.empty() ? "Stop RPC" : "Stop RPC: " + reason);
   };
   strata::ParameterServerService service(&state, service_options);
   std::unique_ptr<strata::PullCoordinator> coordinator;
   std::unique_ptr<strata::PullCoordinatorService> coordinator_service;
-  if (strata::ServerDecidesPulls(config.consistency) && partition == 0) {
-    auto made = MakeCoordinator(*job, config, run_dir);
+  if (strata::ServerDecidesPulls(config.consistency) && flags.partition == 0) {
+    auto made = MakeCoordinator(*job, config, flags.run_dir);
     if (!made.ok()) return Fail(std::string(made.status().message()));
     coordinator = std::move(*made);
     coordinator_service = std::make_unique<strata::PullCoordinatorService>(coordinator.get());
   }
-  // A restarted server's own save is newer than anything it was started with.
-  const std::string own_checkpoint = service.DefaultCheckpointPath();
-  const bool resuming = resume && ::access(own_checkpoint.c_str(), F_OK) == 0;
-  const std::string first_model = resuming ? own_checkpoint : init_checkpoint;
-  if (!first_model.empty()) {
-    auto loaded = service.Load(first_model);
-    if (!loaded.ok()) return Fail(std::string(loaded.status().message()));
-    if (resuming) {
-      spdlog::info("resumed from this partition's last checkpoint {}: version {}", own_checkpoint,
-                   loaded->version());
-    }
+  if (absl::Status s = LoadFirstModel(service, flags); !s.ok()) {
+    return Fail(std::string(s.message()));
   }
 
   int port = 0;
   std::vector<grpc::Service*> services = {&service};
   if (coordinator_service) services.push_back(coordinator_service.get());
-  std::unique_ptr<grpc::Server> server = strata::StartServer(listen, services, &port);
-  if (server == nullptr || port == 0) return Fail(absl::StrCat("cannot listen on ", listen));
-  if (!port_file.empty()) {
-    if (absl::Status s = strata::WriteFileAtomic(port_file, absl::StrCat(port, "\n")); !s.ok()) {
+  std::unique_ptr<grpc::Server> server = strata::StartServer(flags.listen, services, &port);
+  if (server == nullptr || port == 0) return Fail(absl::StrCat("cannot listen on ", flags.listen));
+  if (!flags.port_file.empty()) {
+    if (absl::Status s = strata::WriteFileAtomic(flags.port_file, absl::StrCat(port, "\n"));
+        !s.ok()) {
       return Fail(std::string(s.message()));
     }
   }
   spdlog::info(
       "partition {} of {} serving on port {} (push/pull data plane: {}): {} workers, {} "
       "(staleness {}), lr {} x {}, {} training examples{}",
-      partition, partitions, port,
-      data_plane ? absl::StrCat("TCP port ", data_plane->port()) : std::string("gRPC"), workers,
-      strata::Spelled(config.consistency), config.staleness, config.lr, config.lr_scale,
-      train_examples, state.loaded() ? "" : "; idle until LoadCheckpoint");
+      flags.partition, config.partitions, port,
+      data_plane ? absl::StrCat("TCP port ", data_plane->port()) : std::string("gRPC"),
+      config.workers, strata::Spelled(config.consistency), config.staleness, config.lr,
+      config.lr_scale, flags.train_examples, state.loaded() ? "" : "; idle until LoadCheckpoint");
   if (coordinator) {
-    spdlog::info("deciding the rounds of the {} workers: {}", workers, coordinator->SearchText());
+    spdlog::info("deciding the rounds of the {} workers: {}", config.workers,
+                 coordinator->SearchText());
     coordinator->Start();
   }
 
@@ -265,40 +343,9 @@ int main(int argc, char** argv) {
     stop.Set(absl::StrCat("signal ", signal));
   });
   signal_thread.detach();  // stays blocked in sigwait when Stop ends the process instead
-
-  // Periodic checkpoints: a thread woken by epoch boundaries (and every second, for the timer).
   std::thread saver;
-  if (checkpoint_every_s > 0 || checkpoint_every_epochs > 0) {
-    saver = std::thread([&] {
-      int64_t saved_version = -1, saved_epochs = state.Status().completed_epochs;
-      auto last_save = std::chrono::steady_clock::now();
-      const auto every = std::chrono::duration<double>(checkpoint_every_s);
-      while (!state.stopping()) {
-        const auto status = state.Status();
-        state.WaitForProgress(status.completed_epochs, std::chrono::seconds(1));
-        const auto now_status = state.Status();
-        if (!now_status.loaded || now_status.version == saved_version) continue;
-        const bool epochs_due =
-            checkpoint_every_epochs > 0 &&
-            now_status.completed_epochs >= saved_epochs + checkpoint_every_epochs;
-        const bool time_due =
-            checkpoint_every_s > 0 && std::chrono::steady_clock::now() - last_save >= every;
-        // The first model a server holds is saved at once: a server restarted before its first
-        // timed save would otherwise come back empty (switch jobs) or at the initial model.
-        const bool first_save = saved_version < 0;
-        if (!epochs_due && !time_due && !first_save) continue;
-        auto saved = service.Save("");
-        last_save = std::chrono::steady_clock::now();
-        if (!saved.ok()) {
-          spdlog::warn("periodic checkpoint failed: {}", std::string(saved.status().message()));
-          continue;
-        }
-        saved_version = saved->version();
-        saved_epochs = now_status.completed_epochs;
-        spdlog::info("checkpoint {} at version {}, epoch {}", saved->path(), saved->version(),
-                     now_status.completed_epochs);
-      }
-    });
+  if (flags.checkpoint_every_s > 0 || flags.checkpoint_every_epochs > 0) {
+    saver = std::thread([&] { SavePeriodically(state, service, flags); });
   }
   while (!stop.WaitFor(std::chrono::hours(24))) {
   }

@@ -15,7 +15,6 @@ PushStaging::PushStaging(std::shared_ptr<const PartitionLayout> layout)
       seen_(layout_->entries.size(), false) {}
 
 absl::StatusOr<void*> PushStaging::Destination(const TensorSpec& spec) {
-  in_place_ = nullptr;
   auto it = layout_->index.find(spec.name);
   if (it == layout_->index.end()) {
     return absl::InvalidArgumentError(
@@ -42,13 +41,7 @@ absl::StatusOr<void*> PushStaging::Destination(const TensorSpec& spec) {
 float* PushStaging::WholeDestination() {
   std::fill(seen_.begin(), seen_.end(), true);
   scanned_ = false;
-  in_place_ = nullptr;
   return values_.data();
-}
-
-void PushStaging::ReadInPlace(const float* values) {
-  WholeDestination();
-  in_place_ = values;
 }
 
 absl::Status CheckPushMeta(const PushMeta& meta, int workers) {

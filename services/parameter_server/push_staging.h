@@ -47,9 +47,6 @@ class PushStaging {
   // The whole push in one piece, in layout order (the plain-TCP data plane reads it straight in):
   // every tensor counts as present.
   float* WholeDestination();
-  // The whole push, in layout order, read where it lies (a shared region the worker wrote) rather
-  // than copied in; `values` must stay readable until the push has been applied.
-  void ReadInPlace(const float* values);
   // The largest magnitude of the values, found while they arrived (infinity: a NaN or Inf among
   // them); Validate then does not scan them again.
   void NoteScanned(float max_abs) {
@@ -65,12 +62,11 @@ class PushStaging {
 
   const PartitionLayout& layout() const { return *layout_; }
   // Gradients of the parameters, then the buffers, as the layout orders them.
-  const float* values() const { return in_place_ != nullptr ? in_place_ : values_.data(); }
+  const float* values() const { return values_.data(); }
 
  private:
   std::shared_ptr<const PartitionLayout> layout_;
   std::vector<float> values_;
-  const float* in_place_ = nullptr;  // ReadInPlace's values, or null: values_
   std::vector<bool> seen_;
   float max_abs_ = std::numeric_limits<float>::infinity();
   bool scanned_ = false;

@@ -207,10 +207,9 @@ absl::StatusOr<v1::CheckpointReply> ParameterServerService::Save(const std::stri
         absl::StrCat("partition ", partition_->config().partition, " holds no model to save"));
   }
   const Checkpoint c = partition_->ToCheckpoint();
-  if (auto slash = path.rfind('/'); slash != std::string::npos && slash > 0) {
-    STRATA_RETURN_IF_ERROR(MakeDirs(path.substr(0, slash)));
-  }
-  STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c));
+  // Inside the run directory (every path here is: the default one or a confined request),
+  // written from a descriptor of it with no link followed, missing directories made 0700.
+  STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c, options_.run_dir));
   v1::CheckpointReply reply;
   reply.set_path(path);
   reply.set_version(c.version);
@@ -218,9 +217,10 @@ absl::StatusOr<v1::CheckpointReply> ParameterServerService::Save(const std::stri
   return reply;
 }
 
-absl::StatusOr<v1::CheckpointReply> ParameterServerService::Load(const std::string& path) {
+absl::StatusOr<v1::CheckpointReply> ParameterServerService::Load(const std::string& path,
+                                                                 const std::string& beneath) {
   if (path.empty()) return absl::InvalidArgumentError("LoadCheckpoint needs a path");
-  STRATA_ASSIGN_OR_RETURN(Checkpoint c, ReadCheckpoint(path));
+  STRATA_ASSIGN_OR_RETURN(Checkpoint c, ReadCheckpoint(path, beneath));
   return Install(c, path);
 }
 
@@ -277,7 +277,7 @@ grpc::Status ParameterServerService::LoadCheckpoint(grpc::ServerContext* context
       return ToGrpcStatus(absl::InvalidArgumentError("LoadCheckpoint needs a path"));
     }
     auto confined = ResolveInRunDir(options_.run_dir, request->path(), "LoadCheckpoint path");
-    r = confined.ok() ? Load(*confined) : confined.status();
+    r = confined.ok() ? Load(*confined, options_.run_dir) : confined.status();
   } else {
     r = LoadFromWorker(request->from_worker(), request->from_worker_step(), context->deadline());
   }
@@ -307,7 +307,9 @@ grpc::Status ParameterServerService::DataPlane(grpc::ServerContext*,
                      partition_->config().workers - 1)));
   }
   reply->set_port(static_cast<uint32_t>(options_.data_plane->port()));
-  reply->set_ticket(options_.data_plane->ticket().data(), options_.data_plane->ticket().size());
+  // Worker `sender`'s own ticket: its connection's requests must then all name that worker.
+  const tcp::Ticket& ticket = options_.data_plane->ticket(static_cast<int>(request->sender()));
+  reply->set_ticket(ticket.data(), ticket.size());
   return grpc::Status::OK;
 }
 

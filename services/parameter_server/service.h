@@ -49,7 +49,10 @@ class ParameterServerService final : public v1::ParameterServer::Service {
 
   // Also used by the periodic saver and --init-checkpoint.
   absl::StatusOr<v1::CheckpointReply> Save(const std::string& path);
-  absl::StatusOr<v1::CheckpointReply> Load(const std::string& path);
+  // `beneath`: the directory `path` must lie in, no link followed below it (a request's path:
+  // the run directory); empty for the operator's --init-checkpoint.
+  absl::StatusOr<v1::CheckpointReply> Load(const std::string& path,
+                                           const std::string& beneath = "");
   // The handover model of `step`, streamed from a worker (no shared file system needed).
   absl::StatusOr<v1::CheckpointReply> LoadFromWorker(
       const std::string& worker, int64_t step, std::chrono::system_clock::time_point deadline);

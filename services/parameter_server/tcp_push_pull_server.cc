@@ -22,6 +22,9 @@ namespace {
 
 namespace wire = push_pull_wire;
 
+// How long a share waits for its worker to take the region's descriptor.
+constexpr std::chrono::milliseconds kHandOverTimeout{10000};
+
 // One worker's connection after its hello: answers its requests in order, one at a time.
 class Session {
  public:
@@ -101,29 +104,26 @@ class Session {
       staging_ = std::make_unique<PushStaging>(*layout);
     }
     const size_t floats = request.payload_bytes / sizeof(float);
-    if (shared) {
-      // Scanned and applied where the worker wrote it, with no copy: the worker waits for its
-      // reply meanwhile (and one that could write the region while it does could as well write
-      // this process's memory; shared_region.h).
-      const auto* pushed = reinterpret_cast<const float*>(region_->push_area());
-      staging_->ReadInPlace(pushed);
-      staging_->NoteScanned(MaxAbsOrInfinity(pushed, floats));
-    } else {
-      // In pieces that stay in the cache, each scanned for its largest magnitude (and any NaN or
-      // Inf) as soon as it lands: PushStaging::Validate then needs no pass of its own.
-      float* into = staging_->WholeDestination();
-      constexpr size_t kPieceFloats = 64 << 10;
-      float largest = 0;
-      for (size_t at = 0; at < floats; at += kPieceFloats) {
-        const size_t n = std::min(kPieceFloats, floats - at);
-        if (!tcp::ReceiveExact(fd_, into + at, n * sizeof(float)).ok()) {
-          *connection_broke = true;
-          return absl::UnavailableError("the pushing worker went away");
-        }
-        largest = std::max(largest, MaxAbsOrInfinity(into + at, n));
+    // In pieces that stay in the cache, each scanned for its largest magnitude (and any NaN or
+    // Inf) as soon as it is in this process's memory: PushStaging::Validate then needs no pass
+    // of its own, and what is applied is exactly what was scanned.
+    float* into = staging_->WholeDestination();
+    constexpr size_t kPieceFloats = 64 << 10;
+    float largest = 0;
+    const auto* pushed = shared ? reinterpret_cast<const float*>(region_->push_area()) : nullptr;
+    for (size_t at = 0; at < floats; at += kPieceFloats) {
+      const size_t n = std::min(kPieceFloats, floats - at);
+      if (shared) {
+        // Copied out before the scan: the worker (or anything else that could write the region)
+        // can change the shared area at any time, but not this process's copy.
+        std::memcpy(into + at, pushed + at, n * sizeof(float));
+      } else if (!tcp::ReceiveExact(fd_, into + at, n * sizeof(float)).ok()) {
+        *connection_broke = true;
+        return absl::UnavailableError("the pushing worker went away");
       }
-      staging_->NoteScanned(largest);
+      largest = std::max(largest, MaxAbsOrInfinity(into + at, n));
     }
+    staging_->NoteScanned(largest);
     const PushMeta meta{worker_, request.version, request.clock, request.samples, request.lr};
     STRATA_RETURN_IF_ERROR(CheckPushMeta(meta, partition_->config().workers));
     // The message is built only for a refusal: this runs on every push.
@@ -165,18 +165,20 @@ class Session {
     return absl::OkStatus();
   }
 
-  // A share request: a region sized for the partition (kept for the connection's life, so asking
-  // again returns the same one), offered in the reply. Refused when there is nothing to size it
-  // by; the worker then keeps its tensors on the socket.
+  // A share request: a fresh region sized for the partition, offered in the reply and handed
+  // over to this connection's worker alone (SharedRegion::HandOver), after which no descriptor of
+  // this process names it. Refused when there is nothing to size it by; the worker then keeps its
+  // tensors on the socket, as it does when it cannot attach (another host or namespace).
   absl::Status Share(const wire::Request& request) {
+    region_.reset();
     absl::StatusOr<std::shared_ptr<const PartitionLayout>> layout = partition_->CurrentLayout();
     absl::Status usable = layout.status();
     if (usable.ok()) usable = CheckWorker(request);
-    const size_t bytes = usable.ok() ? (*layout)->total_floats * sizeof(float) : 0;
-    if (usable.ok() && (region_ == nullptr || region_->area_bytes() != bytes)) {
-      region_.reset();
-      absl::StatusOr<std::unique_ptr<SharedRegion>> created = SharedRegion::Create(bytes);
-      if (created.ok()) region_ = std::move(*created);
+    std::unique_ptr<SharedRegion> region;
+    if (usable.ok()) {
+      absl::StatusOr<std::unique_ptr<SharedRegion>> created =
+          SharedRegion::Create((*layout)->total_floats * sizeof(float));
+      if (created.ok()) region = std::move(*created);
       usable = created.status();
     }
     if (!usable.ok()) return SendRefusal(usable);
@@ -185,8 +187,12 @@ class Session {
     uint8_t header[wire::kReplyBytes];
     wire::EncodeReply(reply, header);
     uint8_t offer[wire::kShareOfferBytes];
-    wire::EncodeShareOffer(region_->offer(), offer);
-    return tcp::SendAll(fd_, header, sizeof(header), offer, sizeof(offer));
+    wire::EncodeShareOffer(region->offer(), offer);
+    STRATA_RETURN_IF_ERROR(tcp::SendAll(fd_, header, sizeof(header), offer, sizeof(offer)));
+    // The worker takes the descriptor before it sends anything more on this connection; a next
+    // request first means it could not (and it keeps its tensors on the socket).
+    if (region->HandOver(fd_, kHandOverTimeout)) region_ = std::move(region);
+    return absl::OkStatus();
   }
 
   absl::Status SendModel(const PullSnapshot& snapshot, bool shared) {
@@ -232,12 +238,24 @@ class Session {
 
 absl::StatusOr<std::unique_ptr<TcpPushPullServer>> TcpPushPullServer::Start(
     PartitionStore* partition, TcpPushPullServerOptions options) {
-  STRATA_ASSIGN_OR_RETURN(const tcp::Ticket ticket, tcp::RandomTicket());
+  std::vector<tcp::Ticket> tickets;
+  for (int w = 0; w < partition->config().workers; ++w) {
+    STRATA_ASSIGN_OR_RETURN(const tcp::Ticket ticket, tcp::RandomTicket());
+    tickets.push_back(ticket);
+  }
   int port = 0;
   STRATA_ASSIGN_OR_RETURN(const int fd, tcp::ListenTcp(options.listen_host, &port));
+  tcp::HelloGateOptions gate;
+  gate.max_pending = options.max_pending;
+  gate.handshake_timeout = options.hello_timeout;
+  gate.what = "push/pull data plane";
   std::unique_ptr<TcpPushPullServer> server(
-      new TcpPushPullServer(partition, std::move(options), fd, port, ticket));
-  server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+      new TcpPushPullServer(partition, std::move(options), port, std::move(tickets)));
+  STRATA_ASSIGN_OR_RETURN(
+      server->gate_,
+      tcp::HelloGate::Start(fd, gate, [s = server.get()](int connection, const uint8_t* hello) {
+        return s->Admit(connection, hello);
+      }));
   return server;
 }
 
@@ -247,12 +265,12 @@ void TcpPushPullServer::Stop() {
   std::unique_lock<std::mutex> lock(mu_);
   if (stopping_) return;
   stopping_ = true;
-  // shutdown() wakes the threads blocked in accept and recv; the fds close once they are joined.
-  shutdown(listen_fd_, SHUT_RDWR);
-  for (Connection& c : connections_) shutdown(c.fd, SHUT_RDWR);
   lock.unlock();
-  if (acceptor_.joinable()) acceptor_.join();
+  // The gate first: once it has stopped, no new session starts.
+  if (gate_) gate_->Stop();
   lock.lock();
+  // shutdown() wakes the threads blocked in recv; the fds close once they are joined.
+  for (Connection& c : connections_) shutdown(c.fd, SHUT_RDWR);
   for (Connection& c : connections_) {
     if (c.thread.joinable()) {
       lock.unlock();
@@ -262,7 +280,6 @@ void TcpPushPullServer::Stop() {
     close(c.fd);
   }
   connections_.clear();
-  close(listen_fd_);
 }
 
 void TcpPushPullServer::ReapFinished(std::unique_lock<std::mutex>& lock) {
@@ -280,60 +297,45 @@ void TcpPushPullServer::ReapFinished(std::unique_lock<std::mutex>& lock) {
   lock.lock();
 }
 
-void TcpPushPullServer::AcceptLoop() {
-  for (;;) {
-    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    std::unique_lock<std::mutex> lock(mu_);
-    if (stopping_) {
-      if (fd >= 0) close(fd);
-      return;
-    }
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE) {
-        // Out of descriptors: let finished connections go before trying again.
-        ReapFinished(lock);
-        if (errno == EMFILE || errno == ENFILE) {
-          lock.unlock();
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-        continue;
-      }
-      spdlog::warn("push/pull data plane: accept failed ({}); it takes no more connections",
-                   std::strerror(errno));
-      return;
-    }
-    ReapFinished(lock);
-    if (static_cast<int>(connections_.size()) >= options_.max_connections) {
-      close(fd);  // a worker whose connection is refused falls back to gRPC
-      continue;
-    }
-    connections_.push_back(Connection{fd, false, {}});
-    Connection* c = &connections_.back();
-    c->thread = std::thread([this, c] { Serve(c); });
+bool TcpPushPullServer::Admit(int fd, const uint8_t* hello) {
+  tcp::Ticket presented;
+  uint32_t sender = 0;
+  if (!tcp::DecodeHello(push_pull_wire::kHelloMagic, push_pull_wire::kVersion, "push/pull", hello,
+                        &presented, &sender)
+           .ok() ||
+      sender >= tickets_.size() || !tcp::SameTicket(presented, tickets_[sender])) {
+    return false;  // closed unread by the gate
   }
+  std::unique_lock<std::mutex> lock(mu_);
+  if (stopping_) return false;
+  ReapFinished(lock);
+  // A worker reconnects after a failure while its old connection may not have noticed yet: its
+  // newest connections are kept, the oldest beyond the limit is ended.
+  int held = 0;
+  for (auto it = connections_.rbegin(); it != connections_.rend(); ++it) {
+    if (it->worker != sender || it->done) continue;
+    if (++held >= options_.connections_per_worker) shutdown(it->fd, SHUT_RDWR);
+  }
+  connections_.push_back(Connection{fd, sender, false, {}});
+  Connection* c = &connections_.back();
+  c->thread = std::thread([this, c] { Serve(c); });
+  return true;
 }
 
 void TcpPushPullServer::Serve(Connection* c) {
   const int fd = c->fd;
-  tcp::SetReceiveTimeout(fd, options_.hello_timeout);
-  uint8_t hello[tcp::kHelloBytes];
-  tcp::Ticket presented;
-  uint32_t sender = 0;
-  const bool admitted = tcp::ReceiveExact(fd, hello, sizeof(hello)).ok() &&
-                        tcp::DecodeHello(push_pull_wire::kHelloMagic, push_pull_wire::kVersion,
-                                         "push/pull", hello, &presented, &sender)
-                            .ok() &&
-                        tcp::SameTicket(presented, ticket_) &&
-                        sender < static_cast<uint32_t>(partition_->config().workers);
-  if (admitted) {
-    tcp::SetReceiveTimeout(fd, std::chrono::milliseconds(0));
-    tcp::SetSendTimeout(fd, options_.send_timeout);
-    const int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    Session(partition_, options_, fd, static_cast<int>(sender), &shared_exchanges_).Run();
+  tcp::SetSendTimeout(fd, options_.send_timeout);
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  // The welcome: the worker learns that it was admitted before it commits an exchange to this
+  // connection (a refused one falls back to gRPC instead).
+  uint8_t welcome[push_pull_wire::kReplyBytes];
+  push_pull_wire::EncodeReply(push_pull_wire::Reply{}, welcome);
+  if (tcp::SendAll(fd, welcome, sizeof(welcome), nullptr, 0).ok()) {
+    Session(partition_, options_, fd, static_cast<int>(c->worker), &shared_exchanges_).Run();
   }
   // The peer learns now that the connection is over; the descriptor is closed when the thread
-  // is joined (the next accept, or Stop).
+  // is joined (the next admission, or Stop).
   shutdown(fd, SHUT_RDWR);
   std::lock_guard<std::mutex> lock(mu_);
   c->done = true;

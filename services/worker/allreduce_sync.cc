@@ -6,8 +6,8 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "services/collective/bucket_reduction.h"
 #include "services/common/base/status.h"
-#include "services/worker/bucket_reduction.h"
 
 namespace strata {
 namespace {

@@ -9,7 +9,7 @@
 
 #include <absl/status/statusor.h>
 
-#include "services/worker/ring_allreduce.h"
+#include "services/collective/ring_allreduce.h"
 #include "services/worker/synchroniser.h"
 
 namespace strata {

@@ -14,6 +14,7 @@
 
 #include "services/common/base/status.h"
 #include "services/common/wire/rpc.h"
+#include "strata/v1/parameter_server.grpc.pb.h"
 
 namespace strata {
 namespace {

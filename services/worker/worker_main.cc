@@ -7,12 +7,12 @@
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
+#include "services/collective/grpc_ring_link.h"
 #include "services/common/base/logging.h"
 #include "services/common/config/job_flags.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/tls_flags.h"
-#include "services/worker/grpc_ring_link.h"
 #include "services/worker/worker.h"
 
 int main(int argc, char** argv) {

@@ -167,7 +167,7 @@ grpc::Status WorkerService::SaveCheckpoint(grpc::ServerContext* context,
                                              step = state_->status.step();
                                            }
                                            Checkpoint c = trainer.ToCheckpoint(epoch, step, step);
-                                           STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c));
+                                           STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c, run_dir_));
                                            return step;
                                          });
   if (!saved.ok()) return ToGrpcStatus(saved.status());

@@ -19,12 +19,12 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <nlohmann/json.hpp>
 
+#include "services/collective/segment_codec.h"
+#include "services/collective/tcp_frame.h"
 #include "services/common/wire/checkpoint.h"
 #include "services/common/wire/npy_file.h"
 #include "services/common/wire/push_pull_frame.h"
 #include "services/common/wire/tensor_codec.h"
-#include "services/worker/segment_codec.h"
-#include "services/worker/tcp_frame.h"
 #include "strata/v1/evaluator.pb.h"
 #include "tests/support/crafted_checkpoint.h"
 

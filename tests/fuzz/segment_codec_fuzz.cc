@@ -1,5 +1,5 @@
-// The ring's segment codec (services/worker/segment_codec.h): the parser every worker runs on the
-// bytes its ring predecessor (or any client of Collective.Ring) sends, reading them across the
+// The ring's segment codec (services/collective/segment_codec.h): the parser every worker runs on
+// the bytes its ring predecessor (or any client of Collective.Ring) sends, reading them across the
 // slices gRPC received them in.
 //
 // The input: one byte n (taken modulo 8), n cut points of one byte each, then the message; the
@@ -20,7 +20,7 @@
 #include <google/protobuf/stubs/logging.h>
 #include <grpcpp/support/byte_buffer.h>
 
-#include "services/worker/segment_codec.h"
+#include "services/collective/segment_codec.h"
 #include "strata/v1/collective.pb.h"
 #include "tests/fuzz/fuzz_check.h"
 

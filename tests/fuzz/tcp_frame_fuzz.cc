@@ -1,6 +1,6 @@
-// The ring's plain-TCP data plane (services/worker/tcp_frame.h): what a worker reads from anyone
-// who connects to its data port, parsed the way the receiving thread parses it. The input is the
-// byte stream of a connection: a hello, then frame headers each followed by the payload it
+// The ring's plain-TCP data plane (services/collective/tcp_frame.h): what a worker reads from
+// anyone who connects to its data port, parsed the way the receiving thread parses it. The input is
+// the byte stream of a connection: a hello, then frame headers each followed by the payload it
 // declares (or by as much of it as is left). Checked:
 //   - no header is accepted whose payload does not fit its kind: data of whole floats inside the
 //     buffer it declares and at most kMaxDataBytes, an abort of at most kMaxAbortBytes, nothing
@@ -13,7 +13,7 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "services/worker/tcp_frame.h"
+#include "services/collective/tcp_frame.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace strata::tcp_ring {

@@ -1,5 +1,11 @@
 #include "services/common/ml/dataset.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -16,12 +22,59 @@ namespace {
 
 constexpr int64_t kCifarPixels = 3 * 32 * 32;
 
+// Deflate emits at most 1032 bytes of output per byte of input (its maximum ratio), so a file of
+// N bytes holds at most 1032 N bytes of data, gzipped or not: what a header declares is checked
+// against that before anything is allocated for it.
+constexpr uint64_t kMaxInflateRatio = 1032;
+// No data file of a supported set comes near this (CIFAR-100's train.bin is 150 MiB).
+constexpr uint64_t kMaxDataFileBytes = uint64_t{4} << 30;
+// Data arrives in pieces of this size: memory grows with what the file actually holds, not with
+// what its header claims.
+constexpr size_t kReadPiece = size_t{16} << 20;
+
+// A data file opened for reading: a regular file (not a device such as /dev/zero, which reads
+// for ever, nor a FIFO, which blocks the reader for ever), gzipped or plain.
 struct GzFile {
   gzFile file = nullptr;
+  uint64_t file_bytes = 0;  // on disk
   ~GzFile() {
     if (file != nullptr) gzclose(file);
   }
+  // The most data bytes that can follow what was read so far (after the first read, zlib knows
+  // whether the file is plain or gzipped).
+  uint64_t MaxContent(uint64_t consumed) const {
+    const uint64_t bound =
+        gzdirect(file) ? file_bytes : std::min(file_bytes * kMaxInflateRatio, kMaxDataFileBytes);
+    return bound > consumed ? bound - consumed : 0;
+  }
 };
+
+absl::Status OpenDataFile(const std::string& path, GzFile* out) {
+  // stat before open: opening some devices has effects, and a FIFO blocks open itself.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  // O_NONBLOCK and the fstat close the race with a FIFO or device swapped in after the stat.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  }
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  out->file = gzdopen(fd, "rb");
+  if (out->file == nullptr) {
+    ::close(fd);
+    return absl::InternalError(absl::StrCat("cannot open ", path, ": out of memory"));
+  }
+  out->file_bytes = static_cast<uint64_t>(st.st_size);
+  return absl::OkStatus();
+}
 
 // Reads exactly n bytes or fails, naming the file and how much was missing.
 absl::Status ReadExactly(gzFile file, void* out, size_t n, const std::string& path,
@@ -245,8 +298,7 @@ absl::StatusOr<Dataset> LoadNpyDataset(const std::vector<std::string>& files,
 
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   GzFile f;
-  f.file = gzopen(path.c_str(), "rb");
-  if (f.file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  if (absl::Status opened = OpenDataFile(path, &f); !opened.ok()) return opened;
   unsigned char magic[4];
   absl::Status status = ReadExactly(f.file, magic, 4, path, "the IDX header");
   if (!status.ok()) return status;
@@ -273,25 +325,40 @@ absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
     total *= static_cast<size_t>(d);
   }
   if (total > (size_t{1} << 32)) return absl::DataLossError(absl::StrCat(path, ": too large"));
-  array.data.resize(total);
-  status = ReadExactly(f.file, array.data.data(), total, path, "the IDX data");
-  if (!status.ok()) return status;
+  const uint64_t header = 4 + 4 * static_cast<uint64_t>(ndims);
+  const uint64_t room = f.MaxContent(gzdirect(f.file) ? header : 0);
+  if (total > room) {
+    return absl::DataLossError(absl::StrCat(path, ": the header declares ", total,
+                                            " bytes of data, but a file of ", f.file_bytes,
+                                            " bytes holds at most ", room));
+  }
+  while (array.data.size() < total) {
+    const size_t at = array.data.size();
+    const size_t piece = std::min(total - at, kReadPiece);
+    array.data.resize(at + piece);
+    status = ReadExactly(f.file, array.data.data() + at, piece, path, "the IDX data");
+    if (!status.ok()) return status;
+  }
   return array;
 }
 
 absl::Status ReadCifarFile(const std::string& path, int label_bytes, int label_index,
                            int num_classes, DatasetSplit* out) {
   GzFile f;
-  f.file = gzopen(path.c_str(), "rb");
-  if (f.file == nullptr) return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  if (absl::Status opened = OpenDataFile(path, &f); !opened.ok()) return opened;
   const size_t record = static_cast<size_t>(label_bytes + kCifarPixels);
   std::vector<uint8_t> bytes;
-  // Read the whole file; the size must be a whole number of records.
+  // Read the whole file, never more than a file of its size can hold; the size must be a whole
+  // number of records.
   std::vector<uint8_t> buffer(1 << 20);
   for (;;) {
     int r = gzread(f.file, buffer.data(), static_cast<unsigned>(buffer.size()));
     if (r < 0) return absl::DataLossError(absl::StrCat(path, ": corrupt"));
     if (r == 0) break;
+    if (static_cast<uint64_t>(r) > f.MaxContent(bytes.size())) {
+      return absl::DataLossError(absl::StrCat(path, ": more data than a file of ", f.file_bytes,
+                                              " bytes can hold (is it growing?)"));
+    }
     bytes.insert(bytes.end(), buffer.begin(), buffer.begin() + r);
   }
   if (bytes.empty() || bytes.size() % record != 0) {

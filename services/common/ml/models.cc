@@ -3,11 +3,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <mutex>
 
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 #include <torch/script.h>
+#include <torch/csrc/jit/runtime/graph_executor.h>
 
 #include "services/common/config/job_keys.h"
 
@@ -251,6 +253,12 @@ class TorchScriptModel final : public TrainableModel {
 };
 
 absl::StatusOr<torch::jit::Module> LoadModule(const std::string& path) {
+  // The profiling executor (LibTorch's default) re-specialises the graph
+  // while it trains and ran ResNet-20 at 0.46-0.76x the built-in twin's
+  // speed; the legacy executor runs it at the twin's speed (measured in
+  // docs/benchmarks.md). The switch is process-wide, so it is set once.
+  static std::once_flag legacy_executor;
+  std::call_once(legacy_executor, [] { torch::jit::getProfilingMode() = false; });
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) {
     return absl::NotFoundError(absl::StrCat(path, ": no such TorchScript file"));

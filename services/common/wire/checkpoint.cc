@@ -239,14 +239,19 @@ absl::StatusOr<Checkpoint> ParseCheckpoint(const std::string& bytes, const std::
   return checkpoint;
 }
 
-absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoint) {
+absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoint,
+                             const std::string& beneath) {
   auto bytes = SerializeCheckpoint(checkpoint);
   if (!bytes.ok()) return bytes.status();
-  return WriteFileAtomic(path, *bytes);
+  FileAccessOptions options;
+  options.beneath = beneath;
+  return WriteFileAtomic(path, *bytes, options);
 }
 
-absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path) {
-  auto bytes = ReadFile(path);
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, const std::string& beneath) {
+  FileAccessOptions options;
+  options.beneath = beneath;
+  auto bytes = ReadFile(path, options);
   if (!bytes.ok()) return bytes.status();
   return ParseCheckpoint(*bytes, path);
 }

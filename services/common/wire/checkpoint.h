@@ -46,7 +46,11 @@ struct Checkpoint {
 absl::StatusOr<std::string> SerializeCheckpoint(const Checkpoint& checkpoint);
 absl::StatusOr<Checkpoint> ParseCheckpoint(const std::string& bytes, const std::string& origin);
 
-absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoint);
-absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path);
+// `beneath`, when not empty, confines the file to that directory with no link followed below it
+// (FileAccessOptions, services/common/base/files.h): what every path from a request passes.
+// Written 0600: a checkpoint is the model the run token protects.
+absl::Status WriteCheckpoint(const std::string& path, const Checkpoint& checkpoint,
+                             const std::string& beneath = "");
+absl::StatusOr<Checkpoint> ReadCheckpoint(const std::string& path, const std::string& beneath = "");
 
 }  // namespace strata

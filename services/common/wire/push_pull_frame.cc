@@ -140,16 +140,14 @@ absl::Status DecodeReply(const uint8_t in[kReplyBytes], Reply* r) {
 }
 
 void EncodeShareOffer(const SharedRegionOffer& offer, uint8_t out[kShareOfferBytes]) {
-  Put32(out, offer.pid);
-  Put32(out + 4, offer.fd);
+  Put64(out, offer.socket_id);
   Put64(out + 8, offer.region_bytes);
   std::copy(offer.nonce.begin(), offer.nonce.end(), out + 16);
 }
 
 SharedRegionOffer DecodeShareOffer(const uint8_t in[kShareOfferBytes]) {
   SharedRegionOffer offer;
-  offer.pid = Get32(in);
-  offer.fd = Get32(in + 4);
+  offer.socket_id = Get64(in);
   offer.region_bytes = Get64(in + 8);
   std::copy(in + 16, in + 48, offer.nonce.begin());
   return offer;

@@ -43,7 +43,9 @@ enum class RequestKind : uint32_t {
 inline bool PayloadOnSocket(RequestKind kind) { return kind == RequestKind::kExchange; }
 
 constexpr uint32_t kHelloMagic = 0x50525453;  // "STRP"
-constexpr uint32_t kVersion = 1;
+// 2: the server answers an admitted hello with a welcome. 3: a share offer names the socket the
+// region's descriptor is handed over on, not the server's pid and descriptor.
+constexpr uint32_t kVersion = 3;
 constexpr size_t kRequestBytes = 80;
 constexpr size_t kReplyBytes = 64;
 constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 30;
@@ -77,7 +79,7 @@ absl::Status DecodeRequest(const uint8_t in[kRequestBytes], Request* request);
 void EncodeReply(const Reply& reply, uint8_t out[kReplyBytes]);
 absl::Status DecodeReply(const uint8_t in[kReplyBytes], Reply* reply);
 
-// The reply payload of a share request: pid, descriptor, region size, the region's first 32
+// The reply payload of a share request: the hand-over socket's id, region size, the region's first 32
 // bytes (SharedRegionOffer).
 void EncodeShareOffer(const SharedRegionOffer& offer, uint8_t out[kShareOfferBytes]);
 SharedRegionOffer DecodeShareOffer(const uint8_t in[kShareOfferBytes]);

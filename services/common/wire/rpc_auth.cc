@@ -43,7 +43,21 @@ absl::Status ValidateRunToken(std::string_view token) {
   return absl::OkStatus();
 }
 
+// `openssl rand -hex 32 > run-token`, the documented way to make a token by hand, ends the file
+// with a newline, and a Kubernetes Secret hands the file to the environment as it is. Exactly one
+// is dropped, in servers and clients alike, so both compare the same bytes; any other control
+// character still makes the token invalid.
+std::string WithoutOneTrailingNewline(std::string token) {
+  if (!token.empty() && token.back() == '\n') token.pop_back();
+  return token;
+}
+
 }  // namespace
+
+std::string RunTokenFromEnvironment() {
+  const char* env = std::getenv(kRunTokenEnv);
+  return env == nullptr ? std::string() : WithoutOneTrailingNewline(env);
+}
 
 absl::StatusOr<std::string> GenerateRunToken() {
   unsigned char bytes[32];
@@ -73,7 +87,7 @@ RpcAuth CurrentRpcAuth() {
   if (!s.auth) {
     RpcAuth auth;
     if (const char* env = std::getenv(kRunTokenEnv); env != nullptr && *env != '\0') {
-      auth.token = env;
+      auth.token = WithoutOneTrailingNewline(env);
     } else if (auto token = GenerateRunToken(); token.ok()) {
       auth.token = *std::move(token);
     }  // else an empty token: this process's servers refuse every call
@@ -120,9 +134,10 @@ absl::Status InitServiceAuth(std::string_view service, bool insecure_no_auth) {
         kRunTokenEnv, "=$(openssl rand -hex 32)) to every service and client of the run, or pass ",
         kInsecureNoAuthFlag, " to serve without authentication (see docs/security.md)"));
   }
-  if (absl::Status s = ValidateRunToken(env); !s.ok()) return s;
+  std::string token = WithoutOneTrailingNewline(env);
+  if (absl::Status s = ValidateRunToken(token); !s.ok()) return s;
   RpcAuth auth;
-  auth.token = env;
+  auth.token = std::move(token);
   SetRpcAuth(std::move(auth));
   return absl::OkStatus();
 }

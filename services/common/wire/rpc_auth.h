@@ -39,6 +39,11 @@ struct RpcAuth {
 // 256 bits from the kernel's random source (getrandom), as 64 hex characters.
 absl::StatusOr<std::string> GenerateRunToken();
 
+// STRATA_RUN_TOKEN as every process takes it: exactly one trailing newline dropped (a token file
+// made the documented way, `openssl rand -hex 32 > run-token`, ends with one, and a Kubernetes
+// Secret passes the file on as it is); "" when unset.
+std::string RunTokenFromEnvironment();
+
 // Sets this process's auth; channels and servers made afterwards use it (`strata run` with the
 // token it generated, a service with --insecure-no-auth).
 void SetRpcAuth(RpcAuth auth);

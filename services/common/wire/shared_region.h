@@ -4,15 +4,20 @@
 // the push is one copy into it and one out, and the socket carries only the headers.
 //
 // The server creates the region: an anonymous memfd, sized once and sealed against growing and
-// shrinking (so that nobody who opens it can make the other side's accesses fault), with 32
-// random bytes at its start. It offers the worker its pid, the descriptor number, the size and
-// those bytes over the ticketed connection. The worker opens /proc/PID/fd/FD, which names the
-// server's memfd only if both run under one kernel and one pid namespace (in separate containers
-// or on separate machines it names nothing, or something else), and maps it only if the size and
-// the 32 bytes match; otherwise it keeps the tensors on the socket. Opening another process's
-// descriptor takes the same rights as reading its memory, so a worker that can attach could
-// already have read or written the server's memory: sharing the region grants nothing new. That
-// is why the server checks and applies a push where it lies, without copying it out first.
+// shrinking (so that the other side cannot make its accesses fault), with 32 random bytes at its
+// start. It offers the worker, over the ticketed connection, the name of a fresh abstract Unix
+// socket, the size and those bytes. The worker connects to that socket, which exists only in the
+// server's network namespace (in another container, pod or machine it names nothing), and
+// presents the 32 bytes; the server then hands it the memfd (SCM_RIGHTS) and closes both the
+// socket and its own descriptor, and the worker closes its descriptor once it has mapped it. From
+// then on the region is reachable only through the two mappings: not through /proc/PID/fd of
+// either process, where any process of the same user could open it (Yama's ptrace_scope, the
+// default on Ubuntu, keeps such a process from writing the server's memory, not from opening its
+// descriptors), and no other worker of the server can open it.
+//
+// The region is still shared with its worker while the server reads a push from it, so the
+// server copies the push out in the same pass that checks it and applies only the copy
+// (tcp_push_pull_server.cc): what it applies is what it checked.
 //
 // Layout: a 4 KiB page holding the 32 bytes, then the push area, then the reply area, each of
 // `area_bytes` rounded up to whole pages.
@@ -21,6 +26,7 @@
 #include <sys/types.h>
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -31,18 +37,24 @@
 namespace strata {
 
 struct SharedRegionOffer {
-  uint32_t pid = 0;
-  uint32_t fd = 0;
+  uint64_t socket_id = 0;  // the abstract Unix socket "strata-region-<16 hex digits>"
   uint64_t region_bytes = 0;
   std::array<uint8_t, 32> nonce{};
 };
 
 class SharedRegion {
  public:
-  // A new region whose two areas hold `area_bytes` each (at most 1 GiB).
+  // A new region whose two areas hold `area_bytes` each (at most 1 GiB), and the socket its
+  // descriptor will be handed over on.
   static absl::StatusOr<std::unique_ptr<SharedRegion>> Create(size_t area_bytes);
-  // The region an offer names, if this process can reach it and it is the one offered; the error
-  // says why not (not the same host, another pid namespace, another file, another size).
+  // The creator, after sending the offer: waits until the worker holding it has taken the
+  // descriptor, then closes this process's descriptor and the socket. Gives up (false) when
+  // `abandon_fd` becomes readable (the worker went on without attaching: its next request) or
+  // after `timeout`. A connection without the offer's bytes is closed and waiting goes on.
+  bool HandOver(int abandon_fd, std::chrono::milliseconds timeout);
+  // The region an offer names, taken over its socket, if this process can reach it and it is
+  // the one offered; the error says why not (not the same host or network namespace, another
+  // file, another size).
   static absl::StatusOr<std::unique_ptr<SharedRegion>> Attach(const SharedRegionOffer& offer,
                                                               size_t area_bytes);
   ~SharedRegion();
@@ -68,7 +80,8 @@ class SharedRegion {
   SharedRegion(int fd, uint8_t* base, size_t area_bytes)
       : fd_(fd), base_(base), area_bytes_(area_bytes) {}
 
-  const int fd_;
+  int fd_;              // the memfd until it is handed over (creator) or mapped (worker): then -1
+  int listen_fd_ = -1;  // the creator's hand-over socket until HandOver
   uint8_t* const base_;
   const size_t area_bytes_;
   SharedRegionOffer offer_;

@@ -1,4 +1,4 @@
-// Plain TCP for the bulk data planes (the ring's, services/worker/tcp_ring_link.h, and the
+// Plain TCP for the bulk data planes (the ring's, services/collective/tcp_ring_link.h, and the
 // parameter server's push/pull, services/parameter_server/tcp_push_pull_server.h): the socket
 // calls they make, the 32-byte tickets that admit a connection, the hello that presents one, and
 // little-endian field helpers for their fixed-size headers.

@@ -136,12 +136,16 @@ TEST_F(OwnModel, EveryStrategyTrainsABatchNormModelOfTheUsers) {
   };
   for (const auto& [name, strategy] : strategies) {
     SCOPED_TRACE(name);
+    // The empirical rule decides on evaluations that arrive while training goes on; at about a
+    // quarter of a second per epoch, four epochs left a loaded CI machine no room to hand the
+    // switch over (it was skipped as too late). Ten give it six epochs of slack.
+    const int epochs = name == "switch-empirical" ? 10 : 4;
     const std::string job =
         Job(name, model, data,
             // lr 0.02: at 0.05 asynchronous pushes with the servers' momentum blow this model's
             // BatchNorm weights up (seen over every link: loss stuck at ln 10), a property of
             // the job, not of the model being the user's.
-            absl::StrCat("training: { epochs: 4, batch_size: 32, lr: 0.02 }\n"
+            absl::StrCat("training: { epochs: ", epochs, ", batch_size: 32, lr: 0.02 }\n"
                          "cluster: { workers: 2, parameter_servers: 2 }\n"
                          "strategy: ",
                          strategy, "\n"));
@@ -153,7 +157,9 @@ TEST_F(OwnModel, EveryStrategyTrainsABatchNormModelOfTheUsers) {
     // Better than the 0.1 of guessing: the model learned, whatever moved its weights.
     EXPECT_GT(summary.value("final_val_acc", 0.0), 0.3) << summary.dump(2);
     if (name.rfind("switch", 0) == 0) {
-      EXPECT_EQ(summary.value("switched", false), true) << summary.dump(2);
+      // summary.json names the step of a switch that happened and null otherwise.
+      EXPECT_TRUE(summary.contains("switch_step") && summary["switch_step"].is_number_integer())
+          << summary.dump(2);
     }
   }
 }

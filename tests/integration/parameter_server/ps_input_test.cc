@@ -5,14 +5,17 @@
 // keeps serving.
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cfloat>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <thread>
 
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 #include <zlib.h>
+#include <nlohmann/json.hpp>
 
 #include "services/parameter_server/ps_process.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
@@ -28,10 +31,16 @@ constexpr char kTraining[] =
 // A checkpoint whose only tensor claims shape [-1] with 2^64-4 bytes, plus one of 4 bytes: the
 // sizes sum to 0 modulo 2^64, so with a valid checksum only the parser's own checks refuse it.
 std::string LyingCheckpoint() {
-  nlohmann::json tensor = {{"name", "fc1.weight"}, {"shape", {-1}}, {"dtype", "float32"},
-                           {"kind", "parameter"}, {"bytes", uint64_t{0} - 4}};
-  nlohmann::json other = {{"name", "fc1.bias"}, {"shape", {1}}, {"dtype", "float32"},
-                          {"kind", "parameter"}, {"bytes", 4}};
+  nlohmann::json tensor = {{"name", "fc1.weight"},
+                           {"shape", {-1}},
+                           {"dtype", "float32"},
+                           {"kind", "parameter"},
+                           {"bytes", uint64_t{0} - 4}};
+  nlohmann::json other = {{"name", "fc1.bias"},
+                          {"shape", {1}},
+                          {"dtype", "float32"},
+                          {"kind", "parameter"},
+                          {"bytes", 4}};
   const std::string meta =
       nlohmann::json{{"epoch", 0}, {"step", 0}, {"version", 0}, {"tensors", {tensor, other}}}
           .dump();
@@ -56,13 +65,14 @@ class PsInputTest : public ::testing::Test {
     ASSERT_TRUE(WriteCheckpoint(checkpoint_, model_.ToCheckpoint(/*version=*/5)).ok());
   }
 
-  std::unique_ptr<PsProcess> Launch(bool loaded, bool with_run_dir = true) {
+  std::unique_ptr<PsProcess> Launch(bool loaded, bool with_run_dir = true, int workers = 1,
+                                    const std::string& consistency = "asp") {
     PsProcessOptions o;
     o.binary = STRATA_PS_BINARY;
     o.work_dir = dir_.path();
     o.config = config_;
-    o.workers = 1;
-    o.consistency = "asp";
+    o.workers = workers;
+    o.consistency = consistency;
     o.train_examples = 1000;
     if (loaded) o.init_checkpoint = checkpoint_;
     if (with_run_dir) o.extra_args = {"--run-dir", run_};
@@ -85,7 +95,8 @@ class PsInputTest : public ::testing::Test {
 
   std::vector<v1::PushRequest> PushOf(float gradient, double lr) const {
     std::vector<NamedTensor> tensors;
-    for (const auto& p : model_.params) tensors.push_back(Filled(p.name(), p.spec.shape, gradient, 0));
+    for (const auto& p : model_.params)
+      tensors.push_back(Filled(p.name(), p.spec.shape, gradient, 0));
     for (const auto& b : model_.buffers) tensors.push_back(Filled(b.name(), b.spec.shape, 1, 0));
     std::vector<v1::PushRequest> m = {Header(0, 5)};
     m[0].mutable_header()->set_lr(lr);
@@ -93,10 +104,211 @@ class PsInputTest : public ::testing::Test {
     return m;
   }
 
+  // The data plane's port and worker `worker`'s ticket, as ParameterServer.DataPlane hands them.
+  static std::pair<int, tcp::Ticket> DataPlaneOf(Stub& stub, uint32_t worker) {
+    grpc::ClientContext context;
+    context.set_deadline(TestDeadline());
+    v1::DataPlaneRequest request;
+    request.set_sender(worker);
+    v1::DataPlaneOffer offer;
+    grpc::Status s = stub.DataPlane(&context, request, &offer);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    tcp::Ticket ticket{};
+    EXPECT_EQ(offer.ticket().size(), tcp::kTicketBytes);
+    if (offer.ticket().size() == tcp::kTicketBytes) {
+      std::copy(offer.ticket().begin(), offer.ticket().end(), ticket.begin());
+    }
+    return {static_cast<int>(offer.port()), ticket};
+  }
+
   ScratchDir dir_;
   std::string run_, config_, checkpoint_;
   SmallModel model_;
 };
+
+// Anyone on the machine can connect to the data port. Before: a connection without a hello took
+// one of the 256 slots the workers' connections use, and its 10 s were a receive timeout that
+// restarted with every byte. Against the old server, the hello trickled a byte every 5 s below
+// was never closed (TrickleUntilClosed gave up after 120 s, 24 of its 48 bytes sent) and, with 300
+// strangers holding a byte each, the worker's own connection was closed unread. Now strangers wait
+// in a pool of their own with one deadline for the whole hello, and the worker is admitted and
+// served.
+TEST_F(PsInputTest, StrangersWithoutATicketTakeNoWorkersSlot) {
+  auto ps = Launch(/*loaded=*/true);
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const auto [port, ticket] = DataPlaneOf(*stub, 0);
+  EXPECT_TRUE(TrickleUntilClosed(port, std::chrono::seconds(5), std::chrono::seconds(120)))
+      << "a hello sent a byte at a time was never cut off";
+
+  Strangers strangers(port, 300);
+  EXPECT_GT(strangers.size(), 256u);
+  push_pull_wire::LayoutFingerprint fingerprint;
+  for (const auto& t : model_.params) fingerprint.Add(t.spec, false);
+  for (const auto& t : model_.buffers) fingerprint.Add(t.spec, true);
+  push_pull_wire::Request pull;
+  pull.kind = push_pull_wire::RequestKind::kPull;
+  pull.layout_fingerprint = fingerprint.value();
+  pull.deadline_ms = 60000;
+  DataPlaneClient worker(port, ticket, /*worker=*/0);
+  ASSERT_TRUE(worker.admitted()) << "the worker's connection was refused";
+  auto a = worker.Call(pull);
+  ASSERT_TRUE(a.status.ok()) << a.status;
+  EXPECT_EQ(a.reply.version, 5);
+}
+
+// A shared push rewritten while the server handles it. Before: the server scanned the push area
+// for its largest magnitude, then ran its step reading the area again, so a writer racing the
+// exchange (here the worker's own threads; any process of the same user could open the region
+// as /proc/PID/fd/FD of the server) could put NaN into the published model. Run against the old
+// server, this test found a memfd among the server's descriptors (the path another process
+// would take) and NaN at element 0 of the pulled weights, in each of three runs. Now the server
+// copies the push out in the pass that checks it and applies the copy, and holds no descriptor of
+// the region once its worker has it.
+TEST_F(PsInputTest, ASharedPushRewrittenDuringTheExchangeNeverReachesTheModel) {
+  // Plain SGD: a push of zero gradients leaves every weight where it was.
+  config_ = WriteJobSpec(
+      dir_, "{ lr: 0.1, momentum: 0, weight_decay: 0, batch_size: 8, epochs: 1 }", "plain.yaml");
+  auto ps = Launch(/*loaded=*/true);
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const auto [port, ticket] = DataPlaneOf(*stub, 0);
+  push_pull_wire::LayoutFingerprint fingerprint;
+  size_t floats = 0, parameter_floats = 0;
+  for (const auto& t : model_.params) {
+    fingerprint.Add(t.spec, false);
+    parameter_floats += static_cast<size_t>(t.spec.numel());
+  }
+  floats = parameter_floats;
+  for (const auto& t : model_.buffers) {
+    fingerprint.Add(t.spec, true);
+    floats += static_cast<size_t>(t.spec.numel());
+  }
+  DataPlaneClient worker(port, ticket, /*worker=*/0);
+  push_pull_wire::Request pull;
+  pull.kind = push_pull_wire::RequestKind::kPull;
+  pull.layout_fingerprint = fingerprint.value();
+  pull.deadline_ms = 60000;
+  const auto before = worker.Call(pull);
+  ASSERT_TRUE(before.status.ok()) << before.status;
+  ASSERT_EQ(before.model.size(), floats);
+  // Zero gradients, and the buffers' own values.
+  std::vector<float> honest(floats, 0.0f);
+  std::copy(before.model.begin() + parameter_floats, before.model.end(),
+            honest.begin() + parameter_floats);
+
+  auto region = worker.Share(fingerprint.value(), floats * sizeof(float));
+  ASSERT_TRUE(region.ok()) << region.status();
+  // Flips one gradient and one buffer value between the honest one and NaN, Inf or -Inf, as
+  // fast as it can, for as long as the exchanges run.
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> rounds{0};
+  std::thread hostile([&, area = reinterpret_cast<volatile float*>((*region)->push_area())] {
+    const float poison[] = {std::nanf(""), std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity()};
+    const size_t targets[] = {0, floats - 1};
+    for (int64_t round = 0; !stop.load(std::memory_order_relaxed); ++round) {
+      for (size_t t : targets) area[t] = poison[round % 3];
+      for (size_t t : targets) area[t] = honest[t];
+      rounds.store(round + 1, std::memory_order_relaxed);
+    }
+  });
+  push_pull_wire::Request exchange;
+  exchange.worker = 0;
+  exchange.layout_fingerprint = fingerprint.value();
+  exchange.payload_bytes = floats * sizeof(float);
+  exchange.deadline_ms = 60000;
+  exchange.samples = 8;
+  exchange.lr = 0.1;
+  int accepted = 0, refused = 0;
+  int64_t version = before.reply.version;
+  // At least 2000 exchanges, and on until the writer has been seen at work (bounded).
+  for (int i = 0; i < 2000 || (rounds.load() < 100000 && i < 200000); ++i) {
+    exchange.version = version;
+    // Besides the thread, this one: the push is rewritten a chosen time after the request went
+    // out (0 to 63 us, a different time each exchange), while the server reads it.
+    std::memcpy((*region)->push_area(), honest.data(), floats * sizeof(float));
+    exchange.kind = push_pull_wire::RequestKind::kExchangeShared;
+    ASSERT_TRUE(worker.Send(exchange, {}).ok());
+    const auto rewrite_at = std::chrono::steady_clock::now() + std::chrono::microseconds(i % 64);
+    while (std::chrono::steady_clock::now() < rewrite_at) {
+    }
+    auto* area = reinterpret_cast<volatile float*>((*region)->push_area());
+    area[0] = std::nanf("");
+    area[floats - 1] = std::numeric_limits<float>::infinity();
+    auto a = worker.Receive(region->get());
+    ASSERT_FALSE(a.closed) << a.status;
+    if (a.status.ok()) {
+      ++accepted;
+      version = a.reply.version;
+    } else {
+      ASSERT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+      ++refused;
+    }
+  }
+  stop = true;
+  hostile.join();
+  // (After the exchanges: the server answers a request only once the hand-over is over.)
+  int server_memfds = 0;
+  for (const auto& entry : fs::directory_iterator(absl::StrCat("/proc/", ps->pid(), "/fd"))) {
+    std::error_code ec;
+    const auto target = fs::read_symlink(entry.path(), ec);
+    if (!ec && target.string().rfind("/memfd:strata-push-pull", 0) == 0) ++server_memfds;
+  }
+  EXPECT_EQ(server_memfds, 0) << "another process of this user could open the region";
+
+  const auto after = worker.Call(pull);
+  ASSERT_TRUE(after.status.ok()) << after.status;
+  ASSERT_EQ(after.model.size(), floats);
+  for (size_t i = 0; i < floats; ++i) {
+    ASSERT_TRUE(std::isfinite(after.model[i])) << "element " << i << " after " << accepted
+                                               << " accepted and " << refused << " refused pushes";
+    ASSERT_EQ(after.model[i], before.model[i]) << "element " << i << " moved";
+  }
+  std::printf("shared pushes under attack: %d accepted, %d refused, %lld rewrites\n", accepted,
+              refused, static_cast<long long>(rounds.load()));
+}
+
+// Before: one ticket per server for all workers, so whoever held worker 0's could open a
+// connection naming worker 1 and push and pull as it (BSP and SSP count clocks per worker). Run
+// against the old server, the pull below as worker 1 was answered with the model. Now each
+// worker has its own ticket, and a hello naming another worker is closed unread.
+TEST_F(PsInputTest, AWorkersTicketAdmitsThatWorkerOnly) {
+  auto ps = Launch(/*loaded=*/true, /*with_run_dir=*/true, /*workers=*/2, "ssp");
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const auto [port, ticket0] = DataPlaneOf(*stub, 0);
+  const auto [port1, ticket1] = DataPlaneOf(*stub, 1);
+  EXPECT_EQ(port, port1);
+  EXPECT_NE(ticket0, ticket1);
+
+  push_pull_wire::LayoutFingerprint fingerprint;
+  for (const auto& t : model_.params) fingerprint.Add(t.spec, false);
+  for (const auto& t : model_.buffers) fingerprint.Add(t.spec, true);
+  push_pull_wire::Request pull;
+  pull.kind = push_pull_wire::RequestKind::kPull;
+  pull.layout_fingerprint = fingerprint.value();
+  pull.deadline_ms = 60000;
+
+  {  // Worker 0's ticket in a hello naming worker 1.
+    DataPlaneClient impostor(port, ticket0, /*worker=*/1);
+    pull.worker = 1;
+    auto a = impostor.Call(pull);
+    EXPECT_TRUE(a.closed) << "answered a pull as worker 1 on worker 0's ticket: " << a.status;
+  }
+  {  // Each worker's own ticket admits it, and its requests must name it.
+    DataPlaneClient worker1(port, ticket1, /*worker=*/1);
+    pull.worker = 1;
+    auto a = worker1.Call(pull);
+    ASSERT_TRUE(a.status.ok()) << a.status;
+    pull.worker = 0;
+    a = worker1.Call(pull);
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+  }
+  DataPlaneClient worker0(port, ticket0, /*worker=*/0);
+  pull.worker = 0;
+  EXPECT_TRUE(worker0.Call(pull).status.ok());
+}
 
 TEST_F(PsInputTest, CheckpointPathsOutsideTheRunDirectoryAreRefused) {
   auto ps = Launch(/*loaded=*/true);
@@ -141,6 +353,35 @@ TEST_F(PsInputTest, CheckpointPathsOutsideTheRunDirectoryAreRefused) {
   const v1::ServerStatus status = GetStatus(*stub);
   EXPECT_TRUE(status.loaded());
   EXPECT_EQ(status.version(), 5);
+}
+
+// Before: the save's temporary file had a predictable name (`PATH.tmp.PID`) and was opened with
+// O_CREAT | O_TRUNC, following links, so a link planted there by anything that can write the run
+// directory (every container of a compose or Kubernetes job) got a file outside overwritten with
+// the model; and the checkpoint was 0644, readable by every local user. Run against the old code,
+// this test found the victim holding checkpoint bytes and the mode 0644.
+TEST_F(PsInputTest, ASaveFollowsNoPlantedLinkAndIsPrivate) {
+  auto ps = Launch(/*loaded=*/true);
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  const std::string victim = dir_ / "victim.txt";
+  ASSERT_TRUE(WriteFileAtomic(victim, "precious").ok());
+  fs::create_directories(run_ + "/saved");
+  fs::create_symlink(victim, absl::StrCat(run_, "/saved/ps-0.ckpt.tmp.", ps->pid()));
+
+  grpc::Status saved = Checkpoint(*stub, /*save=*/true, "saved/ps-0.ckpt");
+  ASSERT_TRUE(saved.ok()) << saved.error_message();
+  EXPECT_EQ(ReadFile(victim).value_or(""), "precious");
+  struct stat st;
+  ASSERT_EQ(::stat((run_ + "/saved/ps-0.ckpt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_TRUE(ReadCheckpoint(run_ + "/saved/ps-0.ckpt").ok());
+
+  // A directory the request names is made 0700 by the server itself.
+  saved = Checkpoint(*stub, /*save=*/true, "fresh/ps-0.ckpt");
+  ASSERT_TRUE(saved.ok()) << saved.error_message();
+  ASSERT_EQ(::stat((run_ + "/fresh").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
 }
 
 TEST_F(PsInputTest, WithoutARunDirectoryTheCheckpointRpcsTakeNoPath) {
@@ -203,7 +444,8 @@ TEST_F(PsInputTest, PushesThatWouldPoisonTheModelAreRefusedAndChangeNothing) {
   ASSERT_TRUE(good.status.ok()) << good.status.error_message();
   EXPECT_EQ(good.version, 6);
   for (const auto& t : good.tensors) {
-    for (int64_t k = 0; k < t.spec.numel(); ++k) ASSERT_TRUE(std::isfinite(t.floats()[k])) << t.name();
+    for (int64_t k = 0; k < t.spec.numel(); ++k)
+      ASSERT_TRUE(std::isfinite(t.floats()[k])) << t.name();
   }
 }
 
@@ -358,10 +600,10 @@ TEST_F(PsInputTest, TheTcpDataPlaneRefusesWhatAHostileClientSendsAndKeepsServing
     auto other_worker = c.Share(fingerprint.value(), floats * sizeof(float), /*worker=*/3);
     EXPECT_EQ(other_worker.status().code(), absl::StatusCode::kInvalidArgument)
         << other_worker.status();
-    // An offer is not a model: the region comes back the same when asked again.
+    // An offer is not a model: asking again gives a fresh region (the old one is no longer read).
     auto again = c.Share(fingerprint.value(), floats * sizeof(float));
     ASSERT_TRUE(again.ok()) << again.status();
-    EXPECT_EQ((*again)->offer().fd, (*region)->offer().fd);
+    EXPECT_NE((*again)->offer().socket_id, (*region)->offer().socket_id);
   }
   const v1::ServerStatus status = GetStatus(*stub);
   EXPECT_EQ(status.pushes(), 0);

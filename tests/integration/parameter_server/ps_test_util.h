@@ -3,6 +3,7 @@
 // (so tests can send what a worker never would).
 #pragma once
 
+#include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -226,6 +227,105 @@ inline bool PollUntil(F&& condition) {
   return condition();
 }
 
+// Strangers on a data port: connections that each send one byte of a hello and then hold the
+// connection open, as anyone on the machine can without a ticket. With `pace` set, a thread keeps
+// them up: one more byte on each every `pace`, and a new connection for each one the server
+// closes, until destroyed.
+class Strangers {
+ public:
+  Strangers(int port, int count, std::chrono::milliseconds pace = std::chrono::milliseconds(0))
+      : port_(port) {
+    for (int i = 0; i < count; ++i) {
+      const int fd = Open();
+      if (fd >= 0) fds_.push_back(fd);
+    }
+    if (pace.count() > 0 && pipe(wake_) == 0) {
+      keeper_ = std::thread([this, pace] { Keep(pace); });
+    }
+  }
+  ~Strangers() {
+    if (keeper_.joinable()) {
+      (void)!write(wake_[1], "x", 1);
+      keeper_.join();
+    }
+    if (wake_[0] >= 0) {
+      close(wake_[0]);
+      close(wake_[1]);
+    }
+    for (int fd : fds_) close(fd);
+  }
+  size_t size() const { return fds_.size(); }
+
+ private:
+  int Open() {
+    auto fd = tcp::DialTcp("127.0.0.1", port_, std::chrono::seconds(10));
+    if (!fd.ok()) return -1;  // refused while the server is busy closing others
+    const uint8_t byte = 0x53;
+    (void)tcp::SendAll(*fd, &byte, 1, nullptr, 0);
+    return *fd;
+  }
+  void Keep(std::chrono::milliseconds pace) {
+    std::vector<pollfd> polled;
+    auto next_byte = std::chrono::steady_clock::now() + pace;
+    for (;;) {
+      polled.assign(1, {wake_[0], POLLIN, 0});
+      for (int fd : fds_) polled.push_back({fd, POLLIN, 0});
+      const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+          next_byte - std::chrono::steady_clock::now());
+      poll(polled.data(), polled.size(), static_cast<int>(std::max<int64_t>(wait.count(), 0)));
+      if (polled[0].revents != 0) return;
+      const bool trickle = std::chrono::steady_clock::now() >= next_byte;
+      if (trickle) next_byte += pace;
+      for (size_t i = 0; i < fds_.size(); ++i) {
+        bool closed = false;
+        if (polled[i + 1].revents != 0) {
+          char c;
+          closed = recv(fds_[i], &c, 1, MSG_DONTWAIT) <= 0;
+        }
+        const uint8_t byte = 0x53;
+        if (!closed && trickle) closed = !tcp::SendAll(fds_[i], &byte, 1, nullptr, 0).ok();
+        if (closed) {
+          close(fds_[i]);
+          fds_[i] = Open();
+          if (fds_[i] < 0) fds_[i] = Open();
+        }
+      }
+      fds_.erase(std::remove(fds_.begin(), fds_.end(), -1), fds_.end());
+    }
+  }
+
+  const int port_;
+  std::vector<int> fds_;
+  int wake_[2] = {-1, -1};
+  std::thread keeper_;
+};
+
+// A slow hello: one byte, then another each time `pace` passes without the server closing the
+// connection, for at most `limit`. True once the server has closed it. A receive timeout that
+// restarts with every byte never closes it; a deadline for the whole hello does.
+inline bool TrickleUntilClosed(int port, std::chrono::milliseconds pace,
+                               std::chrono::seconds limit) {
+  auto fd = tcp::DialTcp("127.0.0.1", port, std::chrono::seconds(10));
+  if (!fd.ok()) return false;
+  const auto give_up = std::chrono::steady_clock::now() + limit;
+  bool closed = false;
+  while (!closed && std::chrono::steady_clock::now() < give_up) {
+    const uint8_t byte = 0x53;
+    if (!tcp::SendAll(*fd, &byte, 1, nullptr, 0).ok()) {
+      closed = true;
+      break;
+    }
+    pollfd p{*fd, POLLIN, 0};
+    // Waits for the server's close (an event), or paces the next byte.
+    if (poll(&p, 1, static_cast<int>(pace.count())) > 0) {
+      char c;
+      closed = recv(*fd, &c, 1, 0) <= 0;
+    }
+  }
+  close(*fd);
+  return closed;
+}
+
 // A raw client of the push/pull data plane: the test writes every byte itself.
 class DataPlaneClient {
  public:
@@ -238,8 +338,14 @@ class DataPlaneClient {
     EXPECT_TRUE(tcp::SendAll(fd_, hello, sizeof(hello), nullptr, 0).ok());
     // A generous bound, not a synchronisation: a server that kept silent would fail the test.
     tcp::SetReceiveTimeout(fd_, std::chrono::seconds(60));
+    // An admitted connection is welcomed (a reply header with code 0); a refused one is closed.
+    uint8_t welcome[push_pull_wire::kReplyBytes];
+    push_pull_wire::Reply reply;
+    admitted_ = tcp::ReceiveExact(fd_, welcome, sizeof(welcome)).ok() &&
+                push_pull_wire::DecodeReply(welcome, &reply).ok() && reply.code == 0;
   }
   ~DataPlaneClient() { close(fd_); }
+  bool admitted() const { return admitted_; }
 
   struct Answer {
     absl::Status status;  // the reply's code and message
@@ -314,17 +420,20 @@ class DataPlaneClient {
     return Receive(&region);
   }
   Answer Call(const push_pull_wire::Request& r, const std::vector<float>& payload = {}) {
+    if (!admitted_) return {absl::UnavailableError("not admitted"), {}, {}, true};
     if (absl::Status sent = Send(r, payload); !sent.ok()) return {sent, {}, {}, true};
     return Receive();
   }
   // True once the server has closed the connection (read returns end of stream).
   bool ClosedByServer() {
+    if (!admitted_) return true;  // closed instead of welcomed
     char byte = 0;
     return recv(fd_, &byte, 1, 0) <= 0;
   }
 
  private:
   int fd_ = -1;
+  bool admitted_ = false;
 };
 
 }  // namespace strata::testing

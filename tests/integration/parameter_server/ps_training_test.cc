@@ -1,16 +1,24 @@
-// Trainers with the push/pull synchroniser against real strata-ps processes, compared with the
+// Trainers with the push/pull synchroniser against parameter servers, compared with the
 // single-node trainer on the same data order: ASP with one worker matches it step for step, BSP
 // with n workers (each computing a 1/n slice of every global batch) matches training with the
-// global batch, and P=1 and P=3 servers give the same model. A small Fashion-MNIST subset keeps
-// it fast. All LibTorch tests of the parameter server live in this one executable.
+// global batch, and P=1 and P=3 servers give the same model. Every case runs over every
+// PartitionLink: against real strata-ps processes over gRPC, plain TCP and shared memory, and
+// against PartitionStores of this process over the in-memory link. A small Fashion-MNIST subset
+// keeps it fast. All LibTorch tests of the parameter server live in this one executable
+// (push_pull_in_memory_test.cc too).
 #include <cmath>
 #include <thread>
 
 #include <gtest/gtest.h>
 
+#include "services/common/base/status.h"
+#include "services/common/config/job_spec.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/trainer.h"
+#include "services/common/wire/rpc.h"
+#include "services/parameter_server/partition.h"
 #include "services/parameter_server/ps_process.h"
+#include "services/worker/in_memory_partition_link.h"
 #include "services/worker/push_pull_sync.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
 #include "tests/support/fashion_mnist.h"
@@ -74,15 +82,37 @@ void StepBesideTheReference(Trainer& reference, Trainer& worker, Synchroniser& s
   }
 }
 
-// The parameter is the link: true over the servers' plain-TCP data plane, false over gRPC.
 // How the workers' push/pull travels: gRPC streams, the plain-TCP data plane, or that plane with
-// the tensors in shared memory (the servers run on this host).
-enum class Link { kGrpc, kTcp, kSharedMemory };
+// the tensors in shared memory (the servers run on this host), to strata-ps processes; or the
+// in-memory link, to PartitionStores of this process.
+enum class Link { kGrpc, kTcp, kSharedMemory, kInMemory };
+
+std::string LinkName(const ::testing::TestParamInfo<Link>& info) {
+  switch (info.param) {
+    case Link::kGrpc:
+      return "Grpc";
+    case Link::kTcp:
+      return "PlainTcp";
+    case Link::kSharedMemory:
+      return "SharedMemory";
+    case Link::kInMemory:
+      return "InMemory";
+  }
+  return "Unknown";
+}
 
 void UseLink(Link link, PartitionClientsOptions* clients) {
-  clients->tcp_data_plane = link != Link::kGrpc;
+  clients->tcp_data_plane = link == Link::kTcp || link == Link::kSharedMemory;
   clients->shared_memory = link == Link::kSharedMemory;
 }
+
+// The servers of one test: their addresses (names, in memory) and, in memory, the stores.
+struct Servers {
+  std::vector<std::string> addresses;
+  std::vector<std::unique_ptr<ParameterPartition>> stores;
+  std::unique_ptr<InMemoryPartitionServers> in_memory;
+  size_t size() const { return addresses.size(); }
+};
 
 class PsTrainingTest : public ::testing::TestWithParam<Link> {
  protected:
@@ -92,12 +122,42 @@ class PsTrainingTest : public ::testing::TestWithParam<Link> {
     config_ = WriteJobSpec(dir_, kTraining);
   }
 
-  // P servers holding `trainer`'s model; returns their addresses.
-  std::vector<std::string> LaunchServers(Trainer& trainer, int partitions, int workers,
-                                         const std::string& consistency) {
-    const std::string checkpoint = dir_ / absl::StrCat("init-", servers_.size(), ".ckpt");
+  // P servers holding `trainer`'s model.
+  Servers& LaunchServers(Trainer& trainer, int partitions, int workers,
+                         const std::string& consistency) {
+    const std::string checkpoint = dir_ / absl::StrCat("init-", launched_.size(), ".ckpt");
     EXPECT_TRUE(WriteCheckpoint(checkpoint, trainer.ToCheckpoint(0, 0, 0)).ok());
-    std::vector<std::string> addresses;
+    return StartServers(checkpoint, partitions, workers, consistency);
+  }
+
+  // P servers, loaded from `checkpoint` or, if it is empty, idle (LoadInto loads them).
+  Servers& StartServers(const std::string& checkpoint, int partitions, int workers,
+                        const std::string& consistency) {
+    launched_.push_back(std::make_unique<Servers>());
+    Servers& servers = *launched_.back();
+    if (GetParam() == Link::kInMemory) {
+      // The job strata-ps would read from the same flags (ps_main.cc), with no sample budget.
+      auto job = LoadJobSpec(config_, {absl::StrCat("cluster.parameter_servers=", partitions),
+                                       absl::StrCat("cluster.workers=", workers),
+                                       "strategy.consistency=" + consistency});
+      EXPECT_TRUE(job.ok()) << job.status();
+      if (!job.ok()) return servers;
+      std::vector<PartitionStore*> stores;
+      for (int p = 0; p < partitions; ++p) {
+        auto config = PartitionConfigFor(*job, p, kTrainExamples);
+        EXPECT_TRUE(config.ok()) << config.status();
+        if (!config.ok()) return servers;
+        config->sample_budget = 0;
+        servers.stores.push_back(std::make_unique<ParameterPartition>(*config));
+        stores.push_back(servers.stores.back().get());
+        servers.addresses.push_back(absl::StrCat("in-memory-", p));
+      }
+      servers.in_memory = std::make_unique<InMemoryPartitionServers>(stores);
+      for (int p = 0; !checkpoint.empty() && p < partitions; ++p) {
+        EXPECT_TRUE(LoadInto(servers, p, checkpoint).ok());
+      }
+      return servers;
+    }
     for (int p = 0; p < partitions; ++p) {
       PsProcessOptions o;
       o.binary = STRATA_PS_BINARY;
@@ -108,23 +168,60 @@ class PsTrainingTest : public ::testing::TestWithParam<Link> {
       o.workers = workers;
       o.consistency = consistency;
       o.train_examples = kTrainExamples;
-      o.init_checkpoint = checkpoint;
+      if (checkpoint.empty()) {
+        o.extra_args = {"--run-dir", dir_.path()};  // LoadCheckpoint takes paths inside it only
+      } else {
+        o.init_checkpoint = checkpoint;
+      }
       auto ps = PsProcess::Launch(o);
       EXPECT_TRUE(ps.ok()) << ps.status();
-      if (!ps.ok()) return {};
-      addresses.push_back((*ps)->address());
-      servers_.push_back(std::move(*ps));
+      if (!ps.ok()) return servers;
+      servers.addresses.push_back((*ps)->address());
+      processes_.push_back(std::move(*ps));
     }
-    return addresses;
+    return servers;
   }
 
-  std::unique_ptr<Synchroniser> Sync(const std::vector<std::string>& servers, int rank,
-                                     Trainer& trainer) {
+  // Server p loads the checkpoint at `path` (LoadCheckpoint); returns the version it then holds.
+  absl::StatusOr<int64_t> LoadInto(Servers& servers, int p, const std::string& path) {
+    if (GetParam() == Link::kInMemory) {
+      STRATA_ASSIGN_OR_RETURN(const Checkpoint checkpoint, ReadCheckpoint(path));
+      STRATA_RETURN_IF_ERROR(servers.stores[p]->Load(checkpoint, path));
+      return servers.stores[p]->Status().version;
+    }
+    auto stub = Connect(servers.addresses[p]);
+    grpc::ClientContext context;
+    context.set_deadline(TestDeadline());
+    v1::CheckpointRequest request;
+    request.set_path(path);
+    v1::CheckpointReply reply;
+    const grpc::Status loaded = stub->LoadCheckpoint(&context, request, &reply);
+    if (!loaded.ok()) return FromGrpcStatus(loaded, "LoadCheckpoint");
+    return reply.version();
+  }
+
+  // What server p says about itself (GetStatus; in memory, the store's own status).
+  v1::ServerStatus StatusOf(const Servers& servers, int p) {
+    if (GetParam() != Link::kInMemory) return GetStatus(*Connect(servers.addresses[p]));
+    const PartitionStatus s = servers.stores[p]->Status();
+    v1::ServerStatus status;
+    status.set_version(s.version);
+    status.set_completed_epochs(s.completed_epochs);
+    status.set_lr(s.lr);
+    return status;
+  }
+
+  PushPullOptions SyncOptions(const Servers& servers, int rank) {
     PushPullOptions o;
-    o.clients.servers = servers;
+    o.clients.servers = servers.addresses;
     o.clients.rank = rank;
     UseLink(GetParam(), &o.clients);
-    auto s = MakePushPullSynchroniser(o, trainer);
+    if (servers.in_memory) o.clients.make_link = servers.in_memory->LinkFactory();
+    return o;
+  }
+
+  std::unique_ptr<Synchroniser> Sync(const Servers& servers, int rank, Trainer& trainer) {
+    auto s = MakePushPullSynchroniser(SyncOptions(servers, rank), trainer);
     EXPECT_TRUE(s.ok()) << s.status();
     return s.ok() ? std::move(*s) : nullptr;
   }
@@ -136,8 +233,8 @@ class PsTrainingTest : public ::testing::TestWithParam<Link> {
     auto reference = MakeTrainer(kGlobalBatch);
     std::vector<std::unique_ptr<Trainer>> trainers;
     for (int w = 0; w < workers; ++w) trainers.push_back(MakeTrainer(kGlobalBatch / workers));
-    auto servers = LaunchServers(*trainers[0], partitions, workers, "bsp");
-    if (servers.empty()) return nullptr;
+    Servers& servers = LaunchServers(*trainers[0], partitions, workers, "bsp");
+    if (servers.size() != static_cast<size_t>(partitions)) return nullptr;
     std::vector<std::unique_ptr<Synchroniser>> syncs;
     for (int w = 0; w < workers; ++w) {
       syncs.push_back(Sync(servers, w, *trainers[w]));
@@ -182,14 +279,15 @@ class PsTrainingTest : public ::testing::TestWithParam<Link> {
 
   ScratchDir dir_;
   std::string config_;
-  std::vector<std::unique_ptr<PsProcess>> servers_;
+  std::vector<std::unique_ptr<PsProcess>> processes_;
+  std::vector<std::unique_ptr<Servers>> launched_;
 };
 
 TEST_P(PsTrainingTest, AspOneWorkerOneServerReproducesSingleNodeSgdStepForStep) {
   auto reference = MakeTrainer(kGlobalBatch);
   auto worker = MakeTrainer(kGlobalBatch);
   ASSERT_TRUE(reference && worker);
-  auto servers = LaunchServers(*worker, /*partitions=*/1, /*workers=*/1, "asp");
+  Servers& servers = LaunchServers(*worker, /*partitions=*/1, /*workers=*/1, "asp");
   ASSERT_EQ(servers.size(), 1u);
   auto sync = Sync(servers, 0, *worker);
   ASSERT_TRUE(sync);
@@ -208,8 +306,7 @@ TEST_P(PsTrainingTest, AspOneWorkerOneServerReproducesSingleNodeSgdStepForStep) 
       ASSERT_LT(MaxDifference(*reference, *worker), 1e-6f) << "epoch " << epoch << " step " << b;
     }
   }
-  auto stub = Connect(servers[0]);
-  const v1::ServerStatus s = GetStatus(*stub);
+  const v1::ServerStatus s = StatusOf(servers, 0);
   EXPECT_EQ(s.version(), step);
   EXPECT_EQ(s.completed_epochs(), 2);
   EXPECT_FLOAT_EQ(s.lr(), 0.025f) << "the milestone after epoch 1 halves the lr";
@@ -244,31 +341,12 @@ TEST_P(PsTrainingTest, HandoverFromAWorkerCheckpointContinuesTheOptimizer) {
   const std::string handover = dir_ / "handover.ckpt";
   ASSERT_TRUE(WriteCheckpoint(handover, reference->ToCheckpoint(0, 4, 4)).ok());
 
-  std::vector<std::string> servers;
+  Servers& servers = StartServers(/*checkpoint=*/"", 2, 1, "asp");  // idle
+  ASSERT_EQ(servers.size(), 2u);
   for (int p = 0; p < 2; ++p) {
-    PsProcessOptions o;
-    o.binary = STRATA_PS_BINARY;
-    o.work_dir = dir_.path();
-    o.config = config_;
-    o.partition = p;
-    o.partitions = 2;
-    o.workers = 1;
-    o.consistency = "asp";
-    o.train_examples = kTrainExamples;
-    o.extra_args = {"--run-dir", dir_.path()};  // LoadCheckpoint takes paths inside it only
-    auto ps = PsProcess::Launch(o);             // idle: no --init-checkpoint
-    ASSERT_TRUE(ps.ok()) << ps.status();
-    auto stub = Connect((*ps)->address());
-    grpc::ClientContext context;
-    context.set_deadline(TestDeadline());
-    v1::CheckpointRequest request;
-    request.set_path(handover);
-    v1::CheckpointReply reply;
-    grpc::Status loaded = stub->LoadCheckpoint(&context, request, &reply);
-    ASSERT_TRUE(loaded.ok()) << loaded.error_message();
-    EXPECT_EQ(reply.version(), 4);
-    servers.push_back((*ps)->address());
-    servers_.push_back(std::move(*ps));
+    absl::StatusOr<int64_t> version = LoadInto(servers, p, handover);
+    ASSERT_TRUE(version.ok()) << version.status();
+    EXPECT_EQ(*version, 4);
   }
   auto sync = Sync(servers, 0, *worker);
   ASSERT_TRUE(sync);
@@ -278,64 +356,66 @@ TEST_P(PsTrainingTest, HandoverFromAWorkerCheckpointContinuesTheOptimizer) {
   StepBesideTheReference(*reference, *worker, *sync, /*first=*/4, /*end=*/8);
 }
 
-TEST_P(PsTrainingTest, ErrorsNameTheServer) {
+TEST_P(PsTrainingTest, AServerHoldingAnotherModelIsRefusedNamingTheServer) {
   auto worker = MakeTrainer(kGlobalBatch);
   ASSERT_TRUE(worker);
-  auto servers = LaunchServers(*worker, 2, 1, "asp");
+  SmallModel other = SmallModel::Make();
+  const std::string path = dir_ / "other.ckpt";
+  ASSERT_TRUE(WriteCheckpoint(path, other.ToCheckpoint()).ok());
+  Servers& servers = StartServers(path, 1, 1, "asp");
+  ASSERT_EQ(servers.size(), 1u);
+  auto sync = MakePushPullSynchroniser(SyncOptions(servers, 0), *worker);
+  ASSERT_TRUE(sync.ok());
+  absl::Status s = (*sync)->Start(*worker);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find(absl::StrCat("parameter server 0 (", servers.addresses[0], ")")),
+            absl::string_view::npos)
+      << s;
+  // gRPC names the tensor; the data plane (and the in-memory link, which checks as it does)
+  // carries no names, only the layout's fingerprint.
+  EXPECT_NE(s.message().find(GetParam() != Link::kGrpc ? "different model" : "fc1.weight"),
+            absl::string_view::npos)
+      << s;
+}
+
+INSTANTIATE_TEST_SUITE_P(Links, PsTrainingTest,
+                         ::testing::Values(Link::kGrpc, Link::kTcp, Link::kSharedMemory,
+                                           Link::kInMemory),
+                         LinkName);
+
+// What only a network link can meet: a server nobody listens for, a server without a data plane.
+class PsNetworkLinkTest : public PsTrainingTest {};
+
+TEST_P(PsNetworkLinkTest, AnUnreachableServerIsNamed) {
+  auto worker = MakeTrainer(kGlobalBatch);
+  ASSERT_TRUE(worker);
+  Servers& servers = LaunchServers(*worker, 2, 1, "asp");
   ASSERT_EQ(servers.size(), 2u);
-  {  // Nothing listens on port 1 of loopback: partition 1 is unreachable, partition 0 answers.
-    PushPullOptions o;
-    o.clients.servers = {servers[0], "127.0.0.1:1"};
-    o.clients.deadline = std::chrono::seconds(10);
-    UseLink(GetParam(), &o.clients);
-    auto sync = MakePushPullSynchroniser(o, *worker);
-    ASSERT_TRUE(sync.ok());
-    absl::Status s = (*sync)->Start(*worker);
-    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
-    EXPECT_NE(s.message().find("parameter server 1 (127.0.0.1:1)"), absl::string_view::npos) << s;
-  }
-  {  // A server holding another model is refused, naming the server and the tensor.
-    SmallModel other = SmallModel::Make();
-    const std::string path = dir_ / "other.ckpt";
-    ASSERT_TRUE(WriteCheckpoint(path, other.ToCheckpoint()).ok());
-    PsProcessOptions o;
-    o.binary = STRATA_PS_BINARY;
-    o.work_dir = dir_.path();
-    o.config = config_;
-    o.train_examples = kTrainExamples;
-    o.init_checkpoint = path;
-    auto ps = PsProcess::Launch(o);
-    ASSERT_TRUE(ps.ok()) << ps.status();
-    PushPullOptions po;
-    po.clients.servers = {(*ps)->address()};
-    UseLink(GetParam(), &po.clients);
-    auto sync = MakePushPullSynchroniser(po, *worker);
-    ASSERT_TRUE(sync.ok());
-    absl::Status s = (*sync)->Start(*worker);
-    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
-    EXPECT_NE(s.message().find(absl::StrCat("parameter server 0 (", (*ps)->address(), ")")),
-              absl::string_view::npos)
-        << s;
-    // gRPC names the tensor; the data plane carries no names, only the layout's fingerprint.
-    EXPECT_NE(s.message().find(GetParam() != Link::kGrpc ? "different model" : "fc1.weight"),
-              absl::string_view::npos)
-        << s;
-  }
+  // Nothing listens on port 1 of loopback: partition 1 is unreachable, partition 0 answers.
+  PushPullOptions o;
+  o.clients.servers = {servers.addresses[0], "127.0.0.1:1"};
+  o.clients.deadline = std::chrono::seconds(10);
+  UseLink(GetParam(), &o.clients);
+  auto sync = MakePushPullSynchroniser(o, *worker);
+  ASSERT_TRUE(sync.ok());
+  absl::Status s = (*sync)->Start(*worker);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_NE(s.message().find("parameter server 1 (127.0.0.1:1)"), absl::string_view::npos) << s;
 }
 
 // A server that opens no data plane (its job says strategy.ps_link: grpc) answers DataPlane with
 // FAILED_PRECONDITION; a worker asking for the TCP link then trains over gRPC, step for step as
 // single-node SGD, instead of failing.
-TEST_P(PsTrainingTest, AWorkerFallsBackToGrpcWhenTheServerOffersNoDataPlane) {
+TEST_P(PsNetworkLinkTest, AWorkerFallsBackToGrpcWhenTheServerOffersNoDataPlane) {
   config_ =
       WriteJobSpec(dir_, kTraining, "grpc-job.yaml", "strategy: { kind: ps, ps_link: grpc }\n");
   auto reference = MakeTrainer(kGlobalBatch);
   auto worker = MakeTrainer(kGlobalBatch);
   ASSERT_TRUE(reference && worker);
-  auto servers = LaunchServers(*worker, /*partitions=*/1, /*workers=*/1, "asp");
+  Servers& servers = LaunchServers(*worker, /*partitions=*/1, /*workers=*/1, "asp");
   ASSERT_EQ(servers.size(), 1u);
   {
-    auto stub = Connect(servers[0]);
+    auto stub = Connect(servers.addresses[0]);
     grpc::ClientContext context;
     context.set_deadline(TestDeadline());
     v1::DataPlaneOffer offer;
@@ -350,19 +430,8 @@ TEST_P(PsTrainingTest, AWorkerFallsBackToGrpcWhenTheServerOffersNoDataPlane) {
   StepBesideTheReference(*reference, *worker, *sync, /*first=*/0, /*end=*/4);
 }
 
-INSTANTIATE_TEST_SUITE_P(Links, PsTrainingTest,
-                         ::testing::Values(Link::kGrpc, Link::kTcp, Link::kSharedMemory),
-                         [](const ::testing::TestParamInfo<Link>& info) {
-                           switch (info.param) {
-                             case Link::kGrpc:
-                               return "Grpc";
-                             case Link::kTcp:
-                               return "PlainTcp";
-                             case Link::kSharedMemory:
-                               return "SharedMemory";
-                           }
-                           return "Unknown";
-                         });
+INSTANTIATE_TEST_SUITE_P(Links, PsNetworkLinkTest,
+                         ::testing::Values(Link::kGrpc, Link::kTcp, Link::kSharedMemory), LinkName);
 
 }  // namespace
 }  // namespace strata::testing

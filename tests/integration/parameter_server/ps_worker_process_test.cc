@@ -5,6 +5,8 @@
 // have applied it, however many passes over their shards that takes.
 #include <cstdlib>
 
+#include <functional>
+
 #include <gtest/gtest.h>
 
 #include "services/common/wire/shard_index.h"
@@ -20,10 +22,10 @@ constexpr int kWorkerBatch = kBatch / kWorkers;
 
 class PsWorkerProcessTest : public ::testing::Test {
  protected:
-  // Writes the job and round-robin shards, then starts the servers (with `server_args` added)
-  // and the workers, and starts training.
-  // `sample_budget`: samples the servers apply before they stop the workers (0: none).
-  void StartCluster(int64_t sample_budget) {
+  // Writes the job and round-robin shards, then starts the servers
+  // and the workers, runs `before_start` (if any), and starts training. `sample_budget`: samples
+  // the servers apply before they stop the workers (0: none).
+  void StartCluster(int64_t sample_budget, const std::function<void()>& before_start = {}) {
     job_ = dir_ / "job.yaml";
     ASSERT_TRUE(
         WriteFileAtomic(
@@ -82,6 +84,7 @@ class PsWorkerProcessTest : public ::testing::Test {
       worker_stubs_.push_back(v1::Worker::NewStub(MakeChannel((*worker)->address())));
       workers_.push_back(std::move(*worker));
     }
+    if (before_start) before_start();
     for (auto& stub : worker_stubs_) {
       grpc::ClientContext context;
       context.set_deadline(TestDeadline());
@@ -177,6 +180,39 @@ TEST_F(PsWorkerProcessTest, TwoWorkersTrainAsynchronouslyAgainstTwoServers) {
     const CheckpointEntry* before = initial->Find(TensorKind::kParameter, model.tensors[0].name());
     ASSERT_NE(before, nullptr);
     EXPECT_NE(before->tensor.data, model.tensors[0].data);
+  }
+  StopAll();
+}
+
+// Strangers hold 300 connections to each server's data port, without a ticket, sending one byte
+// of a hello every 3 s and reconnecting whenever closed, from before the workers start to the
+// end. Before: they held the 256 slots, the workers' connections were closed unread and the
+// workers stopped with "Broken pipe". Now they wait apart, each cut off 10 s after it connected,
+// and training goes on as without them.
+TEST_F(PsWorkerProcessTest, TrainingGoesOnWhileStrangersHoldTheDataPorts) {
+  std::vector<std::unique_ptr<Strangers>> strangers;
+  ASSERT_NO_FATAL_FAILURE(StartCluster(0, [&] {
+    for (auto& stub : server_stubs_) {
+      grpc::ClientContext context;
+      context.set_deadline(TestDeadline());
+      v1::DataPlaneRequest request;
+      v1::DataPlaneOffer offer;
+      ASSERT_TRUE(stub->DataPlane(&context, request, &offer).ok());
+      // One byte each every 3 s: within the old per-read timeout of 10 s.
+      strangers.push_back(std::make_unique<Strangers>(static_cast<int>(offer.port()), 300,
+                                                      std::chrono::seconds(3)));
+    }
+  }));
+  int64_t total_steps = 0;
+  for (const v1::WorkerStatus& s : WaitForWorkers()) {
+    EXPECT_EQ(s.epoch(), kEpochs);
+    total_steps += s.step();
+  }
+  EXPECT_EQ(total_steps, kWorkers * kEpochs * (kExamples / kWorkers) / kWorkerBatch);
+  for (auto& stub : server_stubs_) {
+    const v1::ServerStatus s = GetStatus(*stub);
+    EXPECT_EQ(s.pushes(), total_steps) << "partition " << s.partition();
+    EXPECT_EQ(s.rejected_pushes(), 0);
   }
   StopAll();
 }

@@ -9,6 +9,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -256,6 +257,62 @@ TEST_F(AuthTest, InsecureNoAuthServesAnyCallerAndSaysSo) {
   EXPECT_EQ(exit->code, 0) << exit->output;
   EXPECT_TRUE(absl::StrContains(exit->output, "warning")) << exit->output;
   EXPECT_TRUE(absl::StrContains(exit->output, kInsecureNoAuthFlag)) << exit->output;
+}
+
+// The manual Kubernetes path (docs/deploy.md) makes the token with `openssl rand -hex 32 >
+// base/run-token`, and the Secret hands the file to STRATA_RUN_TOKEN as it is, newline included.
+// Before: every service refused to start with it ("may hold only visible ASCII characters", exit
+// code 2), which is how this test failed against the old check. Exactly one trailing newline is
+// now stripped; the token without it is what callers present.
+TEST_F(AuthTest, ATokenFileMadeAsDocumentedIsAccepted) {
+  const std::string token_file = dir_ + "/run-token";
+  const Exit made =
+      RunWithoutToken({"/bin/sh", "-c", absl::StrCat("openssl rand -hex 32 > ", token_file)},
+                      dir_ + "/openssl.log");
+  ASSERT_EQ(made.code, 0) << "openssl rand failed: " << made.output;
+  const std::string as_written = ReadFile(token_file).value_or("");
+  ASSERT_EQ(as_written.size(), 65u) << "expected 64 hex characters and a newline";
+  ASSERT_EQ(as_written.back(), '\n');
+  const std::string token = as_written.substr(0, 64);
+
+  const std::string port_file = dir_ + "/ps.port", log = dir_ + "/ps.log";
+  std::unique_ptr<Exit> exit;
+  std::atomic<bool> ended{false};
+  std::thread runner([&] {
+    exit = std::make_unique<Exit>(
+        RunWithoutToken({Bin("strata-ps"), "--config", dir_ + "/job.yaml", "--partition", "0",
+                         "--partitions", "1", "--workers", "1", "--train-examples", "256",
+                         "--listen", "127.0.0.1:0", "--port-file", port_file},
+                        log, {absl::StrCat(kRunTokenEnv, "=", as_written)}));
+    ended = true;
+  });
+  std::optional<int> port;
+  const auto until = std::chrono::steady_clock::now() + seconds(60);
+  while (!(port = ReadPortFile(port_file)) && std::chrono::steady_clock::now() < until && !ended) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // the file appears when it does
+  }
+  if (!port.has_value()) {
+    runner.join();
+    FAIL() << "strata-ps did not start with the documented token file: "
+           << ReadFile(log).value_or("(no log)");
+  }
+  auto channel = ChannelWithoutToken(absl::StrCat("127.0.0.1:", *port));
+  const grpc::Status status = CallWithDefaultRequest(
+      channel, "/strata.v1.ParameterServer/GetStatus", absl::StrCat("Bearer ", token));
+  EXPECT_TRUE(status.ok()) << status.error_code() << " " << status.error_message();
+  const grpc::Status stop = CallWithDefaultRequest(channel, "/strata.v1.ParameterServer/Stop",
+                                                   absl::StrCat("Bearer ", token));
+  EXPECT_TRUE(stop.ok()) << stop.error_code() << " " << stop.error_message();
+  runner.join();
+  ASSERT_NE(exit, nullptr);
+  EXPECT_EQ(exit->code, 0) << exit->output;
+
+  // Exactly one: two newlines (or a newline inside) are still refused.
+  const Exit two = RunWithoutToken(
+      {Bin("strata-ps"), "--config", dir_ + "/job.yaml", "--partition", "0", "--partitions", "1",
+       "--workers", "1", "--train-examples", "256", "--listen", "127.0.0.1:0"},
+      dir_ + "/two.log", {absl::StrCat(kRunTokenEnv, "=", token, "\n\n")});
+  EXPECT_EQ(two.code, 2) << two.output;
 }
 
 // The environment of process `pid` as NAME=value strings ("" if unreadable).

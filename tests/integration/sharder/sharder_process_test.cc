@@ -1,5 +1,6 @@
 // The sharder as users run it: `strata shard` and `strata-sharder` processes (good and bad input,
 // exit codes, messages, output directories) and the Sharder gRPC service in its own process.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -104,18 +105,20 @@ TEST_F(SharderProcessTest, StrataShardStratifiedOnFashionMnistSubsetThenStats) {
 
   Result stats = Run({kStrata, "shard", "--stats", out.string()});
   ASSERT_EQ(stats.exit_code, 0) << stats.err;
-  EXPECT_THAT(stats.out, HasSubstr("stratified plan of 3000 fashion-mnist examples over 12 workers"));
+  EXPECT_THAT(stats.out,
+              HasSubstr("stratified plan of 3000 fashion-mnist examples over 12 workers"));
   EXPECT_THAT(stats.out, HasSubstr("overall largest deviation"));
   ExpectNoOutputBesides({"plan"});
 }
 
 TEST_F(SharderProcessTest, StrataShardFromAJobSpec) {
   const fs::path spec = dir_ / "job.yaml";
-  std::ofstream(spec) << "name: shard-test\n"
-                         "dataset: { name: synthetic }\n"
-                         "training: { seed: 5 }\n"
-                         "cluster: { workers: 3 }\n"
-                         "sharding: { method: distribution-aware, clusters: 12, pca_components: 8 }\n";
+  std::ofstream(spec)
+      << "name: shard-test\n"
+         "dataset: { name: synthetic }\n"
+         "training: { seed: 5 }\n"
+         "cluster: { workers: 3 }\n"
+         "sharding: { method: distribution-aware, clusters: 12, pca_components: 8 }\n";
   const fs::path out = dir_ / "shards";
   Result r = Run({kStrata, "shard", spec.string(), "--out", out.string()});
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -166,7 +169,9 @@ TEST_F(SharderProcessTest, Cifar100LabelSetComesFromTheSpecOrFlag) {
   }
   const fs::path spec = dir_ / "job.yaml";
   std::ofstream(spec) << "name: c100\n"
-                         "dataset: { name: cifar100, path: " << dir_.string() << ", label_set: coarse }\n"
+                         "dataset: { name: cifar100, path: "
+                      << dir_.string()
+                      << ", label_set: coarse }\n"
                          "cluster: { workers: 4 }\n";
   const fs::path coarse = dir_ / "coarse";
   Result r = Run({kStrata, "shard", spec.string(), "--out", coarse.string()});
@@ -176,7 +181,8 @@ TEST_F(SharderProcessTest, Cifar100LabelSetComesFromTheSpecOrFlag) {
   EXPECT_EQ(m["parameters"]["label_set"], "coarse");
   EXPECT_EQ(m["dataset"]["num_classes"], 20);
   for (const auto& shard : m["shards"]) {
-    for (const auto& count : shard["class_counts"]) EXPECT_LE(count.get<int64_t>(), 3);  // 10 per class / 4
+    for (const auto& count : shard["class_counts"])
+      EXPECT_LE(count.get<int64_t>(), 3);  // 10 per class / 4
   }
   const fs::path fine = dir_ / "fine";
   r = Run({kStrata, "shard", spec.string(), "--label-set", "fine", "--out", fine.string()});
@@ -184,7 +190,8 @@ TEST_F(SharderProcessTest, Cifar100LabelSetComesFromTheSpecOrFlag) {
   m = Manifest(fine);
   EXPECT_EQ(m["parameters"]["label_set"], "fine");
   EXPECT_EQ(m["class_counts"].size(), 100u);
-  r = Run({kStrata, "shard", spec.string(), "--label-set", "medium", "--out", (dir_ / "bad").string()});
+  r = Run(
+      {kStrata, "shard", spec.string(), "--label-set", "medium", "--out", (dir_ / "bad").string()});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.err, HasSubstr("label_set must be fine or coarse, got 'medium'"));
   EXPECT_FALSE(fs::exists(dir_ / "bad"));
@@ -233,32 +240,41 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"NoClusters",
                  Synthetic({"--workers", "4", "--method", "distribution-aware", "--clusters", "0"}),
                  "clusters must be >= 1, got 0"},
-        BadInput{"MoreClustersThanExamples",
-                 Synthetic({"--workers", "4", "--method", "distribution-aware", "--clusters", "501"}),
-                 "clusters (501) is more than the examples in the training split (500)"},
+        BadInput{
+            "MoreClustersThanExamples",
+            Synthetic({"--workers", "4", "--method", "distribution-aware", "--clusters", "501"}),
+            "clusters (501) is more than the examples in the training split (500)"},
         BadInput{"PcaAboveDimension",
-                 Synthetic({"--workers", "4", "--method", "distribution-aware", "--pca-components", "33"}),
+                 Synthetic({"--workers", "4", "--method", "distribution-aware", "--pca-components",
+                            "33"}),
                  "pca_components (33) is above the data dimension (32 floats per example)"},
         BadInput{"UnknownMethod", Synthetic({"--workers", "4", "--method", "kmeans"}),
-                 "unknown sharding method 'kmeans' (known: random, mod, stratified, distribution-aware)"},
-        BadInput{"UnknownDataset", {"--dataset", "imagenet", "--data", "/tmp", "--workers", "4"},
+                 "unknown sharding method 'kmeans' (known: random, mod, stratified, "
+                 "distribution-aware)"},
+        BadInput{"UnknownDataset",
+                 {"--dataset", "imagenet", "--data", "/tmp", "--workers", "4"},
                  "unknown dataset 'imagenet'"},
-        BadInput{"MissingFiles", {"--dataset", "mnist", "--data", "/nonexistent/mnist", "--workers", "4"},
+        BadInput{"MissingFiles",
+                 {"--dataset", "mnist", "--data", "/nonexistent/mnist", "--workers", "4"},
                  "missing data file /nonexistent/mnist/train-images-idx3-ubyte"},
-        BadInput{"MissingJobSpec", {"/nonexistent/job.yaml", "--workers", "4"}, "/nonexistent/job.yaml"}),
+        BadInput{"MissingJobSpec",
+                 {"/nonexistent/job.yaml", "--workers", "4"},
+                 "/nonexistent/job.yaml"}),
     [](const auto& info) { return info.param.name; });
 
 TEST_F(SharderProcessTest, CorruptDataFileIsNamedAndNothingIsWritten) {
   // A Fashion-MNIST directory whose training images are cut short.
   const fs::path data = dir_ / "corrupt";
   fs::create_directories(data);
-  for (const char* name : {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
+  for (const char* name :
+       {"train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"}) {
     fs::copy_file(fs::path(kFashionMnist) / name, data / name);
   }
   {
     auto images = ReadFile((fs::path(kFashionMnist) / "train-images-idx3-ubyte.gz").string());
     ASSERT_TRUE(images.ok());
-    std::ofstream(data / "train-images-idx3-ubyte.gz", std::ios::binary) << images->substr(0, images->size() / 2);
+    std::ofstream(data / "train-images-idx3-ubyte.gz", std::ios::binary)
+        << images->substr(0, images->size() / 2);
   }
   const fs::path out = dir_ / "plan";
   Result r = Run({kStrata, "shard", "--dataset", "fashion-mnist", "--data", data.string(),
@@ -272,7 +288,9 @@ TEST_F(SharderProcessTest, CorruptDataFileIsNamedAndNothingIsWritten) {
 TEST_F(SharderProcessTest, FailedRunLeavesAnEarlierPlanIntact) {
   const fs::path out = dir_ / "plan";
   ASSERT_EQ(Run({kStrata, "shard", "--dataset", "synthetic", "--workers", "2", "--method", "mod",
-                 "--out", out.string()}).exit_code, 0);
+                 "--out", out.string()})
+                .exit_code,
+            0);
   const auto before = ReadShards(out, 2);
   Result r = Run({kStrata, "shard", "--dataset", "synthetic", "--workers", "2", "--method",
                   "distribution-aware", "--pca-components", "999", "--out", out.string()});
@@ -291,15 +309,20 @@ TEST_F(SharderProcessTest, StatsOfAMissingPlanFailsClearly) {
 // The Sharder service in a real process on loopback.
 class SharderServiceTest : public SharderProcessTest {
  protected:
-  // Requests may name paths inside `run_dir` only (default: the test's directory).
-  void StartServer(fs::path run_dir = {}) {
+  // Requests may name paths inside `run_dir` only (default: the test's directory). `prefix`
+  // runs the server under another command (prlimit).
+  void StartServer(fs::path run_dir = {}, std::vector<std::string> prefix = {}) {
     if (run_dir.empty()) run_dir = dir_;
     port_file_ = dir_ / "port";
-    server_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{kSharder, "serve", "--listen", "127.0.0.1:0", "--port-file",
-                                 port_file_.string(), "--log-file", (dir_ / "sharder.log").string(),
-                                 "--run-dir", run_dir.string()},
-        dir_);
+    std::vector<std::string> argv = std::move(prefix);
+    for (const std::string& a :
+         {std::string(kSharder), std::string("serve"), std::string("--listen"),
+          std::string("127.0.0.1:0"), std::string("--port-file"), port_file_.string(),
+          std::string("--log-file"), (dir_ / "sharder.log").string(), std::string("--run-dir"),
+          run_dir.string()}) {
+      argv.push_back(a);
+    }
+    server_ = std::make_unique<Subprocess>(argv, dir_);
     const auto deadline = std::chrono::steady_clock::now() + kRunTimeout;
     std::string port;
     while (std::chrono::steady_clock::now() < deadline) {
@@ -315,9 +338,10 @@ class SharderServiceTest : public SharderProcessTest {
     stub_ = v1::Sharder::NewStub(MakeChannel("127.0.0.1:" + port));
   }
 
-  grpc::Status Shard(const v1::ShardRequest& request, v1::ShardReply* reply) {
+  grpc::Status Shard(const v1::ShardRequest& request, v1::ShardReply* reply,
+                     std::chrono::seconds deadline = std::chrono::seconds(120)) {
     grpc::ClientContext context;
-    context.set_deadline(DeadlineAfter(std::chrono::seconds(120)));
+    context.set_deadline(DeadlineAfter(deadline));
     return stub_->Shard(&context, request, reply);
   }
 
@@ -361,7 +385,8 @@ TEST_F(SharderServiceTest, PlansOnRequestRefusesBadRequestsAndStops) {
   v1::ShardReply bad_reply;
   status = Shard(bad, &bad_reply);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(status.error_message(), HasSubstr("pca_components (500) is above the data dimension"));
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("pca_components (500) is above the data dimension"));
   EXPECT_FALSE(fs::exists(dir_ / "bad"));
   bad.set_pca_components(8);
   bad.set_method("nearest");
@@ -443,6 +468,74 @@ TEST_F(SharderServiceTest, RequestPathsOutsideTheRunDirectoryAreRefused) {
   grpc::Status status = Shard(inside, &reply);
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(ReadShards(runs / "r1" / "shards", 2)[0].size(), 100u);
+}
+
+// Data files are the sharder's input from a directory it does not own (a data set is usually
+// shared between runs, and `data_path` is not confined). Before: a 16-byte IDX file declaring
+// 4 GiB made the reader zero-fill 4 GiB, and a CIFAR batch linked to /dev/zero was read until
+// memory ran out (under this test's address-space limit both ended in std::bad_alloc, which gRPC
+// turned into UNKNOWN "Unexpected error in RPC handling"); a FIFO blocked the request for ever
+// inside the planning lock, so it and the good request after it ended in DEADLINE_EXCEEDED. The
+// test failed in exactly these ways against the old readers.
+// Now each is refused at once, naming the file, and the server plans the next request.
+TEST_F(SharderServiceTest, HostileDataFilesAreRefusedAndHoldUpNothing) {
+  // A regular plan needs far less than 3 GB of address space; 4 GiB of zeros does not fit in it.
+  ASSERT_NO_FATAL_FAILURE(StartServer({}, {"/usr/bin/prlimit", "--as=3000000000", "--"}));
+  v1::ShardRequest good;
+  good.set_dataset("synthetic");
+  good.set_max_train(200);
+  good.set_workers(2);
+  good.set_method("random");
+  good.set_out_dir((dir_ / "good").string());
+  v1::ShardReply reply;
+
+  auto plant = [&](const std::string& name, const std::vector<std::string>& files) {
+    const fs::path data = dir_ / name;
+    fs::create_directories(data);
+    for (const std::string& f : files) std::ofstream(data / f) << "";
+    return data;
+  };
+  // 16 bytes: IDX magic (unsigned bytes, rank 3), then 4096 x 1024 x 1024 images = 4 GiB.
+  const fs::path idx =
+      plant("idx", {"train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte"});
+  {
+    const unsigned char header[16] = {0, 0, 8, 3, 0, 0, 0x10, 0, 0, 0, 4, 0, 0, 0, 4, 0};
+    std::ofstream(idx / "train-images-idx3-ubyte", std::ios::binary)
+        .write(reinterpret_cast<const char*>(header), sizeof header);
+  }
+  const std::vector<std::string> cifar_rest = {"data_batch_2.bin", "data_batch_3.bin",
+                                               "data_batch_4.bin", "data_batch_5.bin",
+                                               "test_batch.bin"};
+  const fs::path zero = plant("zero", cifar_rest);
+  fs::create_symlink("/dev/zero", zero / "data_batch_1.bin");
+  const fs::path fifo = plant("fifo", cifar_rest);
+  ASSERT_EQ(mkfifo((fifo / "data_batch_1.bin").c_str(), 0600), 0);
+
+  struct Case {
+    std::string dataset;
+    fs::path data, file;
+    std::string says;
+  };
+  for (const Case& c :
+       {Case{"fashion-mnist", idx, idx / "train-images-idx3-ubyte", "holds at most"},
+        Case{"cifar10", zero, zero / "data_batch_1.bin", "not a regular file"},
+        Case{"cifar10", fifo, fifo / "data_batch_1.bin", "not a regular file"}}) {
+    v1::ShardRequest hostile = good;
+    hostile.set_dataset(c.dataset);
+    hostile.set_data_path(c.data.string());
+    hostile.set_out_dir((dir_ / "hostile").string());
+    grpc::Status status = Shard(hostile, &reply, std::chrono::seconds(60));
+    EXPECT_NE(status.error_code(), grpc::StatusCode::OK) << c.file;
+    EXPECT_NE(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+    EXPECT_NE(status.error_code(), grpc::StatusCode::UNAVAILABLE) << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.file.string()));
+    EXPECT_THAT(status.error_message(), HasSubstr(c.says));
+    EXPECT_FALSE(fs::exists(dir_ / "hostile"));
+    // The server is alive and not held up: the next good request plans.
+    grpc::Status next = Shard(good, &reply, std::chrono::seconds(60));
+    ASSERT_TRUE(next.ok()) << "after " << c.file << ": " << next.error_message();
+    EXPECT_EQ(reply.examples(), 200);
+  }
 }
 
 }  // namespace

@@ -45,6 +45,54 @@ class InputLimitsTest : public ::testing::Test {
   fs::path dir_, run_;
 };
 
+// ---- Creating and opening files in a shared run directory ---------------------------------------
+
+// Every container of a compose or Kubernetes job mounts the run volume, so any of them can plant
+// a link where a service is about to write. Broken on purpose (the old `path.tmp.PID` opened with
+// O_CREAT | O_TRUNC and no O_EXCL | O_NOFOLLOW, and no `beneath` walk), this test failed: the
+// victim outside held the checkpoint bytes, the write through `linked/` succeeded, and the mode
+// was 0644.
+TEST_F(InputLimitsTest, WritesFollowNoLinkAndArePrivate) {
+  const fs::path victim = dir_ / "victim";
+  ASSERT_TRUE(WriteFileAtomic(victim.string(), "precious").ok());
+  // A link at every name a writer could predict for the temporary file, and a directory link.
+  for (int pid = 1; pid < 64; ++pid) {
+    fs::create_symlink(victim, run_ / ("model.ckpt.tmp." + std::to_string(pid)));
+  }
+  if (getpid() >= 64) {
+    fs::create_symlink(victim, run_ / ("model.ckpt.tmp." + std::to_string(getpid())));
+  }
+  fs::create_directories(dir_ / "elsewhere");
+  fs::create_symlink(dir_ / "elsewhere", run_ / "linked");
+
+  FileAccessOptions confined;
+  confined.beneath = run_.string();
+  ASSERT_TRUE(WriteFileAtomic((run_ / "model.ckpt").string(), "model", confined).ok());
+  EXPECT_EQ(ReadFile(victim.string()).value_or(""), "precious");
+  struct stat st;
+  ASSERT_EQ(::stat((run_ / "model.ckpt").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+
+  // A link below the confining directory is not followed, for writing or reading.
+  absl::Status through =
+      WriteFileAtomic((run_ / "linked" / "model.ckpt").string(), "model", confined);
+  EXPECT_EQ(through.code(), absl::StatusCode::kPermissionDenied) << through;
+  EXPECT_NE(through.message().find("linked"), std::string::npos) << through;
+  EXPECT_FALSE(fs::exists(dir_ / "elsewhere" / "model.ckpt"));
+  fs::create_symlink(victim, run_ / "alias.ckpt");
+  auto read = ReadFile((run_ / "alias.ckpt").string(), confined);
+  EXPECT_EQ(read.status().code(), absl::StatusCode::kPermissionDenied) << read.status();
+  EXPECT_EQ(ReadFile((run_ / "model.ckpt").string(), confined).value_or(""), "model");
+
+  // Missing directories below are created 0700; so are the ones MakeDirs creates.
+  ASSERT_TRUE(WriteFileAtomic((run_ / "a" / "b.ckpt").string(), "x", confined).ok());
+  ASSERT_EQ(::stat((run_ / "a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_TRUE(MakeDirs((dir_ / "runs" / "r1").string()).ok());
+  ASSERT_EQ(::stat((dir_ / "runs" / "r1").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+}
+
 // ---- ResolveInRunDir ----------------------------------------------------------------------------
 
 TEST_F(InputLimitsTest, PathsInsideTheRunDirectoryResolve) {

@@ -102,15 +102,13 @@ TEST(PushPullFrame, SharedMemoryRequestsFollowTheSameRules) {
 
 TEST(PushPullFrame, AShareOfferRoundTrips) {
   SharedRegionOffer offer;
-  offer.pid = 4242;
-  offer.fd = 17;
+  offer.socket_id = 0x0123456789abcdefULL;
   offer.region_bytes = (uint64_t{1} << 33) + 4096;
   for (size_t i = 0; i < offer.nonce.size(); ++i) offer.nonce[i] = static_cast<uint8_t>(7 * i + 1);
   uint8_t raw[kShareOfferBytes];
   EncodeShareOffer(offer, raw);
   const SharedRegionOffer back = DecodeShareOffer(raw);
-  EXPECT_EQ(back.pid, offer.pid);
-  EXPECT_EQ(back.fd, offer.fd);
+  EXPECT_EQ(back.socket_id, offer.socket_id);
   EXPECT_EQ(back.region_bytes, offer.region_bytes);
   EXPECT_EQ(back.nonce, offer.nonce);
 }

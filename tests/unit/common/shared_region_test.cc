@@ -1,7 +1,7 @@
 // The shared region of the push/pull data plane (services/common/wire/shared_region.h): what one
-// side writes the other reads; an offer that names anything but the region it was made for is
-// refused (another size, other first bytes, a file that is not sealed); and nobody who opens the
-// region can shrink it under the other side.
+// side writes the other reads; the descriptor goes to the one taker that presents the offer's
+// bytes, after which no descriptor of either side names the region; an offer for anything but
+// the region it was made for is refused.
 #include "services/common/wire/shared_region.h"
 
 #include <fcntl.h>
@@ -9,7 +9,9 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <thread>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,17 +23,52 @@ using ::testing::HasSubstr;
 
 constexpr size_t kArea = 10000;  // not a whole number of pages
 
-TEST(SharedRegion, WhatOneSideWritesTheOtherReads) {
+// The creator's side of the hand-over, on a thread of its own (both sides are in this process).
+struct HandOverThread {
+  explicit HandOverThread(SharedRegion* region) {
+    EXPECT_EQ(pipe(abandon), 0);
+    thread = std::thread(
+        [this, region] { handed = region->HandOver(abandon[0], std::chrono::seconds(30)); });
+  }
+  bool Finish() {
+    (void)!write(abandon[1], "x", 1);  // ends the wait if nobody took it
+    thread.join();
+    close(abandon[0]);
+    close(abandon[1]);
+    return handed;
+  }
+  int abandon[2] = {-1, -1};
+  std::thread thread;
+  bool handed = false;
+};
+
+// The memfds this process holds a descriptor of.
+int MemfdsOpen() {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) {
+    std::error_code ec;
+    const auto target = std::filesystem::read_symlink(entry.path(), ec);
+    if (!ec && target.string().rfind("/memfd:strata-push-pull", 0) == 0) ++count;
+  }
+  return count;
+}
+
+TEST(SharedRegion, WhatOneSideWritesTheOtherReadsAndNoDescriptorNamesIt) {
   auto created = SharedRegion::Create(kArea);
   ASSERT_TRUE(created.ok()) << created.status();
-  const SharedRegion& server = **created;
-  EXPECT_EQ(server.offer().pid, static_cast<uint32_t>(getpid()));
+  SharedRegion& server = **created;
   EXPECT_EQ(server.offer().region_bytes, SharedRegion::RegionBytes(kArea));
   EXPECT_EQ(server.reply_area() - server.push_area(),
             static_cast<ptrdiff_t>(SharedRegion::AreaSpan(kArea)));
+  EXPECT_EQ(MemfdsOpen(), 1);
 
+  HandOverThread hand_over(&server);
   auto attached = SharedRegion::Attach(server.offer(), kArea);
+  EXPECT_TRUE(hand_over.Finish());
   ASSERT_TRUE(attached.ok()) << attached.status();
+  // Before: the creator kept the descriptor, and anyone of the same user could open the region
+  // as /proc/PID/fd/FD. Now both sides hold only their mappings.
+  EXPECT_EQ(MemfdsOpen(), 0);
   const SharedRegion& worker = **attached;
   ASSERT_NE(worker.push_area(), server.push_area()) << "a mapping of its own";
   for (size_t i = 0; i < kArea; ++i) worker.push_area()[i] = static_cast<uint8_t>(i * 31);
@@ -40,6 +77,8 @@ TEST(SharedRegion, WhatOneSideWritesTheOtherReads) {
     ASSERT_EQ(server.push_area()[i], static_cast<uint8_t>(i * 31)) << i;
     ASSERT_EQ(worker.reply_area()[i], static_cast<uint8_t>(i * 7 + 3)) << i;
   }
+  // The hand-over socket is gone: a second taker finds nothing.
+  EXPECT_FALSE(SharedRegion::Attach(server.offer(), kArea).ok());
 }
 
 TEST(SharedRegion, AnOfferForAnotherRegionIsRefused) {
@@ -50,46 +89,28 @@ TEST(SharedRegion, AnOfferForAnotherRegionIsRefused) {
   // The worker expects another partition size.
   EXPECT_THAT(std::string(SharedRegion::Attach(offer, kArea * 2).status().message()),
               HasSubstr("expected"));
-  // Other first bytes: what another process's descriptor with that number would hold.
+  // A socket that is not there (another host or network namespace).
   SharedRegionOffer other = offer;
+  other.socket_id ^= 1;
+  EXPECT_THAT(std::string(SharedRegion::Attach(other, kArea).status().message()),
+              HasSubstr("not reachable"));
+  // The right socket without the offer's bytes: no descriptor, and the real worker still gets it.
+  HandOverThread hand_over(created->get());
+  other = offer;
   other.nonce[5] ^= 1;
   EXPECT_THAT(std::string(SharedRegion::Attach(other, kArea).status().message()),
-              HasSubstr("another process's file"));
-  // A descriptor that is not there (a pid namespace where the number means nothing).
-  other = offer;
-  other.fd = 1 << 20;
-  EXPECT_THAT(std::string(SharedRegion::Attach(other, kArea).status().message()),
-              HasSubstr("opening /proc/"));
-  // An ordinary file of the right size and first bytes, but not sealed: refused.
-  char path[] = "/tmp/strata-shared-region-XXXXXX";
-  const int fd = mkstemp(path);
-  ASSERT_GE(fd, 0);
-  unlink(path);
-  ASSERT_EQ(ftruncate(fd, static_cast<off_t>(offer.region_bytes)), 0);
-  ASSERT_EQ(pwrite(fd, offer.nonce.data(), offer.nonce.size(), 0),
-            static_cast<ssize_t>(offer.nonce.size()));
-  other = offer;
-  other.fd = static_cast<uint32_t>(fd);
-  EXPECT_THAT(std::string(SharedRegion::Attach(other, kArea).status().message()),
-              HasSubstr("not sealed"));
-  // A descriptor that is not a regular file.
-  other.fd = static_cast<uint32_t>(STDIN_FILENO);
-  EXPECT_FALSE(SharedRegion::Attach(other, kArea).ok());
-  close(fd);
+              HasSubstr("no descriptor"));
+  auto attached = SharedRegion::Attach(offer, kArea);
+  EXPECT_TRUE(hand_over.Finish());
+  EXPECT_TRUE(attached.ok()) << attached.status();
 }
 
-TEST(SharedRegion, NobodyWhoOpensItCanShrinkIt) {
+TEST(SharedRegion, AWorkerThatGoesOnWithoutAttachingEndsTheWait) {
   auto created = SharedRegion::Create(kArea);
   ASSERT_TRUE(created.ok()) << created.status();
-  const SharedRegionOffer& offer = (*created)->offer();
-  const std::string path = "/proc/" + std::to_string(offer.pid) + "/fd/" + std::to_string(offer.fd);
-  const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-  ASSERT_GE(fd, 0) << std::strerror(errno);
-  EXPECT_NE(ftruncate(fd, 0), 0) << "shrinking would make the server's accesses fault";
-  EXPECT_NE(ftruncate(fd, static_cast<off_t>(offer.region_bytes) * 2), 0);
-  close(fd);
-  // Still whole: the last byte of the reply area is there.
-  (*created)->reply_area()[kArea - 1] = 1;
+  HandOverThread hand_over(created->get());
+  EXPECT_FALSE(hand_over.Finish());
+  EXPECT_FALSE(SharedRegion::Attach((*created)->offer(), kArea).ok());
 }
 
 TEST(SharedRegion, SizesOutsideTheBoundsAreRefused) {

@@ -214,7 +214,7 @@ TEST_P(PsStressTest, ManyWorkersPushAndPullConcurrentlyOverTheTcpDataPlane) {
   }
   const std::vector<float> gradients(floats, 1.0f);
   RunWorkersWithObservers([&](int w) -> int64_t {
-    DataPlaneClient client(data_plane_->port(), data_plane_->ticket(), static_cast<uint32_t>(w));
+    DataPlaneClient client(data_plane_->port(), data_plane_->ticket(w), static_cast<uint32_t>(w));
     push_pull_wire::Request request;
     request.worker = static_cast<uint32_t>(w);
     request.samples = 2;

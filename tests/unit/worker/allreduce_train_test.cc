@@ -16,11 +16,11 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include "services/collective/bucket_reduction.h"
+#include "services/collective/tcp_ring_link.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/trainer.h"
 #include "services/common/wire/rpc.h"
-#include "services/worker/bucket_reduction.h"
-#include "services/worker/tcp_ring_link.h"
 
 namespace strata {
 namespace {

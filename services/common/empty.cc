@@ -1,1 +1,0 @@
-// Anchors libraries whose other sources are globbed and may be empty.
