@@ -111,8 +111,9 @@ void ExpectSucceeded(const HeldRun& r, double min_accuracy) {
 }
 
 // BSP: every push met the very model its worker had just been handed (low 0), and the server
-// moved on by one version per round (high at most 1). Seen to fail with the job's consistency set
-// to asp: pushes met models other workers had moved on (low 1).
+// moved on by one version per round (high at most 1). Seen to fail with BspPolicy::DecidePush made
+// to apply every push at once (no barrier): 352 of 378 pushes met a model other pushes had moved
+// on (low 1 or 2), and the accuracy fell to 0.094.
 TEST(StrataRunStrategies, BspPushesAllMeetTheModelTheirWorkerWasHanded) {
   const HeldRun r = RunHeld(SmallJob("bsp", "{ kind: ps, consistency: bsp }"));
   ExpectSucceeded(r, 0.5);
@@ -129,7 +130,7 @@ TEST(StrataRunStrategies, BspPushesAllMeetTheModelTheirWorkerWasHanded) {
 // accepted) and then either a call held by the rule (waiting_now) or a pull it served beyond the
 // bound (max_clock_gap). Both are events the server reports, so the wait needs no clock. Then no
 // pull was ever served to a worker more than 2 clocks ahead of the slowest, as the server measured
-// at its pulls. Seen to fail with SspPolicy::MayRead made to return true: "max_clock_gap: 3"
+// at its pulls. Seen to fail with SspPolicy::MayRead made to return true: max_clock_gap 111
 // (worker 0 ran on past the bound while worker 1 stood still).
 TEST(StrataRunStrategies, SspNeverServesAWorkerBeyondTheStalenessBound) {
   HoldOptions o;
