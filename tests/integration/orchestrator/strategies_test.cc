@@ -23,11 +23,12 @@ namespace {
 using std::chrono::seconds;
 
 std::string SmallJob(const std::string& name, const std::string& strategy,
-                     const std::string& more = "") {
+                     const std::string& more = "", int epochs = 3) {
   return "name: " + name + R"(
 dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 500 }
 model: { arch: mlp }
-training: { epochs: 3, batch_size: 32, lr: 0.05, momentum: 0.9, seed: 1 }
+training: { epochs: )" +
+         std::to_string(epochs) + R"(, batch_size: 32, lr: 0.05, momentum: 0.9, seed: 1 }
 cluster: { workers: 2, parameter_servers: 1 }
 strategy: )" +
          strategy + "\n" + more;
@@ -141,6 +142,16 @@ TEST(StrataRunStrategies, SspNeverServesAWorkerBeyondTheStalenessBound) {
     ASSERT_TRUE(slow && ps) << Slurp(f.run_dir + "/status.json");
     HeldProcess held(slow->pid);
     ASSERT_TRUE(held.held());
+    // The hold must come while the run still trains (the job is long enough for that on a loaded
+    // machine); a run that finished first could not show the bound, and fails here, not later.
+    auto at_hold = ServerStatusOf(ps->address);
+    ASSERT_TRUE(at_hold.ok()) << at_hold.status();
+    ASSERT_TRUE(FirstEvent(f.run_dir, "training_finished").is_null())
+        << "training ended before worker 1 was held";
+    if (at_hold->sample_budget() > 0) {
+      ASSERT_LT(at_hold->samples(), at_hold->sample_budget())
+          << "the servers had applied the job's samples before worker 1 was held";
+    }
     v1::ServerStatus last;
     reached_the_bound = Eventually(
         [&] {
@@ -153,7 +164,9 @@ TEST(StrataRunStrategies, SspNeverServesAWorkerBeyondTheStalenessBound) {
         seconds(300));
     EXPECT_TRUE(reached_the_bound) << last.DebugString();
   };
-  const HeldRun r = RunHeld(SmallJob("ssp", "{ kind: ps, consistency: ssp, staleness: 2 }"), o);
+  // 20 epochs (about 1,250 steps per worker): the hold comes long before the end.
+  const HeldRun r =
+      RunHeld(SmallJob("ssp", "{ kind: ps, consistency: ssp, staleness: 2 }", "", 20), o);
   EXPECT_TRUE(reached_the_bound);
   ExpectSucceeded(r, 0.5);
   ASSERT_EQ(r.servers.size(), 1u);
