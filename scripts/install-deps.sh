@@ -33,6 +33,19 @@ if [[ "$profile" == test ]]; then
     # report.html through scripts/report-browser (playwright-core from npm, below, drives it).
     chromium
   )
+  # kubectl for the offline `kubectl kustomize` of the rendered Kubernetes files (tests/integration/
+  # render): Debian 12's is 1.20, from kubernetes-client, whose kustomize the tests feed the old
+  # spelling of two overlay keys (tests/integration/render/kustomize_build.h). Only where no kubectl
+  # is installed: a newer one from elsewhere is used as it is.
+  if ! command -v kubectl >/dev/null; then
+    packages+=(kubernetes-client)
+  fi
+  # Node and npm for the two npm test tools below (the Kubernetes schema check and the browser
+  # test's driver). Only where there is no npm: Node from elsewhere brings its own npm, and
+  # Debian's npm package would not install beside it.
+  if ! command -v npm >/dev/null; then
+    packages+=(nodejs npm)
+  fi
   # The test suite starts a Docker daemon of its own (scripts/docker-daemon.sh) and `make image`
   # needs one. Only where no dockerd exists: docker.io conflicts with Docker's own docker-ce
   # packages, and apt would remove them to install it.
@@ -51,8 +64,8 @@ for p in "${packages[@]}"; do
   [[ "$status" == "install ok installed" ]] || missing+=("$p")
 done
 
-# npm packages in repo-local directories; Node itself comes with the machine. Without npm the
-# tests that need them say so and skip (under CI=true the browser test fails instead).
+# npm packages in repo-local directories (Node and npm: the packages above). Without npm the tests
+# that need them say so and skip (under CI=true they fail instead).
 #  - scripts/k8s-validate: the offline schema check of `strata render --launcher kubernetes`;
 #  - scripts/report-browser: playwright-core, which drives Debian's Chromium for the browser test
 #    of the reports (never `npx playwright install`: that downloads a browser of its own).

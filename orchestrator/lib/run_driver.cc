@@ -206,8 +206,8 @@ absl::Status RunDriver::KeepTheModel() {
                              std::filesystem::copy_options::overwrite_existing, ec);
   if (ec) {
     return absl::FailedPreconditionError(absl::StrCat("cannot copy model.torchscript ",
-                                                      job_.model().torchscript(), " into the run: ",
-                                                      ec.message()));
+                                                      job_.model().torchscript(),
+                                                      " into the run: ", ec.message()));
   }
   job_.mutable_model()->set_torchscript(
       std::filesystem::absolute(copy).lexically_normal().string());
@@ -256,7 +256,10 @@ void RunDriver::RemoveRunCertificates() {
 
 absl::Status RunDriver::ShardData() {
   const auto t0 = Clock::now();
-  if (!resume_) {  // a resumed run trains on the shards it had
+  // A resumed run trains on the shards it had; one killed while sharding has none (the sharder
+  // publishes its plan whole, manifest included, or not at all), and shards now.
+  const bool shard = !resume_ || !FileExists(paths_.ShardManifest());
+  if (shard) {
     STRATA_RETURN_IF_ERROR(launcher_->RunTask(ShardTask(paths_), options_.startup_timeout,
                                               [this] { return CheckSignal(failure_); }));
   }
@@ -280,7 +283,7 @@ absl::Status RunDriver::ShardData() {
                                             {"train_examples", train_examples_},
                                             {"steps_per_epoch", view_.planned_steps_per_epoch},
                                             {"method", Spelled(job_.sharding().method())}});
-  if (attached() || resume_) {  // the sharder ran before; its time is not ours to report
+  if (attached() || !shard) {  // the sharder ran before; its time is not ours to report
     console_.Say(absl::StrFormat(
         "the sharder's plan: %d training examples (%s) in %d shard(s); %d steps per epoch",
         train_examples_, Spelled(job_.sharding().method()), job_.cluster().workers(),
@@ -454,7 +457,16 @@ void RunDriver::SwitchDecided(const SwitchDecidedEvent& e) {
                                TriggerKindName(e.trigger.kind), e.trigger.reason, e.at_step));
 }
 
+void RunDriver::SwitchFailed(const SwitchFailedEvent& e) {
+  record_->SwitchFailed(e);
+  if (e.verification) {
+    handover_check_ = e.verification->ToJson();
+    console_.Say(absl::StrFormat("handover check failed: %s", e.error));
+  }
+}
+
 void RunDriver::SwitchDone(const SwitchDoneEvent& e) {
+  handover_check_ = e.verification.ToJson();
   record_->SwitchDone(e);
   console_.Say(absl::StrFormat(
       "switched to parameter servers at step %d (epoch %.2f): handover %.3f s%s", e.at_step,

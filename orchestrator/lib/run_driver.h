@@ -61,7 +61,7 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   // SwitchEvents
   void SwitchDecided(const SwitchDecidedEvent& e) override;
   void SwitchSkipped(const SwitchSkippedEvent& e) override { record_->SwitchSkipped(e); }
-  void SwitchFailed(const SwitchFailedEvent& e) override { record_->SwitchFailed(e); }
+  void SwitchFailed(const SwitchFailedEvent& e) override;
   void SwitchDone(const SwitchDoneEvent& e) override;
 
  private:
@@ -110,6 +110,8 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   // goes on); began_ is when this process started.
   Clock::time_point start_, began_, train_start_, finish_, last_status_write_, last_report_write_;
   std::optional<Clock::time_point> training_end_;
+  // The handover check of this run's switch, done or failed, for summary.json (null: none).
+  nlohmann::json handover_check_ = nullptr;
   std::vector<int64_t> shard_sizes_;
   int64_t train_examples_ = 0;
   std::string state_ = "running";

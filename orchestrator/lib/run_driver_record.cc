@@ -166,6 +166,7 @@ void RunDriver::WriteSummary(const std::string& state) {
   s.wall_s = SecondsBetween(start_, finish_);
   s.processes = launcher_->Snapshot();
   if (recovery_) s.restarts = recovery_->restarts();
+  s.handover_check = handover_check_;
   if (resume_) s.resumes = resume_->earlier_resumes + 1;
   if (auto rounds = ReadJsonLines(paths_.pdp_rounds); rounds.ok()) {
     s.pdp_rounds = PdpRoundsJson(SummarisePdpRounds(*rounds));

@@ -83,6 +83,7 @@ json SummaryJson(const RunSummarySnapshot& s) {
       {"switch_epoch", OrNull(switch_epoch)},
       {"switch_step", OrNull(switch_step)},
       {"switch_handover_s", OrNull(switch_handover)},
+      {"handover_check", s.handover_check},
       {"samples_per_s", s.samples_per_s},
       {"per_worker", s.workers_measured},
       {"processes", processes},

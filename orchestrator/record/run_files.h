@@ -64,6 +64,9 @@ struct RunSummarySnapshot {
   std::vector<ProcessSnapshot> processes;
   int restarts = 0;  // dead workers and servers started again (events.jsonl: restart)
   int resumes = 0;   // times `strata resume` took the run up (events.jsonl: resumed)
+  // The live switch's handover check (HandoverVerification::ToJson), whether the switch was done
+  // or failed on it; null without a handover in this run.
+  nlohmann::json handover_check = nullptr;
   // pdp and apdp: the rounds summed up (pdp_rounds.h, PdpRoundsJson); null otherwise.
   nlohmann::json pdp_rounds = nullptr;
 };

@@ -76,7 +76,9 @@ json HandoverVerification::ToJson() const {
   }
   j["tensors_compared"] = tensors_compared;
   j["tensors_differing"] = tensors_differing;
+  j["tensors_missing"] = tensors_missing;
   j["raced_with_a_push"] = raced_with_a_push;
+  if (!differing.empty()) j["differing"] = differing;
   return j;
 }
 
@@ -112,7 +114,14 @@ json SwitchSkippedEvent::ToJson() const {
   return {{"reason", reason}, {"at_step", at_step}, {"last_step", last_step}};
 }
 
-json SwitchFailedEvent::ToJson() const { return {{"error", error}, {"process", process}}; }
+json SwitchFailedEvent::ToJson() const {
+  json j = {{"error", error}, {"process", process}};
+  if (verification) {
+    j["reason"] = "handover_mismatch";
+    j["verification"] = verification->ToJson();
+  }
+  return j;
+}
 
 json SwitchDoneEvent::ToJson() const {
   return {{"at_step", at_step},

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <absl/status/statusor.h>
 #include <nlohmann/json.hpp>
@@ -60,7 +61,12 @@ struct HandoverVerification {
   bool raced_with_a_push = false;
   double workers_max_abs_diff = 0;
   std::string checked_by;  // "servers" | "workers"
+  // Where the servers' copy differs, as "ps-P: tensor" (at most kMaxDiffering named), and the
+  // checkpoint tensors that no server sent back.
+  std::vector<std::string> differing;
+  int64_t tensors_missing = 0;
 
+  static constexpr size_t kMaxDiffering = 8;
   nlohmann::json ToJson() const;
 };
 
@@ -90,6 +96,8 @@ struct SwitchSkippedEvent {
 struct SwitchFailedEvent {
   std::string error;
   std::string process;  // empty when the run was interrupted
+  // Set when the handover was made but its check failed ("reason": "handover_mismatch").
+  std::optional<HandoverVerification> verification;
   nlohmann::json ToJson() const;
 };
 

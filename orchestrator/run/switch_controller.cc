@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 
 #include "orchestrator/run/handover_check.h"
 #include "services/common/base/status.h"
@@ -164,11 +166,11 @@ absl::Status SwitchController::AwaitBoundary(Clock::time_point now) {
     return absl::OkStatus();
   }
   if (now - decided_at_ > options_.switch_timeout) {
-    return Fail(WorkerName(source_),
-                absl::DeadlineExceededError(absl::StrCat(
-                    "worker ", source_, " did not hold its handover model (requested at step ",
-                    requested_at_step_, ") within ", options_.switch_timeout.count() / 1000,
-                    " s")));
+    return Fail(
+        WorkerName(source_),
+        absl::DeadlineExceededError(absl::StrCat(
+            "worker ", source_, " did not hold its handover model (requested at step ",
+            requested_at_step_, ") within ", options_.switch_timeout.count() / 1000, " s")));
   }
   return absl::OkStatus();
 }
@@ -187,6 +189,8 @@ absl::Status SwitchController::AwaitLoads(Clock::time_point now) {
   // confirmed by the version; its time is not part of the handover.
   verification_ = VerifyServersHold(loaded_versions);
   verified_ = options_.clock();
+  // Servers that already differ need not wait for the workers' word.
+  if (verification_.error || ServersDiffer(verification_)) return FailHandover();
   state_ = SwitchState::kResuming;
   return absl::OkStatus();
 }
@@ -201,6 +205,7 @@ absl::Status SwitchController::AwaitResume(const ClusterView& view, Clock::time_
     workers_max_abs_diff = std::max(workers_max_abs_diff, call->result()->handover_max_abs_diff());
   }
   FinishHandoverVerification(workers_max_abs_diff, verification_);
+  if (!verification_.weights_equal) return FailHandover();
   SwitchOutcome outcome;
   outcome.switch_step = switch_step_;
   outcome.epoch = static_cast<double>(switch_step_) / view.StepsPerEpoch();
@@ -230,18 +235,57 @@ HandoverVerification SwitchController::VerifyServersHold(
   auto checkpoint = client_.ReadHandoverModel(source_, switch_step_, options_.read_back_timeout);
   if (!checkpoint.ok()) {
     failed.error = std::string(checkpoint.status().message());
+    unverified_by_ = WorkerName(source_);
     return failed;
+  }
+  // A planned switch has worker 0's file; a fallback keeps the model it handed over here, so that
+  // the run directory holds what the servers were given either way.
+  if (fallback() && !options_.checkpoint_dir.empty()) {
+    const std::string path =
+        absl::StrCat(options_.checkpoint_dir, "/switch-step", switch_step_, ".ckpt");
+    if (WriteCheckpoint(path, *checkpoint).ok()) checkpoint_ = path;
   }
   std::vector<ServerModelRead> reads;
   for (int p = 0; p < client_.server_count(); ++p) {
     auto read = client_.ReadServerModel(p, options_.read_back_timeout);
     if (!read.ok()) {
       failed.error = std::string(read.status().message());
+      unverified_by_ = ServerName(p);
       return failed;
     }
     reads.push_back(std::move(*read));
   }
   return CompareServersWithCheckpoint(*checkpoint, reads, loaded_versions);
+}
+
+// The servers do not hold the model that was handed over, or that could not be shown. By now a
+// worker may already train from what the servers hold (each pulls as soon as its server has
+// loaded), so a second load could not undo it: the run stops, and `strata resume` takes it up from
+// the last all-reduce checkpoint (docs/user-guide.md, "When the handover check fails").
+absl::Status SwitchController::FailHandover() {
+  std::string process, error;
+  if (verification_.error) {
+    process = unverified_by_;
+    error = absl::StrCat("the handover could not be checked: ", *verification_.error);
+  } else if (ServersDiffer(verification_)) {
+    if (!verification_.differing.empty() && absl::StartsWith(verification_.differing[0], "ps-")) {
+      process = verification_.differing[0].substr(0, verification_.differing[0].find(':'));
+    }
+    error = absl::StrCat(
+        "the parameter servers do not hold the handed-over model of step ", switch_step_, ": ",
+        verification_.tensors_differing, " of ", verification_.tensors_compared,
+        " tensor(s) differ, ", verification_.tensors_missing, " missing",
+        verification_.differing.empty() ? "" : " (", absl::StrJoin(verification_.differing, ", "),
+        verification_.differing.empty() ? "" : ")");
+  } else {
+    error = absl::StrCat("the workers pulled weights up to ", verification_.workers_max_abs_diff,
+                         " away from the model they handed over at step ", switch_step_);
+  }
+  SwitchFailedEvent event{error, process, verification_};
+  events_.SwitchFailed(event);
+  WithdrawCalls();
+  state_ = SwitchState::kFailed;
+  return failure_.Fail(process, absl::DataLossError(error));
 }
 
 std::optional<std::pair<std::string, absl::Status>> SwitchController::FailedSwitchCall() const {
@@ -255,7 +299,7 @@ std::optional<std::pair<std::string, absl::Status>> SwitchController::FailedSwit
 }
 
 absl::Status SwitchController::Fail(const std::string& process, absl::Status status) {
-  events_.SwitchFailed({std::string(status.message()), process});
+  events_.SwitchFailed({std::string(status.message()), process, std::nullopt});
   WithdrawCalls();
   state_ = SwitchState::kFailed;
   return failure_.Fail(process, std::move(status));
@@ -268,7 +312,7 @@ void SwitchController::Abandon(const std::string& process, const absl::Status& s
     state_ = SwitchState::kFailed;
     return;
   }
-  events_.SwitchFailed({std::string(status.message()), process});
+  events_.SwitchFailed({std::string(status.message()), process, std::nullopt});
   WithdrawCalls();
   state_ = SwitchState::kFailed;
 }

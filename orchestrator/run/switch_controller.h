@@ -16,7 +16,10 @@
 //  kLoadingServers   every parameter server streams that model from worker 0 and loads its
 //                    partition of it (no shared disk); then the servers' copy is read back and
 //                    compared with the worker's model (the handover check).
-//  kResuming         the workers pull and go on with push/pull; their Switch calls answer.
+//  kResuming         the workers pull and go on with push/pull; their Switch calls answer with
+//                    their own comparison. A handover either check finds unequal (or that could
+//                    not be checked) fails the switch and the run: kFailed, the verification in
+//                    the switch_failed event.
 //
 // A fallback (a trigger with lost_rank: a worker died in the ring) takes the same path without the
 // dead worker and without a step to agree on: every survivor already waits, holding the model of
@@ -113,6 +116,7 @@ class SwitchController final : public Controller {
   absl::Status AwaitLoads(Clock::time_point now);
   absl::Status AwaitResume(const ClusterView& view, Clock::time_point now);
   HandoverVerification VerifyServersHold(const std::vector<int64_t>& loaded_versions);
+  absl::Status FailHandover();
   // The first worker whose Switch call failed, as (process, status).
   std::optional<std::pair<std::string, absl::Status>> FailedSwitchCall() const;
   absl::Status Fail(const std::string& process, absl::Status status);
@@ -136,6 +140,7 @@ class SwitchController final : public Controller {
   std::vector<std::unique_ptr<PendingReply<v1::SwitchReply>>> switch_calls_;
   std::vector<std::unique_ptr<PendingReply<v1::CheckpointReply>>> loads_;
   HandoverVerification verification_;
+  std::string unverified_by_;  // the process whose read-back failed
   Clock::time_point decided_at_, load_start_, loaded_, verified_;
   std::optional<Clock::time_point> paused_, written_;
   std::optional<SwitchOutcome> outcome_;

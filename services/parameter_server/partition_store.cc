@@ -114,7 +114,11 @@ PartitionStore::PartitionStore(PartitionConfig config, std::unique_ptr<Consisten
     : config_(std::move(config)),
       policy_(std::move(policy)),
       staleness_histogram_(kStalenessBuckets, 0),
-      clocks_(std::max(config_.workers, 1), 0) {}
+      clocks_(std::max(config_.workers, 1), 0),
+      last_handed_(clocks_.size(), -1),
+      handed_at_last_push_(clocks_.size(), -1),
+      served_low_(kStalenessBuckets, 0),
+      served_high_(kStalenessBuckets, 0) {}
 
 bool PartitionStore::loaded() const {
   std::lock_guard<std::mutex> lock(mu_);
@@ -172,6 +176,8 @@ absl::Status PartitionStore::Load(const Checkpoint& c, const std::string& origin
   version_ = c.version;
   samples_ = std::max<int64_t>(samples, 0);
   std::fill(clocks_.begin(), clocks_.end(), 0);
+  std::fill(last_handed_.begin(), last_handed_.end(), -1);
+  std::fill(handed_at_last_push_.begin(), handed_at_last_push_.end(), -1);
   policy_->Reset(layout_->total_floats);
   cv_.notify_all();  // waiters see the new generation and give up
   return absl::OkStatus();
@@ -299,6 +305,14 @@ absl::Status PartitionStore::WaitUntil(std::unique_lock<std::mutex>& lock, const
                                        const std::function<std::string()>& what,
                                        uint64_t generation) {
   bool waited = false;
+  // Counted while it waits, so that an observer can see a call held by the rule (waiting_now).
+  struct Counted {
+    int64_t& waiting;
+    bool on = false;
+    ~Counted() {
+      if (on) --waiting;
+    }
+  } counted{waiting_now_};
   for (;;) {
     STRATA_RETURN_IF_ERROR(CheckUsable());
     if (layout_->generation != generation) {
@@ -308,6 +322,10 @@ absl::Status PartitionStore::WaitUntil(std::unique_lock<std::mutex>& lock, const
     if (ready()) {
       if (waited) ++waited_pulls_;
       return absl::OkStatus();
+    }
+    if (!waited) {
+      ++waiting_now_;
+      counted.on = true;
     }
     waited = true;
     const auto now = std::chrono::system_clock::now();
@@ -360,6 +378,18 @@ absl::StatusOr<int64_t> PartitionStore::Push(const PushMeta& meta, const PushSta
   ++staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
   ++pushes_;
   ++clocks_[meta.worker];
+  // What the server itself can say about the push's model, from the versions it handed out.
+  const int64_t handed = last_handed_[meta.worker];
+  const int64_t held = handed_at_last_push_[meta.worker];
+  const bool counted = handed >= 0;
+  auto bucket = [](int64_t gap) {
+    return static_cast<size_t>(std::clamp<int64_t>(gap, 0, kStalenessBuckets - 1));
+  };
+  if (counted) {
+    ++served_low_[bucket(version_ - handed)];
+    ++served_high_[bucket(version_ - held)];
+    handed_at_last_push_[meta.worker] = handed;
+  }
   // Applied now or gathered into a round, the push shows in the next version.
   const int64_t reflected_in = version_ + 1;
   const float* pushed = staging.values();
@@ -370,6 +400,11 @@ absl::StatusOr<int64_t> PartitionStore::Push(const PushMeta& meta, const PushSta
       --staleness_histogram_[std::min<int64_t>(staleness, kStalenessBuckets - 1)];
       --pushes_;
       --clocks_[meta.worker];
+      if (counted) {
+        --served_low_[bucket(version_ - handed)];
+        --served_high_[bucket(version_ - held)];
+        handed_at_last_push_[meta.worker] = held;
+      }
       return applied;
     }
     return reflected_in;
@@ -407,6 +442,9 @@ absl::StatusOr<PullSnapshot> PartitionStore::Pull(int worker, int64_t min_versio
   if (!observer) {
     const int64_t slowest = *std::min_element(clocks_.begin(), clocks_.end());
     max_clock_gap_ = std::max(max_clock_gap_, clocks_[worker] - slowest);
+    // Its first pull since the load stands for "held at its previous push" at its first push.
+    if (handed_at_last_push_[worker] < 0) handed_at_last_push_[worker] = version_;
+    last_handed_[worker] = version_;
   }
   PullSnapshot snapshot;
   snapshot.version = version_;
@@ -442,11 +480,14 @@ PartitionStatus PartitionStore::Status() const {
   s.global_epoch = GlobalEpoch();
   s.completed_epochs = samples_ / std::max<int64_t>(config_.train_examples, 1);
   s.waited_pulls = waited_pulls_;
+  s.waiting_now = waiting_now_;
   s.sample_budget = config_.sample_budget;
   s.discarded_pushes = discarded_pushes_;
   s.max_clock_gap = max_clock_gap_;
   s.lr = last_lr_ >= 0 ? last_lr_ : SgdForNextUpdate().lr;
   s.staleness_histogram = staleness_histogram_;
+  s.served_staleness_low = served_low_;
+  s.served_staleness_high = served_high_;
   s.clocks = clocks_;
   if (layout_ != nullptr) {
     s.bytes = layout_->total_floats * sizeof(float);

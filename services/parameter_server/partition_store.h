@@ -69,10 +69,18 @@ struct PartitionStatus {
   bool loaded = false;
   int64_t version = 0, pushes = 0, rejected_pushes = 0, samples = 0, completed_epochs = 0;
   int64_t waited_pulls = 0, max_clock_gap = 0;
+  int64_t waiting_now = 0;  // pulls and pushes the consistency rule holds at this moment
   int64_t sample_budget = 0, discarded_pushes = 0;
   double global_epoch = 0, lr = 0;
   size_t bytes = 0;
   std::vector<int64_t> staleness_histogram, clocks;
+  // The staleness of each push as this server saw the versions it handed out, not as the push's
+  // header claims (kStalenessBuckets each; pushes before the pushing worker's first pull since
+  // the load are not counted). low: the version the push met minus the last version handed to
+  // that worker before it, so no push was computed on a newer model than that. high: minus the
+  // version the worker had been handed as of its previous push (its first pull, for the first),
+  // so none of the push's points can have been computed on an older model than that.
+  std::vector<int64_t> served_staleness_low, served_staleness_high;
   std::vector<std::string> tensors;
 };
 
@@ -170,9 +178,14 @@ class PartitionStore {
   double velocity_bound_ = std::numeric_limits<double>::infinity();
   int64_t version_ = 0, pushes_ = 0, rejected_ = 0, samples_ = 0;
   int64_t waited_pulls_ = 0, max_clock_gap_ = 0, discarded_pushes_ = 0;
+  int64_t waiting_now_ = 0;
   double last_lr_ = -1;  // rate of the last update applied; -1 before any
   std::vector<int64_t> staleness_histogram_;
   std::vector<int64_t> clocks_;  // accepted pushes per worker since the load
+  // Per worker since the load (-1: none yet): the version of the last snapshot handed to it, and
+  // the one it had been handed as of its previous accepted push (its first, before any push).
+  std::vector<int64_t> last_handed_, handed_at_last_push_;
+  std::vector<int64_t> served_low_, served_high_;  // PartitionStatus::served_staleness_*
   bool shutdown_ = false;
   uint64_t next_generation_ = 1;
 };

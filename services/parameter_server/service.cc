@@ -151,6 +151,7 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const v1::S
   reply->set_completed_epochs(s.completed_epochs);
   reply->set_max_clock_gap(s.max_clock_gap);
   reply->set_waited_pulls(s.waited_pulls);
+  reply->set_waiting_now(s.waiting_now);
   reply->set_lr(s.lr);
   reply->set_bytes(static_cast<int64_t>(s.bytes));
   reply->set_sample_budget(s.sample_budget);
@@ -159,6 +160,8 @@ grpc::Status ParameterServerService::GetStatus(grpc::ServerContext*, const v1::S
     reply->set_shared_memory_exchanges(options_.data_plane->shared_exchanges());
   }
   for (int64_t v : s.staleness_histogram) reply->add_staleness_histogram(v);
+  for (int64_t v : s.served_staleness_low) reply->add_served_staleness_low(v);
+  for (int64_t v : s.served_staleness_high) reply->add_served_staleness_high(v);
   for (int64_t v : s.clocks) reply->add_clocks(v);
   for (const auto& t : s.tensors) reply->add_tensors(t);
   return grpc::Status::OK;

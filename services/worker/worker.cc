@@ -87,7 +87,14 @@ class WorkerSynchronisers final : public SynchroniserFactory {
 
 absl::StatusOr<std::vector<int64_t>> LoadShard(const WorkerOptions& options, size_t train_size) {
   if (!options.shard_file.empty()) {
-    STRATA_ASSIGN_OR_RETURN(auto shard, ReadShardIndex(options.shard_file));
+    // The plan must be this job's: as many shards as workers, this rank's file with the count its
+    // manifest lists, for the training set this worker loaded. The data set's fingerprint is not
+    // compared here (the worker does not compute one; the sharder's plan records it).
+    ShardExpectation expected;
+    expected.rank = options.rank;
+    expected.workers = options.world();
+    expected.train_examples = static_cast<int64_t>(train_size);
+    STRATA_ASSIGN_OR_RETURN(auto shard, CheckShardIndexFor(options.shard_file, expected));
     for (int64_t e : shard) {
       if (e < 0 || static_cast<size_t>(e) >= train_size) {
         return absl::InvalidArgumentError(absl::StrCat(

@@ -9,7 +9,8 @@
 # setup still passes but writes the reason to STRATA_TEST_DOCKER_SKIP_FILE; the tests that need
 # the daemon skip with that reason. Anything else that goes wrong (the image does not build, say)
 # fails setup, and CTest then does not run the tests that need it. STRATA_TEST_DOCKER=0 skips them
-# on purpose (no daemon started, no image built).
+# on purpose (no daemon started, no image built). Under CI=true (.ci/run) neither is a skip: setup
+# fails, saying why, and so does every test that needs the daemon.
 # Environment (set by CMake for the fixture and for every test that requires it):
 # STRATA_TEST_DOCKER_HOST, STRATA_TEST_IMAGE, STRATA_TEST_DOCKER_SKIP_FILE.
 set -euo pipefail
@@ -21,12 +22,18 @@ state=${2:-}
 skip_file=${STRATA_TEST_DOCKER_SKIP_FILE:?set by CMake}
 image=${STRATA_TEST_IMAGE:?set by CMake}
 
+in_ci() { [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; }
+
 setup() {
   local bindir=$1 start=$SECONDS rc=0 err
   rm -f "$skip_file"
   mkdir -p "$(dirname "$skip_file")"
   if [[ "${STRATA_TEST_DOCKER:-1}" == 0 ]]; then
     echo "switched off with STRATA_TEST_DOCKER=0" >"$skip_file"
+    if in_ci; then
+      echo "docker fixture: CI=true: STRATA_TEST_DOCKER=0 would leave the container tests out; failing"
+      return 1
+    fi
     echo "docker fixture: STRATA_TEST_DOCKER=0: the tests that need Docker will be SKIPPED"
     return 0
   fi
@@ -37,6 +44,10 @@ setup() {
     grep -m1 '^docker-daemon: cannot start' "$err" | sed 's/^docker-daemon: //' >"$skip_file"
     rm -f "$err"
     echo "docker fixture: $(cat "$skip_file")"
+    if in_ci; then
+      echo "docker fixture: CI=true: a Docker daemon is required here; failing (the tests that need it fail too)"
+      return 1
+    fi
     echo "docker fixture: the tests that need Docker will be SKIPPED (reason in $skip_file)"
     return 0
   fi

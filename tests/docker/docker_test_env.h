@@ -3,7 +3,9 @@
 // `strata_require_docker(...)` gives a test the fixture and these variables. Use:
 //
 //   const strata::testing::DockerTestEnv docker = strata::testing::GetDockerTestEnv();
-//   if (!docker.unavailable.empty()) GTEST_SKIP() << docker.unavailable;
+//   if (!docker.unavailable.empty()) STRATA_UNAVAILABLE(docker.unavailable);
+//
+// (tests/support/ci.h: a skip, and under CI=true a failure.)
 //   ... run `docker` / `docker-compose` with DOCKER_HOST=docker.host, image docker.image ...
 #pragma once
 
@@ -17,7 +19,7 @@ namespace strata::testing {
 struct DockerTestEnv {
   std::string host;         // DOCKER_HOST of the suite's daemon: unix:///...
   std::string image;        // the image built from this build's binaries (strata:test)
-  std::string unavailable;  // non-empty: why there is no daemon here, and the test must skip
+  std::string unavailable;  // non-empty: why there is no daemon here (the test skips; fails in CI)
 };
 
 inline DockerTestEnv GetDockerTestEnv() {

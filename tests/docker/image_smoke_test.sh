@@ -8,7 +8,8 @@
 #   - the data set is at the job specs' default path, and `strata shard` reads it;
 #   - a parameter server started as in the compose file answers `strata-health` (the compose
 #     health check's command) with SERVING.
-# Skips (exit 77) when the fixture found that no Docker daemon can run on this machine.
+# Skips (exit 77) when the fixture found that no Docker daemon can run on this machine; under
+# CI=true that fails instead (exit 1).
 # The single-quoted scripts are meant to expand inside the container, not here.
 # shellcheck disable=SC2016,SC2001
 set -euo pipefail
@@ -16,6 +17,10 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 skip_file=${STRATA_TEST_DOCKER_SKIP_FILE:?run through ctest (the docker fixture sets STRATA_TEST_DOCKER_SKIP_FILE)}
 if [[ -f "$skip_file" ]]; then
+  if [[ "${CI:-}" == true || "${CI:-}" == 1 ]]; then
+    echo "FAILED: CI=true and no Docker daemon for the tests: $(cat "$skip_file")"
+    exit 1
+  fi
   echo "SKIPPED: no Docker daemon for the tests: $(cat "$skip_file")"
   exit 77
 fi

@@ -13,17 +13,20 @@
 
 #include "tests/docker/docker_test_env.h"
 #include "tests/integration/orchestrator/cli_test_util.h"
+#include "tests/support/ci.h"
 
 namespace strata::testing {
 namespace {
 
-std::string Quickstart() { return std::string(STRATA_TEST_SOURCE_DIR) + "/configs/quickstart.yaml"; }
+std::string Quickstart() {
+  return std::string(STRATA_TEST_SOURCE_DIR) + "/configs/quickstart.yaml";
+}
 
 class ComposeRun : public ::testing::Test {
  protected:
   void SetUp() override {
     docker_ = GetDockerTestEnv();
-    if (!docker_.unavailable.empty()) GTEST_SKIP() << docker_.unavailable;
+    if (!docker_.unavailable.empty()) STRATA_UNAVAILABLE(docker_.unavailable);
     ::setenv("DOCKER_HOST", docker_.host.c_str(), 1);
   }
   // What the daemon still has of the project `strata run` made for `run_dir` (it writes the
@@ -46,9 +49,9 @@ class ComposeRun : public ::testing::Test {
 
 TEST_F(ComposeRun, QuickstartRunsAsAComposeProjectSwitchesLiveAndLeavesNothing) {
   const std::string dir = MakeTempDir("compose-quickstart") + "/run";
-  CommandResult r = RunCommand(Strata() + " run " + Quickstart() +
-                               " --set launcher.kind=compose --image " + docker_.image +
-                               " --out " + dir);
+  CommandResult r =
+      RunCommand(Strata() + " run " + Quickstart() + " --set launcher.kind=compose --image " +
+                 docker_.image + " --out " + dir);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   // The orchestrator's own progress, as a local run prints it.
   EXPECT_NE(r.output.find("strata supervise: quickstart"), std::string::npos) << r.output;
@@ -62,8 +65,8 @@ TEST_F(ComposeRun, QuickstartRunsAsAComposeProjectSwitchesLiveAndLeavesNothing) 
     if (e.value("event", "") == "switch_done") switched = true;
   }
   EXPECT_TRUE(switched) << Slurp(dir + "/events.jsonl");
-  for (const char* service : {"sharder", "ps-0", "worker-0", "worker-1", "evaluator",
-                              "orchestrator"}) {
+  for (const char* service :
+       {"sharder", "ps-0", "worker-0", "worker-1", "evaluator", "orchestrator"}) {
     EXPECT_TRUE(Exists(dir + "/logs/" + service + ".log")) << service;
   }
   // Containers do not share a pid namespace: the workers find the server's shared region out of
@@ -84,9 +87,8 @@ TEST_F(ComposeRun, CtrlCStopsTheProjectAndRemovesIt) {
                     dir + ".out");
   // Training has begun (or the run ended early, which fails the test at once).
   auto training = [&] { return run.Output().find("epoch   1/") != std::string::npos; };
-  ASSERT_TRUE(
-      Eventually([&] { return training() || run.Wait(std::chrono::seconds(1)) >= 0; },
-                 std::chrono::seconds(600)));
+  ASSERT_TRUE(Eventually([&] { return training() || run.Wait(std::chrono::seconds(1)) >= 0; },
+                         std::chrono::seconds(600)));
   ASSERT_TRUE(training()) << run.Output();
   ::kill(run.pid(), SIGINT);
   EXPECT_EQ(run.Wait(std::chrono::seconds(300)), 130) << run.Output();
@@ -95,17 +97,29 @@ TEST_F(ComposeRun, CtrlCStopsTheProjectAndRemovesIt) {
   EXPECT_EQ(summary.value("state", ""), "interrupted") << run.Output();
 }
 
-TEST_F(ComposeRun, ANonexistentDaemonOrImageIsRefusedAndNothingRuns) {
+// Needs no daemon, so it runs (and counts) where there is none.
+TEST(ComposeRefused, ANonexistentDaemonAndAKubernetesJobAreRefusedAndNothingRuns) {
   const std::string base = MakeTempDir("compose-refused");
-  CommandResult r = RunCommand("DOCKER_HOST=unix://" + base + "/no-daemon.sock " + Strata() +
-                               " run " + Quickstart() + " --set launcher.kind=compose --out " +
-                               base + "/a");
+  CommandResult r =
+      RunCommand("DOCKER_HOST=unix://" + base + "/no-daemon.sock " + Strata() + " run " +
+                 Quickstart() + " --set launcher.kind=compose --out " + base + "/a");
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("cannot reach the Docker daemon at DOCKER_HOST=unix://" + base),
             std::string::npos)
       << r.output;
+  // A Kubernetes job is not for `strata run`.
+  r = RunCommand(Strata() + " run " + Quickstart() + " --set launcher.kind=kubernetes --out " +
+                 base + "/c");
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("strata submit"), std::string::npos) << r.output;
+  RunCommand("rm -rf " + base);
+}
+
+TEST_F(ComposeRun, AnImageTheDaemonLacksIsRefusedAndNothingRuns) {
+  const std::string base = MakeTempDir("compose-refused");
   // No build directory beside the binaries to build the image from: refused, naming the image.
-  r = RunCommand(Strata() + " run " + Quickstart() +
+  CommandResult r =
+      RunCommand(Strata() + " run " + Quickstart() +
                  " --set launcher.kind=compose --image strata:no-such-tag --bin-dir " + base +
                  " --out " + base + "/b");
   EXPECT_EQ(r.exit_code, 2) << r.output;
@@ -113,11 +127,6 @@ TEST_F(ComposeRun, ANonexistentDaemonOrImageIsRefusedAndNothingRuns) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(Leftovers(base + "/b"), "");
-  // A Kubernetes job is not for `strata run`.
-  r = RunCommand(Strata() + " run " + Quickstart() + " --set launcher.kind=kubernetes --out " +
-                 base + "/c");
-  EXPECT_EQ(r.exit_code, 2) << r.output;
-  EXPECT_NE(r.output.find("strata submit"), std::string::npos) << r.output;
 }
 
 }  // namespace

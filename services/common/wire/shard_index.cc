@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include <absl/strings/str_cat.h>
 #include <zlib.h>
 #include <nlohmann/json.hpp>
 
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/base/status.h"
 
 namespace strata {
@@ -146,7 +148,69 @@ absl::StatusOr<ShardPlanFacts> ReadShardPlanFacts(const std::string& manifest_pa
   const auto dataset = m.find("dataset");
   if (dataset != m.end() && dataset->is_object())
     facts.fingerprint = dataset->value("fingerprint", "");
+  const auto shards = m.find("shards");
+  if (shards != m.end() && shards->is_array()) {
+    for (const nlohmann::json& entry : *shards) {
+      ShardPlanFacts::Shard shard;
+      if (entry.is_object()) {
+        if (entry.contains("worker") && entry["worker"].is_number_integer())
+          shard.worker = entry["worker"].get<int>();
+        if (entry.contains("file") && entry["file"].is_string()) shard.file = entry["file"];
+        if (entry.contains("count") && entry["count"].is_number_integer())
+          shard.count = entry["count"].get<int64_t>();
+      }
+      facts.shards.push_back(shard);
+    }
+  }
   return facts;
+}
+
+absl::StatusOr<std::vector<int64_t>> CheckShardIndexFor(const std::string& index_path,
+                                                        const ShardExpectation& expected) {
+  const std::filesystem::path index(index_path);
+  const std::string manifest_path = (index.parent_path() / kShardManifestName).string();
+  STRATA_ASSIGN_OR_RETURN(ShardPlanFacts plan, ReadShardPlanFacts(manifest_path));
+  STRATA_ASSIGN_OR_RETURN(ShardIndex shard, ReadShardIndexFile(index_path));
+  auto refuse = [&](const std::string& what) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(index_path, ": not this worker's shard: ", what));
+  };
+  if (plan.workers != expected.workers) {
+    return refuse(absl::StrCat("its plan (", manifest_path, ") has ", plan.workers,
+                               " shard(s), the job ", expected.workers, " worker(s)"));
+  }
+  if (expected.rank < 0 || expected.rank >= expected.workers) {
+    return refuse(absl::StrCat("rank ", expected.rank, " is not one of the job's ",
+                               expected.workers, " worker(s)"));
+  }
+  const ShardPlanFacts::Shard* listed = nullptr;
+  for (const ShardPlanFacts::Shard& s : plan.shards) {
+    if (s.worker == expected.rank) listed = &s;
+  }
+  if (listed == nullptr) {
+    return refuse(absl::StrCat("its plan lists no shard for worker ", expected.rank));
+  }
+  if (listed->file != index.filename().string()) {
+    return refuse(
+        absl::StrCat("its plan gives worker ", expected.rank, " the file ", listed->file));
+  }
+  if (listed->count != static_cast<int64_t>(shard.indices.size())) {
+    return refuse(absl::StrCat("it holds ", shard.indices.size(), " index(es), its plan lists ",
+                               listed->count, " for worker ", expected.rank));
+  }
+  if (static_cast<int64_t>(shard.examples) != plan.examples) {
+    return refuse(absl::StrCat("it indexes a training set of ", shard.examples,
+                               " example(s), its plan one of ", plan.examples));
+  }
+  if (plan.examples != expected.train_examples) {
+    return refuse(absl::StrCat("its plan is for a training set of ", plan.examples,
+                               " example(s), the worker loaded ", expected.train_examples));
+  }
+  if (!expected.fingerprint.empty() && plan.fingerprint != expected.fingerprint) {
+    return refuse(absl::StrCat("its plan is for the data set ", plan.fingerprint,
+                               ", the worker's is ", expected.fingerprint));
+  }
+  return std::move(shard.indices);
 }
 
 }  // namespace strata

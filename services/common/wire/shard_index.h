@@ -54,7 +54,31 @@ struct ShardPlanFacts {
   int64_t examples = 0;     // the training-set size the plan covers
   int workers = 0;          // the shards it holds, one per worker
   std::string fingerprint;  // of the data set's files ("crc32:...")
+  struct Shard {
+    int worker = -1;
+    std::string file;  // its index file's name in the plan directory
+    int64_t count = -1;
+  };
+  std::vector<Shard> shards;  // as the manifest lists them (empty in a manifest without the list)
 };
 absl::StatusOr<ShardPlanFacts> ReadShardPlanFacts(const std::string& manifest_path);
+
+// What a worker's own job says its shard must be.
+struct ShardExpectation {
+  int rank = 0;
+  int workers = 0;             // the job's cluster.workers
+  int64_t train_examples = 0;  // the training set the worker loaded (after dataset.max_train)
+  std::string fingerprint;     // the data set's fingerprint; empty: not compared
+};
+
+// Reads the shard index at `index_path` and the plan's manifest.json beside it, and checks them
+// against `expected`: the plan holds `workers` shards, the file is the one the manifest lists for
+// `rank`, with the count listed there, and the plan, the file and the worker all refer to the same
+// training set (its size, and the fingerprint when given). Returns the indices; otherwise
+// FailedPrecondition naming the file and what does not match (DataLoss or NotFound from reading).
+// A worker calls this before training, so that a plan made for another job is refused rather
+// than trained on.
+absl::StatusOr<std::vector<int64_t>> CheckShardIndexFor(const std::string& index_path,
+                                                        const ShardExpectation& expected);
 
 }  // namespace strata

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -127,10 +128,15 @@ inline std::vector<nlohmann::json> ReadLines(const std::string& path) {
   return lines;
 }
 
-// True if `pid` is gone or a zombie (ended, waiting to be reaped by init).
+// True if `pid` is gone (the kernel says there is no such process) or a zombie (ended, waiting to
+// be reaped). Anything else counts as alive, an unreadable /proc entry included: a check that no
+// process outlived a run must not pass because it could not look. A pid of 0 or less names no
+// process of the run and is not "ended" either.
 inline bool ProcessEnded(int pid) {
+  if (pid <= 0) return false;
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  if (!stat) return true;
+  if (!stat) return ::kill(pid, 0) != 0 && errno == ESRCH;  // it may have gone in between
   std::string content((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
   const size_t close = content.rfind(')');
   return close != std::string::npos && close + 2 < content.size() && content[close + 2] == 'Z';

@@ -5,9 +5,13 @@
 // once. Each test checks
 // the record (restart and rejoined events, summary.json's count), that the restarted worker
 // trained again, and that no process outlives the run.
+#include <functional>
+#include <memory>
+
 #include <gtest/gtest.h>
 
 #include "tests/integration/orchestrator/cli_test_util.h"
+#include "tests/integration/orchestrator/run_observer.h"
 
 namespace strata::testing {
 namespace {
@@ -17,12 +21,16 @@ std::string RecoveryJob(const std::string& strategy, const std::string& recovery
   return SmallLongJob("recovery", strategy, "recovery: " + recovery + "\n");
 }
 
-// Kills `victim` (SIGKILL), waits for the run's end and checks what every recovery must leave.
-void KillAndExpectRecovery(RunFixture& f, const std::string& victim) {
+// Kills `victim` (SIGKILL), runs `meanwhile` (the run still going), waits for the run's end and
+// checks what every recovery must leave.
+void KillAndExpectRecovery(RunFixture& f, const std::string& victim,
+                           const std::function<void()>& meanwhile = {}) {
   const std::vector<int> pids = f.AllPids();
+  ASSERT_FALSE(pids.empty()) << "status.json names no process";
   const int pid = f.PidOf(victim);
   ASSERT_GT(pid, 0) << victim << " not in status.json";
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  if (meanwhile) meanwhile();
 
   const int code = f.run->Wait(std::chrono::seconds(600));
   const std::string output = f.run->Output();
@@ -43,6 +51,7 @@ void KillAndExpectRecovery(RunFixture& f, const std::string& victim) {
 
   // Both incarnations have ended, and every other process of the run.
   for (int p : pids) EXPECT_TRUE(ProcessEnded(p)) << "pid " << p << " outlived the run";
+  ASSERT_FALSE(summary["processes"].empty()) << summary.dump(2);
   for (const auto& p : summary["processes"]) {
     EXPECT_TRUE(ProcessEnded(p.value("pid", 0))) << p.dump() << " outlived the run";
     if (p.value("name", "") == victim) {
@@ -85,19 +94,58 @@ TEST(Recovery, AParameterServerKilledMidRunResumesFromItsLastSaveAndTheWorkersWa
 
 TEST(Recovery, AWorkerKilledAfterTheLiveSwitchRejoinsThePushPullPhase) {
   RunFixture f(RecoveryJob("{ kind: switch, rule: at_fraction, at_fraction: 0.1 }", "{}"));
-  ASSERT_TRUE(Eventually([&] { return !f.Events("switch_done").empty(); },
-                         std::chrono::seconds(300)))
+  ASSERT_TRUE(
+      Eventually([&] { return !f.Events("switch_done").empty(); }, std::chrono::seconds(300)))
       << f.run->Output();
   KillAndExpectRecovery(f, "worker-0");
 }
 
+// The witness of a handover in a recovery test: the evaluator is held (SIGSTOP) so that the run
+// cannot end before the test has looked; once switch_done is written the test reads every server
+// as an observer and compares it with the switch checkpoint. The job's servers apply pushes at
+// ps_lr_scale 1e-30, which leaves every weight's bits as loaded (see switch_run_test.cc).
+class HandoverWitness {
+ public:
+  explicit HandoverWitness(RunFixture& f) : f_(f) {
+    const std::optional<RunProcess> evaluator = RunProcessNamed(f.run_dir, "evaluator");
+    if (evaluator) held_ = std::make_unique<HeldProcess>(evaluator->pid);
+  }
+  bool holding() const { return held_ && held_->held(); }
+  // Waits for switch_done, compares, lets the run go on.
+  void Check() {
+    const nlohmann::json done = AwaitEvent(f_.run_dir, *f_.run, "switch_done");
+    ASSERT_TRUE(done.is_object()) << f_.run->Output() << Slurp(f_.run_dir + "/events.jsonl");
+    ASSERT_FALSE(done["checkpoint"].get<std::string>().empty()) << done.dump(2);
+    ASSERT_TRUE(JoinRunAsObserver(f_.run_dir).ok());
+    const std::vector<std::string> differences =
+        ServersAgainstCheckpoint(f_.run_dir, 1, done["checkpoint"].get<std::string>());
+    EXPECT_TRUE(differences.empty()) << ::testing::PrintToString(differences);
+    checked_ = true;
+    held_.reset();
+  }
+  bool checked() const { return checked_; }
+
+ private:
+  RunFixture& f_;
+  std::unique_ptr<HeldProcess> held_;
+  bool checked_ = false;
+};
+
+constexpr char kFrozenServers[] =
+    "{ kind: switch, rule: at_fraction, at_fraction: 0.9, ps_lr_scale: 1e-30 }";
+
 // In the ring phase of a switch job the servers hold no model yet: a dead one is started again
-// (empty, as it was) and the live switch later hands the ring's model to the new process.
+// (empty, as it was) and the live switch later hands the ring's model to the new process, which
+// the observer then finds holding it. (Seen to fail with the observer's comparison pointed at the
+// checkpoint of another run: "ps-0 fc1.weight: bytes differ from byte 0".)
 TEST(Recovery, AParameterServerKilledBeforeTheSwitchIsRestartedAndTakesTheHandover) {
-  RunFixture f(RecoveryJob("{ kind: switch, rule: at_fraction, at_fraction: 0.9 }", "{}"));
+  RunFixture f(RecoveryJob(kFrozenServers, "{}"));
   ASSERT_TRUE(f.WaitForTraining(40)) << f.run->Output();
   ASSERT_TRUE(f.Events("switch_decided").empty()) << "the switch came before the kill";
-  KillAndExpectRecovery(f, "ps-0");
+  HandoverWitness witness(f);
+  ASSERT_TRUE(witness.holding());
+  KillAndExpectRecovery(f, "ps-0", [&] { witness.Check(); });
+  EXPECT_TRUE(witness.checked());
   auto done = f.Events("switch_done");
   ASSERT_EQ(done.size(), 1u);
   EXPECT_EQ(done[0]["verification"]["weights_equal"], true) << done[0].dump(2);
@@ -108,18 +156,22 @@ TEST(Recovery, AParameterServerKilledBeforeTheSwitchIsRestartedAndTakesTheHandov
 }
 
 // The ring breaks: the survivor holds its last model, the orchestrator hands it to the server and
-// the survivor goes on with push/pull at once; the dead worker is restarted and rejoins there.
+// the survivor goes on with push/pull at once; the dead worker is restarted and rejoins there. The
+// orchestrator keeps the model it handed over as checkpoints/switch-step<S>.ckpt, and the observer
+// finds the server holding exactly that.
 TEST(Recovery, AWorkerKilledInTheRingOfASwitchJobMakesTheSurvivorsFallBackToTheServers) {
-  RunFixture f(RecoveryJob("{ kind: switch, rule: at_fraction, at_fraction: 0.9 }", "{}"));
+  RunFixture f(RecoveryJob(kFrozenServers, "{}"));
   ASSERT_TRUE(f.WaitForTraining(40)) << f.run->Output();
-  KillAndExpectRecovery(f, "worker-1");
+  HandoverWitness witness(f);
+  ASSERT_TRUE(witness.holding());
+  KillAndExpectRecovery(f, "worker-1", [&] { witness.Check(); });
+  EXPECT_TRUE(witness.checked());
   auto decided = f.Events("switch_decided");
   ASSERT_EQ(decided.size(), 1u);
   EXPECT_EQ(decided[0]["trigger"], "ring_broken");
   EXPECT_NE(decided[0]["reason"].get<std::string>().find("worker-1"), std::string::npos);
   auto done = f.Events("switch_done");
   ASSERT_EQ(done.size(), 1u);
-  // The servers hold the survivor's model, as the handover check read it back.
   EXPECT_EQ(done[0]["verification"]["weights_equal"], true) << done[0].dump(2);
   EXPECT_NE(Slurp(f.run_dir + "/logs/worker-0.log").find("the ring broke"), std::string::npos);
 }

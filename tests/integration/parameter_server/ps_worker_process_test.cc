@@ -22,10 +22,9 @@ constexpr int kWorkerBatch = kBatch / kWorkers;
 
 class PsWorkerProcessTest : public ::testing::Test {
  protected:
-  // Writes the job and round-robin shards, then starts the servers
-  // and the workers, runs `before_start` (if any), and starts training. `sample_budget`: samples
-  // the servers apply before they stop the workers (0: none).
-  void StartCluster(int64_t sample_budget, const std::function<void()>& before_start = {}) {
+  // The job, and round-robin shards with the manifest the sharder would write beside them (a
+  // worker checks its shard against the plan's manifest and its job).
+  void WriteJobAndShards() {
     job_ = dir_ / "job.yaml";
     ASSERT_TRUE(
         WriteFileAtomic(
@@ -47,6 +46,28 @@ class PsWorkerProcessTest : public ::testing::Test {
       for (int64_t i = r; i < kExamples; i += kWorkers) mine.push_back(i);
       ASSERT_TRUE(WriteShardIndex(dir_ / absl::StrCat("shard-", r, ".idx"), mine, kExamples).ok());
     }
+    ASSERT_TRUE(WriteFileAtomic(dir_ / "manifest.json", PlanManifest(kWorkers, kExamples)).ok());
+  }
+
+  // A manifest of a plan of `workers` round-robin shards of `examples` examples.
+  static std::string PlanManifest(int workers, int64_t examples) {
+    std::string shards;
+    for (int r = 0; r < workers; ++r) {
+      const int64_t count = (examples - r + workers - 1) / workers;
+      absl::StrAppend(&shards, r > 0 ? ", " : "", "{\"worker\": ", r, ", \"file\": \"shard-", r,
+                      ".idx\", \"count\": ", count, "}");
+    }
+    return absl::StrCat("{\"format\": \"strata-shard-plan\", \"examples\": ", examples,
+                        ", \"parameters\": {\"workers\": ", workers, "}, \"shards\": [", shards,
+                        "]}");
+  }
+
+  // Writes the job and round-robin shards, then starts the servers
+  // and the workers, runs `before_start` (if any), and starts training. `sample_budget`: samples
+  // the servers apply before they stop the workers (0: none).
+  void StartCluster(int64_t sample_budget, const std::function<void()>& before_start = {}) {
+    WriteJobAndShards();
+    if (HasFatalFailure()) return;
     init_ = dir_ / "init.ckpt";
     const std::string write_init =
         absl::StrCat(STRATA_EVALUATOR_BINARY, " --config ", job_, " --write-init-checkpoint ",
@@ -240,6 +261,33 @@ TEST_F(PsWorkerProcessTest, WorkersTrainUntilTheServersHaveAppliedTheSampleBudge
     EXPECT_EQ(s.completed_epochs(), 3);
   }
   StopAll();
+}
+
+// A worker given a shard index of a plan made for another job refuses it before it serves,
+// naming the file and what differs: here the plan beside the index is one of three workers and
+// another training-set size, while the worker's job has two workers and 2,048 examples. Seen to
+// fail with the worker reading the index without CheckShardIndexFor: it started serving.
+TEST_F(PsWorkerProcessTest, AWorkerRefusesAShardIndexOfAnotherJobsPlanNamingTheFile) {
+  WriteJobAndShards();
+  ASSERT_FALSE(HasFatalFailure());
+  ASSERT_TRUE(WriteFileAtomic(dir_ / "manifest.json", PlanManifest(3, 3000)).ok());
+  const std::string shard = dir_ / "shard-0.idx";
+  auto worker = PsProcess::LaunchService({STRATA_WORKER_BINARY, "--config", job_, "--rank", "0",
+                                          "--shard-file", shard, "--run-dir", dir_.path()},
+                                         dir_.path(), "worker-0", std::chrono::seconds(120));
+  EXPECT_FALSE(worker.ok()) << "the worker started on another job's shard";
+  const std::string log = ReadFile(dir_ / "worker-0.log").value_or("");
+  EXPECT_NE(log.find(shard + ": not this worker's shard: its plan"), std::string::npos) << log;
+  EXPECT_NE(log.find("has 3 shard(s), the job 2 worker(s)"), std::string::npos) << log;
+
+  // The plan's right number of shards, for another training set: refused too.
+  ASSERT_TRUE(WriteFileAtomic(dir_ / "manifest.json", PlanManifest(kWorkers, 3000)).ok());
+  worker = PsProcess::LaunchService({STRATA_WORKER_BINARY, "--config", job_, "--rank", "0",
+                                     "--shard-file", shard, "--run-dir", dir_.path()},
+                                    dir_.path(), "worker-0-again", std::chrono::seconds(120));
+  EXPECT_FALSE(worker.ok()) << "the worker started on another training set's shard";
+  const std::string again = ReadFile(dir_ / "worker-0-again.log").value_or("");
+  EXPECT_NE(again.find(shard + ": not this worker's shard"), std::string::npos) << again;
 }
 
 }  // namespace

@@ -23,6 +23,8 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/integration/orchestrator/cli_test_util.h"
+#include "tests/integration/render/kustomize_build.h"
+#include "tests/support/ci.h"
 
 namespace strata::testing {
 namespace {
@@ -590,7 +592,9 @@ std::vector<std::string> CanonicalObjects(const std::string& text) {
 
 TEST(Submit, TheObjectsAreWhatKustomizeBuildsAndTheSchemaAccepts) {
   if (RunCommand("command -v kubectl").exit_code != 0) {
-    GTEST_SKIP() << "kubectl is not installed: nothing to compare with";
+    STRATA_UNAVAILABLE(
+        "kubectl is not installed (scripts/install-deps.sh installs Debian's "
+        "kubernetes-client): nothing to compare with");
   }
   const std::string validator = Source() + "/scripts/k8s-validate";
   const bool schema = RunCommand("command -v node").exit_code == 0 &&
@@ -609,8 +613,8 @@ TEST(Submit, TheObjectsAreWhatKustomizeBuildsAndTheSchemaAccepts) {
       const std::string submitted =
           fake.Applied(1) + "\n---\n" + fake.Applied(2) + "\n---\n" + fake.Applied(3);
       // The real kubectl, on the rendered files and the token submit wrote.
-      const std::string target = out.path + (overlay.empty() ? "/base" : "/overlays/" + overlay);
-      const CommandResult built = RunCommand("kubectl kustomize " + target);
+      const CommandResult built =
+          KustomizeBuild(out.path, overlay.empty() ? "base" : "overlays/" + overlay);
       ASSERT_EQ(built.exit_code, 0) << built.output;
       const std::string unhashed = std::regex_replace(
           built.output, std::regex("(-(job-spec|topology|run-token))-[a-z0-9]{10}\\b"), "$1");
@@ -620,7 +624,11 @@ TEST(Submit, TheObjectsAreWhatKustomizeBuildsAndTheSchemaAccepts) {
       to_validate += " " + copy;
     }
   }
-  if (!schema) GTEST_SKIP() << "compared with kustomize; no schema check (scripts/k8s-validate)";
+  if (!schema) {
+    STRATA_UNAVAILABLE(
+        "compared with kustomize, but no schema check: node or "
+        "scripts/k8s-validate/node_modules is missing (scripts/install-deps.sh)");
+  }
   // One Node process for every file: loading the models dominates its time.
   const CommandResult v = RunCommand("node " + validator + "/validate.mjs" + to_validate);
   EXPECT_EQ(v.exit_code, 0) << v.output;

@@ -466,6 +466,7 @@ TEST(SspPartitionTest, APullBeyondTheBoundWaitsUntilTheSlowestWorkerPushes) {
                                          "worker (worker 0 at clock 0, staleness bound 2)"),
             std::string::npos)
       << held.status();
+  EXPECT_EQ(partition.Status().waiting_now, 0);  // a call that gave up no longer counts
 
   // The same pull again, in a thread; once it is waiting (its cancellation probe is polled only
   // while waiting), the slowest worker pushes, and the pull returns.
@@ -480,9 +481,12 @@ TEST(SspPartitionTest, APullBeyondTheBoundWaitsUntilTheSlowestWorkerPushes) {
   absl::StatusOr<PullSnapshot> released = absl::UnknownError("not run");
   std::thread puller([&] { released = partition.Pull(1, *pushed, patient); });
   is_waiting.wait();
+  // What an observer sees of the held pull (ServerStatus.waiting_now).
+  EXPECT_EQ(partition.Status().waiting_now, 1);
   ASSERT_TRUE(PushFlat(partition, 0, 0, g, Patient()).ok());
   ++slow_clock;
   puller.join();
+  EXPECT_EQ(partition.Status().waiting_now, 0);
   ASSERT_TRUE(released.ok()) << released.status();
   EXPECT_EQ(fast_clock - slow_clock, kStaleness);
   EXPECT_EQ(released->version, 4);  // worker 1's three pushes and worker 0's one
@@ -559,6 +563,35 @@ TEST(SampleBudgetTest, NoBudgetMeansNoLimit) {
   }
   EXPECT_EQ(version, 10);
   EXPECT_EQ(partition.Status().discarded_pushes, 0);
+}
+
+// The server's own account of staleness: from the versions it handed each worker, whatever the
+// pushes' headers claim. Here every header claims the newest version (0 staleness); the served
+// counts must not believe it. Seen to fail with Pull not recording what it handed (every push
+// went uncounted).
+TEST(ServedStalenessTest, CountsFromTheVersionsHandedOutNotFromTheHeaders) {
+  ParameterPartition partition(Config(v1::CONSISTENCY_ASP, 2));
+  ASSERT_TRUE(partition.Load(CheckpointOf(InitialModel(), 10), "test").ok());
+  const std::vector<float> g = GradientAt(InitialModel(), 0, 0);
+  auto claim_current = [&] { return partition.Status().version; };
+  // Worker 1 pushes before any pull: not counted (the server handed it nothing).
+  ASSERT_TRUE(PushFlat(partition, 1, claim_current(), g, Patient()).ok());  // -> 11
+  ASSERT_TRUE(partition.Pull(0, 0, Patient()).ok());                        // handed 11
+  ASSERT_TRUE(partition.Pull(1, 0, Patient()).ok());                        // handed 11
+  ASSERT_TRUE(PushFlat(partition, 0, claim_current(), g, Patient()).ok());  // met 11: 0, 0 -> 12
+  ASSERT_TRUE(PushFlat(partition, 1, claim_current(), g, Patient()).ok());  // met 12: 1, 1 -> 13
+  // Worker 0 pushes again without pulling: still on 11 at best, and held 11 at its last push.
+  ASSERT_TRUE(PushFlat(partition, 0, claim_current(), g, Patient()).ok());  // met 13: 2, 2 -> 14
+  ASSERT_TRUE(partition.Pull(0, 0, Patient()).ok());                        // handed 14
+  ASSERT_TRUE(PushFlat(partition, 0, claim_current(), g, Patient()).ok());  // met 14: 0, 3 -> 15
+  const PartitionStatus s = partition.Status();
+  EXPECT_EQ(s.pushes, 5);
+  EXPECT_EQ(s.staleness_histogram[0], 5);  // what the headers claimed
+  std::vector<int64_t> low(kStalenessBuckets, 0), high(kStalenessBuckets, 0);
+  low[0] = 2, low[1] = 1, low[2] = 1;
+  high[0] = 1, high[1] = 1, high[2] = 1, high[3] = 1;
+  EXPECT_EQ(s.served_staleness_low, low);
+  EXPECT_EQ(s.served_staleness_high, high);
 }
 
 }  // namespace
