@@ -48,6 +48,8 @@ struct ContainerSpec {
   bool needs_token = false;   // makes or takes gRPC calls of the run
   double cpus = 0;            // CPU limit in cores; 0: none
   std::string note;           // what a reader of the rendered file should know, or empty
+  // Serves Prometheus metrics on this port at 0.0.0.0 (metrics.enabled, metrics.port); 0: none.
+  int metrics_port = 0;
 };
 
 // The object names of a job on Kubernetes, from the job's name (DNS-1123 labels).
@@ -62,7 +64,7 @@ struct KubernetesNames {
   std::string job_spec() const { return prefix + "-job-spec"; }          // ConfigMap
   std::string topology() const { return prefix + "-topology"; }  // ConfigMap (replica counts)
   std::string token() const { return prefix + "-run-token"; }    // Secret
-  std::string inputs() const { return prefix + "-inputs"; }  // the user's claim, read-only
+  std::string inputs() const { return prefix + "-inputs"; }      // the user's claim, read-only
 };
 
 // InvalidArgument when nothing of the name is left for a DNS label.
