@@ -212,9 +212,8 @@ std::map<std::string, std::string> MetricsEndpoints(const std::string& run_dir) 
 }
 
 // Broken on purpose once, to see this test fail: WorkerMetrics::StepDone counting each step
-// twice made "worker 0 counted at most the steps it trained" fail (1500 > 750 from
-// summary.json), and the local launcher leaving out --metrics-listen made the wait for the
-// endpoints in status.json fail.
+// twice made "worker 0 counted at most the steps it trained" fail (30004 > 15002 from
+// summary.json), and the samples per step fall below the batch of 16.
 TEST(Metrics, PrometheusScrapesARunAndAgreesWithItsSummary) {
   const std::optional<std::string> prometheus = FindOnPath("prometheus");
   if (!prometheus) {
@@ -291,9 +290,10 @@ strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
         << "worker " << rank << " counted at most the steps it trained";
     EXPECT_GT(steps.at(rank), steps_in_ring.at(rank)) << "worker " << rank;
     EXPECT_GT(steps_in_ring.at(rank), 0) << "worker " << rank;
-    // Each full batch is 32 examples; a shard's last batch of an epoch may be smaller.
-    EXPECT_LE(samples.at(rank), 32 * steps.at(rank)) << "worker " << rank;
-    EXPECT_GT(samples.at(rank), 31 * steps.at(rank)) << "worker " << rank;
+    // Each worker's batch is 16 examples (training.batch_size 32 over 2 workers); a shard's last
+    // batch of an epoch may be smaller.
+    EXPECT_LE(samples.at(rank), 16 * steps.at(rank)) << "worker " << rank;
+    EXPECT_GT(samples.at(rank), 15 * steps.at(rank)) << "worker " << rank;
   }
   // The servers applied the pushes of the push/pull phase, each bumping the model's version.
   const auto version = server.ByLabel("max_over_time(strata_ps_model_version[1h])", "partition");
@@ -317,8 +317,8 @@ strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
   RunCommand("rm -rf " + dir);
 }
 
-// Broken on purpose once, to see this test fail: serving the endpoint with civetweb's
-// document_root set to the run directory made GET /../status.json... answer 200.
+// Broken on purpose once, to see this test fail: the endpoint answering every method made it
+// answer 200 to POST, PUT and DELETE /metrics.
 TEST(Metrics, TheEndpointAcceptsNothingButGetMetrics) {
   const std::string dir = MakeTempDir("metrics-endpoint");
   const std::string port_file = dir + "/ps.metrics.port";
