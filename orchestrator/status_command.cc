@@ -107,8 +107,14 @@ int ShowStatus(const std::string& dir) {
   }
   if (status.is_object() && status.contains("processes")) {
     for (const auto& p : status["processes"]) {
-      std::printf("  %-12s pid %-7d %-22s %s\n", p.value("name", "").c_str(), p.value("pid", 0),
-                  p.value("address", "").c_str(), p.value("running", false) ? "running" : "ended");
+      // Where Prometheus scrapes it, while it runs (an ended process's port may be anyone's).
+      const bool running = p.value("running", false);
+      const std::string metrics = running && p.contains("metrics") && p["metrics"].is_string()
+                                      ? p["metrics"].get<std::string>()
+                                      : "";
+      std::printf("  %-12s pid %-7d %-22s %s%s\n", p.value("name", "").c_str(), p.value("pid", 0),
+                  p.value("address", "").c_str(), running ? "running" : "ended",
+                  metrics.empty() ? "" : (" metrics " + metrics).c_str());
     }
   }
   return 0;

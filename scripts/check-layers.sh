@@ -16,8 +16,9 @@ declare -A allowed=(
   [services/common/wire]="services/common/base strata/v1"
   [services/common/ml]="services/common/base services/common/config services/common/wire strata/v1"
   [services/common/process]="services/common/base services/common/wire"
+  [services/common/metrics]="services/common/base"
   # No LibTorch: of ml only the optimizer.
-  [services/parameter_server]="services/common/base services/common/config services/common/wire services/common/ml/sgd.h strata/v1"
+  [services/parameter_server]="services/common/base services/common/config services/common/wire services/common/metrics services/common/ml/sgd.h strata/v1"
   # The ring collective: the algorithm, its links and their wire formats; it knows no worker.
   [services/collective]="services/common strata/v1"
   [services/worker]="services/collective services/common strata/v1"

@@ -15,6 +15,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libtorch-dev libopenblas0-openmp libabsl-dev libspdlog-dev libyaml-cpp-dev
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libcli11-dev nlohmann-json3-dev
+  # The services' Prometheus endpoints (services/common/metrics).
+  prometheus-cpp-dev
   dataset-fashion-mnist
 )
 if [[ "$profile" == test ]]; then
@@ -32,6 +34,9 @@ if [[ "$profile" == test ]]; then
     # The browser test of the reports (tests/e2e/report_browser_test.cc): headless Chromium opens
     # report.html through scripts/report-browser (playwright-core from npm, below, drives it).
     chromium
+    # The metrics test scrapes a real run with a Prometheus server it starts itself
+    # (tests/e2e/metrics_test.cc); the package's own service is switched off below.
+    prometheus
   )
   # kubectl for the offline `kubectl kustomize` of the rendered Kubernetes files (tests/integration/
   # render): Debian 12's is 1.20, from kubernetes-client, whose kustomize the tests feed the old
@@ -99,4 +104,10 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 $SUDO apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Debian's prometheus package enables and starts a server of its own (port 9090, scraping
+# itself); the tests start theirs on free ports and nothing here needs that one.
+if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null &&
+  [[ -d /run/systemd/system ]]; then
+  $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
 if [[ "$profile" == test ]]; then install_node_tools; fi

@@ -68,8 +68,14 @@ std::string ExecLine(const std::string& binary, const std::vector<std::string>& 
   return absl::StrCat("exec ", CommandLine(binary, args));
 }
 
-std::vector<std::string> WithListen(const std::vector<std::string>& args) {
+// The service's own address, and its metrics endpoint's where the job serves metrics: every
+// container has an address of its own, so all share metrics.port.
+std::vector<std::string> WithListen(const ServiceSpec& service, const v1::ResolvedJob& job) {
+  const std::vector<std::string>& args = service.args;
   std::vector<std::string> out = {"--listen", ListenAddress()};
+  if (service.metrics) {
+    out.insert(out.end(), {"--metrics-listen", absl::StrCat("0.0.0.0:", job.metrics().port())});
+  }
   out.insert(out.end(), args.begin(), args.end());
   return out;
 }
@@ -212,10 +218,11 @@ const char kSuperviseNote[] =
     "run directory (docs/deploy.md).";
 
 // A service's container as both platforms run it; the caller names it and writes its script.
-ContainerSpec ServiceContainer(const ServiceSpec& service) {
+ContainerSpec ServiceContainer(const ServiceSpec& service, const v1::ResolvedJob& job) {
   ContainerSpec c;
   c.role = RoleOf(service.role);
   c.serves = true;
+  c.metrics_port = service.metrics ? job.metrics().port() : 0;
   c.needs_token = true;
   c.uses_run_dir = UsesRunDir(service.args);
   return c;
@@ -297,11 +304,12 @@ ContainerPlan PlanComposeContainers(const v1::ResolvedJob& job) {
   std::vector<std::string> servers, workers;
   const std::string port = absl::StrCat(":", kContainerPort);
   for (const ServiceSpec& s : PlanServices(plan.job, ContainerPathsOf(), inputs)) {
-    ContainerSpec c = ServiceContainer(s);
+    ContainerSpec c = ServiceContainer(s, plan.job);
     c.name = s.name;
     // Compose starts the services once the one-shot step has ended (depends_on).
-    c.script = absl::StrCat("set -eu\n", ComposeToken(),
-                            ServiceBody(WithListen(s.args), s.binary, /*wait_for_shards=*/false));
+    c.script =
+        absl::StrCat("set -eu\n", ComposeToken(),
+                     ServiceBody(WithListen(s, plan.job), s.binary, /*wait_for_shards=*/false));
     c.cpus = CpusOf(plan.job, s);
     c.note = CpuNote(plan.job, s, c.cpus);
     if (s.role == ServiceRole::kWorker) workers.push_back(s.name + port);
@@ -328,13 +336,13 @@ ContainerPlan PlanKubernetesContainers(const v1::ResolvedJob& job, const Kuberne
                                                          : has_evaluator;
     if (seen) continue;  // one template per role, from its first instance
     seen = true;
-    ContainerSpec c = ServiceContainer(s);
+    ContainerSpec c = ServiceContainer(s, plan.job);
     c.name = role == ContainerRole::kParameterServer ? "ps"
              : role == ContainerRole::kWorker        ? "worker"
                                                      : "evaluator";
     // Every role waits for the one-shot step: it writes the resolved job they all read.
-    c.script =
-        absl::StrCat("set -eu\n", ServiceBody(Templated(role, WithListen(s.args)), s.binary, true));
+    c.script = absl::StrCat("set -eu\n",
+                            ServiceBody(Templated(role, WithListen(s, plan.job)), s.binary, true));
     // One template per role: the role's quota of cluster.cpu, not a rank's own (see
     // kubernetes_render.cc on stragglers and worker speeds).
     const v1::ResolvedCpuShares& cpu = plan.job.cluster().cpu();

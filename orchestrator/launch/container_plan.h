@@ -50,6 +50,8 @@ struct ContainerSpec {
   bool needs_token = false;   // makes or takes gRPC calls of the run
   double cpus = 0;            // CPU limit in cores; 0: none
   std::string note;           // what a reader of the rendered file should know, or empty
+  // Serves Prometheus metrics on this port at 0.0.0.0 (metrics.enabled, metrics.port); 0: none.
+  int metrics_port = 0;
 };
 
 // The object names of a job on Kubernetes, from the job's name (DNS-1123 labels).

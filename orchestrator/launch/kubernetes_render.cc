@@ -233,9 +233,15 @@ class Builder {
     // The kubelet expands $(VAR) in args; `$$(` keeps the shell's command substitutions.
     n.Add("args", Node::Seq().Push(Node::Str(absl::StrReplaceAll(c.script, {{"$(", "$$("}}))));
     if (c.serves) {
-      n.Add("ports", Node::Seq().Push(Node::Map()
-                                          .Add("name", Node::Str("grpc"))
-                                          .Add("containerPort", Node::Int(kContainerPort))));
+      Node ports = Node::Seq().Push(Node::Map()
+                                        .Add("name", Node::Str("grpc"))
+                                        .Add("containerPort", Node::Int(kContainerPort)));
+      if (c.metrics_port > 0) {
+        ports.Push(Node::Map()
+                       .Add("name", Node::Str("metrics"))
+                       .Add("containerPort", Node::Int(c.metrics_port)));
+      }
+      n.Add("ports", std::move(ports));
     }
     Node env = Node::Seq();
     if (c.needs_token) {
@@ -330,9 +336,22 @@ class Builder {
     return v;
   }
 
-  Node PodTemplate(const std::string& component, Node pod_spec) const {
+  // What the usual Kubernetes scrape configurations (and the Prometheus Helm chart's) look for.
+  static void AddScrapeAnnotations(int metrics_port, Node* annotations) {
+    annotations->Add("prometheus.io/scrape", Node::Str("true"))
+        .Add("prometheus.io/port", Node::Str(std::to_string(metrics_port)))
+        .Add("prometheus.io/path", Node::Str("/metrics"));
+  }
+
+  Node PodTemplate(const std::string& component, Node pod_spec, int metrics_port = 0) const {
     Node t = Node::Map();
-    t.Add("metadata", Node::Map().Add("labels", Labels(component)));
+    Node metadata = Node::Map().Add("labels", Labels(component));
+    if (metrics_port > 0) {
+      Node annotations = Node::Map();
+      AddScrapeAnnotations(metrics_port, &annotations);
+      metadata.Add("annotations", std::move(annotations));
+    }
+    t.Add("metadata", std::move(metadata));
     t.Add("spec", std::move(pod_spec));
     return t;
   }
@@ -396,10 +415,11 @@ class Builder {
     spec.Add("parallelism", Node::Int(r.count));
     spec.Add("backoffLimit", Node::Int(0),
              "A lost " + r.lost + " fails the run; the orchestrator reports it.");
-    Node pod = PodSpec(Container(r.role), r.resources, "Never");
+    const ContainerSpec& container = Container(r.role);
+    Node pod = PodSpec(container, r.resources, "Never");
     pod.Add("subdomain", Node::Str(r.subdomain),
             absl::StrCat("Pod ", r.name, "-<i> is ", r.name, "-<i>.", r.subdomain, "."));
-    spec.Add("template", PodTemplate(r.component, std::move(pod)));
+    spec.Add("template", PodTemplate(r.component, std::move(pod), container.metrics_port));
     Node o = Object("batch/v1", "Job", Metadata(r.name, r.component, true));
     o.Add("spec", std::move(spec));
     return o;
@@ -435,7 +455,11 @@ class Builder {
   }
 
   Node Evaluator() const {
-    Node o = Object("v1", "Pod", Metadata(names_.evaluator(), "evaluator", true));
+    Node metadata = Metadata(names_.evaluator(), "evaluator", true);
+    if (const int port = Container(ContainerRole::kEvaluator).metrics_port; port > 0) {
+      AddScrapeAnnotations(port, metadata.Find("annotations"));
+    }
+    Node o = Object("v1", "Pod", std::move(metadata));
     o.Comment("A bare Pod: the evaluator exits when the orchestrator stops it, and stays done.");
     o.Add("spec", PodSpec(Container(ContainerRole::kEvaluator), EvaluatorResources(), "OnFailure"));
     return o;

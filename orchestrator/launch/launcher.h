@@ -30,6 +30,8 @@ struct ServiceSpec {
   // At most one entry: the cores the service's CPU quota allows (cluster.cpu, worker_speeds,
   // stragglers); empty: no quota.
   std::vector<double> cpu_fractions;
+  // Serves Prometheus metrics (metrics.enabled): the launcher says where (--metrics-listen).
+  bool metrics = false;
 };
 
 // A step that runs to completion before the services start (the sharder, the initial model).

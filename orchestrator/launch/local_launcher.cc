@@ -73,6 +73,9 @@ absl::Status LocalLauncher::Start(const ServiceSpec& service) {
   Child c;
   c.spec = service;
   c.port_file = paths_.PortFile(service.name);
+  if (service.metrics) {
+    c.metrics_port_file = paths_.MetricsPortFile(service.name);
+  }
   absl::Status launched = Launch(c, "127.0.0.1:0");  // a free loopback port, reported in port_file
   // Kept even when the quota failed, so that stopping the run ends this process too.
   if (c.process != nullptr) children_.push_back(std::move(c));
@@ -83,6 +86,12 @@ absl::Status LocalLauncher::Launch(Child& c, const std::string& listen) {
   const ServiceSpec& service = c.spec;
   std::vector<std::string> argv = {absl::StrCat(bin_dir_, "/", service.binary), "--listen", listen,
                                    "--port-file", c.port_file};
+  if (!c.metrics_port_file.empty()) {
+    // A free loopback port each time: a restarted process need not get its old one back, as
+    // nothing but a scraper reading status.json dials it.
+    argv.insert(argv.end(),
+                {"--metrics-listen", "127.0.0.1:0", "--metrics-port-file", c.metrics_port_file});
+  }
   argv.insert(argv.end(), service.args.begin(), service.args.end());
   const std::string command = absl::StrJoin(argv, " ");
   STRATA_ASSIGN_OR_RETURN(c.process, Spawn(service.name, std::move(argv)));
@@ -109,6 +118,8 @@ absl::Status LocalLauncher::Restart(const std::string& service) {
     // The old process is gone, so the port is free unless another program took it meanwhile;
     // then the new process fails to bind and its exit says so.
     std::remove(c.port_file.c_str());
+    if (!c.metrics_port_file.empty()) std::remove(c.metrics_port_file.c_str());
+    c.metrics_url.clear();
     ++c.restarts;
     c.exit_reported = false;
     c.listening_again = false;
@@ -254,13 +265,19 @@ void LocalLauncher::StopAll(std::chrono::milliseconds wait) {
 
 std::vector<ProcessSnapshot> LocalLauncher::Snapshot() {
   std::vector<ProcessSnapshot> out;
-  for (const Child& c : children_) {
+  for (Child& c : children_) {
+    if (c.metrics_url.empty() && !c.metrics_port_file.empty()) {
+      if (std::optional<int> port = ReadPortFile(c.metrics_port_file)) {
+        c.metrics_url = absl::StrCat("http://127.0.0.1:", *port, "/metrics");
+      }
+    }
     ProcessSnapshot p;
     p.name = c.spec.name;
     p.pid = c.process->pid();
     p.address = c.address;
     p.running = !c.process->exited();
     p.exit = c.process->ExitDescription();
+    p.metrics = c.metrics_url;
     out.push_back(std::move(p));
   }
   return out;

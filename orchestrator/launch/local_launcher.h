@@ -1,5 +1,6 @@
 // The launcher of `strata run` on one machine: every service is a child process on 127.0.0.1 that
-// binds a free port and reports it in a port file under ports/; output goes to logs/<name>.log;
+// binds a free port and reports it in a port file under ports/ (and, with metrics.enabled, its
+// Prometheus endpoint's free port in ports/<name>.metrics.port); output goes to logs/<name>.log;
 // services with a CPU share get a cgroup quota, and the run is refused where the machine does
 // not allow it. Children die with the
 // orchestrator (ChildProcess), and StopAll signals whatever a Stop RPC left running. Each child
@@ -46,7 +47,9 @@ class LocalLauncher final : public Launcher {
   struct Child {
     ServiceSpec spec;
     std::string port_file;
-    std::string address;  // 127.0.0.1:port once known
+    std::string address;            // 127.0.0.1:port once known
+    std::string metrics_port_file;  // empty: the service serves no metrics
+    std::string metrics_url;        // http://127.0.0.1:port/metrics once known
     std::unique_ptr<ChildProcess> process;
     bool exit_reported = false;
     int restarts = 0;

@@ -88,6 +88,7 @@ std::vector<ServiceSpec> PlanServices(const v1::ResolvedJob& job, const RunPaths
     evaluator.cpu_fractions.push_back(job.cluster().cpu().evaluator());
   }
   services.push_back(evaluator);
+  for (ServiceSpec& s : services) s.metrics = job.metrics().enabled();
   if (TlsOn(job)) {
     // Every service serves and calls with the run's certificates (docs/security.md).
     for (ServiceSpec& s : services) {

@@ -16,8 +16,11 @@ json OrNull(const std::string& s) { return s.empty() ? json(nullptr) : json(s); 
 json StatusJson(const RunStatusSnapshot& s) {
   json processes = json::array();
   for (const ProcessSnapshot& p : s.processes) {
-    processes.push_back(
-        {{"name", p.name}, {"pid", p.pid}, {"address", p.address}, {"running", p.running}});
+    processes.push_back({{"name", p.name},
+                         {"pid", p.pid},
+                         {"address", p.address},
+                         {"running", p.running},
+                         {"metrics", OrNull(p.metrics)}});
   }
   json workers = json::array();
   for (size_t r = 0; r < s.workers.size(); ++r) {

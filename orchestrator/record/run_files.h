@@ -17,7 +17,8 @@ struct ProcessSnapshot {
   int pid = 0;  // 0: not started
   std::string address;
   bool running = false;
-  std::string exit;  // how it ended, once it did
+  std::string exit;     // how it ended, once it did
+  std::string metrics;  // its Prometheus endpoint, http://host:port/metrics, once known
 };
 
 struct RunStatusSnapshot {

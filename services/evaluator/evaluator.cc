@@ -11,6 +11,9 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <grpcpp/grpcpp.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
@@ -49,10 +52,49 @@ std::vector<std::string> Names(const FlatLayout& layout) {
   return names;
 }
 
+// What the evaluator shows Prometheus (docs/user-guide.md, "Watching a job").
+class EvaluatorMetrics {
+ public:
+  explicit EvaluatorMetrics(prometheus::Registry& registry)
+      : evaluations_(prometheus::BuildCounter()
+                         .Name("strata_evaluator_evaluations_total")
+                         .Help("Models scored on the held-out split")
+                         .Register(registry)
+                         .Add({})),
+        val_loss_(prometheus::BuildGauge()
+                      .Name("strata_evaluator_val_loss")
+                      .Help("Held-out loss of the last model scored")
+                      .Register(registry)
+                      .Add({})),
+        val_accuracy_(prometheus::BuildGauge()
+                          .Name("strata_evaluator_val_accuracy")
+                          .Help("Held-out accuracy (0 to 1) of the last model scored")
+                          .Register(registry)
+                          .Add({})),
+        seconds_(prometheus::BuildHistogram()
+                     .Name("strata_evaluator_evaluation_seconds")
+                     .Help("Time to score one model on the held-out split (its fetch not included)")
+                     .Register(registry)
+                     .Add({}, ExponentialBuckets(0.01, 2, 14))) {}
+
+  void Scored(double loss, double accuracy, double seconds) {
+    val_loss_.Set(loss);
+    val_accuracy_.Set(accuracy);
+    seconds_.Observe(seconds);
+    evaluations_.Increment();  // last: a scrape that sees the count sees its figures
+  }
+
+ private:
+  prometheus::Counter& evaluations_;
+  prometheus::Gauge& val_loss_;
+  prometheus::Gauge& val_accuracy_;
+  prometheus::Histogram& seconds_;
+};
+
 class EvaluatorService final : public v1::Evaluator::Service {
  public:
-  EvaluatorService(const EvaluatorOptions& options, Trainer* trainer)
-      : options_(options), trainer_(trainer) {}
+  EvaluatorService(const EvaluatorOptions& options, Trainer* trainer, EvaluatorMetrics* metrics)
+      : options_(options), trainer_(trainer), metrics_(metrics) {}
 
   grpc::Status Evaluate(grpc::ServerContext*, const v1::EvaluateModelRequest* request,
                         v1::EvalMetrics* reply) override {
@@ -204,8 +246,11 @@ class EvaluatorService final : public v1::Evaluator::Service {
     STRATA_ASSIGN_OR_RETURN(Checkpoint c,
                             TensorsToCheckpoint(std::move(tensors), Names(trainer_->parameters()),
                                                 Names(trainer_->buffers())));
+    const auto began = Clock::now();
     STRATA_RETURN_IF_ERROR(Annotate(trainer_->LoadCheckpoint(c), source));
     STRATA_ASSIGN_OR_RETURN(EvalResult r, trainer_->Evaluate());
+    metrics_->Scored(r.loss, r.accuracy,
+                     std::chrono::duration<double>(Clock::now() - began).count());
     v1::EvalMetrics m;
     m.set_val_loss(r.loss);
     m.set_val_acc(r.accuracy);
@@ -234,6 +279,7 @@ class EvaluatorService final : public v1::Evaluator::Service {
 
   const EvaluatorOptions& options_;
   Trainer* trainer_;
+  EvaluatorMetrics* const metrics_;
   std::mutex eval_mu_;
   std::mutex mu_;
   std::condition_variable cv_;
@@ -390,7 +436,13 @@ absl::Status ExportModel(const v1::ResolvedJob& job, const std::string& checkpoi
 
 absl::Status RunEvaluator(const EvaluatorOptions& options) {
   STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(options.job, options.threads));
-  EvaluatorService service(options, trainer.get());
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<MetricsEndpoint> metrics_endpoint,
+                          MetricsEndpoint::Start(options.metrics));
+  EvaluatorMetrics metrics(metrics_endpoint->registry());
+  if (metrics_endpoint->port() > 0) {
+    spdlog::info("metrics on port {} (/metrics)", metrics_endpoint->port());
+  }
+  EvaluatorService service(options, trainer.get(), &metrics);
   int port = 0;
   std::unique_ptr<grpc::Server> server = StartServer(options.listen, {&service}, &port);
   if (!server || port == 0)

@@ -12,6 +12,7 @@
 #include <absl/status/statusor.h>
 
 #include "services/common/config/resolved_job.h"
+#include "services/common/metrics/metrics_endpoint.h"
 #include "services/common/wire/checkpoint.h"
 #include "services/common/wire/tensor.h"
 #include "strata/v1/evaluator.pb.h"
@@ -27,6 +28,8 @@ struct EvaluatorOptions {
   // The only directory whose checkpoints Evaluate may read (services/common/base/run_paths.h);
   // empty: Evaluate accepts no checkpoint path.
   std::string run_dir;
+  // The Prometheus endpoint: evaluations, the latest loss and accuracy. No listen address: none.
+  MetricsEndpointOptions metrics;
 };
 
 // Runs the gRPC service until Stop or SIGTERM.

@@ -24,6 +24,10 @@ int main(int argc, char** argv) {
   strata::JobFlags job_flags(&app, "an evaluator");
   app.add_option("--listen", options.listen, "address to serve on (port 0 = pick a free one)");
   app.add_option("--port-file", options.port_file, "write the bound port here once serving");
+  app.add_option("--metrics-listen", options.metrics.listen,
+                 "serve Prometheus metrics at http://ADDRESS/metrics (port 0 = pick a free one)");
+  app.add_option("--metrics-port-file", options.metrics.port_file,
+                 "write the metrics port here once serving");
   app.add_option("--log-file", log_file, "log file (in addition to stderr)");
   app.add_option("--threads", options.threads, "intra-op threads")->check(CLI::PositiveNumber);
   app.add_option("--fetch-deadline-s", fetch_deadline_s, "deadline of one model fetch, seconds")

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "services/common/base/run_directory.h"
 #include "services/common/base/status.h"
 #include "services/common/config/job_flags.h"
+#include "services/common/metrics/metrics_endpoint.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/common/wire/shard_index.h"
@@ -28,6 +30,7 @@
 #include "services/parameter_server/partition.h"
 #include "services/parameter_server/pdp/coordinator_service.h"
 #include "services/parameter_server/pdp/pull_coordinator.h"
+#include "services/parameter_server/ps_metrics.h"
 #include "services/parameter_server/service.h"
 
 namespace {
@@ -106,12 +109,17 @@ struct PsFlags {
   bool resume = false;
   bool insecure_no_auth = false;
   strata::TlsFlagValues tls;
+  strata::MetricsEndpointOptions metrics;
 };
 
 void AddFlags(CLI::App& app, strata::JobFlags& job_flags, PsFlags* f) {
   app.add_option("--listen", f->listen, "address to serve on; port 0 picks a free port");
   app.add_option("--port-file", f->port_file,
                  "file that receives the bound port (written atomically)");
+  app.add_option("--metrics-listen", f->metrics.listen,
+                 "serve Prometheus metrics at http://ADDRESS/metrics (port 0 = pick a free one)");
+  app.add_option("--metrics-port-file", f->metrics.port_file,
+                 "file that receives the metrics port (written atomically)");
   app.add_option("--partition", f->partition, "this server's partition index")
       ->required()
       ->check(CLI::NonNegativeNumber);
@@ -291,6 +299,11 @@ int main(int argc, char** argv) {
   const strata::PartitionConfig& config = *partition_config;
 
   strata::ParameterPartition state(config);
+  // Before the service's port file: a launcher that sees the server listening finds its metrics.
+  auto metrics = strata::MetricsEndpoint::Start(flags.metrics);
+  if (!metrics.ok()) return Fail(std::string(metrics.status().message()));
+  (*metrics)->Serve(std::make_shared<strata::PartitionMetrics>(state, flags.partition));
+  if ((*metrics)->port() > 0) spdlog::info("metrics on port {} (/metrics)", (*metrics)->port());
   std::unique_ptr<strata::TcpPushPullServer> data_plane =
       StartDataPlane(*job, flags.listen, &state);
   StopFlag stop;

@@ -1,10 +1,12 @@
 #include "services/worker/push_pull_sync.h"
 
+#include <chrono>
 #include <cstring>
 #include <future>
 
 #include "services/common/base/status.h"
 #include "services/worker/partition_clients.h"
+#include "services/worker/worker_metrics.h"
 
 namespace strata {
 namespace {
@@ -44,8 +46,7 @@ class PushPullSynchroniser final : public Synchroniser {
       trainer.CopyBuffersTo(buffers_.data());
       const ExchangeBuffers x{trainer.gradient_data(), buffers_.data(), trainer.parameter_data(),
                               buffers_.data()};
-      STRATA_RETURN_IF_ERROR(
-          clients_->ForEachServer([&](ServerLink& s) { return clients_->Exchange(s, fields, x); }));
+      STRATA_RETURN_IF_ERROR(Exchange(fields, x));
       trainer.SetBuffersFrom(buffers_.data());
       clients_->MarkInstalled();
       clients_->ReadBudget(&outcome.has_budget, &outcome.budget_spent);
@@ -63,10 +64,7 @@ class PushPullSynchroniser final : public Synchroniser {
     trainer.CopyBuffersTo(buffers_out_.data());
     const ExchangeBuffers x{gradients_out_.data(), buffers_out_.data(), parameters_in_.data(),
                             buffers_in_.data()};
-    in_flight_ = std::async(std::launch::async, [this, x, fields] {
-      return clients_->ForEachServer(
-          [&](ServerLink& s) { return clients_->Exchange(s, fields, x); });
-    });
+    in_flight_ = std::async(std::launch::async, [this, x, fields] { return Exchange(fields, x); });
     return outcome;
   }
 
@@ -82,6 +80,23 @@ class PushPullSynchroniser final : public Synchroniser {
   }
 
  private:
+  // One push/pull with every server, counted in the worker's metrics when it succeeds.
+  absl::Status Exchange(const PushFields& fields, const ExchangeBuffers& x) {
+    const auto began = std::chrono::steady_clock::now();
+    STRATA_RETURN_IF_ERROR(
+        clients_->ForEachServer([&](ServerLink& s) { return clients_->Exchange(s, fields, x); }));
+    if (options_.metrics != nullptr) {
+      // Gradients and buffers go out; parameters and buffers come back.
+      const double bytes =
+          static_cast<double>(clients_->parameter_floats() + clients_->buffer_floats()) *
+          sizeof(float);
+      options_.metrics->PushPull(
+          bytes, bytes,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
+    }
+    return absl::OkStatus();
+  }
+
   const PushPullOptions options_;
   const std::unique_ptr<PartitionClients> clients_;
   std::vector<float> buffers_;

@@ -18,6 +18,8 @@
 
 namespace strata {
 
+class WorkerMetrics;  // worker_metrics.h
+
 struct PushPullOptions {
   PartitionClientsOptions clients;  // the servers, this worker's rank, the deadline per call
   // The learning rate the servers apply to this worker's pushes (PushHeader.lr); 0: theirs.
@@ -26,6 +28,8 @@ struct PushPullOptions {
   // previous exchange brought), so a worker's gradients are at most one version staler than
   // without it. Drain() then completes the last exchange.
   bool pipeline = false;
+  // Each exchange's bytes and round trip go here (borrowed; null: not counted).
+  WorkerMetrics* metrics = nullptr;
 };
 
 // The partition plan is computed from the trainer's parameters() then buffers(), as the servers

@@ -30,8 +30,9 @@ std::string ModeName(v1::SyncMode mode) { return mode == v1::SYNC_MODE_PS ? "ps"
 
 class TrainingLoop::Runner {
  public:
-  Runner(const WorkerOptions& options, WorkerState* state, SynchroniserFactory* synchronisers)
-      : options_(options), state_(state), synchronisers_(synchronisers) {}
+  Runner(const WorkerOptions& options, WorkerState* state, SynchroniserFactory* synchronisers,
+         WorkerMetrics* metrics)
+      : options_(options), state_(state), synchronisers_(synchronisers), metrics_(metrics) {}
 
   // Waits for Start, trains, then serves model requests until Stop.
   void Run(Trainer& trainer) {
@@ -176,6 +177,7 @@ class TrainingLoop::Runner {
         state_->status.clear_ring_broken();
       }
     }
+    if (resumed.ok() && metrics_ != nullptr) metrics_->Phase(v1::SYNC_MODE_PS, true);
     state_->switch_participant.Finish(resumed.ok() ? Outcome(reply) : Outcome(resumed.status()));
     if (resumed.ok()) spdlog::info("push/pull from step {} after the ring broke", step);
     return resumed;
@@ -282,6 +284,7 @@ class TrainingLoop::Runner {
         state_->status.set_switched_at_step(step);
       }
     }
+    if (reply.ok() && metrics_ != nullptr) metrics_->Phase(v1::SYNC_MODE_PS, true);
     state_->switch_participant.Finish(reply);
     return reply.ok() ? absl::OkStatus() : Annotate(reply.status(), "switch");
   }
@@ -356,6 +359,7 @@ class TrainingLoop::Runner {
       start = *state_->start;
       state_->status.set_mode(start.mode());
     }
+    if (metrics_ != nullptr) metrics_->Phase(start.mode(), false);
     STRATA_ASSIGN_OR_RETURN(std::unique_ptr<Synchroniser> sync, FirstSynchroniser(start, trainer));
     const int64_t steps_per_epoch = AgreedStepsPerEpoch(start, trainer);
     spdlog::info("training: mode {} ({}), {} examples, {} steps per epoch, {} epochs",
@@ -386,6 +390,7 @@ class TrainingLoop::Runner {
            b < steps_per_epoch && !outcome.budget_spent; ++b) {
         state_->RunTasks(trainer);
         if (state_->stopping()) return absl::CancelledError("stopped");
+        const auto step_began = Clock::now();
         STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer.ComputeGradients(b));
         StepContext context{epoch, step, stats.examples, stats.loss};
         // Vote to switch after this step if a request is due; once voted it cannot be withdrawn
@@ -406,6 +411,10 @@ class TrainingLoop::Runner {
         }
         outcome = *stepped;
         ++step;
+        if (metrics_ != nullptr) {
+          metrics_->StepDone(stats.examples,
+                             std::chrono::duration<double>(Clock::now() - step_began).count());
+        }
         loss_sum += stats.loss * stats.examples;
         seen += stats.examples;
         phase_samples += stats.examples;
@@ -530,12 +539,13 @@ class TrainingLoop::Runner {
   const WorkerOptions& options_;
   WorkerState* state_;
   SynchroniserFactory* synchronisers_;
+  WorkerMetrics* const metrics_;              // may be null
   Clock::time_point next_ring_checkpoint_{};  // the first completed step saves at once
 };
 
 TrainingLoop::TrainingLoop(const WorkerOptions& options, WorkerState* state,
-                           SynchroniserFactory* synchronisers)
-    : runner_(std::make_unique<Runner>(options, state, synchronisers)) {}
+                           SynchroniserFactory* synchronisers, WorkerMetrics* metrics)
+    : runner_(std::make_unique<Runner>(options, state, synchronisers, metrics)) {}
 
 TrainingLoop::~TrainingLoop() = default;
 

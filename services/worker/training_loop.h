@@ -20,6 +20,7 @@
 #include "services/common/ml/trainer.h"
 #include "services/worker/synchroniser.h"
 #include "services/worker/worker.h"
+#include "services/worker/worker_metrics.h"
 #include "services/worker/worker_service.h"
 
 namespace strata {
@@ -45,9 +46,9 @@ class SynchroniserFactory {
 
 class TrainingLoop {
  public:
-  // All three are borrowed and must outlive the loop.
-  TrainingLoop(const WorkerOptions& options, WorkerState* state,
-               SynchroniserFactory* synchronisers);
+  // All four are borrowed and must outlive the loop; `metrics` may be null (no figures kept).
+  TrainingLoop(const WorkerOptions& options, WorkerState* state, SynchroniserFactory* synchronisers,
+               WorkerMetrics* metrics = nullptr);
   ~TrainingLoop();
   TrainingLoop(const TrainingLoop&) = delete;
   TrainingLoop& operator=(const TrainingLoop&) = delete;

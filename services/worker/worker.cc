@@ -1,5 +1,6 @@
 #include "services/worker/worker.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "services/worker/point_round_sync.h"
 #include "services/worker/push_pull_sync.h"
 #include "services/worker/training_loop.h"
+#include "services/worker/worker_metrics.h"
 #include "services/worker/worker_service.h"
 
 namespace strata {
@@ -30,8 +32,8 @@ namespace {
 // partition clients over the link the job asks for.
 class WorkerSynchronisers final : public SynchroniserFactory {
  public:
-  WorkerSynchronisers(const WorkerOptions& options, RingAllReduce* ring)
-      : options_(options), ring_(ring) {}
+  WorkerSynchronisers(const WorkerOptions& options, RingAllReduce* ring, WorkerMetrics* metrics)
+      : options_(options), ring_(ring), metrics_(metrics) {}
 
   absl::Status ConnectRing(const std::vector<std::string>& peers, uint32_t generation) override {
     return generation > 0 ? ring_->Reform(peers, generation) : ring_->Connect(peers);
@@ -77,12 +79,14 @@ class WorkerSynchronisers final : public SynchroniserFactory {
     o.clients = clients;
     o.lr = lr;
     o.pipeline = options_.job.strategy().ps_pipeline() > 0;
+    o.metrics = metrics_;
     return MakePushPullSynchroniser(o, trainer);
   }
 
  private:
   const WorkerOptions& options_;
   RingAllReduce* const ring_;
+  WorkerMetrics* const metrics_;
 };
 
 absl::StatusOr<std::vector<int64_t>> LoadShard(const WorkerOptions& options, size_t train_size) {
@@ -138,6 +142,8 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeWorkerRing(const WorkerOption
 }  // namespace
 
 absl::Status RunWorker(const WorkerOptions& options) {
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<MetricsEndpoint> metrics_endpoint,
+                          MetricsEndpoint::Start(options.metrics));
   STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(DatasetOptionsFor(options.job)));
   auto shared = std::make_shared<const Dataset>(std::move(dataset));
 
@@ -147,6 +153,14 @@ absl::Status RunWorker(const WorkerOptions& options) {
   // Every replica starts from the same weights: the model seed is the job's, not the rank's; the
   // data order differs because the shards differ.
   STRATA_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options, shared));
+
+  const double world = std::max(options.world(), 1);
+  WorkerMetrics metrics(
+      metrics_endpoint->registry(), options.rank,
+      2 * (world - 1) / world * static_cast<double>(trainer->parameter_count()) * sizeof(float));
+  if (metrics_endpoint->port() > 0) {
+    spdlog::info("metrics on port {} (/metrics)", metrics_endpoint->port());
+  }
 
   WorkerState state;
   state.status.set_rank(options.rank);
@@ -171,8 +185,8 @@ absl::Status RunWorker(const WorkerOptions& options) {
   spdlog::info("worker {}/{} serving on port {} ({} examples in shard, batch {})", options.rank,
                options.world(), port, trainer->shard_size(), trainer_options.batch_size);
 
-  WorkerSynchronisers synchronisers(options, &ring);
-  TrainingLoop(options, &state, &synchronisers).Run(*trainer);
+  WorkerSynchronisers synchronisers(options, &ring, &metrics);
+  TrainingLoop(options, &state, &synchronisers, &metrics).Run(*trainer);
   server->Shutdown(DeadlineAfter(std::chrono::seconds(2)));
   return absl::OkStatus();
 }

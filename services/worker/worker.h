@@ -12,6 +12,7 @@
 
 #include <absl/status/status.h>
 
+#include "services/common/metrics/metrics_endpoint.h"
 #include "strata/v1/job.pb.h"
 
 namespace strata {
@@ -32,6 +33,8 @@ struct WorkerOptions {
   // Rank 0 of a ring saves the model with its momentum to <run_dir>/checkpoints/ring.ckpt this
   // often while it trains in all-reduce: what `strata resume` continues from. 0: never.
   std::chrono::milliseconds ring_checkpoint_every{0};
+  // The Prometheus endpoint (worker_metrics.h says what it shows); no listen address: none.
+  MetricsEndpointOptions metrics;
 
   int world() const { return job.cluster().workers(); }
 };

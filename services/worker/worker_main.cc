@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
   app.add_option("--ring-listen", options.ring_listen,
                  "also serve the ring all-reduce here (e.g. unix-abstract:NAME)");
   app.add_option("--port-file", options.port_file, "write the bound port here once serving");
+  app.add_option("--metrics-listen", options.metrics.listen,
+                 "serve Prometheus metrics at http://ADDRESS/metrics (port 0 = pick a free one)");
+  app.add_option("--metrics-port-file", options.metrics.port_file,
+                 "write the metrics port here once serving");
   app.add_option("--run-dir", options.run_dir, "run directory (checkpoints are written under it)");
   app.add_option("--log-file", log_file, "log file (in addition to stderr)");
   app.add_option("--deadline-s", deadline_s, "deadline of every blocking operation, seconds")

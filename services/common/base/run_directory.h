@@ -81,6 +81,10 @@ struct RunPaths {
   std::string InitCheckpoint() const { return At(run_files::kInitCheckpoint); }
   // ports/<service>.port: where a service started by the local launcher writes its port.
   std::string PortFile(const std::string& service) const { return ports + "/" + service + ".port"; }
+  // ports/<service>.metrics.port: the port a service's /metrics endpoint took.
+  std::string MetricsPortFile(const std::string& service) const {
+    return ports + "/" + service + ".metrics.port";
+  }
   // logs/<service>.log: a service's output.
   std::string ServiceLog(const std::string& service) const { return logs + "/" + service + ".log"; }
 

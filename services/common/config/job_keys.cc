@@ -365,6 +365,17 @@ std::vector<JobKey> MakeTable() {
           .Doc("The DNS name every client expects in `server.pem` (a subject alternative name), "
                "whatever address it dials."),
 
+      Key("metrics.enabled")
+          .Default("true")
+          .TypeDoc("`true` or `false`")
+          .Doc("Every parameter server, worker and the evaluator serve Prometheus metrics at "
+               "`/metrics`."),
+      Key("metrics.port")
+          .Default("9464")
+          .AtLeast(1)
+          .AtMost(65535)
+          .Doc("`compose` and `kubernetes`: the port every container serves its metrics on."),
+
       Key("recovery.restarts")
           .Default("3")
           .AtLeast(0)
