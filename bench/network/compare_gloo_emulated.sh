@@ -23,7 +23,9 @@ bench="$(cd "$build" && pwd)/bin/strata-bench-allreduce"
 
 work=$(mktemp -d /tmp/strata-netem-XXXXXX)
 cleanup() {
-  jobs -p | xargs -r kill 2>/dev/null || true
+  # The ranks run under timeout(1), each in a process group of its own, and inside command
+  # substitutions: neither this shell's jobs nor its process group reach them, their pids do.
+  if [[ -f $work/pids ]]; then xargs -r kill <"$work/pids" 2>/dev/null || true; fi
   "$hosts_sh" down
   rm -rf "$work"
 }
@@ -44,8 +46,10 @@ run_ranks() {
     # shellcheck disable=SC2046
     timeout 600 "$hosts_sh" exec "$r" $($make_cmd "$r") >"$work/$tag.$r.out" 2>&1 &
     pids+=($!)
+    echo $! >>"$work/pids"
   done
   for r in "${!pids[@]}"; do wait "${pids[$r]}" || rc=1; done
+  : >"$work/pids"  # all reaped: these pids may be reused from now on
   if [[ $rc -ne 0 ]] || ! grep -q 'busbw_MBps=' "$work/$tag.0.out"; then
     for ((r = 0; r < world; r++)); do echo "--- $tag rank $r" >&2; cat "$work/$tag.$r.out" >&2; done
     return 1

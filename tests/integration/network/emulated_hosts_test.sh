@@ -8,8 +8,9 @@
 # CI=true, where it fails.
 #
 # Seen failing on purpose: with `check` dropped from `up` and a default route added to every host
-# ("ip -n $ns route add default dev eth0"), "no default route in strata-t...-h0" failed; with the
-# bridge namespace left out of `down`, "down left namespaces behind: strata-t...-br" failed.
+# ("ip -n $ns route add default dev eth0"), 7 checks failed, "no default route in strata-t...-h0"
+# and "emulated_hosts.sh check" among them; with the bridge namespace left out of `down`, "down
+# left namespaces behind: strata-t...-br" failed.
 # Usage: emulated_hosts_test.sh BENCH_ALLREDUCE_BINARY
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
@@ -32,7 +33,8 @@ ip netns add "$probe" 2>/dev/null || unavailable "cannot create a network namesp
 ip netns delete "$probe"
 
 work=$(mktemp -d /tmp/strata-netns-test-XXXXXX)
-trap '"$hosts_sh" down; rm -rf "$work"' EXIT
+pids=()
+trap 'if [[ ${#pids[@]} -gt 0 ]]; then kill "${pids[@]}" 2>/dev/null || true; fi; "$hosts_sh" down; rm -rf "$work"' EXIT
 veths_before=$(ip -o link show type veth | wc -l)
 cpu=()
 [[ -w /sys/fs/cgroup/cpu ]] && cpu=(50)  # a CPU group per host too, where cgroup v1 allows it
@@ -70,7 +72,6 @@ done
 # Host 0 reaches host 1 over TCP: a ring of two ranks, one per host, on their own addresses.
 token=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 mkdir "$work/rendezvous"
-pids=()
 for r in 0 1; do
   STRATA_RUN_TOKEN=$token timeout 120 "$hosts_sh" exec "$r" "$bench" --rank "$r" --world 2 \
     --dir "$work/rendezvous" --host "$("$hosts_sh" addr "$r")" --floats 65536 --iters 2 \
@@ -79,6 +80,7 @@ for r in 0 1; do
 done
 ring_ok=1
 for p in "${pids[@]}"; do wait "$p" || ring_ok=0; done
+pids=()
 if [[ $ring_ok -eq 0 ]] || ! grep -q '^busbw_MBps=' "$work/rank0.out"; then
   fail "a ring all-reduce between h0 and h1 over TCP"
   cat "$work"/rank*.out
