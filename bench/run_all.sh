@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every benchmark of docs/benchmarks.md, each with its peer in the same command, one after the
-# other (never two at once: they share two cores). Takes roughly 30-40 minutes on 2 cores.
+# other (never two at once: they share two cores). Takes roughly 35-45 minutes on 2 cores.
 # Usage: bench/run_all.sh [BUILD_DIR]     (what `make bench` runs)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,3 +22,9 @@ section "all-reduce training vs DDP"
 bench/allreduce/compare_ddp.sh "$build" 3 20
 section "live switch handover"
 bench/orchestrator/switch_handover.sh "$build" 5
+section "ring all-reduce vs gloo on emulated hosts (network namespaces; needs root)"
+if [[ $EUID -eq 0 ]]; then
+  for rate in 1gbit 10gbit; do bench/network/compare_gloo_emulated.sh "$rate" 3 20 "$build"; done
+else
+  echo "skipped: network namespaces need root"
+fi

@@ -2,6 +2,12 @@
 // ../shared/peers/gloo_allreduce.py measures gloo: a few warm-up operations, a barrier, ITERS
 // operations, a barrier; time per operation, algbw = bytes / time, busbw = algbw * 2(n-1)/n
 // (the nccl-tests definition). Last line: busbw_MBps=<value>.
+//
+// Without --rank it starts all N ranks itself on 127.0.0.1. With --rank, --dir and --host it runs
+// one rank that listens on --host: started once per emulated host, each inside its own network
+// namespace (bench/network/compare_gloo_emulated.sh), the ranks meet through the directory, which
+// they share because namespaces split the network, not the file system. Ranks started that way
+// authenticate with the same STRATA_RUN_TOKEN, which the caller puts in their environment.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,9 +22,9 @@
 namespace {
 
 int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t segment_bytes,
-            const std::string& transport, const std::string& dir) {
+            const std::string& transport, const std::string& dir, const std::string& host) {
   strata::bench::DieWithParent();
-  auto made = strata::bench::MakeRing(rank, transport);
+  auto made = strata::bench::MakeRing(rank, transport, host);
   if (!made.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", rank, made.status().ToString().c_str());
     return 1;
@@ -26,7 +32,7 @@ int RunRank(int rank, int world, size_t floats, int iters, int warmup, size_t se
   strata::RingAllReduce& ring = **made;
   std::unique_ptr<grpc::Server> server;
   absl::Status status = strata::bench::JoinRing(&ring, transport, dir, rank, world,
-                                                std::chrono::seconds(60), &server);
+                                                std::chrono::seconds(60), &server, host);
   strata::AllReduceOptions options;
   options.deadline = std::chrono::seconds(60);
   options.segment_bytes = segment_bytes;
@@ -68,7 +74,7 @@ int main(int argc, char** argv) {
   CLI::App app{"Ring all-reduce bandwidth between N processes on loopback"};
   int world = 2, iters = 20, warmup = 3, rank = -1;
   size_t floats = 1 << 20, segment_bytes = strata::AllReduceOptions{}.segment_bytes;
-  std::string dir, transport = "tcp";
+  std::string dir, transport = "tcp", host = "127.0.0.1";
   app.add_option("--world", world, "ranks (processes)")->check(CLI::Range(1, 64));
   app.add_option("--transport", transport,
                  "tcp: gRPC over loopback TCP (as between machines); unix: gRPC over abstract "
@@ -80,11 +86,25 @@ int main(int argc, char** argv) {
   app.add_option("--warmup", warmup, "untimed operations first")->check(CLI::NonNegativeNumber);
   app.add_option("--segment-bytes", segment_bytes, "payload per message (0: automatic)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--rank", rank, "internal: run one rank")->group("");
-  app.add_option("--dir", dir, "internal: port exchange directory")->group("");
+  auto* rank_option = app.add_option("--rank", rank, "run only this rank (0..world-1); needs --dir")
+                          ->check(CLI::NonNegativeNumber);
+  app.add_option("--dir", dir,
+                 "with --rank: the directory where the ranks publish their addresses (empty at "
+                 "the start, the same for every rank)")
+      ->needs(rank_option);
+  app.add_option("--host", host,
+                 "with --rank: the address this rank listens on and publishes (its host's "
+                 "address)")
+      ->needs(rank_option);
   CLI11_PARSE(app, argc, argv);
 
-  if (rank >= 0) return RunRank(rank, world, floats, iters, warmup, segment_bytes, transport, dir);
+  if (rank >= 0) {
+    if (rank >= world || dir.empty()) {
+      std::fprintf(stderr, "--rank must be below --world (%d) and comes with --dir\n", world);
+      return 2;
+    }
+    return RunRank(rank, world, floats, iters, warmup, segment_bytes, transport, dir, host);
+  }
   if (world == 1) {
     // Nothing to exchange; report the trivial operation so scripts still get a line.
     std::printf(

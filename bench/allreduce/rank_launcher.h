@@ -1,6 +1,9 @@
 // Starts N ranks of a benchmark as real processes on loopback (the binary re-executes itself with
-// --rank), and lets each rank find the others: every rank binds 127.0.0.1:0, writes its port into
-// <dir>/port.<rank> atomically and polls for the other files. Shared by the all-reduce benchmarks.
+// --rank), and lets each rank find the others: every rank binds <host>:0 (127.0.0.1 unless it is
+// given its own address), writes host:port into <dir>/port.<rank> atomically and polls for the
+// other files. The directory is the only thing the ranks share, so ranks started one by one in
+// different network namespaces of the same machine (bench/network/) meet the same way. Shared by
+// the all-reduce benchmarks.
 #pragma once
 
 #include <signal.h>
@@ -99,11 +102,12 @@ inline int RunRanks(const std::string& self, int world, const std::vector<std::s
 // Child: dies with the parent, so an interrupted benchmark leaves no ranks behind.
 inline void DieWithParent() { prctl(PR_SET_PDEATHSIG, SIGKILL); }
 
-// Child: publishes this rank's port and returns every rank's host:port, by rank.
-inline absl::StatusOr<std::vector<std::string>> ExchangePorts(const std::string& dir, int rank,
-                                                              int world, int port,
-                                                              std::chrono::seconds limit) {
-  absl::Status written = WriteFileAtomic(absl::StrCat(dir, "/port.", rank), std::to_string(port));
+// Child: publishes this rank's host:port and returns every rank's host:port, by rank.
+inline absl::StatusOr<std::vector<std::string>> ExchangePorts(
+    const std::string& dir, int rank, int world, int port, std::chrono::seconds limit,
+    const std::string& host = "127.0.0.1") {
+  absl::Status written =
+      WriteFileAtomic(absl::StrCat(dir, "/port.", rank), absl::StrCat(host, ":", port));
   if (!written.ok()) return written;
   std::vector<std::string> peers(world);
   const auto until = std::chrono::steady_clock::now() + limit;
@@ -111,7 +115,7 @@ inline absl::StatusOr<std::vector<std::string>> ExchangePorts(const std::string&
     while (true) {
       auto text = ReadFile(absl::StrCat(dir, "/port.", r));
       if (text.ok() && !text->empty()) {
-        peers[r] = absl::StrCat("127.0.0.1:", *text);
+        peers[r] = *text;
         break;
       }
       if (std::chrono::steady_clock::now() > until) {
@@ -125,30 +129,33 @@ inline absl::StatusOr<std::vector<std::string>> ExchangePorts(const std::string&
 }
 
 // Child: the ring of rank `rank` for `transport`: "tcp" and "unix" are the gRPC link, "plain-tcp"
-// the TCP link (its data plane on 127.0.0.1, found through gRPC over TCP).
-inline absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeRing(int rank,
-                                                               const std::string& transport) {
+// the TCP link (its data plane on `host`, found through gRPC over TCP).
+inline absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeRing(
+    int rank, const std::string& transport, const std::string& host = "127.0.0.1") {
   if (transport != "plain-tcp") return std::make_unique<RingAllReduce>(rank);
-  auto link = TcpRingLink::Create(TcpRingLinkOptions{});
+  TcpRingLinkOptions options;
+  options.listen_host = host;
+  auto link = TcpRingLink::Create(options);
   if (!link.ok()) return link.status();
   return std::make_unique<RingAllReduce>(rank, std::move(*link));
 }
 
-// Child: serves `ring` on 127.0.0.1 (and, for transport "unix", on an abstract Unix socket named
+// Child: serves `ring` on `host` (and, for transport "unix", on an abstract Unix socket named
 // after `dir` and the rank, as the local launcher does), meets the other ranks through `dir` and
 // connects the ring to them over that transport. The server is returned in *server. Tunes the
 // allocator for the ring first, as strata-worker does, so the figures are the worker's.
 inline absl::Status JoinRing(RingAllReduce* ring, const std::string& transport,
                              const std::string& dir, int rank, int world,
-                             std::chrono::seconds limit, std::unique_ptr<grpc::Server>* server) {
+                             std::chrono::seconds limit, std::unique_ptr<grpc::Server>* server,
+                             const std::string& host = "127.0.0.1") {
   TuneAllocatorForRing();
   const auto unix_address = [&](int r) { return absl::StrCat("unix-abstract:", dir, "/rank-", r); };
   std::vector<std::string> also_listen;
   if (transport == "unix") also_listen.push_back(unix_address(rank));
   int port = 0;
-  *server = StartServer("127.0.0.1:0", {ring->service()}, &port, also_listen);
-  if (!*server) return absl::UnavailableError("cannot listen on 127.0.0.1");
-  auto peers = ExchangePorts(dir, rank, world, port, limit);
+  *server = StartServer(absl::StrCat(host, ":0"), {ring->service()}, &port, also_listen);
+  if (!*server) return absl::UnavailableError(absl::StrCat("cannot listen on ", host));
+  auto peers = ExchangePorts(dir, rank, world, port, limit, host);
   if (!peers.ok()) return peers.status();
   if (transport == "unix") {
     for (int r = 0; r < world; ++r) (*peers)[r] = unix_address(r);

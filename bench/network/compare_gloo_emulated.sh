@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Ring all-reduce bandwidth on an emulated network: Strata's ring on its plain-TCP link
+# (strata-bench-allreduce --transport plain-tcp, the path between machines) against PyTorch's gloo,
+# world 4, one rank per emulated host (emulated_hosts.sh: a namespace each, a bridge, a tbf limit of
+# RATE each way), buffers of 1, 4 and 25 MiB. The two alternate RUNS times; prints every run, then
+# the medians of busbw (MB/s, algbw * 2(n-1)/n), their ratio, and each one's share of the link's
+# rate (busbw cannot exceed the rate of one host's link: every rank sends and receives
+# 2(n-1)/n of the buffer per operation over it). Needs root; run it under the locks:
+#   flock /tmp/strata-build.lock flock /tmp/strata-bench.lock \
+#     bench/network/compare_gloo_emulated.sh RATE RUNS ITERS [BUILD_DIR]
+set -euo pipefail
+rate=${1:?usage: $0 RATE RUNS ITERS [BUILD_DIR]}
+runs=${2:-3}
+iters=${3:-20}
+build=${4:-build}
+world=4
+here=$(cd "$(dirname "$0")" && pwd)
+hosts_sh="$here/emulated_hosts.sh"
+bench="$(cd "$build" && pwd)/bin/strata-bench-allreduce"
+[[ -x $bench ]] || { echo "no $bench (build the target strata-bench-allreduce)" >&2; exit 1; }
+/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null ||
+  { echo "PyTorch is missing (apt-get install python3-torch)" >&2; exit 1; }
+
+work=$(mktemp -d /tmp/strata-netem-XXXXXX)
+cleanup() {
+  # The ranks run under timeout(1), each in a process group of its own, and inside command
+  # substitutions: neither this shell's jobs nor its process group reach them, their pids do.
+  if [[ -f $work/pids ]]; then xargs -r kill <"$work/pids" 2>/dev/null || true; fi
+  "$hosts_sh" down
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+"$hosts_sh" up "$world" "$rate"
+"$hosts_sh" check  # again, right before anything runs in the hosts
+link_MBps=$(awk -v b="$rate" 'BEGIN {
+  r = tolower(b); n = r + 0; u = substr(r, length(n "") + 1)
+  m = (u == "bit") ? 1 : (u == "kbit") ? 1e3 : (u == "mbit") ? 1e6 : (u == "gbit") ? 1e9 : 0
+  printf "%.0f\n", n * m / 8 / 1e6 }')
+
+# Starts one process per host (its command line from $1, a function of the rank), waits for all,
+# and prints rank 0's busbw; on a failure prints every rank's output and fails.
+run_ranks() {
+  local make_cmd=$1 tag=$2 r pids=() rc=0
+  for ((r = 0; r < world; r++)); do
+    # shellcheck disable=SC2046
+    timeout 600 "$hosts_sh" exec "$r" $($make_cmd "$r") >"$work/$tag.$r.out" 2>&1 &
+    pids+=($!)
+    echo $! >>"$work/pids"
+  done
+  for r in "${!pids[@]}"; do wait "${pids[$r]}" || rc=1; done
+  : >"$work/pids"  # all reaped: these pids may be reused from now on
+  if [[ $rc -ne 0 ]] || ! grep -q 'busbw_MBps=' "$work/$tag.0.out"; then
+    for ((r = 0; r < world; r++)); do echo "--- $tag rank $r" >&2; cat "$work/$tag.$r.out" >&2; done
+    return 1
+  fi
+  sed -n 's/.*busbw_MBps=\([0-9.]*\).*/\1/p' "$work/$tag.0.out" | tail -1
+}
+
+strata_cmd() {
+  echo "$bench --rank $1 --world $world --dir $rendezvous --host $("$hosts_sh" addr "$1")" \
+    "--floats $floats --iters $iters --transport plain-tcp"
+}
+gloo_cmd() { echo "/usr/bin/python3 $here/gloo_rank.py $1 $world $floats $iters"; }
+
+ours() {
+  rendezvous=$(mktemp -d "$work/rendezvous-XXXXXX")
+  # The ranks are started one by one, so they share a run token through the environment.
+  STRATA_RUN_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n') run_ranks strata_cmd strata
+}
+theirs() {
+  local port
+  # Any port is free in a namespace of our own; ask the kernel for one all the same.
+  port=$("$hosts_sh" exec 0 /usr/bin/python3 -c \
+    'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' \
+    "$("$hosts_sh" addr 0)")
+  MASTER_ADDR=$("$hosts_sh" addr 0) MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 \
+    run_ranks gloo_cmd gloo
+}
+
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+table=()
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'): world $world, one rank per host, $rate each way per host (link ${link_MBps} MB/s), $runs runs of $iters operations"
+for floats in 262144 1048576 6553600; do
+  s=(); g=()
+  for i in $(seq "$runs"); do
+    a=$(ours)
+    b=$(theirs)
+    echo "floats=$floats run $i: strata tcp link $a MB/s, gloo $b MB/s"
+    s+=("$a"); g+=("$b")
+  done
+  ms=$(median "${s[@]}"); mg=$(median "${g[@]}")
+  table+=("$(awk -v f="$floats" -v s="$ms" -v g="$mg" -v l="$link_MBps" -v r="$rate" \
+    'BEGIN {printf "| %s | %g MiB | %.0f | %.0f | %.2f | %.0f | %.2f | %.2f |", r, f * 4 / 1048576, s, g, s / g, l, s / l, g / l}')")
+done
+echo
+echo "| link | buffer | strata tcp link busbw | gloo busbw | strata / gloo | link MB/s | strata / link | gloo / link |"
+echo "|---|---|---|---|---|---|---|---|"
+printf '%s\n' "${table[@]}"
