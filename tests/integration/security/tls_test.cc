@@ -19,7 +19,9 @@
 #include <vector>
 
 #include <absl/strings/match.h>
+#include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/strip.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
@@ -34,6 +36,7 @@
 #include "tests/integration/security/security_test_util.h"
 #include "tests/integration/security/wire_watch.h"
 #include "tests/support/ci.h"
+#include "tests/support/plain_http.h"
 
 namespace strata {
 namespace {
@@ -412,6 +415,30 @@ bool CompletesTlsHandshake(uint16_t port) {
       ->WaitForConnected(DeadlineAfter(std::chrono::seconds(20)));
 }
 
+// The ports of the run's /metrics endpoints (ports/<process>.metrics.port). They speak plain HTTP
+// by design (docs/security.md, "Metrics endpoints"): instead of a TLS handshake they must answer
+// GET /metrics with an exposition, and no tensor is ever sent to them. (Before the test knew them,
+// a TLS run with metrics on failed it: the sampler's handshake with ps-0's metrics port hung for
+// its 20 s deadline and the port was listed as refusing TLS.)
+std::set<uint16_t> MetricsPortsOf(const std::string& run_dir) {
+  std::set<uint16_t> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(run_dir + "/ports", ec)) {
+    if (!absl::EndsWith(entry.path().filename().string(), ".metrics.port")) continue;
+    uint32_t port = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(testing::Slurp(entry.path().string())), &port) &&
+        port > 0 && port < 65536) {
+      out.insert(static_cast<uint16_t>(port));
+    }
+  }
+  return out;
+}
+
+bool ServesMetrics(uint16_t port) {
+  const testing::HttpResponse r = testing::HttpGetOnLoopback(port, "/metrics");
+  return r.status == 200 && absl::StrContains(r.body, "# TYPE strata_");
+}
+
 WatchedRun RunWatched(const std::string& job_path, const std::string& run_dir, TlsMode mode,
                       const std::string& tls_dir, const std::string& server_name) {
   WatchedRun result;
@@ -435,6 +462,7 @@ WatchedRun RunWatched(const std::string& job_path, const std::string& run_dir, T
   // with TLS as it appears (the first round before the evaluator is held).
   std::map<std::string, std::set<uint16_t>> listening;
   std::vector<std::string> refused;  // "name:port" that did not complete a handshake
+  std::set<uint16_t> metrics_ports;   // the plain-HTTP /metrics endpoints among them
   std::mutex mu;
   std::atomic<bool> sampling{true}, first_round{false};
   std::thread sampler([&] {
@@ -449,8 +477,16 @@ WatchedRun RunWatched(const std::string& job_path, const std::string& run_dir, T
             listening[name].insert(port);
           }
           if (!probed.insert(port).second) continue;
-          if (!CompletesTlsHandshake(port)) {
-            std::lock_guard<std::mutex> lock(mu);
+          // A metrics endpoint listens a moment before its port file is written: a port that
+          // fails the handshake is looked up again before it counts as refused.
+          bool metrics = MetricsPortsOf(run_dir).count(port) > 0;
+          const bool tls = !metrics && CompletesTlsHandshake(port);
+          if (!tls && !metrics) metrics = MetricsPortsOf(run_dir).count(port) > 0;
+          std::lock_guard<std::mutex> lock(mu);
+          if (metrics) {
+            metrics_ports.insert(port);
+            if (!ServesMetrics(port)) refused.push_back(absl::StrCat(name, ":", port, " (metrics)"));
+          } else if (!tls) {
             refused.push_back(absl::StrCat(name, ":", port));
           }
         }
@@ -491,7 +527,12 @@ WatchedRun RunWatched(const std::string& job_path, const std::string& run_dir, T
         << p.name << ": its gRPC port was never seen listening";
     run_ports.insert(listening[p.name].begin(), listening[p.name].end());
   }
-  EXPECT_TRUE(listening["orchestrator"].empty()) << "the orchestrator listened on TCP";
+  for (uint16_t port : listening["orchestrator"]) {
+    EXPECT_TRUE(metrics_ports.count(port)) << "the orchestrator listened on TCP port " << port;
+  }
+  // Every process has its metrics endpoint (on by default); its plain HTTP is the one exception.
+  EXPECT_EQ(metrics_ports.size(), processes.size() + listening["orchestrator"].size());
+  for (uint16_t port : metrics_ports) run_ports.erase(port);
   std::map<uint16_t, uint64_t> inbound;  // bytes clients sent to each port of the run
   int checked = 0;
   for (const testing::WatchedConnection& c : connections) {
