@@ -9,6 +9,7 @@
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 
+#include "orchestrator/launch/container_plan.h"
 #include "orchestrator/run/switch_rule.h"
 #include "services/common/base/files.h"
 #include "services/common/config/job_keys.h"
@@ -29,6 +30,13 @@ std::string TlsOnKubernetesRefusal(const std::string& mode, const std::string& c
       " yet: the pods would need the certificates as a Secret and the probes a TLS client "
       "(Kubernetes' gRPC probes speak no TLS); use launcher.kind local or compose, or "
       "security.tls off on a network only the job's pods reach (docs/deploy.md)");
+}
+
+// In containers every service listens on kContainerPort; a metrics endpoint there could not bind.
+std::string MetricsPortProblem(const v1::ResolvedJob& job) {
+  if (!job.metrics().enabled() || job.metrics().port() != kContainerPort) return "";
+  return absl::StrCat(job.metrics().port(),
+                      " is every container's gRPC port; pick another (the default is 9464)");
 }
 
 // The user's own certificates (security.tls_dir): every file a service will load, checked now
@@ -178,6 +186,12 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
           TlsOnKubernetesRefusal(Spelled(security.tls()),
                                  absl::StrCat("launcher.kind ", Spelled(launcher))));
   }
+  if (usable({"metrics.port", "metrics.enabled", "launcher.kind"}) &&
+      launcher != v1::LAUNCHER_KIND_LOCAL) {
+    if (const std::string problem = MetricsPortProblem(job); !problem.empty()) {
+      error("metrics.port", problem);
+    }
+  }
   if (usable({"launcher.kind"}) && options.for_run && launcher == v1::LAUNCHER_KIND_KUBERNETES) {
     error("launcher.kind",
           "'kubernetes' jobs go to a cluster with `strata submit` (or `strata "
@@ -234,6 +248,10 @@ absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
       return absl::InvalidArgumentError(absl::StrCat(reading.Where("dataset.path"),
                                                      ": dataset.path: ", files.status().message()));
     }
+  }
+  if (const std::string problem = MetricsPortProblem(job); !problem.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(reading.Where("metrics.port"), ": metrics.port: ", problem));
   }
   if (UsesServers(job) && job.model().torchscript().empty()) {
     const auto tensors = BuiltinModelTensors(job.arch());
