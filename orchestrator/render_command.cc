@@ -40,7 +40,9 @@ int Render(const RenderArgs& a) {
   if (a.options.prometheus_image.empty()) {
     return fail("--prometheus-image: the image name is empty");
   }
-  auto spec = LoadContainerJob(a.job, a.overrides);
+  auto spec = LoadContainerJob(
+      a.job, a.overrides,
+      a.launcher == "compose" ? v1::LAUNCHER_KIND_COMPOSE : v1::LAUNCHER_KIND_KUBERNETES);
   if (!spec.ok()) return fail(std::string(spec.status().message()));
   if ((a.options.with_prometheus || a.options.service_monitor) && !spec->metrics().enabled()) {
     return fail(absl::StrCat(a.options.with_prometheus ? "--with-prometheus" : "--service-monitor",

@@ -93,7 +93,7 @@ std::vector<BadSpec> BadSpecs() {
        "security.tls_dir", 17},
       {"TLS certificates that are not there",
        v + "security: { tls: mutual, tls_dir: /nonexistent/tls }\n", "security.tls_dir", 17},
-      {"TLS in containers", v + "launcher: { kind: compose }\nsecurity: { tls: on }\n",
+      {"TLS on Kubernetes", v + "launcher: { kind: kubernetes }\nsecurity: { tls: on }\n",
        "security.tls", 18},
   };
 }
