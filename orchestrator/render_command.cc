@@ -1,5 +1,6 @@
 // `strata render JOB.yaml --launcher compose|kubernetes --out DIR [--set key=value ...]
-// [--image IMAGE]`: the job as files to read, keep in git and apply by hand (docs/deploy.md).
+// [--image IMAGE] [--with-prometheus [--prometheus-image IMAGE]] [--service-monitor]`: the job as
+// files to read, keep in git and apply by hand (docs/deploy.md).
 // Usage errors and bad input (a job spec that does not validate, an unknown launcher, an output
 // directory that cannot be written) exit 2, like every `strata` command.
 #include <cstdio>
@@ -30,10 +31,23 @@ int Render(const RenderArgs& a) {
                              "': use --launcher compose or --launcher kubernetes"));
   }
   if (a.options.image.empty()) return fail("--image: the image name is empty");
+  if (a.options.with_prometheus && a.launcher != "compose") {
+    return fail("--with-prometheus is for --launcher compose (Kubernetes: --service-monitor)");
+  }
+  if (a.options.service_monitor && a.launcher != "kubernetes") {
+    return fail("--service-monitor is for --launcher kubernetes (compose: --with-prometheus)");
+  }
+  if (a.options.prometheus_image.empty()) {
+    return fail("--prometheus-image: the image name is empty");
+  }
   auto spec = LoadContainerJob(
       a.job, a.overrides,
       a.launcher == "compose" ? v1::LAUNCHER_KIND_COMPOSE : v1::LAUNCHER_KIND_KUBERNETES);
   if (!spec.ok()) return fail(std::string(spec.status().message()));
+  if ((a.options.with_prometheus || a.options.service_monitor) && !spec->metrics().enabled()) {
+    return fail(absl::StrCat(a.options.with_prometheus ? "--with-prometheus" : "--service-monitor",
+                             ": the job serves no metrics (metrics.enabled is false)"));
+  }
   RenderedFiles files;
   if (a.launcher == "compose") {
     files = RenderCompose(*spec, a.options);
@@ -63,6 +77,13 @@ void AddRenderCommand(CLI::App& app, int* exit_code) {
                   "override a key, e.g. --set cluster.workers=4 (repeatable)");
   cmd->add_option("--image", args->options.image,
                   "the image holding the strata binaries (default strata:latest)");
+  cmd->add_flag("--with-prometheus", args->options.with_prometheus,
+                "compose: add a Prometheus service scraping every service (prometheus.yml)");
+  cmd->add_option("--prometheus-image", args->options.prometheus_image,
+                  "compose --with-prometheus: its image (default prom/prometheus:v2.53.1)");
+  cmd->add_flag("--service-monitor", args->options.service_monitor,
+                "kubernetes: add a ServiceMonitor (Prometheus operator) and the Services it "
+                "selects");
   cmd->callback([args, exit_code] { *exit_code = Render(*args); });
 }
 

@@ -105,6 +105,13 @@ int ShowStatus(const std::string& dir) {
         "final:     val_acc %s, val_loss %s, %s s\n", Num(summary, "final_val_acc", "%.4f").c_str(),
         Num(summary, "final_val_loss", "%.4f").c_str(), Num(summary, "wall_s", "%.1f").c_str());
   }
+  if (status.is_object() && state.rfind("running", 0) == 0 &&
+      status.contains("orchestrator_metrics") && status["orchestrator_metrics"].is_string()) {
+    // The orchestrator's own endpoint (the restarts it made, the run's phase), while it runs.
+    std::printf("  %-12s pid %-7d %-22s %s metrics %s\n", "orchestrator",
+                status.value("orchestrator_pid", 0), "", "running",
+                status["orchestrator_metrics"].get<std::string>().c_str());
+  }
   if (status.is_object() && status.contains("processes")) {
     for (const auto& p : status["processes"]) {
       // Where Prometheus scrapes it, while it runs (an ended process's port may be anyone's).

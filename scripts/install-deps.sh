@@ -77,7 +77,8 @@ done
 install_node_tools() {
   local scripts_dir dir marker
   scripts_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-  for entry in k8s-validate:kubernetes-models report-browser:playwright-core; do
+  # The marker of k8s-validate is its last-added package, so that an older install gets it too.
+  for entry in k8s-validate:@kubernetes-models/prometheus-operator report-browser:playwright-core; do
     dir="$scripts_dir/${entry%%:*}"
     marker="$dir/node_modules/${entry#*:}/package.json"
     [[ -f "$marker" ]] && continue

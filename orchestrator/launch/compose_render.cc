@@ -6,6 +6,7 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_replace.h>
 
+#include "orchestrator/launch/compose_prometheus.h"
 #include "orchestrator/launch/container_plan.h"
 #include "orchestrator/launch/yaml_text.h"
 #include "services/common/config/job_keys.h"
@@ -77,6 +78,8 @@ Node Service(const ContainerSpec& c, const RenderOptions& options, const Contain
     for (const ContainerSpec& other : plan.containers) {
       if (other.serves) on(other.name, "service_healthy");
     }
+    // So that `up orchestrator` starts it too; it scrapes whatever is up.
+    if (options.with_prometheus) on(kComposePrometheusService, "service_started");
   }
   if (!depends.empty()) s.Add("depends_on", std::move(depends));
   if (c.serves) {
@@ -134,12 +137,28 @@ RenderedFiles RenderCompose(const v1::ResolvedJob& job, const RenderOptions& opt
   doc.Add("version", Node::Str("3.9"));
   Node services = Node::Map();
   for (const ContainerSpec& c : plan.containers) services.Add(c.name, Service(c, options, plan));
+  if (options.with_prometheus) {
+    services.Add(kComposePrometheusService, ComposePrometheusService(options, kNetwork),
+                 absl::StrCat("Scrapes every service's /metrics (", kComposePrometheusConfig,
+                              "); http://127.0.0.1:", kPrometheusPort, " on this machine."));
+  }
   doc.Add("services", std::move(services));
-  doc.Add("networks",
-          Node::Map().Add(kNetwork, Node::Map().Add("internal", Node::Bool(true)),
-                          "No route out: the services reach each other by service name only."));
-  doc.Add("volumes", Node::Map().Add(kVolume, Node::Map(),
-                                     "The run directory: shards, checkpoints, the run record."));
+  Node networks = Node::Map();
+  networks.Add(kNetwork, Node::Map().Add("internal", Node::Bool(true)),
+               "No route out: the services reach each other by service name only.");
+  if (options.with_prometheus) {
+    networks.Add(kComposePrometheusNetwork, Node::Map(),
+                 "Prometheus alone: Docker publishes no port of a container on internal networks "
+                 "only.");
+  }
+  doc.Add("networks", std::move(networks));
+  Node volumes = Node::Map();
+  volumes.Add(kVolume, Node::Map(), "The run directory: shards, checkpoints, the run record.");
+  if (options.with_prometheus) {
+    volumes.Add(kComposePrometheusVolume, Node::Map(),
+                "Prometheus's time series; `down --volumes` removes them with the run's.");
+  }
+  doc.Add("volumes", std::move(volumes));
   doc.Add("secrets",
           Node::Map().Add(kTokenSecret,
                           Node::Map().Add("file", Node::Str(absl::StrCat("./", kTokenFile))),
@@ -150,6 +169,9 @@ RenderedFiles RenderCompose(const v1::ResolvedJob& job, const RenderOptions& opt
       absl::StrCat("# The resolved job spec of '", job.name(),
                    "' as the containers read it (written by `strata render`).\n", plan.job_yaml,
                    plan.job_yaml.empty() || plan.job_yaml.back() == '\n' ? "" : "\n");
+  if (options.with_prometheus) {
+    files[kComposePrometheusConfig] = ComposePrometheusConfig(job, plan);
+  }
   files[".gitignore"] =
       absl::StrCat("# The run token: a secret, never committed.\n", kTokenFile, "\n");
   return files;

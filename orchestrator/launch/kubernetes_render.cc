@@ -10,6 +10,8 @@
 #include <absl/strings/str_replace.h>
 
 #include "orchestrator/launch/container_plan.h"
+#include "orchestrator/launch/kubernetes_monitoring.h"
+#include "orchestrator/launch/kubernetes_profiles.h"
 #include "orchestrator/launch/yaml_text.h"
 #include "services/common/base/status.h"
 #include "services/common/config/resolved_job.h"
@@ -21,55 +23,6 @@ using yaml::Node;
 
 constexpr char kTokenFile[] = "run-token";
 constexpr char kTokenKey[] = "token";
-
-// Requests and limits of one container.
-struct Resources {
-  std::string cpu_request, cpu_limit, memory_request, memory_limit;
-};
-
-struct Profile {
-  int workers = 0;
-  int parameter_servers = 0;
-  Resources worker, ps;
-};
-
-Resources WorkerResources(double cpus, const std::string& memory_request,
-                          const std::string& memory_limit) {
-  return {CpuQuantity(cpus), CpuQuantity(cpus), memory_request, memory_limit};
-}
-
-Profile BaseProfile(const v1::ResolvedJob& job) {
-  Profile p;
-  p.workers = job.cluster().workers();
-  p.parameter_servers = job.cluster().parameter_servers();
-  // cluster.threads_per_worker cores each: the worker's intra-op threads, no more, no less.
-  p.worker = WorkerResources(job.training().threads_per_worker(), "1Gi", "2Gi");
-  p.ps = {"500m", "1", "512Mi", "1Gi"};
-  return p;
-}
-
-Profile SmallProfile(const v1::ResolvedJob& job) {
-  Profile p = BaseProfile(job);
-  p.workers = std::max(1, job.cluster().workers() / 2);
-  p.parameter_servers = 1;
-  p.worker = {CpuQuantity(job.training().threads_per_worker() / 2.0),
-              CpuQuantity(job.training().threads_per_worker()), "512Mi", "1Gi"};
-  p.ps = {"250m", "1", "256Mi", "512Mi"};
-  return p;
-}
-
-Profile LargeProfile(const v1::ResolvedJob& job) {
-  Profile p = BaseProfile(job);
-  p.workers = job.cluster().workers() * 2;
-  p.parameter_servers = job.cluster().parameter_servers() * 2;
-  // No more servers than tensors to partition (job_checks.h).
-  if (auto tensors = BuiltinModelTensors(job.arch())) {
-    p.parameter_servers = std::min(p.parameter_servers, *tensors);
-  }
-  p.worker = WorkerResources(job.training().threads_per_worker(), "2Gi", "4Gi");
-  p.ps = {"1", "2", "1Gi", "2Gi"};
-  return p;
-}
 
 class Builder {
  public:
@@ -96,6 +49,9 @@ class Builder {
         yaml::EmitAll({HeadlessService(names_.ring(), "worker"), Workers(Base())});
     files["base/evaluator.yaml"] = yaml::EmitAll({EvaluatorService(), Evaluator()});
     files["base/orchestrator.yaml"] = yaml::Emit(Orchestrator(false));
+    if (options_.service_monitor) {
+      files["base/monitoring.yaml"] = yaml::EmitAll(KubernetesMonitoringObjects(names_, plan_));
+    }
     AddOverlay("small", SmallProfile(job_), &files);
     AddOverlay("large", LargeProfile(job_), &files);
     return files;
@@ -175,13 +131,7 @@ class Builder {
     return plan_.containers.front();
   }
 
-  Node Labels(const std::string& component) const {
-    Node labels = Node::Map();
-    labels.Add("app.kubernetes.io/name", Node::Str("strata"));
-    labels.Add("app.kubernetes.io/instance", Node::Str(names_.prefix));
-    if (!component.empty()) labels.Add("app.kubernetes.io/component", Node::Str(component));
-    return labels;
-  }
+  Node Labels(const std::string& component) const { return KubernetesLabels(names_, component); }
 
   Node Metadata(const std::string& name, const std::string& component, bool owned) const {
     Node m = Node::Map();
@@ -584,6 +534,7 @@ class Builder {
     std::vector<std::string> resources = {"run-volume.yaml", "network-policy.yaml"};
     if (servers_) resources.push_back("parameter-servers.yaml");
     resources.insert(resources.end(), {"workers.yaml", "evaluator.yaml", "orchestrator.yaml"});
+    if (options_.service_monitor) resources.push_back("monitoring.yaml");
     k.Add("resources", Node::Strs(resources));
     k.Add("generatorOptions",
           Node::Map().Add("labels", Labels("")).Add("annotations", OwnerAnnotations()));
@@ -662,6 +613,14 @@ class Builder {
 };
 
 }  // namespace
+
+Node KubernetesLabels(const KubernetesNames& names, const std::string& component) {
+  Node labels = Node::Map();
+  labels.Add("app.kubernetes.io/name", Node::Str("strata"));
+  labels.Add("app.kubernetes.io/instance", Node::Str(names.prefix));
+  if (!component.empty()) labels.Add("app.kubernetes.io/component", Node::Str(component));
+  return labels;
+}
 
 absl::StatusOr<RenderedFiles> RenderKubernetes(const v1::ResolvedJob& job,
                                                const RenderOptions& options) {

@@ -17,6 +17,7 @@
 
 #include <absl/status/statusor.h>
 
+#include "orchestrator/launch/container_plan.h"
 #include "orchestrator/launch/render_files.h"
 #include "orchestrator/launch/yaml_text.h"
 #include "strata/v1/job.pb.h"
@@ -25,6 +26,10 @@ namespace strata {
 
 // The annotation on every object the orchestrator Job owns once submitted.
 inline constexpr char kOwnerAnnotation[] = "strata.dev/owner-job";
+
+// The labels of every object of the job (app.kubernetes.io/name, instance) and, unless
+// `component` is empty, of one component's (app.kubernetes.io/component: ps, worker, ...).
+yaml::Node KubernetesLabels(const KubernetesNames& names, const std::string& component);
 
 // InvalidArgument when the job's name leaves nothing for object names.
 absl::StatusOr<RenderedFiles> RenderKubernetes(const v1::ResolvedJob& job,

@@ -278,6 +278,7 @@ std::vector<ProcessSnapshot> LocalLauncher::Snapshot() {
     p.running = !c.process->exited();
     p.exit = c.process->ExitDescription();
     p.metrics = c.metrics_url;
+    p.restarts = c.restarts;
     out.push_back(std::move(p));
   }
   return out;

@@ -16,6 +16,15 @@ using RenderedFiles = std::map<std::string, std::string>;
 
 struct RenderOptions {
   std::string image = "strata:latest";  // one image holds every binary and the probe
+  // Compose: a Prometheus service scraping the job, prometheus.yml beside docker-compose.yml
+  // (compose_prometheus.h).
+  bool with_prometheus = false;
+  // Its image: any Prometheus 2.x (the configuration uses static targets only). Pinned, so that
+  // a rendered project runs the same Prometheus tomorrow.
+  std::string prometheus_image = "prom/prometheus:v2.53.1";
+  // Kubernetes: a monitoring.coreos.com/v1 ServiceMonitor and the Services it selects, for
+  // clusters with the Prometheus operator (kubernetes_monitoring.h).
+  bool service_monitor = false;
 };
 
 // Writes every file under `out_dir` (created if missing), each atomically. Files of `out_dir`

@@ -68,6 +68,26 @@ void RunDriver::StartControlServer() {
   control_ = std::move(*control);
 }
 
+void RunDriver::StartRunMetrics() {
+  // In a container (`strata supervise`) nothing restarts a service and the platform's own tools
+  // watch the containers; the orchestrator's figures are those of the runs it launches itself.
+  if (attached() || !job_.metrics().enabled()) return;
+  MetricsEndpointOptions endpoint;
+  endpoint.listen = "127.0.0.1:0";  // a free loopback port, as the services get
+  endpoint.port_file = paths_.OrchestratorMetricsPortFile();
+  // The run's clock in Unix time: a resumed run's start_ lies before this process began.
+  const double run_start_unix =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+      SecondsBetween(start_, Clock::now());
+  auto served = RunMetrics::Start(endpoint, run_start_unix);
+  if (!served.ok()) {
+    console_.Say(absl::StrFormat("%s: the orchestrator serves no metrics (%s); the run goes on",
+                                 command(), served.status().message()));
+    return;
+  }
+  run_metrics_ = std::move(*served);
+}
+
 v1::RunInfo RunDriver::RunInfoNow() const {
   std::lock_guard<std::mutex> lock(run_info_mu_);
   return run_info_;
@@ -191,6 +211,7 @@ absl::Status RunDriver::Prepare() {
   record_->Event(resume_ ? RunEvent::kResumed : RunEvent::kRunStarted, std::move(started));
   InstallInterruptHandlers();
   StartControlServer();
+  StartRunMetrics();
   WriteStatus();
   return absl::OkStatus();
 }

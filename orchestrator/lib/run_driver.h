@@ -19,6 +19,7 @@
 #include "orchestrator/lib/local_run.h"
 #include "orchestrator/plan/job_checks.h"
 #include "orchestrator/record/run_console.h"
+#include "orchestrator/record/run_metrics.h"
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/run/control_server.h"
 #include "orchestrator/run/resume_point.h"
@@ -82,6 +83,8 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   void WriteSummary(const std::string& state);
   // Serves the control channel; a run without it still works through the files.
   void StartControlServer();
+  // Serves the orchestrator's own /metrics (metrics.enabled, local runs); a run without it goes on.
+  void StartRunMetrics();
   v1::RunInfo RunInfoNow() const;
   bool attached() const { return options_.attached.has_value(); }
   const char* command() const {
@@ -132,6 +135,7 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   mutable std::mutex run_info_mu_;
   v1::RunInfo run_info_;
   std::unique_ptr<RunControlServer> control_;
+  std::unique_ptr<RunMetrics> run_metrics_;  // fed where status.json is written
 };
 
 }  // namespace strata

@@ -92,7 +92,9 @@ void RunDriver::WriteStatus() {
   s.updated = static_cast<double>(std::time(nullptr));
   if (launcher_) s.processes = launcher_->Snapshot();
   s.workers = view_.workers;
+  if (run_metrics_) s.orchestrator_metrics = run_metrics_->url();
   record_->WriteStatus(StatusJson(s));
+  if (run_metrics_) run_metrics_->Update(s);
   std::lock_guard<std::mutex> lock(run_info_mu_);
   run_info_.set_name(job_.name());
   run_info_.set_run_dir(paths_.root);

@@ -37,6 +37,7 @@ json StatusJson(const RunStatusSnapshot& s) {
           {"name", s.name},
           {"orchestrator_pid", s.orchestrator_pid},
           {"control_socket", s.control_socket},
+          {"orchestrator_metrics", OrNull(s.orchestrator_metrics)},
           {"strategy", s.strategy},
           {"phase", s.phase},
           {"epoch", s.epoch},

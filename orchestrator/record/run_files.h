@@ -19,6 +19,7 @@ struct ProcessSnapshot {
   bool running = false;
   std::string exit;     // how it ended, once it did
   std::string metrics;  // its Prometheus endpoint, http://host:port/metrics, once known
+  int restarts = 0;     // times the orchestrator started it again (recovery.restarts)
 };
 
 struct RunStatusSnapshot {
@@ -26,6 +27,8 @@ struct RunStatusSnapshot {
   std::string name;
   int orchestrator_pid = 0;
   std::string control_socket;  // where `strata switch` and `strata status` call (empty: none)
+  // The orchestrator's own Prometheus endpoint, http://host:port/metrics (empty: none).
+  std::string orchestrator_metrics;
   std::string strategy;
   std::string phase;
   double epoch = 0;  // global epochs, fractional

@@ -6,6 +6,10 @@
 //  - @kubernetes/client-node's model classes: every field must be one the API type declares
 //    (their attribute maps), so a misspelt or misplaced key is refused, as `kubectl apply
 //    --validate=strict` would refuse it.
+// Custom resources of the Prometheus operator (monitoring.coreos.com/v1, `strata render
+// --service-monitor`) are checked by @kubernetes-models/prometheus-operator alone: the operator's
+// CRD types, formats and required fields. Its schemas are open, so an unknown field there is not
+// refused; tests/unit/orchestrator/render_test.cc checks the ServiceMonitor's structure instead.
 // Prints one line per problem and exits 1 if there is any; 0 and a count otherwise.
 // Dependencies: `npm install --prefix scripts/k8s-validate` (scripts/install-deps.sh does it).
 import { readFileSync } from "node:fs";
@@ -55,9 +59,18 @@ function checkFields(value, type, path, problems) {
   }
 }
 
+// The custom resources' API groups and the package that models them.
+const CUSTOM_RESOURCES = new Map([["monitoring.coreos.com", "@kubernetes-models/prometheus-operator"]]);
+
+function customResourcePackage(apiVersion) {
+  return CUSTOM_RESOURCES.get(apiVersion.split("/")[0]);
+}
+
 // kubernetes-models by apiVersion: "v1" -> kubernetes-models/v1, "apps/v1" -> .../apps/v1.
 async function modelsFor(apiVersion) {
   try {
+    const custom = customResourcePackage(apiVersion);
+    if (custom) return await import(`${custom}/${apiVersion}`);
     return await import(`kubernetes-models/${apiVersion}`);
   } catch {
     return null;
@@ -95,7 +108,9 @@ async function checkDocument(doc, prefix, problems) {
   }
   const version = doc.apiVersion.split("/").pop();
   const clientClass = `${version[0].toUpperCase()}${version.slice(1)}${doc.kind}`;
-  if (!k8s[clientClass]) {
+  if (customResourcePackage(doc.apiVersion)) {
+    // client-node has no class for a custom resource; its package below checks it.
+  } else if (!k8s[clientClass]) {
     problems.push(`${where}: no model ${clientClass} for ${doc.apiVersion} ${doc.kind}`);
   } else {
     checkFields(doc, clientClass, where, problems);

@@ -4,9 +4,14 @@
 //    API answers with figures that agree with the run's own files: the steps and samples each
 //    worker counted (summary.json), the phase before and after the switch, the evaluator's last
 //    accuracy (metrics.jsonl);
+//    The orchestrator's own endpoint is scraped in the same run: the phases and the switch as it
+//    saw them, its services alive, its start time as events.jsonl has it;
+//  - the orchestrator's endpoint counts a restart: a worker of a ps job with recovery on, killed
+//    with SIGKILL, shows in strata_restarts_total{process="worker-1"} as Prometheus scraped it,
+//    and `strata status` prints the endpoint;
 //  - an endpoint accepts nothing but GET /metrics: other methods and paths, and bytes that are no
 //    HTTP at all, change nothing and do not stop the service.
-// Without the prometheus binary the first test skips, saying so; under CI=true it fails.
+// Without the prometheus binary the Prometheus tests skip, saying so; under CI=true they fail.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -211,18 +216,42 @@ std::map<std::string, std::string> MetricsEndpoints(const std::string& run_dir) 
   return out;
 }
 
+// host:port of the orchestrator's own endpoint in status.json (empty until it is written).
+std::string OrchestratorEndpoint(const std::string& run_dir) {
+  nlohmann::json status = ReadJson(run_dir + "/status.json");
+  if (!status.is_object() || !status["orchestrator_metrics"].is_string()) return "";
+  std::string url = status["orchestrator_metrics"].get<std::string>();
+  const std::string scheme = "http://";
+  if (url.compare(0, scheme.size(), scheme) != 0) return "";
+  url = url.substr(scheme.size());
+  return url.substr(0, url.find('/'));
+}
+
+// The prometheus binary, or nullopt having skipped the test (failed under CI=true).
+std::optional<std::string> PrometheusOrSkip() {
+  const std::optional<std::string> prometheus = FindOnPath("prometheus");
+  if (prometheus) return prometheus;
+  const std::string why =
+      "no prometheus on the PATH (Debian's prometheus package; scripts/install-deps.sh installs "
+      "it)";
+  if (UnderCi()) {
+    ADD_FAILURE() << "CI must scrape a run with a real Prometheus: " << why;
+  } else {
+    std::printf("skipped: %s\n", why.c_str());
+  }
+  return std::nullopt;
+}
+
 // Broken on purpose once, to see this test fail: WorkerMetrics::StepDone counting each step
 // twice made "worker 0 counted at most the steps it trained" fail (30004 > 15002 from
 // summary.json), and the samples per step fall below the batch of 16.
+//
+// The orchestrator's part, broken on purpose once: RunMetrics never counting the switch
+// (strata_run_switches_total left at 0) made max_over_time(strata_run_switches_total[1h]) read
+// 0, not 1.
 TEST(Metrics, PrometheusScrapesARunAndAgreesWithItsSummary) {
-  const std::optional<std::string> prometheus = FindOnPath("prometheus");
-  if (!prometheus) {
-    const std::string why =
-        "no prometheus on the PATH (Debian's prometheus package; "
-        "scripts/install-deps.sh installs it)";
-    if (UnderCi()) FAIL() << "CI must scrape a run with a real Prometheus: " << why;
-    GTEST_SKIP() << why;
-  }
+  const std::optional<std::string> prometheus = PrometheusOrSkip();
+  if (!prometheus) GTEST_SKIP();
   const std::string dir = MakeTempDir("metrics-prometheus");
   PrometheusServer server(dir);
   ASSERT_EQ(server.Start(*prometheus), "");
@@ -243,21 +272,23 @@ strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
   ASSERT_TRUE(Eventually(
       [&] {
         endpoints = MetricsEndpoints(run.run_dir);
-        return endpoints.size() == services.size() || ProcessEnded(run.run->pid());
+        const std::string orchestrator = OrchestratorEndpoint(run.run_dir);
+        if (!orchestrator.empty()) endpoints["orchestrator"] = orchestrator;
+        return endpoints.size() == services.size() + 1 || ProcessEnded(run.run->pid());
       },
       std::chrono::seconds(180)));
-  ASSERT_EQ(endpoints.size(), services.size())
+  ASSERT_EQ(endpoints.size(), services.size() + 1)
       << "status.json: " << Slurp(run.run_dir + "/status.json") << "\n"
       << run.run->Output();
   std::vector<std::string> targets;
   for (const auto& [name, host_port] : endpoints) {
-    EXPECT_TRUE(services.count(name)) << name;
+    EXPECT_TRUE(services.count(name) || name == "orchestrator") << name;
     targets.push_back(host_port);
   }
   server.SetTargets(targets);
 
-  // Prometheus scrapes all four while the run goes on.
-  ASSERT_TRUE(Eventually([&] { return server.ByLabel("up == 1", "instance").size() == 4; },
+  // Prometheus scrapes all five while the run goes on.
+  ASSERT_TRUE(Eventually([&] { return server.ByLabel("up == 1", "instance").size() == 5; },
                          std::chrono::seconds(300)))
       << "Prometheus never scraped every endpoint\n"
       << server.Log() << run.run->Output();
@@ -314,6 +345,92 @@ strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
     reported = reported || std::fabs(m["val_acc"].get<double>() - accuracy.at("")) < 1e-9;
   }
   EXPECT_TRUE(reported) << "val accuracy " << accuracy.at("") << " is in no line of metrics.jsonl";
+
+  // The orchestrator saw the ring, then the servers, and switched once; its four services lived
+  // together; it started when events.jsonl says the run did.
+  // (Whether a scrape caught it starting, or done in the moment before it exited, is chance.)
+  EXPECT_EQ(server.ByLabel("max_over_time(strata_run_phase{phase=~\"allreduce|ps\"}[1h])", "phase"),
+            (std::map<std::string, double>{{"allreduce", 1}, {"ps", 1}}))
+      << "the orchestrator's phases over the run";
+  EXPECT_EQ(server.ByLabel("max_over_time(strata_run_switches_total[1h])", ""),
+            (std::map<std::string, double>{{"", 1}}));
+  EXPECT_EQ(server.ByLabel("max_over_time(strata_run_processes_running[1h])", ""),
+            (std::map<std::string, double>{{"", 4}}));
+  EXPECT_EQ(server.ByLabel("max_over_time(strata_restarts_total[1h])", "process"),
+            (std::map<std::string, double>{
+                {"evaluator", 0}, {"ps-0", 0}, {"worker-0", 0}, {"worker-1", 0}}));
+  const auto started = server.ByLabel("last_over_time(strata_run_start_time_seconds[1h])", "");
+  ASSERT_TRUE(started.count(""));
+  for (const auto& e : ReadLines(run.run_dir + "/events.jsonl")) {
+    if (e.value("event", "") != "run_started") continue;
+    // Both are the same instant read off the same clocks, microseconds apart.
+    EXPECT_NEAR(started.at(""), e["time"].get<double>() - e["wall_s"].get<double>(), 2.0);
+  }
+  RunCommand("rm -rf " + dir);
+}
+
+// Broken on purpose once, to see this test fail: LocalLauncher::Snapshot leaving
+// ProcessSnapshot::restarts at 0 made Prometheus never see strata_restarts_total{process=
+// "worker-1"} reach 1 (the poll ran out with the series at 0 throughout).
+TEST(Metrics, TheOrchestratorsEndpointCountsARestart) {
+  const std::optional<std::string> prometheus = PrometheusOrSkip();
+  if (!prometheus) GTEST_SKIP();
+  const std::string dir = MakeTempDir("metrics-restart");
+  PrometheusServer server(dir);
+  ASSERT_EQ(server.Start(*prometheus), "");
+  RunFixture run(SmallLongJob("metrics-restart", "{ kind: ps }", "recovery: { restarts: 1 }\n"));
+  // The endpoint is up before the services start (status.json names it from the first write).
+  std::string orchestrator;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        orchestrator = OrchestratorEndpoint(run.run_dir);
+        return !orchestrator.empty() || ProcessEnded(run.run->pid());
+      },
+      std::chrono::seconds(180)));
+  ASSERT_FALSE(orchestrator.empty()) << Slurp(run.run_dir + "/status.json") << run.run->Output();
+  server.SetTargets({orchestrator});
+  const int port = std::stoi(orchestrator.substr(orchestrator.find(':') + 1));
+  EXPECT_EQ(Slurp(run.run_dir + "/ports/orchestrator.metrics.port"), std::to_string(port) + "\n");
+  const CommandResult status = RunCommand(Strata() + " status " + run.run_dir);
+  EXPECT_NE(status.output.find("metrics http://" + orchestrator + "/metrics"), std::string::npos)
+      << status.output;
+
+  // The evaluator is held (SIGSTOP) until Prometheus has seen the restart, so that the run, whose
+  // final evaluation waits for it, cannot end first however fast it trains.
+  int evaluator = 0;
+  ASSERT_TRUE(Eventually([&] { return (evaluator = run.PidOf("evaluator")) > 0; },
+                         std::chrono::seconds(180)));
+  ASSERT_EQ(::kill(evaluator, SIGSTOP), 0);
+  struct Release {
+    int pid;
+    ~Release() { ::kill(pid, SIGCONT); }
+  } release{evaluator};
+
+  // Killed as the recovery tests kill it, with work left; no restart counted before.
+  ASSERT_TRUE(run.WaitForTraining(40)) << run.run->Output();
+  EXPECT_EQ(
+      StrataSamples(Get(port, "/metrics").body).at("strata_restarts_total{process=\"worker-1\"}"),
+      "0");
+  const int pid = run.PidOf("worker-1");
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return server.ByLabel("strata_restarts_total{process=\"worker-1\"}", "process") ==
+               std::map<std::string, double>{{"worker-1", 1}};
+      },
+      std::chrono::seconds(300)))
+      << "Prometheus never saw the restart\n"
+      << server.Log() << Slurp(run.run_dir + "/events.jsonl");
+  ::kill(evaluator, SIGCONT);
+  ASSERT_EQ(run.run->Wait(std::chrono::seconds(600)), 0) << run.run->Output();
+  EXPECT_EQ(ReadJson(run.run_dir + "/summary.json")["restarts"], 1);
+  EXPECT_EQ(server.ByLabel("max_over_time(strata_restarts_total[1h])", "process"),
+            (std::map<std::string, double>{
+                {"evaluator", 0}, {"ps-0", 0}, {"worker-0", 0}, {"worker-1", 1}}))
+      << server.Log();
+  EXPECT_EQ(server.ByLabel("max_over_time(strata_run_phase{phase=\"ps\"}[1h])", "phase"),
+            (std::map<std::string, double>{{"ps", 1}}));
   RunCommand("rm -rf " + dir);
 }
 

@@ -85,6 +85,9 @@ struct RunPaths {
   std::string MetricsPortFile(const std::string& service) const {
     return ports + "/" + service + ".metrics.port";
   }
+  // ports/orchestrator.metrics.port: the port the orchestrator's own /metrics took (`strata run`
+  // and `strata resume`, with metrics.enabled).
+  std::string OrchestratorMetricsPortFile() const { return MetricsPortFile("orchestrator"); }
   // logs/<service>.log: a service's output.
   std::string ServiceLog(const std::string& service) const { return logs + "/" + service + ".log"; }
 
@@ -95,7 +98,7 @@ struct RunPaths {
   std::string shards;          // manifest.json + shard-<rank>.idx
   std::string checkpoints;     // switch-step<S>.ckpt, init.ckpt, ps-<p>.ckpt, ring.ckpt
   std::string logs;            // one log per service
-  std::string ports;           // port files of the services
+  std::string ports;           // port files of the services and the orchestrator's metrics
   std::string metrics;         // one line per evaluation
   std::string events;          // launches, switch, failures
   std::string summary;         // written when the run ends

@@ -33,10 +33,11 @@ struct ScopedDir {
   const std::string path;
 };
 
-// Renders into `out`, which it returns.
-std::string Render(const std::string& job, const std::string& launcher, const std::string& out) {
-  const CommandResult r =
-      RunCommand(Strata() + " render " + job + " --launcher " + launcher + " --out " + out);
+// Renders into `out`, which it returns; `flags` are more options of `strata render`.
+std::string Render(const std::string& job, const std::string& launcher, const std::string& out,
+                   const std::string& flags = "") {
+  const CommandResult r = RunCommand(Strata() + " render " + job + " --launcher " + launcher +
+                                     " --out " + out + " " + flags);
   EXPECT_EQ(r.exit_code, 0) << r.output;
   return out;
 }
@@ -75,6 +76,13 @@ TEST(RenderCli, BadInputExitsTwoWithAClearMessage) {
            {job + " --launcher kubernetes --out " + tmp + "/x --set cluster.parameter_servers=50",
             "cluster.parameter_servers"},
            {job + " --out " + tmp + "/x", "--launcher is required"},
+           {job + " --launcher kubernetes --out " + tmp + "/x --with-prometheus",
+            "--with-prometheus is for --launcher compose"},
+           {job + " --launcher compose --out " + tmp + "/x --service-monitor",
+            "--service-monitor is for --launcher kubernetes"},
+           {job + " --launcher compose --out " + tmp + "/x --with-prometheus --set " +
+                "metrics.enabled=false",
+            "the job serves no metrics"},
        }) {
     const CommandResult r = RunCommand(Strata() + " render " + c.args);
     EXPECT_EQ(r.exit_code, 2) << c.args << "\n" << r.output;
@@ -89,14 +97,15 @@ TEST(RenderCompose, DockerComposeAcceptsEveryCaseWithoutWarnings) {
         "docker-compose is not installed (scripts/install-deps.sh installs it); the compose files "
         "were not checked");
   }
-  for (const std::string& job : Jobs()) {
-    const ScopedDir scoped("render-compose");
-    const std::string dir = Render(job, "compose", scoped.path);
-    const CommandResult r = ComposeConfig(dir);
-    EXPECT_EQ(r.exit_code, 0) << job << "\n" << r.output;
-    // Keys compose v1 ignores outside a swarm (configs, deploy) only warn: refuse them too.
-    EXPECT_EQ(r.output, "") << job;
-  }
+  for (const std::string& job : Jobs())
+    for (const std::string flags : {"", "--with-prometheus"}) {
+      const ScopedDir scoped("render-compose");
+      const std::string dir = Render(job, "compose", scoped.path, flags);
+      const CommandResult r = ComposeConfig(dir);
+      EXPECT_EQ(r.exit_code, 0) << job << "\n" << r.output;
+      // Keys compose v1 ignores outside a swarm (configs, deploy) only warn: refuse them too.
+      EXPECT_EQ(r.output, "") << job;
+    }
 }
 
 TEST(RenderCompose, DockerComposeRefusesABrokenFile) {
@@ -118,30 +127,64 @@ TEST(RenderKubernetes, KustomizeBuildsTheBaseAndBothOverlaysAndTheSchemaAccepts)
         "kubernetes-client); nothing was checked");
   }
   const bool schema = HaveSchemaCheck();
-  for (const std::string& job : Jobs()) {
-    const ScopedDir scoped("render-kubernetes");
-    const std::string dir = Render(job, "kubernetes", scoped.path);
-    // The token the user creates before applying (a test value; never rendered).
-    WriteText(dir + "/base/run-token", "0123456789abcdef0123456789abcdef");
-    std::string built_files;
-    for (const std::string target : {"base", "overlays/small", "overlays/large"}) {
-      const std::string built = dir + "/" + target + ".built.yaml";
-      const CommandResult k = KustomizeBuild(dir, target);
-      ASSERT_EQ(k.exit_code, 0) << job << " " << target << "\n" << k.output;
-      WriteText(built, k.output);
-      built_files += " " + built;
+  // With --service-monitor too: its Services, policy and ServiceMonitor (the operator's CRD types,
+  // scripts/k8s-validate) in the base and both overlays.
+  for (const std::string& job : Jobs())
+    for (const std::string flags : {"", "--service-monitor"}) {
+      const ScopedDir scoped("render-kubernetes");
+      const std::string dir = Render(job, "kubernetes", scoped.path, flags);
+      // The token the user creates before applying (a test value; never rendered).
+      WriteText(dir + "/base/run-token", "0123456789abcdef0123456789abcdef");
+      std::string built_files;
+      for (const std::string target : {"base", "overlays/small", "overlays/large"}) {
+        const std::string built = dir + "/" + target + ".built.yaml";
+        const CommandResult k = KustomizeBuild(dir, target);
+        ASSERT_EQ(k.exit_code, 0) << job << " " << target << "\n" << k.output;
+        WriteText(built, k.output);
+        built_files += " " + built;
+      }
+      if (!schema) continue;
+      // One Node process for the three builds: loading the models dominates its time.
+      const CommandResult v = RunCommand("node " + Validator() + "/validate.mjs" + built_files);
+      EXPECT_EQ(v.exit_code, 0) << job << " " << flags << "\n" << v.output;
+      EXPECT_NE(v.output.find("object(s) valid"), std::string::npos) << v.output;
+      if (!flags.empty()) {
+        EXPECT_NE(Slurp(dir + "/base.built.yaml").find("kind: ServiceMonitor"), std::string::npos);
+      }
     }
-    if (!schema) continue;
-    // One Node process for the three builds: loading the models dominates its time.
-    const CommandResult v = RunCommand("node " + Validator() + "/validate.mjs" + built_files);
-    EXPECT_EQ(v.exit_code, 0) << job << "\n" << v.output;
-    EXPECT_NE(v.output.find("object(s) valid"), std::string::npos) << v.output;
-  }
   if (!schema) {
     STRATA_UNAVAILABLE(
         "built with kubectl kustomize, but the schema was not checked: node or "
         "scripts/k8s-validate/node_modules is missing (scripts/install-deps.sh)");
   }
+}
+
+// --with-prometheus's prometheus.yml as Prometheus reads it: `promtool check config` (Debian's
+// prometheus package) accepts it for every case and refuses it broken. Prometheus itself runs in
+// the compose project from an image this machine may not have (docs/deploy.md), so the test
+// checks the configuration, not a scrape in containers.
+TEST(RenderCompose, PromtoolAcceptsThePrometheusConfig) {
+  if (!Have("promtool")) {
+    STRATA_UNAVAILABLE(
+        "promtool is not installed (Debian's prometheus package; scripts/install-deps.sh); the "
+        "Prometheus configuration was not checked");
+  }
+  for (const std::string& job : Jobs()) {
+    const ScopedDir scoped("render-prometheus");
+    const std::string dir = Render(job, "compose", scoped.path, "--with-prometheus");
+    const CommandResult r = RunCommand("promtool check config " + dir + "/prometheus.yml");
+    EXPECT_EQ(r.exit_code, 0) << job << "\n" << r.output;
+    EXPECT_NE(r.output.find("SUCCESS"), std::string::npos) << r.output;
+  }
+  // Broken on purpose: a scrape interval that is no duration.
+  const ScopedDir scoped("render-prometheus");
+  const std::string dir = Render(Jobs()[0], "compose", scoped.path, "--with-prometheus");
+  std::string text = Slurp(dir + "/prometheus.yml");
+  const std::string interval = "scrape_interval: \"5s\"";
+  ASSERT_NE(text.find(interval), std::string::npos) << text;
+  text.replace(text.find(interval), interval.size(), "scrape_interval: often");
+  WriteText(dir + "/prometheus.yml", text);
+  EXPECT_NE(RunCommand("promtool check config " + dir + "/prometheus.yml").exit_code, 0);
 }
 
 TEST(RenderKubernetes, TheSchemaCheckRefusesUnknownFieldsAndBadTypes) {
@@ -160,6 +203,14 @@ TEST(RenderKubernetes, TheSchemaCheckRefusesUnknownFieldsAndBadTypes) {
   EXPECT_EQ(v.exit_code, 1) << v.output;
   EXPECT_NE(v.output.find("periodSecond: unknown field"), std::string::npos) << v.output;
   EXPECT_NE(v.output.find("replicas must be integer"), std::string::npos) << v.output;
+  // A ServiceMonitor (the Prometheus operator's CRD types) with a numbered port and no selector.
+  WriteText(tmp + "/bad-monitor.yaml",
+            "apiVersion: monitoring.coreos.com/v1\nkind: ServiceMonitor\nmetadata: {name: x}\n"
+            "spec:\n  endpoints: [{port: 9464}]\n");
+  const CommandResult m =
+      RunCommand("node " + Validator() + "/validate.mjs " + tmp + "/bad-monitor.yaml");
+  EXPECT_EQ(m.exit_code, 1) << m.output;
+  EXPECT_NE(m.output.find("ServiceMonitor/x"), std::string::npos) << m.output;
 }
 
 }  // namespace
