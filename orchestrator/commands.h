@@ -22,5 +22,6 @@ void AddSubmitCommand(CLI::App& app, int* exit_code);
 void AddLogsCommand(CLI::App& app, int* exit_code);
 void AddDeleteCommand(CLI::App& app, int* exit_code);
 void AddSuperviseCommand(CLI::App& app, int* exit_code);
+void AddProduceCommand(CLI::App& app, int* exit_code);
 
 }  // namespace strata::cli
