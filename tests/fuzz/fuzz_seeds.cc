@@ -368,9 +368,6 @@ void JobSpecSeeds(const fs::path& dir, const fs::path& configs) {
   Write(dir, "set-under-scalar", with_sets({"name: s\n", "name.inner=3"}));
 }
 
-}  // namespace
-}  // namespace strata
-
 // Stream events (stream_event_fuzz.cc): what `strata produce` writes for the fuzz target's two
 // schemas, and one entry of each malformed kind the decoder refuses.
 void StreamEventSeeds(const fs::path& dir) {
@@ -410,6 +407,9 @@ void StreamEventSeeds(const fs::path& dir) {
   twice.push_back(good[2]);
   Write(dir, "label-twice", entry(twice));
 }
+
+}  // namespace
+}  // namespace strata
 
 int main(int argc, char** argv) {
   if (argc != 3) {

@@ -102,8 +102,9 @@ TEST_F(StreamBrokerTest, MalformedEntriesAreCountedSkippedAndAcknowledgedWithThe
 }
 
 // A consumer that read entries and died before acknowledging them: after the idle time, another
-// claims exactly those entries with XAUTOCLAIM and acknowledges them. With the min idle time set
-// far above the time waited, the claim loop ran into its deadline with nothing claimed.
+// claims exactly those entries with XAUTOCLAIM and acknowledges them. With the loop's min idle
+// time set to 10 minutes on purpose, it ran into its 30 s deadline with nothing claimed, and the
+// ten entries stayed pending.
 TEST_F(StreamBrokerTest, AutoClaimHandsADeadConsumersPendingEntriesToASurvivor) {
   auto survivor = Client();
   ASSERT_NE(survivor, nullptr);
@@ -161,7 +162,8 @@ TEST_F(StreamBrokerTest, AutoClaimHandsADeadConsumersPendingEntriesToASurvivor) 
 // The broker goes away: a call gives up with Unavailable naming the broker after its reconnect
 // window; once a broker answers on the address again, the same client reconnects and goes on,
 // also within one call that was retrying while it came back. With the reconnect in Run() removed
-// on purpose (the context left null after the loss), the call after the restart still failed.
+// on purpose (no Connect once the context was dropped), the first call after the restart failed:
+// "UNAVAILABLE: XADD: the broker at unix:.../redis.sock did not answer for 350 ms".
 TEST_F(StreamBrokerTest, ClientReportsALostBrokerReconnectsAndContinues) {
   StreamBrokerOptions options;
   options.reconnect_for = milliseconds(500);

@@ -1,5 +1,7 @@
 // The replay rules of `strata produce` (services/common/stream/event_replay.h): the drift
-// permutation and the token bucket with its ramp.
+// permutation and the token bucket with its ramp. With the bucket's rate ignored on purpose
+// (Available returning `max` always), TokenBucketHoldsTheRateAndRampsInSteps failed at its first
+// check: 1000 tokens at time zero where there were 0.
 #include <chrono>
 #include <set>
 

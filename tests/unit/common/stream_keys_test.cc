@@ -2,7 +2,8 @@
 // the resolved job and back through job.yaml, ranges are refused with key and line, and a job
 // without a stream section writes the job.yaml it wrote before the section existed. With the
 // section-skipping in EmitSection removed on purpose, AJobWithoutAStreamWritesNoStreamSection
-// failed: the default job's job.yaml ended in "stream:\n  produce:\n    drift: {}"-like text.
+// failed: the plain job's job.yaml held "stream:\n  produce:\n    drift:\n      {}" before
+// `recovery:`.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
