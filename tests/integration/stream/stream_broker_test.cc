@@ -1,10 +1,14 @@
 // The Redis Streams client (services/common/stream/stream_broker.h) against a real redis-server
 // each test starts on a unix socket of its own (EmbeddedBroker). What each test looked like when
 // broken on purpose is in its comment.
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <future>
 #include <limits>
@@ -245,6 +249,89 @@ TEST(StreamBrokerConnect, AnAddressWhereNoBrokerListensIsAnErrorNamingIt) {
   EXPECT_EQ(client.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(client.status().message()),
               HasSubstr("cannot connect to the broker at unix:/tmp/strata-no-broker-here.sock"));
+}
+
+// A "broker" that answers every command with the next canned reply, of a shape Redis 7 would not
+// send: each call must fail with a status naming the command, never crash or read past a reply.
+// With XADD's check that the reply is an id removed on purpose, the first case failed: Add
+// returned OK (an empty id) for an integer reply. (With the even-field-count check removed, the
+// odd field list is read one element past its end: this test still passed, by luck; that kind of
+// read is for a sanitizer build to see.)
+class CannedReplies {
+ public:
+  CannedReplies(const std::string& path, std::vector<std::string> replies)
+      : replies_(std::move(replies)) {
+    listener_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::snprintf(addr.sun_path, sizeof(addr.sun_path), "%s", path.c_str());
+    bound_ = ::bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+             ::listen(listener_, 1) == 0;
+    if (bound_) thread_ = std::thread([this] { Serve(); });
+  }
+  ~CannedReplies() {
+    ::shutdown(listener_, SHUT_RDWR);
+    ::close(listener_);
+    if (thread_.joinable()) thread_.join();
+  }
+  bool bound() const { return bound_; }
+
+ private:
+  void Serve() {
+    const int conn = ::accept(listener_, nullptr, nullptr);
+    if (conn < 0) return;
+    char buffer[4096];
+    // One command in, one reply out: the client sends each command whole before it reads.
+    for (const std::string& reply : replies_) {
+      if (::recv(conn, buffer, sizeof(buffer), 0) <= 0) break;
+      if (::send(conn, reply.data(), reply.size(), MSG_NOSIGNAL) < 0) break;
+    }
+    ::close(conn);
+  }
+  std::vector<std::string> replies_;
+  int listener_ = -1;
+  bool bound_ = false;
+  std::thread thread_;
+};
+
+TEST(StreamBrokerReplies, RepliesOfTheWrongShapeAreErrorsNotCrashes) {
+  char dir[] = "/tmp/strata-canned-XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/fake.sock";
+  CannedReplies fake(path, {
+                               ":5\r\n",                          // XADD: an integer, not an id
+                               "*1\r\n:7\r\n",                    // XREADGROUP: [7]
+                               "*1\r\n*2\r\n$2\r\nev\r\n:3\r\n",  // XREADGROUP: [[ev, 3]]
+                               "*1\r\n*2\r\n$2\r\nev\r\n*1\r\n*2\r\n$3\r\n1-0\r\n*1\r\n$1\r\nx\r\n",
+                               "$2\r\nok\r\n",               // XACK: a string
+                               "*2\r\n$3\r\n0-0\r\n*0\r\n",  // XAUTOCLAIM: two of three
+                               "*4\r\n$1\r\n1\r\n$-1\r\n$-1\r\n*-1\r\n",  // XPENDING: count as text
+                               "*1\r\n:1\r\n",                            // XINFO GROUPS: a number
+                               "+PONG?\r\n",                              // PING
+                           });
+  ASSERT_TRUE(fake.bound());
+  StreamBrokerOptions options;
+  options.reconnect_for = milliseconds(0);
+  auto address = ParseBrokerAddress(path);
+  ASSERT_TRUE(address.ok());
+  auto client = ConnectStreamBroker(*address, options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  StreamBroker& b = **client;
+  const auto refused = [](const absl::Status& status, const std::string& op) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(op + ": unexpected reply")) << status;
+  };
+  refused(b.Add("ev", GoodEvent(0)).status(), "XADD");
+  refused(b.ReadGroup("ev", "g", "c", 1, milliseconds(1)).status(), "XREADGROUP");
+  refused(b.ReadGroup("ev", "g", "c", 1, milliseconds(1)).status(), "XREADGROUP");
+  refused(b.ReadGroup("ev", "g", "c", 1, milliseconds(1)).status(), "XREADGROUP");  // odd fields
+  refused(b.Ack("ev", "g", {"1-0"}).status(), "XACK");
+  refused(b.AutoClaim("ev", "g", "c", milliseconds(1), "0-0", 1).status(), "XAUTOCLAIM");
+  refused(b.Pending("ev", "g").status(), "XPENDING");
+  refused(b.GroupInfo("ev", "g").status(), "XINFO GROUPS");
+  refused(b.Ping(), "PING");
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 }  // namespace
