@@ -30,7 +30,9 @@ int Render(const RenderArgs& a) {
                              "': use --launcher compose or --launcher kubernetes"));
   }
   if (a.options.image.empty()) return fail("--image: the image name is empty");
-  auto spec = LoadContainerJob(a.job, a.overrides);
+  auto spec = LoadContainerJob(
+      a.job, a.overrides,
+      a.launcher == "compose" ? v1::LAUNCHER_KIND_COMPOSE : v1::LAUNCHER_KIND_KUBERNETES);
   if (!spec.ok()) return fail(std::string(spec.status().message()));
   RenderedFiles files;
   if (a.launcher == "compose") {

@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   strata::cli::AddLogsCommand(app, &exit_code);
   strata::cli::AddDeleteCommand(app, &exit_code);
   strata::cli::AddSuperviseCommand(app, &exit_code);
+  strata::cli::AddCertificatesCommand(app, &exit_code);
   strata::cli::AddProduceCommand(app, &exit_code);
   try {
     app.parse(argc, argv);

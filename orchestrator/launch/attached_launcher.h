@@ -33,10 +33,12 @@ class AttachedLauncher final : public Launcher {
   absl::StatusOr<std::vector<Endpoint>> WaitReady(
       std::chrono::milliseconds timeout, const std::function<absl::Status()>& keep_going) override;
   absl::Status CheckExits() override { return absl::OkStatus(); }
-  // The platform watches and restarts the containers; this process sees none of their exits.
+  // The platform runs the containers; this process sees none of their exits (a service that dies
+  // fails its peers and so the run: nothing restarts it).
   std::vector<ServiceExit> TakeExits() override { return {}; }
   absl::Status Restart(const std::string& service) override {
-    return absl::UnimplementedError("the container platform restarts " + service + ", not strata");
+    return absl::UnimplementedError("strata does not restart " + service +
+                                    " in containers: a dead service fails the run");
   }
   bool Listening(const std::string& /*service*/) override { return true; }
   bool Running(const std::string& /*service*/) override { return true; }

@@ -8,6 +8,8 @@
 
 #include "orchestrator/launch/container_plan.h"
 #include "orchestrator/launch/yaml_text.h"
+#include "services/common/config/job_keys.h"
+#include "services/common/config/resolved_job.h"
 
 namespace strata {
 namespace {
@@ -82,9 +84,15 @@ Node Service(const ContainerSpec& c, const RenderOptions& options, const Contain
     // a tenth of a core), on a machine that may be busy; one unhealthy verdict before the
     // orchestrator starts fails the whole project.
     Node health = Node::Map();
-    health.Add("test", Node::Strs({"CMD", kHealthProbe, absl::StrCat("127.0.0.1:", kContainerPort),
-                                   "--deadline-s", "8"})
-                           .Flow());
+    std::vector<std::string> probe = {"CMD", kHealthProbe, absl::StrCat("127.0.0.1:", kContainerPort),
+                                      "--deadline-s", "8"};
+    if (TlsOn(plan.job)) {
+      // The service speaks nothing but TLS: the probe is a client of the run's CA like the rest.
+      const v1::ResolvedSecurity& security = plan.job.security();
+      probe.insert(probe.end(), {"--tls", Spelled(security.tls()), "--tls-dir", security.tls_dir(),
+                                 "--tls-server-name", security.tls_server_name()});
+    }
+    health.Add("test", Node::Strs(probe).Flow());
     health.Add("interval", Node::Str("5s"));
     health.Add("timeout", Node::Str("10s"));
     health.Add("retries", Node::Int(6));

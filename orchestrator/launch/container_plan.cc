@@ -46,8 +46,19 @@ v1::ResolvedJob ContainerJobOf(const v1::ResolvedJob& job, v1::LauncherKind laun
     inputs->push_back({Absolute(j.dataset().path()), kContainerData});
     j.mutable_dataset()->set_path(kContainerData);
   }
+  // Every container, `strata supervise` included, reads the certificates from the one place.
+  // (Kubernetes jobs with TLS are refused before they get here: job_checks.cc.)
+  if (TlsOn(j) && launcher == v1::LAUNCHER_KIND_COMPOSE) {
+    if (!j.security().tls_dir().empty()) {
+      inputs->push_back({Absolute(j.security().tls_dir()), kContainerUserTlsDir});
+      j.mutable_security()->set_tls_dir(kContainerUserTlsDir);
+    } else {
+      j.mutable_security()->set_tls_dir(ContainerPathsOf().tls);
+    }
+  }
   return j;
 }
+
 
 std::string ListenAddress() { return absl::StrCat("0.0.0.0:", kContainerPort); }
 
@@ -157,6 +168,16 @@ ContainerRole RoleOf(ServiceRole role) {
   return ContainerRole::kWorker;
 }
 
+// The run's own certificates, when the job asks for TLS without naming its own: made once, by the
+// one-shot step, in the run volume (a project started again on the same volume keeps them).
+std::string RunCertificatesLine(const v1::ResolvedJob& job) {
+  const std::string dir = ContainerPathsOf().tls;
+  if (!TlsOn(job) || job.security().tls_dir() != dir) return "";
+  return absl::StrCat("[ -d ", dir, " ] || ",
+                      CommandLine("strata certificates", {"--out", dir, "--server-name",
+                                                          job.security().tls_server_name()}));
+}
+
 // Where a `ps` job's servers find the initial model (the one-shot step writes it).
 std::string InitCheckpointPath() { return ContainerPathsOf().InitCheckpoint(); }
 
@@ -179,7 +200,8 @@ ContainerSpec Sharder(const v1::ResolvedJob& job, bool kubernetes) {
   c.role = ContainerRole::kSharder;
   c.uses_run_dir = true;
   // In this order: services that wait for the shard manifest then find the rest too.
-  c.script = absl::StrCat("set -eu\n", CommandLine("strata resolve", resolve));
+  c.script = absl::StrCat("set -eu\n", RunCertificatesLine(job),
+                          CommandLine("strata resolve", resolve));
   if (job.strategy().kind() == v1::STRATEGY_KIND_PS) {
     const TaskSpec init = InitCheckpointTask(ContainerPathsOf(), InitCheckpointPath());
     absl::StrAppend(&c.script, "mkdir -p ", kContainerRunDir, "/checkpoints\n",
@@ -192,6 +214,7 @@ ContainerSpec Sharder(const v1::ResolvedJob& job, bool kubernetes) {
 ServicePlanInputs ContainerPlanInputs(const v1::ResolvedJob& job) {
   ServicePlanInputs inputs;
   if (job.strategy().kind() == v1::STRATEGY_KIND_PS) inputs.init_checkpoint = InitCheckpointPath();
+  inputs.tls_dir = job.security().tls_dir();
   return inputs;
 }
 

@@ -30,6 +30,10 @@ inline constexpr char kContainerJobSpec[] = "/etc/strata/job.yaml";
 inline constexpr char kContainerInputsDir[] = "/inputs";
 inline constexpr char kContainerModel[] = "/inputs/model.pt";
 inline constexpr char kContainerData[] = "/inputs/data";
+// security.tls on compose with the user's own security.tls_dir, bound read-only. Without one, the
+// one-shot step makes the run's certificates in the run volume (RunPaths::tls), before anything
+// reads them.
+inline constexpr char kContainerUserTlsDir[] = "/inputs/tls";
 // Written by the one-shot step (`strata resolve`) before the shards; every service reads it.
 inline constexpr char kContainerResolvedJob[] = "/run/strata/job.resolved.txtpb";
 inline constexpr char kComposeTokenFile[] = "/run/secrets/strata_run_token";

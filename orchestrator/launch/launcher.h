@@ -80,7 +80,7 @@ class Launcher {
   virtual std::vector<ServiceExit> TakeExits() = 0;
   // Starts an exited service again with its own flags, where it listened before, so that every
   // peer and the orchestrator reach it at the address they know. Does not wait for it to listen.
-  // UNIMPLEMENTED where the platform restarts services itself (containers).
+  // UNIMPLEMENTED where this process does not run the services (containers).
   virtual absl::Status Restart(const std::string& service) = 0;
   // The service (re)started listens again at its address.
   virtual bool Listening(const std::string& service) = 0;

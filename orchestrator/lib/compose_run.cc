@@ -26,6 +26,7 @@
 #include "orchestrator/plan/job_checks.h"
 #include "services/common/base/files.h"
 #include "services/common/base/run_directory.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/process/child_process.h"
 #include "services/common/process/interrupt.h"
 #include "services/common/process/run_tool.h"
@@ -281,6 +282,12 @@ void ComposeRun::CollectRecord() {
       std::fprintf(stderr, "strata run: could not copy the run record out of the project: %s\n",
                    cp.ok() ? OutputTail(cp->output, 400).c_str() : cp.status().ToString().c_str());
     }
+  }
+  // The run's own certificates, made in the volume by the one-shot step, end with the run as a
+  // local run's do (the volume itself goes with `down --volumes`).
+  if (TlsOn(job_) && job_.security().tls_dir().empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(RunPaths(dir_).tls, ec);
   }
   MakeDirs(dir_ + "/logs").IgnoreError();
   for (const std::string& service : services_) {

@@ -341,7 +341,7 @@ int SubmitKubernetesJob(const SubmitOptions& options) {
         "--timeout, --poll-interval, --kubectl-timeout and --delete-timeout must be "
         "positive, --start-timeout at least 0");
   }
-  auto spec = LoadContainerJob(options.job_path, options.overrides);
+  auto spec = LoadContainerJob(options.job_path, options.overrides, v1::LAUNCHER_KIND_KUBERNETES);
   if (!spec.ok()) return usage(std::string(spec.status().message()));
   auto kubectl_path = FindKubectl(options.kubectl);
   if (!kubectl_path.ok()) {

@@ -96,7 +96,8 @@ int ResumeLocalJob(const LocalRunOptions& options) {
   if (job->launcher().kind() != v1::LAUNCHER_KIND_LOCAL) {
     std::fprintf(stderr,
                  "strata resume: %s ran with launcher.kind %s; only local runs are resumed here "
-                 "(containers are restarted by their platform); nothing was launched\n",
+                 "(a container run is not restarted: its dead services fail it); nothing was "
+                 "launched\n",
                  paths.root.c_str(), Spelled(job->launcher().kind()).c_str());
     return 2;
   }

@@ -406,8 +406,8 @@ absl::Status RunDriver::Supervise() {
     if (trigger) switcher_->Offer(std::move(*trigger));
   };
   eval_ = std::make_unique<EvalScheduler>(e, *client_, *record_, console_, phase_);
-  // Only where this process runs the services itself (containers are restarted by their
-  // platform).
+  // Only where this process runs the services itself: in containers nothing restarts a service
+  // (compose `restart: "no"`, Kubernetes `backoffLimit: 0`), and a dead one fails the run.
   if (!attached() && job_.recovery().restarts() > 0) {
     RecoveryOptions r;
     r.max_restarts = job_.recovery().restarts();

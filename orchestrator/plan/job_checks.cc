@@ -9,6 +9,7 @@
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 
+#include "orchestrator/launch/container_plan.h"
 #include "orchestrator/run/switch_rule.h"
 #include "services/common/base/files.h"
 #include "services/common/config/job_keys.h"
@@ -22,13 +23,30 @@ namespace strata {
 
 namespace {
 
-// Why a job with TLS cannot run in containers yet; `carrier` names what refuses it.
-std::string TlsInContainersRefusal(const std::string& mode, const std::string& carrier) {
+// Why a job with TLS cannot run on Kubernetes yet; `carrier` names what refuses it.
+std::string TlsOnKubernetesRefusal(const std::string& mode, const std::string& carrier) {
   return absl::StrCat(
       "'", mode, "' is not carried by ", carrier,
-      " yet: each container would need the certificates as a secret and the health probes a TLS "
-      "client (Kubernetes' gRPC probes speak no TLS); use launcher.kind local, or security.tls "
-      "off on a network only the job's containers reach (docs/deploy.md)");
+      " yet: the pods would need the certificates as a Secret and the probes a TLS client "
+      "(Kubernetes' gRPC probes speak no TLS); use launcher.kind local or compose, or "
+      "security.tls off on a network only the job's pods reach (docs/deploy.md)");
+}
+
+// In containers every service listens on kContainerPort; a metrics endpoint there could not bind.
+std::string MetricsPortProblem(const v1::ResolvedJob& job) {
+  if (!job.metrics().enabled() || job.metrics().port() != kContainerPort) return "";
+  return absl::StrCat(job.metrics().port(),
+                      " is every container's gRPC port; pick another (the default is 9464)");
+}
+
+// The user's own certificates (security.tls_dir): every file a service will load, checked now
+// rather than in each service at start (docs/security.md, "Transport security").
+absl::Status CheckUsersCertificates(const v1::ResolvedSecurity& security) {
+  TlsSettings settings;
+  settings.mode = *TlsModeFromName(Spelled(security.tls()));
+  settings.dir = security.tls_dir();
+  settings.server_name = security.tls_server_name();
+  return LoadTlsMaterial(settings, TlsUse::kServerAndClient).status();
 }
 
 // What needs LibTorch to check, for a job of the user's own model or data: strata-evaluator
@@ -155,24 +173,24 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
         absl::StrCat("the empirical rule needs window + 1 = ", strategy.window() + 1,
                      " evaluated epochs but training.epochs is ", epochs, ": it could never fire"));
   }
-  // The certificates of a job that names its own: every file a service will load, checked now
-  // rather than in each service at start (docs/security.md, "Transport security").
   const v1::ResolvedSecurity& security = job.security();
   if (usable({"security"}) && TlsOn(job) && !security.tls_dir().empty()) {
-    TlsSettings settings;
-    settings.mode = *TlsModeFromName(Spelled(security.tls()));
-    settings.dir = security.tls_dir();
-    settings.server_name = security.tls_server_name();
-    if (auto material = LoadTlsMaterial(settings, TlsUse::kServerAndClient); !material.ok()) {
-      error("security.tls_dir", std::string(material.status().message()));
+    if (absl::Status s = CheckUsersCertificates(security); !s.ok()) {
+      error("security.tls_dir", std::string(s.message()));
     }
   }
   const v1::LauncherKind launcher = job.launcher().kind();
-  if (usable({"launcher.kind", "security.tls"}) && launcher != v1::LAUNCHER_KIND_LOCAL &&
+  if (usable({"launcher.kind", "security.tls"}) && launcher == v1::LAUNCHER_KIND_KUBERNETES &&
       TlsOn(job)) {
     error("security.tls",
-          TlsInContainersRefusal(Spelled(security.tls()),
+          TlsOnKubernetesRefusal(Spelled(security.tls()),
                                  absl::StrCat("launcher.kind ", Spelled(launcher))));
+  }
+  if (usable({"metrics.port", "metrics.enabled", "launcher.kind"}) &&
+      launcher != v1::LAUNCHER_KIND_LOCAL) {
+    if (const std::string problem = MetricsPortProblem(job); !problem.empty()) {
+      error("metrics.port", problem);
+    }
   }
   if (usable({"launcher.kind"}) && options.for_run && launcher == v1::LAUNCHER_KIND_KUBERNETES) {
     error("launcher.kind",
@@ -196,7 +214,8 @@ std::optional<v1::ResolvedJob> LoadJobOrSayWhy(const std::string& command, const
 }
 
 absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
-                                                 const std::vector<std::string>& overrides) {
+                                                 const std::vector<std::string>& overrides,
+                                                 v1::LauncherKind target) {
   auto text = ReadFile(path);
   if (!text.ok()) return text.status();
   JobSpecReading reading = ReadJobSpec(*text, path, overrides);
@@ -204,11 +223,18 @@ absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
     return absl::InvalidArgumentError(absl::StrJoin(reading.errors, "\n"));
   }
   const v1::ResolvedJob& job = reading.job;
-  if (TlsOn(job)) {
+  if (TlsOn(job) && target == v1::LAUNCHER_KIND_KUBERNETES) {
     return absl::InvalidArgumentError(
         absl::StrCat(reading.Where("security.tls"), ": security.tls: ",
-                     TlsInContainersRefusal(Spelled(job.security().tls()),
-                                            "the compose and Kubernetes renderers")));
+                     TlsOnKubernetesRefusal(Spelled(job.security().tls()),
+                                            "the Kubernetes renderer")));
+  }
+  // Compose binds them into every container from here.
+  if (TlsOn(job) && !job.security().tls_dir().empty()) {
+    if (absl::Status s = CheckUsersCertificates(job.security()); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(reading.Where("security.tls_dir"),
+                                                     ": security.tls_dir: ", s.message()));
+    }
   }
   // The user's own files go into the containers from where the spec names them (compose binds
   // them; for Kubernetes the user copies them into a claim): a missing one is named now.
@@ -222,6 +248,10 @@ absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
       return absl::InvalidArgumentError(absl::StrCat(reading.Where("dataset.path"),
                                                      ": dataset.path: ", files.status().message()));
     }
+  }
+  if (const std::string problem = MetricsPortProblem(job); !problem.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(reading.Where("metrics.port"), ": metrics.port: ", problem));
   }
   if (UsesServers(job) && job.model().torchscript().empty()) {
     const auto tensors = BuiltinModelTensors(job.arch());

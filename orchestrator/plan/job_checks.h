@@ -36,10 +36,13 @@ std::optional<v1::ResolvedJob> LoadJobOrSayWhy(const std::string& command, const
                                                const JobCheckOptions& options,
                                                const std::string& nothing_was = "launched");
 
-// What `strata render` and `strata submit` check: the schema, and the one check beyond it that
-// concerns any machine (no more servers than tensors). The data files are not looked for: they
-// live in the image, not on the machine that renders.
+// What `strata render` and `strata submit` check for `target` (compose or Kubernetes): the
+// schema, and the checks beyond it that concern any machine (no more servers than tensors; the
+// user's own model, data and certificates, which go into the containers from this machine; TLS,
+// which only compose carries so far). The built-in data sets are not looked for: they live in the
+// image, not on the machine that renders.
 absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
-                                                 const std::vector<std::string>& overrides);
+                                                 const std::vector<std::string>& overrides,
+                                                 v1::LauncherKind target);
 
 }  // namespace strata

@@ -3,7 +3,8 @@
 // with its own network namespace, so the ring, the push/pull and the handover cross a real
 // (virtual) network, and the orchestrator is `strata supervise` in a container of its own. After
 // success and after Ctrl-C nothing of the project may be left: no container, network or volume.
-// The machine's faults come first: no daemon, no image, each refused with exit 2.
+// The same job with security.tls mutual runs in containers too. The machine's faults come first: no
+// daemon, no image, each refused with exit 2.
 #include <signal.h>
 #include <stdlib.h>
 
@@ -78,6 +79,41 @@ TEST_F(ComposeRun, QuickstartRunsAsAComposeProjectSwitchesLiveAndLeavesNothing) 
   }
   EXPECT_EQ(Leftovers(dir), "");
   EXPECT_FALSE(Exists(dir + "/compose/run-token")) << "the token outlived the run";
+}
+
+// security.tls mutual in containers: the one-shot step makes the run's certificates in the run
+// volume, every service serves and calls only with them, the health checks are TLS clients, and
+// `strata supervise` trusts the same CA. The whole quickstart job (ring, handover, push/pull over
+// gRPC, as under TLS locally) runs to the end; the certificates do not outlive it.
+TEST_F(ComposeRun, MutualTlsCarriesTheWholeJobInContainers) {
+  const std::string dir = MakeTempDir("compose-tls") + "/run";
+  CommandResult r =
+      RunCommand(Strata() + " run " + Quickstart() +
+                 " --set launcher.kind=compose --set security.tls=mutual --image " + docker_.image +
+                 " --out " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output << Slurp(dir + "/logs/sharder.log");
+  const nlohmann::json summary = ReadJson(dir + "/summary.json");
+  EXPECT_EQ(summary.value("state", ""), "succeeded") << summary.dump(2);
+  std::string tls;
+  bool switched = false;
+  for (const nlohmann::json& e : ReadLines(dir + "/events.jsonl")) {
+    if (e.contains("tls") && e["tls"].is_string()) tls = e["tls"].get<std::string>();
+    if (e.value("event", "") == "switch_done") switched = true;
+  }
+  EXPECT_EQ(tls, "mutual") << Slurp(dir + "/events.jsonl");
+  EXPECT_TRUE(switched) << Slurp(dir + "/events.jsonl");
+  // Each service started with the certificates the one-shot step made (a service that cannot
+  // load them exits 2 naming the file, and the run fails).
+  EXPECT_NE(Slurp(dir + "/logs/sharder.log").find("certificates for 'strata' written to "
+                                                  "/run/strata/tls"),
+            std::string::npos)
+      << Slurp(dir + "/logs/sharder.log");
+  for (const char* worker : {"worker-0", "worker-1"}) {
+    const std::string log = Slurp(dir + "/logs/" + std::string(worker) + ".log");
+    EXPECT_EQ(log.find("tensors move through shared memory"), std::string::npos) << log;
+  }
+  EXPECT_FALSE(Exists(dir + "/tls")) << "the run's certificates outlived it";
+  EXPECT_EQ(Leftovers(dir), "");
 }
 
 TEST_F(ComposeRun, CtrlCStopsTheProjectAndRemovesIt) {

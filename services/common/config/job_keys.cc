@@ -11,6 +11,7 @@
 #include <absl/strings/str_replace.h>
 #include <absl/strings/str_split.h>
 
+#include "services/common/base/host_name.h"
 #include "services/common/config/broker_address.h"
 
 namespace strata {
@@ -45,21 +46,11 @@ std::string NotEmpty(const std::string& v, double) {
   return v.empty() ? "is empty (leave it out to have strata run make the run's certificates)" : "";
 }
 
-// A host name as a certificate's subject alternative name holds it: dot-separated labels of
-// letters, digits and '-', none empty or starting or ending with '-'.
+// A host name as a certificate's subject alternative name holds it (base/host_name.h).
 std::string DnsName(const std::string& v, double) {
-  const std::string problem = absl::StrCat(
-      "'", v, "' is not a host name (labels of letters, digits and '-', separated by dots)");
-  if (v.empty() || v.size() > 253) return problem;
-  for (absl::string_view label : absl::StrSplit(v, '.')) {
-    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') {
-      return problem;
-    }
-    for (char c : label) {
-      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return problem;
-    }
-  }
-  return "";
+  if (IsDnsHostName(v)) return "";
+  return absl::StrCat("'", v,
+                      "' is not a host name (labels of letters, digits and '-', separated by dots)");
 }
 
 std::string NeverOrSeconds(const std::string&, double v) {

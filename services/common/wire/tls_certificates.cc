@@ -19,6 +19,7 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "services/common/base/host_name.h"
 #include "services/common/wire/openssl_ptr.h"
 
 namespace strata {
@@ -151,6 +152,12 @@ absl::Status PrivateDirectory(const std::string& dir) {
 }  // namespace
 
 absl::Status WriteRunCertificates(const std::string& dir, const RunCertificateOptions& o) {
+  // The name goes into the certificate's list of names as text: a comma in it would add entries.
+  if (!IsDnsHostName(o.server_name)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", o.server_name,
+        "' is not a host name (labels of letters, digits and '-', separated by dots)"));
+  }
   if (absl::Status s = PrivateDirectory(dir); !s.ok()) return s;
   auto ca_key = NewKey();
   if (!ca_key.ok()) return ca_key.status();

@@ -12,6 +12,7 @@
 #include <absl/strings/str_join.h>
 
 #include "tests/integration/orchestrator/cli_test_util.h"
+#include "tests/support/ci.h"
 
 namespace strata::testing {
 namespace {
@@ -29,18 +30,14 @@ std::string PyTorchMissing() {
   return r.exit_code == 0 ? "" : "no python3 with torch and numpy: " + r.output;
 }
 
-bool InCi() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && std::string(ci) == "true";
-}
-
 // Skips (or, under CI=true, fails) a test that has no Python with torch and numpy: the scripts
 // install python3-torch and python3-numpy (scripts/install-deps.sh).
-#define REQUIRE_PYTORCH()                                 \
-  if (const std::string why = PyTorchMissing(); !why.empty()) { \
-    if (InCi()) FAIL() << "CI=true: " << why;             \
-    GTEST_SKIP() << why;                                  \
-  }
+#define REQUIRE_PYTORCH()                                                 \
+  do {                                                                    \
+    if (const std::string why = PyTorchMissing(); !why.empty()) {        \
+      STRATA_UNAVAILABLE(why);                                            \
+    }                                                                     \
+  } while (0)
 
 class OwnModel : public ::testing::Test {
  protected:

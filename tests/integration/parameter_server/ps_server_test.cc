@@ -585,8 +585,20 @@ TEST_F(PsServerTest, SspWithAThrottledWorkerNeverExceedsTheBound) {
     workers.emplace_back([&, w] {
       int64_t version = 5;
       for (int step = 0; step < kSteps; ++step) {
-        // Worker 2 is the declared straggler: 20 ms of extra "compute" per step.
-        if (w == 2) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        // Worker 2 is the straggler, made one by events rather than by a sleep that a loaded
+        // machine may not honour: before each push it waits until both fast workers have started
+        // the push SSP must hold (its own pushes so far plus kStaleness plus one), so the bound
+        // is reached at every step whatever the scheduling. (A server that held the fast workers
+        // one push early would never let them get there: the wait's deadline fails the test.)
+        if (w == 2) {
+          const int64_t held = std::min<int64_t>(step + 1 + kStaleness, kSteps);
+          if (!PollUntil([&] {
+                return pushes_started[0].load() >= held && pushes_started[1].load() >= held;
+              })) {
+            ++failures;
+            return;
+          }
+        }
         ++pushes_started[w];
         Pulled r = RawPushPull(*stub, PushOf(w, version, Gradients(0.001f)));
         if (!r.status.ok()) {
@@ -604,6 +616,12 @@ TEST_F(PsServerTest, SspWithAThrottledWorkerNeverExceedsTheBound) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(GetStatus(*stub).pushes(), kWorkers * kSteps);
   for (int w = 0; w < kWorkers; ++w) EXPECT_LE(max_gap[w], kStaleness) << "worker " << w;
+  // The fast workers ran into the bound (the straggler waited for them to), and were held there.
+  // (With the server launched at staleness 2 against the test's 1, workers 0 and 1 reached a gap
+  // of 2 and the test failed.)
+  EXPECT_EQ(max_gap[0], kStaleness);
+  EXPECT_EQ(max_gap[1], kStaleness);
+  EXPECT_GE(GetStatus(*stub).waited_pulls(), 1);
 }
 
 TEST_F(PsServerTest, WatchProgressReportsEpochBoundaries) {

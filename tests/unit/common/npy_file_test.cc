@@ -29,6 +29,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "tests/support/ci.h"
+
 namespace strata {
 namespace {
 
@@ -823,18 +825,12 @@ std::string NumpyUnavailable() {
   return "";
 }
 
-bool InCi() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && std::string(ci) == "true";
-}
-
 // Under CI=true a missing numpy fails the test; elsewhere it skips with the reason.
 #define REQUIRE_NUMPY()                                                         \
   do {                                                                          \
     const std::string unavailable = NumpyUnavailable();                         \
     if (!unavailable.empty()) {                                                 \
-      if (InCi()) FAIL() << unavailable << " (CI=true: a failure, not a skip)"; \
-      GTEST_SKIP() << unavailable;                                              \
+      STRATA_UNAVAILABLE(unavailable);                                          \
     }                                                                           \
   } while (0)
 

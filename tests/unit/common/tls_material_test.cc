@@ -89,6 +89,19 @@ TEST_F(TlsMaterialTest, TheRunsCertificatesAreAcceptedAndPrivate) {
   EXPECT_TRUE(absl::StrContains(again.message(), "already holds")) << again;
 }
 
+// The name is written into the certificate's list of names as text: one that is no host name
+// (here one that would add an IP address of its own) is refused before anything is made.
+TEST_F(TlsMaterialTest, AServerNameThatIsNoHostNameIsRefusedAndNothingIsWritten) {
+  for (const char* name : {"a,IP:10.0.0.1", "", "-strata", "a..b", "strata_1"}) {
+    RunCertificateOptions options;
+    options.server_name = name;
+    const absl::Status s = WriteRunCertificates(root_ + "/refused", options);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << name << ": " << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "is not a host name")) << s;
+    EXPECT_FALSE(std::filesystem::exists(root_ + "/refused")) << name;
+  }
+}
+
 TEST_F(TlsMaterialTest, EveryRefusalNamesTheFile) {
   const std::string other = root_ + "/other";
   ASSERT_TRUE(WriteRunCertificates(other, {}).ok());

@@ -142,6 +142,45 @@ TEST(ContainerPlan, ComposeUsesTheServicePlanWithFixedPorts) {
       << plan.containers.back().script;
 }
 
+// security.tls in compose: the one-shot step makes the run's certificates in the run volume before
+// it resolves the job (which checks them), every service and every health check gets the same
+// three flags, and a directory of the user's is bound read-only instead of made. (With the
+// services' --tls-dir left empty, ComposeRun.MutualTlsCarriesTheWholeJobInContainers failed: every
+// service exited 2 at start.)
+TEST(ContainerPlan, ComposeCarriesTlsWithCertificatesOfTheRunOrOfTheUser) {
+  v1::ResolvedJob job = LoadCase("tests/data/render/ps-stragglers.yaml");
+  job.mutable_security()->set_tls(v1::TLS_MODE_MUTUAL);
+  const ContainerPlan made = PlanComposeContainers(job);
+  EXPECT_EQ(made.job.security().tls_dir(), "/run/strata/tls");
+  EXPECT_TRUE(made.inputs.empty());
+  const std::string& sharder = made.containers.front().script;
+  const size_t certificates = sharder.find("[ -d /run/strata/tls ] || strata certificates");
+  ASSERT_NE(certificates, std::string::npos) << sharder;
+  EXPECT_LT(certificates, sharder.find("strata resolve")) << sharder;
+  EXPECT_NE(sharder.find("--server-name strata"), std::string::npos) << sharder;
+  for (const ContainerSpec& c : made.containers) {
+    if (!c.serves) continue;
+    EXPECT_NE(c.script.find("--tls mutual \\\n  --tls-dir /run/strata/tls \\\n  "
+                            "--tls-server-name strata"),
+              std::string::npos)
+        << c.name << "\n" << c.script;
+  }
+  const RenderedFiles files = RenderCompose(job, RenderOptions{});
+  const std::string& compose = files.at("docker-compose.yml");
+  EXPECT_NE(compose.find("test: [CMD, strata-health, \"127.0.0.1:50051\", --deadline-s, \"8\", "
+                         "--tls, mutual, --tls-dir, /run/strata/tls, --tls-server-name, strata]"),
+            std::string::npos)
+      << compose;
+
+  job.mutable_security()->set_tls_dir("/home/me/tls");
+  const ContainerPlan users = PlanComposeContainers(job);
+  EXPECT_EQ(users.job.security().tls_dir(), "/inputs/tls");
+  ASSERT_EQ(users.inputs.size(), 1u);
+  EXPECT_EQ(users.inputs[0].host_path, "/home/me/tls");
+  EXPECT_EQ(users.inputs[0].container_path, "/inputs/tls");
+  EXPECT_EQ(users.containers.front().script.find("strata certificates"), std::string::npos);
+}
+
 // A Kubernetes template serves every instance of its role: any flag whose value differs between
 // two instances in the service plan must be one the template fills in per pod.
 TEST(ContainerPlan, KubernetesTemplatesCoverEveryPerInstanceFlag) {
