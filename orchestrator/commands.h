@@ -23,5 +23,6 @@ void AddLogsCommand(CLI::App& app, int* exit_code);
 void AddDeleteCommand(CLI::App& app, int* exit_code);
 void AddSuperviseCommand(CLI::App& app, int* exit_code);
 void AddCertificatesCommand(CLI::App& app, int* exit_code);
+void AddProduceCommand(CLI::App& app, int* exit_code);
 
 }  // namespace strata::cli

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   strata::cli::AddDeleteCommand(app, &exit_code);
   strata::cli::AddSuperviseCommand(app, &exit_code);
   strata::cli::AddCertificatesCommand(app, &exit_code);
+  strata::cli::AddProduceCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

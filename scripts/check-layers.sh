@@ -17,6 +17,8 @@ declare -A allowed=(
   [services/common/ml]="services/common/base services/common/config services/common/wire strata/v1"
   [services/common/process]="services/common/base services/common/wire"
   [services/common/metrics]="services/common/base"
+  # Stream events and the broker's client; the private redis-server is the one exception below.
+  [services/common/stream]="services/common/base services/common/config strata/v1"
   # No LibTorch: of ml only the optimizer.
   [services/parameter_server]="services/common/base services/common/config services/common/wire services/common/metrics services/common/ml/sgd.h strata/v1"
   # The ring collective: the algorithm, its links and their wire formats; it knows no worker.
@@ -44,6 +46,9 @@ declare -A exceptions=(
   [services/parameter_server/ps_process.h]="services/common/process"
   [services/parameter_server/ps_process.cc]="services/common/process"
   [services/worker/in_memory_partition_link.cc]="services/parameter_server"
+  # EmbeddedBroker starts redis-server (library strata_stream_embedded, which no service links).
+  [services/common/stream/embedded_broker.h]="services/common/process"
+  [services/common/stream/embedded_broker.cc]="services/common/process"
 )
 broken=0
 for folder in "${!allowed[@]}"; do

@@ -17,6 +17,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev zlib1g-dev libcli11-dev nlohmann-json3-dev
   # The services' Prometheus endpoints (services/common/metrics).
   prometheus-cpp-dev
+  # Stream jobs (services/common/stream): the Redis Streams client, and redis-server, the broker
+  # `strata` starts for a run without one (and the stream tests start for themselves).
+  libhiredis-dev redis-server
   dataset-fashion-mnist
 )
 if [[ "$profile" == test ]]; then
@@ -110,5 +113,10 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recomme
 if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null &&
   [[ -d /run/systemd/system ]]; then
   $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+fi
+# The same for redis-server (port 6379): every run and test starts a private one on a unix socket.
+if [[ " ${missing[*]} " == *" redis-server "* ]] && command -v systemctl >/dev/null &&
+  [[ -d /run/systemd/system ]]; then
+  $SUDO systemctl disable --now redis-server >/dev/null 2>&1 || true
 fi
 if [[ "$profile" == test ]]; then install_node_tools; fi

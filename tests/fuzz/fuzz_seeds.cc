@@ -7,6 +7,7 @@
 //   build-fuzz/bin/fuzz_seeds tests/fuzz/corpus configs
 //
 // Inputs the fuzzers found (crash-*) are kept beside the seeds and not touched here.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -21,11 +22,13 @@
 
 #include "services/collective/segment_codec.h"
 #include "services/collective/tcp_frame.h"
+#include "services/common/stream/stream_event.h"
 #include "services/common/wire/checkpoint.h"
 #include "services/common/wire/npy_file.h"
 #include "services/common/wire/push_pull_frame.h"
 #include "services/common/wire/tensor_codec.h"
 #include "strata/v1/evaluator.pb.h"
+#include "tests/fuzz/stream_entry_bytes.h"
 #include "tests/support/crafted_checkpoint.h"
 
 namespace strata {
@@ -365,6 +368,46 @@ void JobSpecSeeds(const fs::path& dir, const fs::path& configs) {
   Write(dir, "set-under-scalar", with_sets({"name: s\n", "name.inner=3"}));
 }
 
+// Stream events (stream_event_fuzz.cc): what `strata produce` writes for the fuzz target's two
+// schemas, and one entry of each malformed kind the decoder refuses.
+void StreamEventSeeds(const fs::path& dir) {
+  StreamEvent event;
+  event.shape = {2, 2};
+  event.features = {0.5f, -1.f, 0.f, 3.25f};
+  event.label = 3;
+  event.produced_ns = 1764300000000000000;
+  event.seq = 17;
+  const auto entry = [](StreamFields fields) {
+    return fuzz::EntryBytes({"1764300000000-0", std::move(fields)});
+  };
+  const StreamFields good = EncodeStreamEvent(event);
+  Write(dir, "event", entry(good));
+  StreamEvent image = event;
+  image.shape = {1, 28, 28};
+  image.features.assign(784, 0.25f);
+  Write(dir, "image", entry(EncodeStreamEvent(image)));
+  const auto with = [&good](const std::string& name, const std::string& value) {
+    StreamFields fields = good;
+    for (auto& [n, v] : fields) {
+      if (n == name) v = value;
+    }
+    return fields;
+  };
+  const float nan = std::nanf("");
+  std::string x_nan = good[0].second;
+  std::memcpy(&x_nan[4], &nan, 4);
+  Write(dir, "nan", entry(with("x", x_nan)));
+  Write(dir, "short-x", entry(with("x", good[0].second.substr(0, 12))));
+  Write(dir, "other-shape", entry(with("shape", "4,1")));
+  Write(dir, "label-out-of-range", entry(with("y", "10")));
+  StreamFields no_label = good;
+  no_label.erase(no_label.begin() + 2);
+  Write(dir, "no-label", entry(no_label));
+  StreamFields twice = good;
+  twice.push_back(good[2]);
+  Write(dir, "label-twice", entry(twice));
+}
+
 }  // namespace
 }  // namespace strata
 
@@ -381,5 +424,6 @@ int main(int argc, char** argv) {
   strata::TcpFrameSeeds(corpus / "tcp_frame");
   strata::PushPullFrameSeeds(corpus / "push_pull_frame");
   strata::NpyFileSeeds(corpus / "npy_file");
+  strata::StreamEventSeeds(corpus / "stream_event");
   return 0;
 }

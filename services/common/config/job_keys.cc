@@ -12,6 +12,7 @@
 #include <absl/strings/str_split.h>
 
 #include "services/common/base/host_name.h"
+#include "services/common/config/broker_address.h"
 
 namespace strata {
 namespace {
@@ -56,6 +57,23 @@ std::string NeverOrSeconds(const std::string&, double v) {
   return v == 0 || (v >= 0.1 && v <= 86400)
              ? ""
              : absl::StrCat("must be 0 (never) or in [0.1, 86400] seconds, got ", v);
+}
+
+// A stream key or consumer-group name as redis-cli and the logs show it: printable, no spaces.
+std::string StreamName(const std::string& v, double) {
+  if (v.empty() || v.size() > 200) return "must be 1 to 200 characters";
+  for (char c : v) {
+    if (!std::isgraph(static_cast<unsigned char>(c))) {
+      return "may hold printable characters only, no spaces";
+    }
+  }
+  return "";
+}
+
+std::string BrokerAddressText(const std::string& v, double) {
+  if (v.empty()) return "";
+  const absl::Status parsed = ParseBrokerAddress(v).status();
+  return parsed.ok() ? "" : std::string(parsed.message());
 }
 
 // ---- when a key means something -------------------------------------------------------------
@@ -368,6 +386,73 @@ std::vector<JobKey> MakeTable() {
           .AtMost(65535)
           .Doc("`compose` and `kubernetes`: the port every container serves its metrics on."),
 
+      // Every stream key is written to job.yaml only when it differs from its default, so the
+      // job.yaml of a job that does not stream reads as it did before the section existed.
+      Key("stream.address")
+          .Check(BrokerAddressText)
+          .EmitOnlyUnlessDefault()
+          .Doc("The Redis broker of the stream: `redis://HOST:PORT` or the absolute path of its "
+               "unix socket; empty: a broker of the run's own."),
+      Key("stream.key")
+          .Default("strata:events")
+          .Check(StreamName)
+          .EmitOnlyUnlessDefault()
+          .Doc("The stream's key on the broker."),
+      Key("stream.group")
+          .Default("replicas")
+          .Check(StreamName)
+          .EmitOnlyUnlessDefault()
+          .Doc("The consumer group the replicas read the stream as."),
+      Key("stream.batch_events")
+          .Default("64")
+          .AtLeast(1)
+          .AtMost(65536)
+          .EmitOnlyUnlessDefault()
+          .Doc("A replica's mini-batch: a tumbling window of this many events."),
+      Key("stream.max_grad_buffer")
+          .Default("4")
+          .AtLeast(1)
+          .AtMost(1024)
+          .EmitOnlyUnlessDefault()
+          .Doc("Gradients a replica buffers before it sends them to every other replica."),
+      Key("stream.max_events")
+          .Default("0")
+          .AtLeast(0)
+          .EmitOnlyUnlessDefault()
+          .Doc("Stop after this many events (0 = no limit)."),
+      Key("stream.max_seconds")
+          .Default("0")
+          .AtLeast(0)
+          .AtMost(31536000)
+          .Unit("seconds")
+          .EmitOnlyUnlessDefault()
+          .Doc("Stop after this long (0 = no limit)."),
+      Key("stream.claim_idle_ms")
+          .Default("30000")
+          .AtLeast(100)
+          .AtMost(86400000)
+          .EmitOnlyUnlessDefault()
+          .Doc("Events a consumer was handed and has not acknowledged for this many milliseconds "
+               "are claimed by another (a dead replica's)."),
+      Key("stream.produce.rate")
+          .Default("0")
+          .AtLeast(0)
+          .AtMost(10000000)
+          .EmitOnlyUnlessDefault()
+          .Doc("`strata produce`: events per second (0 = as fast as the broker takes them)."),
+      Key("stream.produce.drift.at_event")
+          .Default("0")
+          .AtLeast(0)
+          .EmitOnlyUnlessDefault()
+          .Doc("`strata produce`: the first event (counted from 0 over the whole replay) the drift "
+               "changes."),
+      Key("stream.produce.drift.permute_labels")
+          .Default("false")
+          .TypeDoc("`true` or `false`")
+          .EmitOnlyUnlessDefault()
+          .Doc("`strata produce`: from `at_event` on, every label y is sent as p(y), p a fixed "
+               "permutation of the classes that moves every class."),
+
       Key("recovery.restarts")
           .Default("3")
           .AtLeast(0)
@@ -409,7 +494,11 @@ void Bind(JobKey* key) {
   }
 }
 
-std::string Number(double v) { return absl::StrCat(v); }
+// Whole numbers in full ("86400000", not StrCat's "8.64e+07"), others as StrCat writes them.
+std::string Number(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
+  return absl::StrCat(v);
+}
 
 }  // namespace
 

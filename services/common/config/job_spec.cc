@@ -541,11 +541,22 @@ bool Emitted(const JobKey& key, const v1::ResolvedJob& job) {
   return !(key.emit_only_unless_default && SameValue(key, job, defaults));
 }
 
+// A section none of whose keys is written is left out whole (no `stream: {}`).
+bool EmitsAnything(const v1::ResolvedJob& job, const std::string& section) {
+  for (const std::string& child : Sections::Get().Children(section)) {
+    const std::string full = Join(section, child);
+    const JobKey* key = FindJobKey(full);
+    if (key == nullptr ? EmitsAnything(job, full) : Emitted(*key, job)) return true;
+  }
+  return false;
+}
+
 void EmitSection(YAML::Emitter& out, const v1::ResolvedJob& job, const std::string& section) {
   for (const std::string& child : Sections::Get().Children(section)) {
     const std::string full = Join(section, child);
     const JobKey* key = FindJobKey(full);
     if (key == nullptr) {
+      if (!EmitsAnything(job, full)) continue;
       out << YAML::Key << child << YAML::Value;
       if (IsFlowSection(full)) out << YAML::Flow;
       out << YAML::BeginMap;

@@ -26,10 +26,7 @@ torch::Tensor RawBatch(const Dataset& dataset, const DatasetSplit& split,
                        const std::vector<int64_t>& examples, torch::Tensor* labels) {
   const size_t per = dataset.example_floats();
   const int64_t n = static_cast<int64_t>(examples.size());
-  const std::vector<int64_t> one =
-      dataset.example_shape.empty()
-          ? std::vector<int64_t>{dataset.channels, dataset.height, dataset.width}
-          : dataset.example_shape;
+  const std::vector<int64_t> one = dataset.ExampleShape();
   torch::Tensor x = torch::empty(BatchShape(n, one));
   float* dst = x.data_ptr<float>();
   for (int64_t i = 0; i < n; ++i) split.CopyFeatures(examples[i], per, dst + i * per);

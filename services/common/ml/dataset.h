@@ -56,6 +56,10 @@ struct Dataset {
   bool augment = false;             // random crop (padding 4) and horizontal flip while training
   DatasetSplit train, test;
 
+  // example_shape, or the built-in models' {channels, height, width} where it is empty.
+  std::vector<int64_t> ExampleShape() const {
+    return example_shape.empty() ? std::vector<int64_t>{channels, height, width} : example_shape;
+  }
   size_t example_floats() const;
   size_t target_floats() const;
   bool class_labels() const { return target_shape.empty(); }

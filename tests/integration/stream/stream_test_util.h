@@ -1,0 +1,102 @@
+// What the stream tests share: a private redis-server per test (a temporary directory of its
+// own, short enough for a unix socket's path), a client of it, and a consumer that reads a group
+// until it has what it expects, decoding and acknowledging every entry as a replica will.
+#pragma once
+
+#include <stdlib.h>
+
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "services/common/stream/embedded_broker.h"
+#include "services/common/stream/stream_broker.h"
+#include "services/common/stream/stream_event.h"
+#include "tests/support/ci.h"
+
+namespace strata::testing {
+
+class StreamBrokerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/strata-stream-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    if (auto found = FindRedisServer(); !found.ok()) {
+      STRATA_UNAVAILABLE(std::string(found.status().message()));
+    }
+    StartBroker();
+  }
+  void TearDown() override {
+    broker_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  void StartBroker() {
+    EmbeddedBrokerOptions options;
+    options.directory = dir_;
+    auto broker = EmbeddedBroker::Start(options);
+    ASSERT_TRUE(broker.ok()) << broker.status();
+    broker_ = *std::move(broker);
+  }
+
+  std::unique_ptr<StreamBroker> Client(StreamBrokerOptions options = {}) {
+    auto client = ConnectStreamBroker(broker_->address(), options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  std::string dir_;
+  std::unique_ptr<EmbeddedBroker> broker_;
+};
+
+// One consumer of a group: what it read, decoded and acknowledged.
+struct ConsumerTally {
+  std::vector<StreamEvent> events;
+  std::vector<std::string> ids;
+  std::vector<absl::Status> refused;  // malformed entries, acknowledged and skipped
+  absl::Status failure;               // a broker call that failed
+};
+
+// Reads as `consumer` until `total` (shared by the consumers of the group) reaches `expected`
+// or `deadline` passes; every entry is acknowledged after it is decoded, malformed or not.
+inline ConsumerTally ConsumeUntil(StreamBroker& broker, const std::string& key,
+                                  const std::string& group, const std::string& consumer,
+                                  const EventSchema& schema, std::atomic<int64_t>& total,
+                                  int64_t expected, std::chrono::seconds deadline) {
+  ConsumerTally tally;
+  const auto end = std::chrono::steady_clock::now() + deadline;
+  while (total.load() < expected && std::chrono::steady_clock::now() < end) {
+    auto entries = broker.ReadGroup(key, group, consumer, 50, std::chrono::milliseconds(100));
+    if (!entries.ok()) {
+      tally.failure = entries.status();
+      return tally;
+    }
+    std::vector<std::string> ids;
+    for (const StreamEntry& entry : *entries) {
+      auto event = DecodeStreamEvent(entry, schema);
+      if (event.ok()) {
+        tally.events.push_back(*std::move(event));
+      } else {
+        tally.refused.push_back(event.status());
+      }
+      ids.push_back(entry.id);
+      tally.ids.push_back(entry.id);
+    }
+    auto acked = broker.Ack(key, group, ids);
+    if (!acked.ok() || *acked != static_cast<int64_t>(ids.size())) {
+      tally.failure = acked.ok() ? absl::InternalError("XACK acknowledged fewer") : acked.status();
+      return tally;
+    }
+    total += static_cast<int64_t>(ids.size());
+  }
+  return tally;
+}
+
+}  // namespace strata::testing
