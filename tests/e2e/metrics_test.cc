@@ -25,60 +25,11 @@
 #include <gtest/gtest.h>
 
 #include "tests/integration/orchestrator/cli_test_util.h"
+#include "tests/support/ci.h"
+#include "tests/support/plain_http.h"
 
 namespace strata::testing {
 namespace {
-
-bool UnderCi() {
-  const char* ci = std::getenv("CI");
-  return ci != nullptr && std::string(ci) == "true";
-}
-
-// Sends `request` to 127.0.0.1:`port` as it is and returns what comes back until the server
-// closes the connection (or 30 s pass); empty when it cannot connect.
-std::string Exchange(int port, const std::string& request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
-  timeval timeout{30, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  std::string response;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    size_t sent = 0;
-    while (sent < request.size()) {
-      const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
-      if (n <= 0) break;
-      sent += static_cast<size_t>(n);
-    }
-    char buf[8192];
-    ssize_t n;
-    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) response.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  return response;
-}
-
-struct HttpResponse {
-  int status = 0;  // 0: no answer
-  std::string body;
-};
-
-HttpResponse Parse(const std::string& raw) {
-  HttpResponse r;
-  if (raw.compare(0, 5, "HTTP/") != 0) return r;
-  const size_t space = raw.find(' ');
-  if (space != std::string::npos) r.status = std::atoi(raw.c_str() + space + 1);
-  const size_t body = raw.find("\r\n\r\n");
-  if (body != std::string::npos) r.body = raw.substr(body + 4);
-  return r;
-}
-
-HttpResponse Get(int port, const std::string& target) {
-  return Parse(Exchange(port, "GET " + target + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"));
-}
 
 std::string UrlEncode(const std::string& s) {
   std::string out;
@@ -157,9 +108,9 @@ scrape_configs:
       auto child = ChildProcess::Spawn(o);
       if (!child.ok()) return std::string(child.status().message());
       process_ = std::move(*child);
-      const bool ready =
-          Eventually([&] { return process_->Poll() || Get(port_, "/-/ready").status == 200; },
-                     std::chrono::seconds(120));
+      const bool ready = Eventually(
+          [&] { return process_->Poll() || HttpGetOnLoopback(port_, "/-/ready").status == 200; },
+          std::chrono::seconds(120));
       if (ready && !process_->exited()) return "";
     }
     return "prometheus did not become ready: " + LogTail(dir_ + "/prometheus.log");
@@ -175,7 +126,7 @@ scrape_configs:
 
   // The instant vector of `expr` (an array of {metric, value: [time, "text"]}); null on error.
   nlohmann::json Query(const std::string& expr) {
-    HttpResponse r = Get(port_, "/api/v1/query?query=" + UrlEncode(expr));
+    HttpResponse r = HttpGetOnLoopback(port_, "/api/v1/query?query=" + UrlEncode(expr));
     nlohmann::json j = nlohmann::json::parse(r.body, nullptr, false);
     if (r.status != 200 || j.is_discarded() || j.value("status", "") != "success") return nullptr;
     return j["data"]["result"];
@@ -234,7 +185,7 @@ std::optional<std::string> PrometheusOrSkip() {
   const std::string why =
       "no prometheus on the PATH (Debian's prometheus package; scripts/install-deps.sh installs "
       "it)";
-  if (UnderCi()) {
+  if (InCi()) {
     ADD_FAILURE() << "CI must scrape a run with a real Prometheus: " << why;
   } else {
     std::printf("skipped: %s\n", why.c_str());
@@ -408,9 +359,9 @@ TEST(Metrics, TheOrchestratorsEndpointCountsARestart) {
 
   // Killed as the recovery tests kill it, with work left; no restart counted before.
   ASSERT_TRUE(run.WaitForTraining(40)) << run.run->Output();
-  EXPECT_EQ(
-      StrataSamples(Get(port, "/metrics").body).at("strata_restarts_total{process=\"worker-1\"}"),
-      "0");
+  EXPECT_EQ(StrataSamples(HttpGetOnLoopback(port, "/metrics").body)
+                .at("strata_restarts_total{process=\"worker-1\"}"),
+            "0");
   const int pid = run.PidOf("worker-1");
   ASSERT_GT(pid, 0);
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
@@ -461,7 +412,7 @@ TEST(Metrics, TheEndpointAcceptsNothingButGetMetrics) {
   ASSERT_TRUE(child.ok()) << child.status();
   auto port = WaitForPortFile(**child, port_file, std::chrono::seconds(60));
   ASSERT_TRUE(port.ok()) << port.status();
-  const HttpResponse first = Get(*port, "/metrics");
+  const HttpResponse first = HttpGetOnLoopback(*port, "/metrics");
   ASSERT_EQ(first.status, 200);
   const std::map<std::string, std::string> before = StrataSamples(first.body);
   EXPECT_EQ(before.at("strata_ps_model_version{partition=\"0\"}"), "0");
@@ -482,13 +433,13 @@ TEST(Metrics, TheEndpointAcceptsNothingButGetMetrics) {
       "GET /metrics HTTP/1.0\r\n" + std::string(100000, 'X') + "\r\n\r\n",
   };
   for (const std::string& request : requests) {
-    const HttpResponse r = Parse(Exchange(*port, request));
+    const HttpResponse r = ParseHttpResponse(ExchangeOnLoopback(*port, request));
     const std::string shown = request.substr(0, 30);
     EXPECT_NE(r.status, 200) << "answered 200 to: " << shown << "\n" << r.body;
     EXPECT_EQ(r.body.find("strata_"), std::string::npos) << shown;
   }
   // Still serving, the same figures, the process alive.
-  const HttpResponse after = Get(*port, "/metrics");
+  const HttpResponse after = HttpGetOnLoopback(*port, "/metrics");
   ASSERT_EQ(after.status, 200) << LogTail(o.log_path);
   EXPECT_EQ(StrataSamples(after.body), before);
   EXPECT_FALSE((*child)->Poll()) << (*child)->ExitDescription() << "\n" << LogTail(o.log_path);
