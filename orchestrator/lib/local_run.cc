@@ -12,6 +12,7 @@
 #include <absl/strings/str_join.h>
 
 #include "orchestrator/lib/run_driver.h"
+#include "orchestrator/lib/stream_run.h"
 #include "orchestrator/plan/job_checks.h"
 #include "orchestrator/run/resume_point.h"
 #include "services/common/config/resolved_job.h"
@@ -74,6 +75,9 @@ int RunLocalJob(const LocalRunOptions& options) {
   if (FileExists(dir + "/job.yaml")) {
     std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());
     return 2;
+  }
+  if (job->strategy().kind() == v1::STRATEGY_KIND_STREAM) {
+    return RunStreamJob(options, std::move(*job), dir);
   }
   RunDriver run(options, std::move(*job), dir);
   return run.Run();

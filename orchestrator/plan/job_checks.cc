@@ -33,6 +33,37 @@ std::string TlsOnKubernetesRefusal(const std::string& mode, const std::string& c
 }
 
 // In containers every service listens on kContainerPort; a metrics endpoint there could not bind.
+// strategy.kind stream: what the replicas' protocol needs of the rest of the job.
+template <typename ErrorFn>
+void StreamJobProblems(const v1::ResolvedJob& job, ErrorFn& error) {
+  const v1::ResolvedTraining& training = job.training();
+  // Every replica applies every gradient once, in the order it arrives: plain SGD's updates
+  // commute, so the replicas end on the same model; momentum's and weight decay's do not.
+  const char* order = "every replica applies the others' gradients in the order they arrive, and "
+                      "with it the replicas would no longer agree: set 0 for strategy.kind stream";
+  if (training.momentum() != 0) error("training.momentum", absl::StrCat("momentum: ", order));
+  if (training.weight_decay() != 0) {
+    error("training.weight_decay", absl::StrCat("weight decay: ", order));
+  }
+  if (training.lr_milestones_size() > 0) {
+    error("training.lr_schedule.milestones",
+          "a stream has no epochs to count milestones in; strategy.kind stream keeps training.lr");
+  }
+  if (training.loss() != v1::LOSS_CROSS_ENTROPY) {
+    error("training.loss", "a stream event carries a class label: strategy.kind stream trains "
+                           "cross_entropy");
+  }
+  if (job.stream().max_events() == 0 && job.stream().max_seconds() == 0) {
+    error("stream.max_events",
+          "a stream has no end of its own: give stream.max_events or stream.max_seconds");
+  }
+  if (job.launcher().kind() != v1::LAUNCHER_KIND_LOCAL) {
+    error("launcher.kind", absl::StrCat("strategy.kind stream runs on the local launcher; '",
+                                        Spelled(job.launcher().kind()),
+                                        "' does not start a broker and replicas yet"));
+  }
+}
+
 std::string MetricsPortProblem(const v1::ResolvedJob& job) {
   if (!job.metrics().enabled() || job.metrics().port() != kContainerPort) return "";
   return absl::StrCat(job.metrics().port(),
@@ -191,6 +222,12 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
     if (const std::string problem = MetricsPortProblem(job); !problem.empty()) {
       error("metrics.port", problem);
     }
+  }
+  if (usable({"strategy.kind", "training.momentum", "training.weight_decay",
+              "training.lr_schedule.milestones", "training.loss", "stream.max_events",
+              "stream.max_seconds", "launcher.kind"}) &&
+      strategy.kind() == v1::STRATEGY_KIND_STREAM) {
+    StreamJobProblems(job, error);
   }
   if (usable({"launcher.kind"}) && options.for_run && launcher == v1::LAUNCHER_KIND_KUBERNETES) {
     error("launcher.kind",

@@ -21,6 +21,7 @@
 #include "services/worker/allreduce_sync.h"
 #include "services/worker/point_round_sync.h"
 #include "services/worker/push_pull_sync.h"
+#include "services/worker/stream_replica.h"
 #include "services/worker/training_loop.h"
 #include "services/worker/worker_metrics.h"
 #include "services/worker/worker_service.h"
@@ -142,6 +143,7 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeWorkerRing(const WorkerOption
 }  // namespace
 
 absl::Status RunWorker(const WorkerOptions& options) {
+  if (options.job.strategy().kind() == v1::STRATEGY_KIND_STREAM) return RunStreamReplica(options);
   STRATA_ASSIGN_OR_RETURN(std::unique_ptr<MetricsEndpoint> metrics_endpoint,
                           MetricsEndpoint::Start(options.metrics));
   STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(DatasetOptionsFor(options.job)));

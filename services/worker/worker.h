@@ -35,6 +35,11 @@ struct WorkerOptions {
   std::chrono::milliseconds ring_checkpoint_every{0};
   // The Prometheus endpoint (worker_metrics.h says what it shows); no listen address: none.
   MetricsEndpointOptions metrics;
+  // A stream job's replica (stream_replica.h): the broker to read (empty: stream.address; `strata
+  // run` passes its embedded broker's socket) and the run's nonce, under which the replicas find
+  // each other's addresses on the broker.
+  std::string stream_address;
+  std::string stream_run;
 
   int world() const { return job.cluster().workers(); }
 };

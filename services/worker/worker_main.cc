@@ -49,6 +49,11 @@ int main(int argc, char** argv) {
                  "(what strata resume continues from); 0: never; default with --run-dir: the "
                  "job's recovery.ring_checkpoint_s")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--stream-address", options.stream_address,
+                 "strategy.kind stream: the broker to read instead of stream.address");
+  app.add_option("--stream-run", options.stream_run,
+                 "strategy.kind stream: the run's nonce, under which the replicas find each other")
+      ->default_val("default");
   bool insecure_no_auth = false;
   app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
   strata::TlsFlagValues tls;

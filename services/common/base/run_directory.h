@@ -36,6 +36,18 @@ inline constexpr char kFinalCheckpoint[] = "checkpoints/final.ckpt";
 inline constexpr char kModel[] = "model.pt";
 // Where partition 0's server records the rounds of a pdp or apdp job (one JSON line each).
 inline constexpr char kPdpRounds[] = "pdp-rounds.jsonl";
+// A stream job's replicas: what each reports while it trains (rewritten about once a second) and
+// at its end, and its final model.
+inline constexpr char kStream[] = "stream";
+inline std::string StreamReplicaProgress(int rank) {
+  return std::string(kStream) + "/replica-" + std::to_string(rank) + ".progress.json";
+}
+inline std::string StreamReplicaResult(int rank) {
+  return std::string(kStream) + "/replica-" + std::to_string(rank) + ".json";
+}
+inline std::string StreamReplicaModel(int rank) {
+  return std::string(kCheckpoints) + "/replica-" + std::to_string(rank) + ".ckpt";
+}
 inline std::string ShardIndex(const std::string& rank) {
   return std::string(kShards) + "/" + ShardIndexName(rank);
 }
@@ -78,6 +90,11 @@ struct RunPaths {
     return At(run_files::ServerCheckpoint(partition));
   }
   std::string RingCheckpoint() const { return At(run_files::kRingCheckpoint); }
+  std::string StreamReplicaProgress(int rank) const {
+    return At(run_files::StreamReplicaProgress(rank));
+  }
+  std::string StreamReplicaResult(int rank) const { return At(run_files::StreamReplicaResult(rank)); }
+  std::string StreamReplicaModel(int rank) const { return At(run_files::StreamReplicaModel(rank)); }
   std::string InitCheckpoint() const { return At(run_files::kInitCheckpoint); }
   // ports/<service>.port: where a service started by the local launcher writes its port.
   std::string PortFile(const std::string& service) const { return ports + "/" + service + ".port"; }

@@ -46,11 +46,13 @@ absl::StatusOr<v1::ResolvedJob> LoadServiceJob(const ServiceJobSource& source);
 
 // The job has parameter servers: a `ps` job, or a `switch` job (after its switch).
 inline bool UsesServers(const v1::ResolvedJob& job) {
-  return job.strategy().kind() != v1::STRATEGY_KIND_ALLREDUCE;
+  const v1::StrategyKind kind = job.strategy().kind();
+  return kind == v1::STRATEGY_KIND_PS || kind == v1::STRATEGY_KIND_SWITCH;
 }
 // The job trains in a ring at some point: an `allreduce` job, or a `switch` job (before).
 inline bool UsesRing(const v1::ResolvedJob& job) {
-  return job.strategy().kind() != v1::STRATEGY_KIND_PS;
+  const v1::StrategyKind kind = job.strategy().kind();
+  return kind == v1::STRATEGY_KIND_ALLREDUCE || kind == v1::STRATEGY_KIND_SWITCH;
 }
 // PDP and APDP: the servers decide when the workers send their updates (parameter_server/pdp).
 inline bool ServerDecidesPulls(v1::Consistency consistency) {

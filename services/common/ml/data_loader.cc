@@ -77,6 +77,19 @@ Batch MakeBatch(const Dataset& dataset, const DatasetSplit& split,
   return batch;
 }
 
+Batch MakeBatchFrom(const Dataset& dataset, const std::vector<float>& features,
+                    const std::vector<int32_t>& labels) {
+  const int64_t n = static_cast<int64_t>(labels.size());
+  Batch batch;
+  batch.x = torch::from_blob(const_cast<float*>(features.data()),
+                             BatchShape(n, dataset.ExampleShape()), torch::kFloat32)
+                .clone();
+  batch.y = torch::from_blob(const_cast<int32_t*>(labels.data()), {n}, torch::kInt32)
+                .to(torch::kInt64);
+  Normalise(dataset, &batch.x);
+  return batch;
+}
+
 DataLoader::DataLoader(const Dataset& dataset, const DatasetSplit& split,
                        std::vector<int64_t> indices, LoaderOptions options)
     : dataset_(dataset), split_(split), indices_(std::move(indices)), options_(options) {

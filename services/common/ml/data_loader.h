@@ -56,5 +56,9 @@ std::vector<int64_t> EpochOrder(const std::vector<int64_t>& indices, uint64_t se
 // Builds the normalised input tensor for the given examples, without augmentation.
 Batch MakeBatch(const Dataset& dataset, const DatasetSplit& split,
                 const std::vector<int64_t>& examples);
+// The same for examples that arrived from elsewhere (a stream's events): `features` holds
+// labels.size() examples of the data set's shape, raw as the data set stores them.
+Batch MakeBatchFrom(const Dataset& dataset, const std::vector<float>& features,
+                    const std::vector<int32_t>& labels);
 
 }  // namespace strata

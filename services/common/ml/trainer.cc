@@ -307,6 +307,18 @@ absl::StatusOr<StepStats> Trainer::ComputeGradientsOn(const std::vector<int64_t>
   return impl_->Step(MakeBatch(*impl_->dataset, impl_->dataset->train, examples));
 }
 
+absl::StatusOr<StepStats> Trainer::ComputeGradientsFrom(const std::vector<float>& features,
+                                                         const std::vector<int32_t>& labels) {
+  const Dataset& d = *impl_->dataset;
+  if (!d.class_labels() || labels.empty() ||
+      features.size() != labels.size() * d.example_floats()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        labels.size(), " labels and ", features.size(), " features for examples of ",
+        d.example_floats(), " features", d.class_labels() ? "" : " (the data set has no classes)"));
+  }
+  return impl_->Step(MakeBatchFrom(d, features, labels));
+}
+
 void Trainer::ApplyGradients(const SgdOptions& sgd) {
   SgdStep(parameter_data(), gradient_data(), velocity_data(), impl_->param_layout.total_floats(),
           sgd);

@@ -105,6 +105,11 @@ class Trainer {
   absl::StatusOr<StepStats> ComputeGradients(int64_t b);
   // The same on explicit examples of the training split (for reproducing a global batch).
   absl::StatusOr<StepStats> ComputeGradientsOn(const std::vector<int64_t>& examples);
+  // The same on examples that are not in the data set (a stream's events): labels.size()
+  // examples of the data set's shape in `features`, raw; the labels must be class labels of the
+  // data set (the caller checked them: a stream's decoder refuses any other).
+  absl::StatusOr<StepStats> ComputeGradientsFrom(const std::vector<float>& features,
+                                                 const std::vector<int32_t>& labels);
   // The example indices of batch `b` in the current epoch.
   std::vector<int64_t> BatchExamples(int64_t b) const;
 

@@ -6,6 +6,7 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <map>
 #include <thread>
 
 #include <absl/strings/match.h>
@@ -289,6 +290,7 @@ class RedisStreamBroker : public StreamBroker {
           if (name == "consumers") info.consumers = value->integer;
           if (name == "pending") info.pending = value->integer;
           if (name == "lag") info.lag = value->integer;
+          if (name == "entries-read") info.entries_read = value->integer;
         }
       }
       if (info.name == group) return info;
@@ -302,6 +304,33 @@ class RedisStreamBroker : public StreamBroker {
     if (!r.ok()) return r.status();
     if (absl::Status e = ErrorOf("XLEN", r->get()); !e.ok()) return e;
     return Integer("XLEN", "the length", r->get());
+  }
+
+  absl::Status PutField(const std::string& key, const std::string& field,
+                        const std::string& value) override {
+    auto r = RunOne("HSET", {"HSET", key, field, value});
+    if (!r.ok()) return r.status();
+    if (absl::Status e = ErrorOf("HSET", r->get()); !e.ok()) return e;
+    return Integer("HSET", "the count of new fields", r->get()).status();
+  }
+
+  absl::StatusOr<std::map<std::string, std::string>> Fields(const std::string& key) override {
+    auto r = RunOne("HGETALL", {"HGETALL", key});
+    if (!r.ok()) return r.status();
+    const redisReply* reply = r->get();
+    if (absl::Status e = ErrorOf("HGETALL", reply); !e.ok()) return e;
+    // A flat array of field, value, ... (RESP2, what hiredis speaks by default).
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 0) {
+      return Unexpected("HGETALL", "field/value pairs", reply);
+    }
+    std::map<std::string, std::string> fields;
+    for (size_t i = 0; i < reply->elements; i += 2) {
+      if (!IsText(reply->element[i]) || !IsText(reply->element[i + 1])) {
+        return Unexpected("HGETALL", "a field or value", reply);
+      }
+      fields[Text(reply->element[i])] = Text(reply->element[i + 1]);
+    }
+    return fields;
   }
 
   absl::Status Ping() override {

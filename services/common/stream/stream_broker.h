@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -51,6 +52,9 @@ struct ConsumerGroupInfo {
   // Entries in the stream not yet delivered to the group; -1 when Redis cannot tell (after
   // deletions), as XINFO says with a nil.
   int64_t lag = -1;
+  // Entries the group has been handed since it was made (Redis 7's entries-read); -1 when Redis
+  // cannot tell.
+  int64_t entries_read = -1;
 };
 
 struct AutoClaimed {
@@ -96,6 +100,11 @@ class StreamBroker {
   virtual absl::StatusOr<ConsumerGroupInfo> GroupInfo(const std::string& key,
                                                       const std::string& group) = 0;
   virtual absl::StatusOr<int64_t> Length(const std::string& key) = 0;  // XLEN
+  // HSET key field value, and HGETALL key: the small shared records beside a stream (where each
+  // replica of a stream job listens).
+  virtual absl::Status PutField(const std::string& key, const std::string& field,
+                                const std::string& value) = 0;
+  virtual absl::StatusOr<std::map<std::string, std::string>> Fields(const std::string& key) = 0;
   virtual absl::Status Ping() = 0;
 };
 

@@ -1,0 +1,453 @@
+#include "orchestrator/lib/stream_run.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
+#include <absl/strings/str_join.h>
+#include <nlohmann/json.hpp>
+
+#include "orchestrator/record/run_record.h"
+#include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
+#include "services/common/base/status.h"
+#include "services/common/config/job_spec.h"
+#include "services/common/config/resolved_job.h"
+#include "services/common/process/child_process.h"
+#include "services/common/process/interrupt.h"
+#include "services/common/stream/embedded_broker.h"
+#include "services/common/stream/stream_broker.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/rpc_auth.h"
+
+namespace strata {
+namespace {
+
+using StreamClock = std::chrono::steady_clock;
+
+// The replicas' final models agree when no replica's parameters differ from replica 0's by more
+// than this, relative to the size of replica 0's (the L2 norms): only the order of the additions
+// differs between them.
+constexpr double kAgreementTolerance = 1e-5;
+
+std::string SelfPath() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "strata";
+}
+
+// Figures of one replica's progress or result file; an empty object while it has written none.
+nlohmann::json ReadJson(const std::string& path) {
+  auto text = ReadFile(path);
+  if (!text.ok()) return nlohmann::json::object();
+  auto parsed = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  return parsed.is_object() ? parsed : nlohmann::json::object();
+}
+
+int64_t Int(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
+class StreamRun {
+ public:
+  StreamRun(const LocalRunOptions& options, v1::ResolvedJob job, std::string run_dir)
+      : options_(options), job_(std::move(job)), paths_(std::move(run_dir)) {}
+
+  int Run() {
+    started_ = StreamClock::now();
+    if (absl::Status s = Prepare(); !s.ok()) {
+      std::fprintf(stderr, "strata run: %s; nothing was launched\n",
+                   std::string(s.message()).c_str());
+      return 2;
+    }
+    absl::Status status = Execute();
+    StopEverything();
+    nlohmann::json summary = Summarise(status);
+    record_->WriteSummary(summary);
+    const bool checks = summary.value("apply_once", false) && summary.value("agree", false);
+    if (status.ok() && !checks) {
+      status = absl::InternalError(absl::StrCat(
+          "the replicas' checks failed: apply_once ",
+          summary.value("apply_once", false) ? "true" : "false", ", agree ",
+          summary.value("agree", false) ? "true" : "false", " (summary.json)"));
+    }
+    if (!status.ok()) {
+      record_->Event(RunEvent::kRunFailed, {{"reason", std::string(status.message())}});
+      std::fprintf(stderr, "strata run: %s: failed: %s\n", job_.name().c_str(),
+                   std::string(status.message()).c_str());
+      return Interrupted() != 0 ? 130 : 1;
+    }
+    record_->Event(RunEvent::kRunFinished, {{"state", "finished"}});
+    std::printf(
+        "strata run: %s finished: %lld events trained by %d replica(s) in %.1f s (%.0f events/s), "
+        "%lld gradients applied on every replica, parameters agree to %.1e; summary in %s\n",
+        job_.name().c_str(), static_cast<long long>(summary.value("events_trained", int64_t{0})),
+        job_.cluster().workers(), summary.value("train_s", 0.0),
+        summary.value("events_per_s", 0.0),
+        static_cast<long long>(summary.value("gradients", int64_t{0})),
+        summary.value("agreement_relative", 0.0), paths_.summary.c_str());
+    return 0;
+  }
+
+ private:
+  absl::Status Prepare() {
+    for (const std::string& dir : {paths_.root, paths_.logs, paths_.ports, paths_.checkpoints,
+                                   paths_.At(run_files::kStream)}) {
+      STRATA_RETURN_IF_ERROR(MakeDirs(dir));
+    }
+    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_yaml, JobSpecYaml(job_)));
+    STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_resolved, ResolvedJobText(job_)));
+    RpcAuth auth;
+    STRATA_ASSIGN_OR_RETURN(auth.token, GenerateRunToken());
+    SetRpcAuth(std::move(auth));
+    STRATA_ASSIGN_OR_RETURN(nonce_, GenerateRunToken());
+    nonce_ = nonce_.substr(0, 16);
+    STRATA_ASSIGN_OR_RETURN(record_, RunRecord::Open(paths_.root, started_));
+    record_->Event(RunEvent::kRunStarted, {{"name", job_.name()},
+                                           {"job", options_.job_path},
+                                           {"overrides", options_.overrides},
+                                           {"strategy", "stream"},
+                                           {"orchestrator_pid", ::getpid()}});
+    InstallInterruptHandlers();
+    return absl::OkStatus();
+  }
+
+  absl::Status Execute() {
+    const v1::ResolvedStream& stream = job_.stream();
+    Say(absl::StrFormat(
+        "strata run: %s: %s on %s, strategy stream, %d replica(s), windows of %d events, %d "
+        "gradient(s) per send; run directory %s",
+        job_.name(), ModelText(job_), Spelled(job_.dataset().name()), job_.cluster().workers(),
+        stream.batch_events(), stream.max_grad_buffer(), paths_.root));
+    STRATA_RETURN_IF_ERROR(StartBroker());
+    StreamBrokerOptions broker_options;
+    broker_options.who = "strata run";
+    STRATA_ASSIGN_OR_RETURN(broker_, ConnectStreamBroker(address_, broker_options));
+    // Before the producer: the group reads the stream from its start.
+    STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream.key(), stream.group(), "0"));
+    if (embedded_) STRATA_RETURN_IF_ERROR(StartProducer());
+    STRATA_RETURN_IF_ERROR(LaunchReplicas());
+    record_->Event(RunEvent::kTrainingStarted, {{"replicas", job_.cluster().workers()}});
+    return Watch();
+  }
+
+  absl::Status StartBroker() {
+    if (!job_.stream().address().empty()) {
+      STRATA_ASSIGN_OR_RETURN(address_, ParseBrokerAddress(job_.stream().address()));
+      Say(absl::StrCat("broker: ", address_.Describe()));
+      return absl::OkStatus();
+    }
+    // A short directory of its own: a unix socket's path has at most 107 bytes, and a run
+    // directory can be deep.
+    char dir[] = "/tmp/strata-broker-XXXXXX";
+    if (::mkdtemp(dir) == nullptr) return absl::InternalError("cannot make the broker's directory");
+    broker_dir_ = dir;
+    EmbeddedBrokerOptions options;
+    options.directory = broker_dir_;
+    STRATA_ASSIGN_OR_RETURN(embedded_, EmbeddedBroker::Start(options));
+    address_ = embedded_->address();
+    record_->Event(RunEvent::kLaunched, {{"process", "broker"}, {"socket", embedded_->socket_path()}});
+    Say(absl::StrCat("broker: the run's own redis-server on ", embedded_->socket_path()));
+    return absl::OkStatus();
+  }
+
+  absl::Status StartProducer() {
+    SpawnOptions o;
+    o.name = "producer";
+    o.argv = {SelfPath(), "produce", paths_.job_yaml, "--address", embedded_->socket_path()};
+    if (job_.stream().max_events() > 0) {
+      o.argv.insert(o.argv.end(), {"--max-events", std::to_string(job_.stream().max_events())});
+    }
+    o.log_path = paths_.ServiceLog("producer");
+    STRATA_ASSIGN_OR_RETURN(producer_, ChildProcess::Spawn(o));
+    record_->Event(RunEvent::kLaunched, {{"process", "producer"}, {"pid", producer_->pid()}});
+    return absl::OkStatus();
+  }
+
+  absl::Status LaunchReplicas() {
+    const std::string worker = absl::StrCat(options_.bin_dir, "/strata-worker");
+    for (int r = 0; r < job_.cluster().workers(); ++r) {
+      SpawnOptions o;
+      o.name = absl::StrCat("worker-", r);
+      o.argv = {worker,          "--rank",         std::to_string(r),
+                "--job",         paths_.job_resolved, "--run-dir",
+                paths_.root,     "--listen",       "127.0.0.1:0",
+                "--port-file",   paths_.PortFile(o.name), "--stream-address",
+                address_.unix_path.empty() ? absl::StrCat("redis://", address_.host, ":",
+                                                          address_.port)
+                                           : address_.unix_path,
+                "--stream-run",  nonce_};
+      o.log_path = paths_.ServiceLog(o.name);
+      STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(o));
+      record_->Event(RunEvent::kLaunched, {{"process", o.name}, {"pid", child->pid()}});
+      replicas_.push_back(std::move(child));
+    }
+    return absl::OkStatus();
+  }
+
+  // Until every replica has ended; a progress line and a metrics line about once a second.
+  absl::Status Watch() {
+    auto next_line = StreamClock::now();
+    int64_t trained_before = 0;
+    auto line_before = StreamClock::now();
+    while (true) {
+      if (Interrupted() != 0) return absl::CancelledError("interrupted");
+      bool all_done = true;
+      for (auto& replica : replicas_) {
+        if (!replica->Poll()) {
+          all_done = false;
+          continue;
+        }
+        if (!replica->succeeded()) {
+          record_->Event(RunEvent::kProcessExited,
+                         {{"process", replica->name()}, {"exit", replica->ExitDescription()}});
+          return absl::AbortedError(absl::StrCat(replica->name(), " ", replica->ExitDescription(),
+                                                 "; the end of its log:\n",
+                                                 LogTail(replica->log_path())));
+        }
+      }
+      if (producer_ && producer_->Poll() && !producer_->succeeded()) {
+        return absl::AbortedError(absl::StrCat("the producer ", producer_->ExitDescription(),
+                                               "; the end of its log:\n",
+                                               LogTail(producer_->log_path())));
+      }
+      const auto now = StreamClock::now();
+      if (all_done || now >= next_line) {
+        nlohmann::json line = Progress();
+        const int64_t trained = Int(line, "events_trained");
+        const double seconds = std::chrono::duration<double>(now - line_before).count();
+        line["trained_per_s"] = seconds > 0 ? (trained - trained_before) / seconds : 0.0;
+        trained_before = trained;
+        line_before = now;
+        (void)record_->Metrics(line);
+        Say(ProgressText(line));
+        next_line = now + std::chrono::seconds(1);
+      }
+      if (all_done) break;
+      // Polling children and the broker: nothing here waits on a condition another thread sets.
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    trained_at_ = StreamClock::now();
+    record_->Event(RunEvent::kTrainingFinished, {});
+    return absl::OkStatus();
+  }
+
+  nlohmann::json Progress() {
+    nlohmann::json line = {{"wall_s", Seconds(StreamClock::now())}};
+    const v1::ResolvedStream& stream = job_.stream();
+    if (auto length = broker_->Length(stream.key()); length.ok()) line["stream_length"] = *length;
+    if (auto group = broker_->GroupInfo(stream.key(), stream.group()); group.ok()) {
+      line["handed_out"] = group->entries_read;
+      line["lag"] = group->lag;
+      line["pending"] = group->pending;
+    }
+    int64_t trained = 0, correct = 0, scored = 0;
+    std::vector<int64_t> applied;
+    double loss = 0;
+    int reporting = 0;
+    for (int r = 0; r < job_.cluster().workers(); ++r) {
+      nlohmann::json p = ReadJson(paths_.StreamReplicaResult(r));
+      if (p.empty()) p = ReadJson(paths_.StreamReplicaProgress(r));
+      trained += Int(p, "events_trained");
+      correct += Int(p, "prequential_correct");
+      scored += Int(p, "prequential_scored");
+      applied.push_back(Int(p, "applied_total"));
+      if (p.contains("last_loss")) {
+        loss += p["last_loss"].get<double>();
+        ++reporting;
+      }
+    }
+    line["events_trained"] = trained;
+    line["applied"] = applied;
+    if (reporting > 0) line["loss"] = loss / reporting;
+    if (scored > 0) line["prequential_accuracy"] = static_cast<double>(correct) / scored;
+    return line;
+  }
+
+  static std::string ProgressText(const nlohmann::json& line) {
+    return absl::StrFormat(
+        "stream: %lld events in the stream, %lld handed out, %lld trained (%.0f/s), lag %lld, "
+        "pending %lld, loss %.4f, accuracy before training %.3f, applied per replica %s",
+        static_cast<long long>(line.value("stream_length", int64_t{0})),
+        static_cast<long long>(line.value("handed_out", int64_t{0})),
+        static_cast<long long>(line.value("events_trained", int64_t{0})),
+        line.value("trained_per_s", 0.0), static_cast<long long>(line.value("lag", int64_t{0})),
+        static_cast<long long>(line.value("pending", int64_t{0})), line.value("loss", 0.0),
+        line.value("prequential_accuracy", 0.0), line["applied"].dump());
+  }
+
+  // The apply-once and agreement checks over what the replicas wrote, and the run's figures.
+  nlohmann::json Summarise(const absl::Status& status) {
+    const int world = job_.cluster().workers();
+    nlohmann::json summary = {{"name", job_.name()},
+                              {"strategy", "stream"},
+                              {"replicas", world},
+                              {"state", status.ok() ? "finished" : "failed"},
+                              {"batch_events", job_.stream().batch_events()},
+                              {"max_grad_buffer", job_.stream().max_grad_buffer()},
+                              {"wall_s", Seconds(StreamClock::now())}};
+    if (!status.ok()) summary["error"] = std::string(status.message());
+    std::vector<nlohmann::json> results;
+    int64_t gradients = 0, trained = 0, malformed = 0, acknowledged = 0;
+    double train_s = 0;
+    std::map<std::string, int64_t> staleness;
+    for (int r = 0; r < world; ++r) {
+      nlohmann::json result = ReadJson(paths_.StreamReplicaResult(r));
+      gradients += Int(result, "windows");
+      trained += Int(result, "events_trained");
+      malformed += Int(result, "malformed");
+      acknowledged += Int(result, "acknowledged");
+      train_s = std::max(train_s, result.value("seconds", 0.0));
+      if (result.contains("staleness")) {
+        for (const auto& [s, n] : result["staleness"].items()) staleness[s] += n.get<int64_t>();
+      }
+      results.push_back(std::move(result));
+    }
+    // Apply-once: every replica applied each replica's gradients, as many as it trained.
+    bool apply_once = !results.empty();
+    for (const nlohmann::json& result : results) {
+      const auto applied = result.value("applied", std::vector<int64_t>{});
+      if (static_cast<int>(applied.size()) != world) {
+        apply_once = false;
+        continue;
+      }
+      for (int o = 0; o < world; ++o) {
+        if (applied[static_cast<size_t>(o)] != Int(results[static_cast<size_t>(o)], "windows")) {
+          apply_once = false;
+        }
+      }
+    }
+    summary["per_replica"] = results;
+    summary["gradients"] = gradients;
+    summary["events_trained"] = trained;
+    summary["malformed"] = malformed;
+    summary["acknowledged"] = acknowledged;
+    summary["apply_once"] = apply_once;
+    summary["staleness"] = staleness;
+    summary["train_s"] = train_s;
+    summary["events_per_s"] = train_s > 0 ? trained / train_s : 0.0;
+    if (broker_) {
+      const v1::ResolvedStream& stream = job_.stream();
+      if (auto group = broker_->GroupInfo(stream.key(), stream.group()); group.ok()) {
+        summary["handed_out"] = group->entries_read;
+        summary["pending_after"] = group->pending;
+      }
+    }
+    Agreement(&summary);
+    return summary;
+  }
+
+  // How far each replica's final parameters are from replica 0's.
+  void Agreement(nlohmann::json* summary) const {
+    auto first = ReadCheckpoint(paths_.StreamReplicaModel(0));
+    if (!first.ok()) {
+      (*summary)["agree"] = false;
+      (*summary)["agreement_error"] = std::string(first.status().message());
+      return;
+    }
+    double norm = 0, worst_relative = 0, worst_abs = 0;
+    for (const CheckpointEntry& e : first->entries) {
+      if (e.kind != TensorKind::kParameter) continue;
+      for (size_t i = 0; i < e.tensor.data.size() / sizeof(float); ++i) {
+        norm += static_cast<double>(e.tensor.floats()[i]) * e.tensor.floats()[i];
+      }
+    }
+    norm = std::sqrt(norm);
+    for (int r = 1; r < job_.cluster().workers(); ++r) {
+      auto other = ReadCheckpoint(paths_.StreamReplicaModel(r));
+      if (!other.ok()) {
+        (*summary)["agree"] = false;
+        (*summary)["agreement_error"] = std::string(other.status().message());
+        return;
+      }
+      double diff = 0;
+      for (const CheckpointEntry& e : first->entries) {
+        if (e.kind != TensorKind::kParameter) continue;
+        const CheckpointEntry* o = other->Find(TensorKind::kParameter, e.tensor.name());
+        if (o == nullptr || o->tensor.data.size() != e.tensor.data.size()) {
+          (*summary)["agree"] = false;
+          (*summary)["agreement_error"] = absl::StrCat("replica ", r, " has no ", e.tensor.name());
+          return;
+        }
+        for (size_t i = 0; i < e.tensor.data.size() / sizeof(float); ++i) {
+          const double d = static_cast<double>(e.tensor.floats()[i]) - o->tensor.floats()[i];
+          diff += d * d;
+          worst_abs = std::max(worst_abs, std::abs(d));
+        }
+      }
+      worst_relative = std::max(worst_relative, norm > 0 ? std::sqrt(diff) / norm : 0.0);
+    }
+    (*summary)["agreement_relative"] = worst_relative;
+    (*summary)["agreement_max_abs"] = worst_abs;
+    (*summary)["agree"] = worst_relative <= kAgreementTolerance;
+  }
+
+  void StopEverything() {
+    for (auto& replica : replicas_) {
+      if (!replica->Poll()) {
+        replica->Signal(SIGTERM);
+        replica->WaitFor(std::chrono::seconds(10));
+      }
+    }
+    if (producer_ && !producer_->Poll()) {
+      producer_->Signal(SIGTERM);
+      producer_->WaitFor(std::chrono::seconds(10));
+    }
+    record_->Event(RunEvent::kProcessesEnded, {});
+  }
+
+  double Seconds(StreamClock::time_point t) const {
+    return std::chrono::duration<double>(t - started_).count();
+  }
+
+  void Say(const std::string& line) const {
+    if (options_.quiet) return;
+    std::printf("%s\n", line.c_str());
+    std::fflush(stdout);
+  }
+
+ public:
+  ~StreamRun() {
+    broker_.reset();
+    if (embedded_) embedded_->Stop();
+    embedded_.reset();
+    if (!broker_dir_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(broker_dir_, ignored);
+    }
+  }
+
+ private:
+  const LocalRunOptions& options_;
+  const v1::ResolvedJob job_;
+  const RunPaths paths_;
+  std::string nonce_;
+  std::unique_ptr<RunRecord> record_;
+  BrokerAddress address_;
+  std::string broker_dir_;
+  std::unique_ptr<EmbeddedBroker> embedded_;
+  std::unique_ptr<StreamBroker> broker_;
+  std::unique_ptr<ChildProcess> producer_;
+  std::vector<std::unique_ptr<ChildProcess>> replicas_;
+  StreamClock::time_point started_, trained_at_;
+};
+
+}  // namespace
+
+int RunStreamJob(const LocalRunOptions& options, v1::ResolvedJob job, const std::string& run_dir) {
+  return StreamRun(options, std::move(job), run_dir).Run();
+}
+
+}  // namespace strata

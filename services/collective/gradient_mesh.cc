@@ -1,0 +1,251 @@
+#include "services/collective/gradient_mesh.h"
+
+#include <absl/strings/str_cat.h>
+#include <spdlog/spdlog.h>
+
+#include "services/common/wire/rpc.h"
+
+namespace strata {
+
+using MeshClock = std::chrono::steady_clock;
+
+// One peer's outgoing stream: its queue and the thread that writes it.
+struct GradientMesh::Peer {
+  int rank = 0;
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::StreamReplica::Stub> stub;
+  grpc::ClientContext context;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::shared_ptr<const v1::StreamGradient>> queue;
+  bool done = false;     // no more gradients will be queued
+  bool stopped = false;  // the writer thread ended
+  absl::Status error;    // why the stream broke
+  std::thread writer;
+};
+
+GradientMesh::GradientMesh(const GradientMeshOptions& options)
+    : options_(options),
+      next_index_(static_cast<size_t>(std::max(options.world, 1)), 0),
+      ended_(static_cast<size_t>(std::max(options.world, 1)), false) {}
+
+GradientMesh::~GradientMesh() {
+  {
+    std::lock_guard lock(inbox_mu_);
+    closing_ = true;
+  }
+  inbox_cv_.notify_all();
+  (void)Close(MeshClock::now() + std::chrono::seconds(2));
+}
+
+absl::Status GradientMesh::Connect(const std::vector<std::string>& peers) {
+  if (static_cast<int>(peers.size()) != options_.world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(peers.size(), " replica addresses for ", options_.world, " replicas"));
+  }
+  peers_.resize(peers.size());
+  const auto until = std::chrono::system_clock::now() + options_.deadline;
+  for (int r = 0; r < options_.world; ++r) {
+    if (r == options_.rank) continue;
+    auto peer = std::make_unique<Peer>();
+    peer->rank = r;
+    peer->address = peers[static_cast<size_t>(r)];
+    peer->channel = MakeChannel(peer->address);
+    if (!peer->channel->WaitForConnected(until)) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("replica ", r, " at ", peer->address, " did not answer within ",
+                       options_.deadline.count() / 1000, " s"));
+    }
+    peer->stub = v1::StreamReplica::NewStub(peer->channel);
+    Peer* p = peer.get();
+    peer->writer = std::thread([this, p] { Write(p); });
+    peers_[static_cast<size_t>(r)] = std::move(peer);
+  }
+  return absl::OkStatus();
+}
+
+void GradientMesh::Write(Peer* peer) {
+  v1::StreamGradientAck ack;
+  std::unique_ptr<grpc::ClientWriter<v1::StreamGradient>> stream =
+      peer->stub->Gradients(&peer->context, &ack);
+  absl::Status error;
+  while (true) {
+    std::shared_ptr<const v1::StreamGradient> next;
+    {
+      std::unique_lock lock(peer->mu);
+      peer->cv.wait(lock, [&] { return !peer->queue.empty() || peer->done; });
+      if (peer->queue.empty()) break;  // done, and everything written
+      next = peer->queue.front();
+    }
+    if (!stream->Write(*next)) {
+      error = absl::UnavailableError(
+          absl::StrCat("the stream to replica ", peer->rank, " at ", peer->address, " broke"));
+      break;
+    }
+    std::lock_guard lock(peer->mu);
+    peer->queue.pop_front();
+    peer->cv.notify_all();
+  }
+  if (error.ok()) {
+    stream->WritesDone();
+    grpc::Status finished = stream->Finish();
+    if (!finished.ok()) {
+      error = absl::UnavailableError(absl::StrCat("replica ", peer->rank, " at ", peer->address,
+                                                  " refused our gradients: ",
+                                                  finished.error_message()));
+    }
+  } else {
+    peer->context.TryCancel();
+    grpc::Status finished = stream->Finish();
+    error = absl::UnavailableError(absl::StrCat(error.message(), ": ", finished.error_message()));
+  }
+  std::lock_guard lock(peer->mu);
+  peer->error = error;
+  peer->stopped = true;
+  peer->cv.notify_all();
+}
+
+absl::Status GradientMesh::Broadcast(std::shared_ptr<const v1::StreamGradient> gradient) {
+  for (const auto& peer : peers_) {
+    if (!peer) continue;
+    std::unique_lock lock(peer->mu);
+    const bool room = peer->cv.wait_for(lock, options_.deadline, [&] {
+      return peer->stopped || peer->queue.size() < options_.max_queued;
+    });
+    if (peer->stopped) {
+      return peer->error.ok() ? absl::FailedPreconditionError(absl::StrCat(
+                                    "the stream to replica ", peer->rank, " is closed"))
+                              : peer->error;
+    }
+    if (!room) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("replica ", peer->rank, " at ", peer->address, " took no gradient for ",
+                       options_.deadline.count() / 1000, " s"));
+    }
+    peer->queue.push_back(gradient);
+    peer->cv.notify_all();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::unique_ptr<v1::StreamGradient>>> GradientMesh::Take(
+    MeshClock::time_point until) {
+  std::unique_lock lock(inbox_mu_);
+  inbox_cv_.wait_until(lock, until, [&] { return !inbox_.empty() || !inbox_error_.ok(); });
+  if (!inbox_error_.ok()) return inbox_error_;
+  std::vector<std::unique_ptr<v1::StreamGradient>> taken;
+  taken.reserve(inbox_.size());
+  while (!inbox_.empty()) {
+    taken.push_back(std::move(inbox_.front()));
+    inbox_.pop_front();
+  }
+  inbox_cv_.notify_all();  // room for the senders
+  return taken;
+}
+
+absl::Status GradientMesh::Close(MeshClock::time_point until) {
+  absl::Status first;
+  for (const auto& peer : peers_) {
+    if (!peer) continue;
+    {
+      std::unique_lock lock(peer->mu);
+      peer->done = true;
+      peer->cv.notify_all();
+      if (!peer->cv.wait_until(lock, until, [&] { return peer->stopped; })) {
+        peer->context.TryCancel();
+        if (first.ok()) {
+          first = absl::DeadlineExceededError(absl::StrCat(
+              "replica ", peer->rank, " at ", peer->address, " had not taken every gradient"));
+        }
+      } else if (!peer->error.ok() && first.ok()) {
+        first = peer->error;
+      }
+    }
+    if (peer->writer.joinable()) peer->writer.join();
+  }
+  peers_.clear();
+  return first;
+}
+
+absl::Status GradientMesh::Check(const v1::StreamGradient& g, uint64_t expected_index) const {
+  if (g.world() != static_cast<uint32_t>(options_.world)) {
+    return absl::InvalidArgumentError(absl::StrCat("a gradient of a job of ", g.world(),
+                                                   " replicas, this one has ", options_.world));
+  }
+  if (g.index() != expected_index) {
+    return absl::InvalidArgumentError(absl::StrCat("gradient ", g.index(), " of replica ",
+                                                   g.sender(), " where ", expected_index,
+                                                   " was due (a gap or a repeat)"));
+  }
+  if (g.end()) {
+    if (!g.values().empty()) {
+      return absl::InvalidArgumentError("an end message carries no values");
+    }
+    return absl::OkStatus();
+  }
+  if (g.clock_size() != options_.world) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a clock of ", g.clock_size(), " replicas, the job has ", options_.world));
+  }
+  for (int64_t c : g.clock()) {
+    if (c < 0) return absl::InvalidArgumentError("a negative clock entry");
+  }
+  if (g.values().size() != options_.parameter_floats * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat("a gradient of ", g.values().size(),
+                                                   " bytes for a model of ",
+                                                   options_.parameter_floats, " floats"));
+  }
+  return absl::OkStatus();
+}
+
+grpc::Status GradientMesh::Gradients(grpc::ServerContext* context,
+                                     grpc::ServerReader<v1::StreamGradient>* reader,
+                                     v1::StreamGradientAck*) {
+  auto message = std::make_unique<v1::StreamGradient>();
+  while (reader->Read(message.get())) {
+    const uint32_t sender = message->sender();
+    if (sender >= static_cast<uint32_t>(options_.world) ||
+        sender == static_cast<uint32_t>(options_.rank)) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("no replica ", sender, " sends to replica ", options_.rank));
+    }
+    std::unique_lock lock(inbox_mu_);
+    if (ended_[sender]) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("replica ", sender, " sent after its end"));
+    }
+    if (absl::Status s = Check(*message, next_index_[sender]); !s.ok()) {
+      // A peer that breaks the protocol has lost gradients or repeated them: the replicas can no
+      // longer agree, so the mesh fails rather than train on.
+      inbox_error_ = absl::DataLossError(
+          absl::StrCat("replica ", sender, " (", context->peer(), "): ", s.message()));
+      spdlog::error("{}", std::string(inbox_error_.message()));
+      inbox_cv_.notify_all();
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message()));
+    }
+    // Back-pressure: a sender ahead of this replica's training waits (gRPC's flow control then
+    // holds its writer) instead of growing this process.
+    // (Woken every 100 ms to see a cancelled call: a server shutting down cancels it without
+    // notifying.)
+    while (!(inbox_.size() < options_.max_queued * static_cast<size_t>(options_.world) ||
+             closing_ || context->IsCancelled())) {
+      inbox_cv_.wait_for(lock, std::chrono::milliseconds(100));
+    }
+    if (closing_ || context->IsCancelled()) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "replica shutting down");
+    }
+    if (message->end()) {
+      ended_[sender] = true;
+    } else {
+      ++next_index_[sender];
+    }
+    inbox_.push_back(std::move(message));
+    inbox_cv_.notify_all();
+    message = std::make_unique<v1::StreamGradient>();
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace strata

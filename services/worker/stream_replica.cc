@@ -1,0 +1,412 @@
+#include "services/worker/stream_replica.h"
+
+#include <algorithm>
+#include <cmath>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <absl/strings/numbers.h>
+#include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include "services/collective/gradient_mesh.h"
+#include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
+#include "services/common/base/status.h"
+#include "services/common/config/resolved_job.h"
+#include "services/common/ml/dataset.h"
+#include "services/common/ml/sgd.h"
+#include "services/common/ml/trainer.h"
+#include "services/common/stream/stream_broker.h"
+#include "services/common/stream/stream_event.h"
+#include "services/common/wire/checkpoint.h"
+#include "services/common/wire/rpc.h"
+#include "services/common/wire/tcp_socket.h"
+
+namespace strata {
+namespace {
+
+using ReplicaClock = std::chrono::steady_clock;
+
+// A read waits this long for new entries before the replica looks at its inbox and its limits
+// again: short enough that remote gradients are applied promptly when the stream is quiet.
+constexpr std::chrono::milliseconds kReadBlock{50};
+// Malformed entries logged one by one before the log only counts them.
+constexpr int64_t kMalformedLogged = 20;
+
+// The hash beside the stream in which the replicas of one run leave their addresses.
+std::string ReplicasKey(const v1::ResolvedStream& stream, const std::string& run) {
+  return absl::StrCat(stream.key(), ":", stream.group(), ":replicas:", run);
+}
+
+struct ReplicaCounts {
+  int64_t windows = 0;  // own gradients, applied and sent
+  int64_t events_trained = 0;
+  int64_t malformed = 0;
+  int64_t acknowledged = 0;
+  int64_t diverged_windows = 0;  // a window whose loss or gradient was not finite: not applied
+  std::vector<int64_t> applied;  // by origin: the gradients of each replica applied here
+  std::map<int64_t, int64_t> staleness;  // remote gradients by staleness
+  // Test-then-train: each window is scored by the model before its own gradient is applied.
+  int64_t correct = 0, scored = 0;
+  double last_loss = 0;
+  double remote_apply_s = 0;
+
+  nlohmann::json ToJson() const {
+    nlohmann::json stale = nlohmann::json::object();
+    for (const auto& [s, n] : staleness) stale[std::to_string(s)] = n;
+    int64_t applied_total = 0;
+    for (int64_t a : applied) applied_total += a;
+    return {{"windows", windows},
+            {"events_trained", events_trained},
+            {"malformed", malformed},
+            {"acknowledged", acknowledged},
+            {"diverged_windows", diverged_windows},
+            {"applied", applied},
+            {"applied_total", applied_total},
+            {"staleness", stale},
+            {"prequential_correct", correct},
+            {"prequential_scored", scored},
+            {"last_loss", last_loss},
+            {"remote_apply_s", remote_apply_s}};
+  }
+};
+
+class StreamReplica {
+ public:
+  StreamReplica(const WorkerOptions& options, std::unique_ptr<Trainer> trainer,
+                std::unique_ptr<StreamBroker> broker, EventSchema schema)
+      : options_(options),
+        stream_(options.job.stream()),
+        trainer_(std::move(trainer)),
+        broker_(std::move(broker)),
+        schema_(std::move(schema)),
+        paths_(options.run_dir),
+        consumer_(absl::StrCat("replica-", options.rank)),
+        sgd_(trainer_->SgdFor(0)) {
+    counts_.applied.assign(static_cast<size_t>(options.world()), 0);
+    ended_.assign(static_cast<size_t>(options.world()), -1);
+    ended_[static_cast<size_t>(options.rank)] = 0;
+  }
+
+  absl::Status Run() {
+    GradientMeshOptions mesh_options;
+    mesh_options.rank = options_.rank;
+    mesh_options.world = options_.world();
+    mesh_options.parameter_floats = static_cast<size_t>(trainer_->parameters().total_floats());
+    mesh_options.deadline = options_.deadline;
+    mesh_options.max_queued = static_cast<size_t>(std::max(4 * stream_.max_grad_buffer(), 16));
+    mesh_ = std::make_unique<GradientMesh>(mesh_options);
+    int port = 0;
+    std::unique_ptr<grpc::Server> server = StartServer(options_.listen, {mesh_.get()}, &port);
+    if (!server || port == 0) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
+    }
+    absl::Status status = Train(port);
+    // Peers may still be reading what this replica sent: Close waited for them. Then nothing
+    // more arrives that matters.
+    server->Shutdown(DeadlineAfter(std::chrono::seconds(2)));
+    mesh_.reset();
+    return status;
+  }
+
+ private:
+  absl::Status Train(int port) {
+    STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream_.key(), stream_.group(), "0"));
+    if (!options_.port_file.empty()) {
+      STRATA_RETURN_IF_ERROR(WriteFileAtomic(options_.port_file, std::to_string(port) + "\n"));
+    }
+    STRATA_RETURN_IF_ERROR(FindPeers(port));
+    started_ = ReplicaClock::now();
+    spdlog::info("replica {}/{} reads stream {} as {} of group {}: windows of {} events, {} "
+                 "gradient(s) per send, lr {}",
+                 options_.rank, options_.world(), stream_.key(), consumer_, stream_.group(),
+                 stream_.batch_events(), stream_.max_grad_buffer(), sgd_.lr);
+    std::vector<std::string> window_ids;
+    std::vector<float> features;
+    std::vector<int32_t> labels;
+    bool reading = true;
+    while (true) {
+      STRATA_RETURN_IF_ERROR(ApplyRemote(ReplicaClock::now()));
+      if (reading) {
+        STRATA_ASSIGN_OR_RETURN(reading, KeepReading());
+      }
+      const int missing = stream_.batch_events() - static_cast<int>(labels.size());
+      if (reading && missing > 0) {
+        STRATA_ASSIGN_OR_RETURN(
+            std::vector<StreamEntry> entries,
+            broker_->ReadGroup(stream_.key(), stream_.group(), consumer_, missing, kReadBlock));
+        std::vector<std::string> refused;
+        for (const StreamEntry& entry : entries) {
+          auto event = DecodeStreamEvent(entry, schema_);
+          if (!event.ok()) {
+            if (counts_.malformed++ < kMalformedLogged) {
+              spdlog::warn("skipped: {}", std::string(event.status().message()));
+            }
+            refused.push_back(entry.id);
+            continue;
+          }
+          features.insert(features.end(), event->features.begin(), event->features.end());
+          labels.push_back(event->label);
+          window_ids.push_back(entry.id);
+        }
+        // A malformed entry never reaches the model; acknowledged now, it is not handed out again.
+        STRATA_RETURN_IF_ERROR(Acknowledge(refused));
+      }
+      const bool full = static_cast<int>(labels.size()) >= stream_.batch_events();
+      if (full || (!reading && !labels.empty())) {
+        STRATA_RETURN_IF_ERROR(TrainWindow(features, labels, window_ids));
+        features.clear();
+        labels.clear();
+        window_ids.clear();
+      }
+      if (!reading && labels.empty()) break;
+      WriteProgress("training");
+    }
+    STRATA_RETURN_IF_ERROR(Flush());
+    STRATA_RETURN_IF_ERROR(Send(EndMessage()));
+    STRATA_RETURN_IF_ERROR(AwaitPeers());
+    STRATA_RETURN_IF_ERROR(mesh_->Close(ReplicaClock::now() + options_.deadline));
+    return WriteResult();
+  }
+
+  // Leaves this replica's address under the run's nonce and waits until every replica's is there.
+  absl::Status FindPeers(int port) {
+    const std::string key = ReplicasKey(stream_, options_.stream_run);
+    const std::string address = absl::StrCat(tcp::DataPlaneHost(options_.listen), ":", port);
+    STRATA_RETURN_IF_ERROR(broker_->PutField(key, std::to_string(options_.rank), address));
+    const auto until = ReplicaClock::now() + options_.deadline;
+    std::vector<std::string> peers(static_cast<size_t>(options_.world()));
+    while (true) {
+      STRATA_ASSIGN_OR_RETURN(auto fields, broker_->Fields(key));
+      int found = 0;
+      for (const auto& [rank_text, where] : fields) {
+        int rank = -1;
+        if (absl::SimpleAtoi(rank_text, &rank) && rank >= 0 && rank < options_.world()) {
+          peers[static_cast<size_t>(rank)] = where;
+          ++found;
+        }
+      }
+      if (found == options_.world()) break;
+      if (ReplicaClock::now() > until) {
+        std::string missing;
+        for (int r = 0; r < options_.world(); ++r) {
+          if (peers[static_cast<size_t>(r)].empty()) absl::StrAppend(&missing, " ", r);
+        }
+        return absl::DeadlineExceededError(
+            absl::StrCat("replicas", missing, " did not announce themselves on the broker within ",
+                         options_.deadline.count() / 1000, " s"));
+      }
+      // Polling the broker: the other replicas start within seconds of each other.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    spdlog::info("replicas at {}", absl::StrJoin(peers, ", "));
+    return mesh_->Connect(peers);
+  }
+
+  // False once the run's limits are reached: the group has been handed stream.max_events events,
+  // or stream.max_seconds have passed.
+  absl::StatusOr<bool> KeepReading() {
+    const double elapsed = std::chrono::duration<double>(ReplicaClock::now() - started_).count();
+    if (stream_.max_seconds() > 0 && elapsed >= stream_.max_seconds()) return false;
+    if (stream_.max_events() > 0) {
+      STRATA_ASSIGN_OR_RETURN(ConsumerGroupInfo group,
+                              broker_->GroupInfo(stream_.key(), stream_.group()));
+      if (group.entries_read >= stream_.max_events()) return false;
+    }
+    return true;
+  }
+
+  absl::Status TrainWindow(const std::vector<float>& features, const std::vector<int32_t>& labels,
+                           const std::vector<std::string>& ids) {
+    STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer_->ComputeGradientsFrom(features, labels));
+    const size_t n = static_cast<size_t>(trainer_->parameters().total_floats());
+    const float* gradient = trainer_->gradient_data();
+    if (!std::isfinite(stats.loss) || !std::isfinite(MaxAbsOrInfinity(gradient, n))) {
+      // Not applied, so not sent: the replicas still agree. The events were trained on, and
+      // their gradient refused, so they are acknowledged.
+      ++counts_.diverged_windows;
+      spdlog::warn("a window of {} events gave a loss of {}: its gradient is not applied",
+                   labels.size(), stats.loss);
+      return Acknowledge(ids);
+    }
+    auto message = std::make_shared<v1::StreamGradient>();
+    message->set_sender(static_cast<uint32_t>(options_.rank));
+    message->set_world(static_cast<uint32_t>(options_.world()));
+    message->set_index(static_cast<uint64_t>(counts_.windows));
+    for (int64_t a : counts_.applied) message->add_clock(a);
+    message->set_values(reinterpret_cast<const char*>(gradient), n * sizeof(float));
+    trainer_->ApplyGradients(sgd_);
+    ++counts_.windows;
+    ++counts_.applied[static_cast<size_t>(options_.rank)];
+    counts_.events_trained += static_cast<int64_t>(labels.size());
+    counts_.correct += stats.correct;
+    counts_.scored += stats.scored;
+    counts_.last_loss = stats.loss;
+    ++counts_.staleness[0];  // a local gradient: computed and applied on the same model
+    // Acknowledged only now that its gradient is in the model.
+    STRATA_RETURN_IF_ERROR(Acknowledge(ids));
+    buffer_.push_back(std::move(message));
+    if (static_cast<int>(buffer_.size()) >= stream_.max_grad_buffer()) return Flush();
+    return absl::OkStatus();
+  }
+
+  absl::Status Acknowledge(const std::vector<std::string>& ids) {
+    if (ids.empty()) return absl::OkStatus();
+    STRATA_ASSIGN_OR_RETURN(int64_t acked, broker_->Ack(stream_.key(), stream_.group(), ids));
+    counts_.acknowledged += acked;
+    return absl::OkStatus();
+  }
+
+  absl::Status Flush() {
+    for (auto& message : buffer_) STRATA_RETURN_IF_ERROR(Send(std::move(message)));
+    buffer_.clear();
+    return absl::OkStatus();
+  }
+
+  absl::Status Send(std::shared_ptr<const v1::StreamGradient> message) {
+    return mesh_->Broadcast(std::move(message));
+  }
+
+  std::shared_ptr<const v1::StreamGradient> EndMessage() const {
+    auto end = std::make_shared<v1::StreamGradient>();
+    end->set_sender(static_cast<uint32_t>(options_.rank));
+    end->set_world(static_cast<uint32_t>(options_.world()));
+    end->set_index(static_cast<uint64_t>(counts_.windows));
+    end->set_end(true);
+    return end;
+  }
+
+  // Applies what the peers sent, waiting until `until` for the first gradient.
+  absl::Status ApplyRemote(ReplicaClock::time_point until) {
+    STRATA_ASSIGN_OR_RETURN(auto received, mesh_->Take(until));
+    const size_t n = static_cast<size_t>(trainer_->parameters().total_floats());
+    float* params = trainer_->parameter_data();
+    const auto start = ReplicaClock::now();
+    for (const auto& g : received) {
+      const size_t sender = g->sender();
+      if (g->end()) {
+        ended_[sender] = static_cast<int64_t>(g->index());
+        continue;
+      }
+      // Aligned: protobuf's bytes are a std::string, whose buffer is allocated for any type.
+      const float* values = reinterpret_cast<const float*>(g->values().data());
+      if (!std::isfinite(MaxAbsOrInfinity(values, n))) {
+        return absl::DataLossError(absl::StrCat("replica ", sender, " sent gradient ", g->index(),
+                                                " with a value that is not finite"));
+      }
+      int64_t stale = 0;
+      for (size_t r = 0; r < counts_.applied.size(); ++r) {
+        stale += std::abs(g->clock(static_cast<int>(r)) - counts_.applied[r]);
+      }
+      const float lr = sgd_.lr;
+      for (size_t i = 0; i < n; ++i) params[i] -= lr * values[i];
+      ++counts_.applied[sender];
+      ++counts_.staleness[stale];
+    }
+    counts_.remote_apply_s += std::chrono::duration<double>(ReplicaClock::now() - start).count();
+    return absl::OkStatus();
+  }
+
+  // Until every peer's end has come and every gradient it announced is applied.
+  absl::Status AwaitPeers() {
+    const auto until = ReplicaClock::now() + options_.deadline;
+    while (true) {
+      std::string waiting;
+      for (int r = 0; r < options_.world(); ++r) {
+        const size_t i = static_cast<size_t>(r);
+        if (ended_[i] < 0 || counts_.applied[i] < ended_[i]) absl::StrAppend(&waiting, " ", r);
+      }
+      if (waiting.empty()) return absl::OkStatus();
+      if (ReplicaClock::now() > until) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "replicas", waiting, " did not send their last gradients within ",
+            options_.deadline.count() / 1000, " s"));
+      }
+      WriteProgress("flushing");
+      STRATA_RETURN_IF_ERROR(ApplyRemote(std::min(until, ReplicaClock::now() +
+                                                              std::chrono::milliseconds(500))));
+    }
+  }
+
+  nlohmann::json Figures(const std::string& state) const {
+    nlohmann::json j = counts_.ToJson();
+    j["rank"] = options_.rank;
+    j["state"] = state;
+    j["seconds"] = std::chrono::duration<double>(ReplicaClock::now() - started_).count();
+    return j;
+  }
+
+  void WriteProgress(const std::string& state) {
+    if (options_.run_dir.empty()) return;
+    const auto now = ReplicaClock::now();
+    if (now < next_progress_) return;
+    next_progress_ = now + std::chrono::seconds(1);
+    // Progress is for watching: a failed write is not the run's failure.
+    (void)WriteFileAtomic(paths_.StreamReplicaProgress(options_.rank), Figures(state).dump() + "\n");
+  }
+
+  absl::Status WriteResult() {
+    spdlog::info("replica {}: {} windows, {} events trained, {} gradients applied, {} malformed",
+                 options_.rank, counts_.windows, counts_.events_trained,
+                 Figures("done")["applied_total"].get<int64_t>(), counts_.malformed);
+    if (options_.run_dir.empty()) return absl::OkStatus();
+    STRATA_RETURN_IF_ERROR(WriteCheckpoint(
+        paths_.StreamReplicaModel(options_.rank),
+        trainer_->ToCheckpoint(0, counts_.windows, Figures("done")["applied_total"].get<int64_t>())));
+    return WriteFileAtomic(paths_.StreamReplicaResult(options_.rank),
+                           Figures("done").dump(2) + "\n");
+  }
+
+  const WorkerOptions& options_;
+  const v1::ResolvedStream& stream_;
+  std::unique_ptr<Trainer> trainer_;
+  std::unique_ptr<StreamBroker> broker_;
+  const EventSchema schema_;
+  const RunPaths paths_;
+  const std::string consumer_;
+  const SgdOptions sgd_;
+  std::unique_ptr<GradientMesh> mesh_;
+  ReplicaCounts counts_;
+  std::vector<int64_t> ended_;  // by rank: the gradients it announced in its end, -1 before
+  std::vector<std::shared_ptr<const v1::StreamGradient>> buffer_;
+  ReplicaClock::time_point started_, next_progress_;
+};
+
+}  // namespace
+
+absl::Status RunStreamReplica(const WorkerOptions& options) {
+  const v1::ResolvedStream& stream = options.job.stream();
+  const std::string address_text =
+      options.stream_address.empty() ? stream.address() : options.stream_address;
+  if (address_text.empty()) {
+    return absl::InvalidArgumentError(
+        "no broker: stream.address is empty and no --stream-address was given");
+  }
+  STRATA_ASSIGN_OR_RETURN(BrokerAddress address, ParseBrokerAddress(address_text));
+  StreamBrokerOptions broker_options;
+  broker_options.who = absl::StrCat("replica-", options.rank);
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<StreamBroker> broker,
+                          ConnectStreamBroker(address, broker_options));
+
+  STRATA_ASSIGN_OR_RETURN(Dataset dataset, LoadDataset(DatasetOptionsFor(options.job)));
+  const EventSchema schema = {dataset.ExampleShape(), dataset.num_classes};
+  auto shared = std::make_shared<const Dataset>(std::move(dataset));
+  TrainerOptions trainer_options = TrainerOptions::ForWorker(options.job);
+  ConfigureTorchThreads(trainer_options.threads);
+  // Every replica starts from the same weights: the model seed is the job's.
+  STRATA_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options, shared));
+  if (!options.run_dir.empty()) {
+    STRATA_RETURN_IF_ERROR(MakeDirs(RunPaths(options.run_dir).At(run_files::kStream)));
+  }
+  return StreamReplica(options, std::move(trainer), std::move(broker), schema).Run();
+}
+
+}  // namespace strata

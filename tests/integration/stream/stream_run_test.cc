@@ -1,0 +1,205 @@
+// `strata run` on stream jobs (strategy.kind stream), end to end: the run's own redis-server or
+// the test's, the producer, the replicas as real strata-worker processes exchanging gradients over
+// gRPC, and the invariants of the replicas' protocol read back from what they wrote. What each
+// test looked like when broken on purpose is in its comment.
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "services/common/process/child_process.h"
+#include "tests/integration/stream/stream_test_util.h"
+
+namespace strata::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+class StreamRunTest : public StreamBrokerTest {
+ protected:
+  // Runs `strata run` on `yaml` to its end; its output in *output.
+  int Run(const std::string& yaml, const std::string& out, std::string* output,
+          const std::vector<std::string>& extra = {}) {
+    const std::string job = dir_ + "/job.yaml";
+    std::ofstream(job) << yaml;
+    SpawnOptions o;
+    o.name = "strata-run";
+    o.argv = {STRATA_BIN, "run", job, "--out", out};
+    o.argv.insert(o.argv.end(), extra.begin(), extra.end());
+    o.log_path = dir_ + "/run.log";
+    auto child = ChildProcess::Spawn(o);
+    EXPECT_TRUE(child.ok()) << child.status();
+    if (!child.ok()) return -1;
+    EXPECT_TRUE((*child)->WaitFor(std::chrono::seconds(600))) << "strata run did not end";
+    *output = Slurp(o.log_path);
+    return (*child)->exit_code();
+  }
+
+  static nlohmann::json Summary(const std::string& run) {
+    return nlohmann::json::parse(Slurp(run + "/summary.json"), nullptr, false);
+  }
+
+  // The invariants every finished stream run holds (RESEARCH points 1-4 of the replicas):
+  // apply-once, agreement, nothing acknowledged untrained, local gradients of staleness 0.
+  static void ExpectInvariants(const nlohmann::json& s, int replicas, int64_t events) {
+    ASSERT_TRUE(s.is_object());
+    EXPECT_EQ(s["state"], "finished");
+    EXPECT_EQ(s["apply_once"], true);
+    EXPECT_EQ(s["agree"], true);
+    EXPECT_LE(s["agreement_relative"].get<double>(), 1e-5);
+    EXPECT_EQ(s["events_trained"].get<int64_t>(), events);
+    EXPECT_EQ(s["pending_after"].get<int64_t>(), 0);
+    int64_t total = 0;
+    for (const auto& r : s["per_replica"]) total += r["windows"].get<int64_t>();
+    EXPECT_EQ(s["gradients"].get<int64_t>(), total);
+    ASSERT_EQ(s["per_replica"].size(), static_cast<size_t>(replicas));
+    for (const auto& r : s["per_replica"]) {
+      // Every replica applied exactly every gradient of every replica, once.
+      EXPECT_EQ(r["applied_total"].get<int64_t>(), total) << r.dump();
+      int64_t own = r["windows"].get<int64_t>(), stale_entries = 0;
+      for (const auto& [staleness, n] : r["staleness"].items()) stale_entries += n.get<int64_t>();
+      // One entry per applied gradient; the local ones at staleness 0, so at least `own` there.
+      EXPECT_EQ(stale_entries, total) << r.dump();
+      EXPECT_GE(r["staleness"].value("0", int64_t{0}), own) << r.dump();
+      if (replicas == 1) EXPECT_EQ(r["staleness"].size(), 1u) << r.dump();
+    }
+  }
+};
+
+constexpr char kJob[] =
+    "name: stream-test\n"
+    "dataset: { name: fashion-mnist, max_train: 1000 }\n"
+    "model: { arch: mlp }\n"
+    "training: { lr: 0.05, momentum: 0, threads: 1 }\n"
+    "strategy: { kind: stream }\n";
+
+// R replicas and a buffer of B gradients, on the run's own broker with the run's producer: every
+// produced event trained once, every gradient applied once on every replica, the replicas'
+// models equal to 1e-5. Broken on purpose: a replica counting every 10th remote gradient as
+// applied without applying it failed the run ("apply_once true, agree false", exit 1); one
+// dropping every 10th without counting it waited for the missing gradients and failed at the
+// deadline, naming the peer.
+class StreamReplicasTest : public StreamRunTest,
+                           public ::testing::WithParamInterface<std::pair<int, int>> {};
+
+TEST_P(StreamReplicasTest, EveryEventTrainedOnceEveryGradientAppliedOnceModelsAgree) {
+  const auto [replicas, buffer] = GetParam();
+  const int64_t events = 2500;
+  const std::string run = dir_ + "/run";
+  std::string output;
+  const int code = Run(absl::StrCat(kJob, "cluster: { workers: ", replicas, " }\n",
+                                    "stream: { batch_events: 32, max_grad_buffer: ", buffer,
+                                    ", max_events: ", events, " }\n"),
+                       run, &output);
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("finished: 2500 events trained"));
+  const nlohmann::json s = Summary(run);
+  ExpectInvariants(s, replicas, events);
+  EXPECT_EQ(s["acknowledged"].get<int64_t>(), events);
+  EXPECT_EQ(s["malformed"].get<int64_t>(), 0);
+  // The run trains: the window-before-training accuracy of 10 classes is well above chance.
+  const std::string metrics = Slurp(run + "/metrics.jsonl");
+  EXPECT_THAT(metrics, HasSubstr("prequential_accuracy"));
+}
+
+INSTANTIATE_TEST_SUITE_P(ReplicasAndBuffers, StreamReplicasTest,
+                         ::testing::Values(std::pair{1, 4}, std::pair{2, 4}, std::pair{3, 1},
+                                           std::pair{3, 16}),
+                         [](const auto& info) {
+                           return absl::StrCat("R", info.param.first, "B", info.param.second);
+                         });
+
+// Entries pushed by hand onto the test's own broker next to 600 produced events: each malformed
+// kind is counted, acknowledged and skipped, and never reaches a model (the replicas still agree
+// and train exactly the 600 good ones). With the decoder's refusal ignored on purpose (the entry
+// trained as a zero example), events_trained became 605 and the test failed.
+TEST_F(StreamRunTest, MalformedEntriesAreCountedAcknowledgedAndNeverTrained) {
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->CreateGroup("events", "replicas", "0").ok());
+  StreamEvent good;
+  good.shape = {1, 28, 28};
+  good.features.assign(784, 0.5f);
+  good.label = 3;
+  good.produced_ns = 1;
+  std::vector<StreamFields> bad;
+  StreamFields wrong_size = EncodeStreamEvent(good);
+  wrong_size[0].second.resize(100);
+  bad.push_back(wrong_size);
+  StreamEvent nan = good;
+  nan.features[7] = std::nanf("");
+  bad.push_back(EncodeStreamEvent(nan));
+  StreamEvent label = good;
+  label.label = 10;
+  bad.push_back(EncodeStreamEvent(label));
+  StreamEvent shape = good;
+  shape.shape = {784};
+  bad.push_back(EncodeStreamEvent(shape));
+  StreamFields missing = EncodeStreamEvent(good);
+  missing.erase(missing.begin() + 2);  // no label
+  bad.push_back(missing);
+  ASSERT_TRUE(client->AddMany("events", bad).ok());
+
+  const std::string job_yaml =
+      absl::StrCat(kJob, "cluster: { workers: 2 }\n", "stream: { address: ",
+                   broker_->socket_path(), ", key: events, batch_events: 16, max_events: 605 }\n");
+  // 600 good events from `strata produce`, before the run: the test's broker is the run's.
+  {
+    const std::string job = dir_ + "/produce.yaml";
+    std::ofstream(job) << job_yaml;
+    SpawnOptions o;
+    o.name = "strata-produce";
+    o.argv = {STRATA_BIN, "produce", job, "--max-events", "600"};
+    o.log_path = dir_ + "/produce.log";
+    auto child = ChildProcess::Spawn(o);
+    ASSERT_TRUE(child.ok()) << child.status();
+    ASSERT_TRUE((*child)->WaitFor(std::chrono::seconds(120)));
+    ASSERT_EQ((*child)->exit_code(), 0) << Slurp(o.log_path);
+  }
+  const std::string run = dir_ + "/run";
+  std::string output;
+  ASSERT_EQ(Run(job_yaml, run, &output), 0) << output;
+  const nlohmann::json s = Summary(run);
+  ExpectInvariants(s, 2, 600);
+  EXPECT_EQ(s["malformed"].get<int64_t>(), 5);
+  EXPECT_EQ(s["acknowledged"].get<int64_t>(), 605);
+  // Each refusal is in a replica's log with its entry id.
+  const std::string logs = Slurp(run + "/logs/worker-0.log") + Slurp(run + "/logs/worker-1.log");
+  EXPECT_THAT(logs, HasSubstr("skipped: stream entry "));
+}
+
+// What the replicas' protocol needs of the job is refused before anything starts, naming the
+// key: momentum and weight decay (their updates do not commute, so the replicas could not agree),
+// a stream with no end.
+TEST_F(StreamRunTest, AJobTheReplicasCannotAgreeOnIsRefusedNamingTheKey) {
+  std::string output;
+  const std::string run = dir_ + "/refused";
+  EXPECT_EQ(Run("name: refused\n"
+                "dataset: { name: fashion-mnist, max_train: 100 }\n"
+                "training: { momentum: 0.9, weight_decay: 0.001 }\n"
+                "strategy: { kind: stream }\n",
+                run, &output),
+            2);
+  EXPECT_THAT(output, HasSubstr("training.momentum"));
+  EXPECT_THAT(output, HasSubstr("training.weight_decay"));
+  EXPECT_THAT(output, HasSubstr("stream.max_events"));
+  EXPECT_THAT(output, HasSubstr("nothing was launched"));
+}
+
+}  // namespace
+}  // namespace strata::testing
