@@ -300,7 +300,7 @@ class StreamRun {
                               {"wall_s", Seconds(StreamClock::now())}};
     if (!status.ok()) summary["error"] = std::string(status.message());
     std::vector<nlohmann::json> results;
-    int64_t gradients = 0, trained = 0, malformed = 0, acknowledged = 0;
+    int64_t gradients = 0, trained = 0, malformed = 0, acknowledged = 0, correct = 0, scored = 0;
     double train_s = 0;
     std::map<std::string, int64_t> staleness;
     for (int r = 0; r < world; ++r) {
@@ -309,6 +309,8 @@ class StreamRun {
       trained += Int(result, "events_trained");
       malformed += Int(result, "malformed");
       acknowledged += Int(result, "acknowledged");
+      correct += Int(result, "prequential_correct");
+      scored += Int(result, "prequential_scored");
       train_s = std::max(train_s, result.value("seconds", 0.0));
       if (result.contains("staleness")) {
         for (const auto& [s, n] : result["staleness"].items()) staleness[s] += n.get<int64_t>();
@@ -338,6 +340,8 @@ class StreamRun {
     summary["staleness"] = staleness;
     summary["train_s"] = train_s;
     summary["events_per_s"] = train_s > 0 ? trained / train_s : 0.0;
+    // Each window scored by its replica's model before its own gradient went in (test-then-train).
+    summary["prequential_accuracy"] = scored > 0 ? static_cast<double>(correct) / scored : 0.0;
     if (broker_) {
       const v1::ResolvedStream& stream = job_.stream();
       if (auto group = broker_->GroupInfo(stream.key(), stream.group()); group.ok()) {

@@ -180,14 +180,20 @@ absl::Status GradientMesh::Check(const v1::StreamGradient& g, uint64_t expected_
                                                    " was due (a gap or a repeat)"));
   }
   if (g.end()) {
-    if (!g.values().empty()) {
-      return absl::InvalidArgumentError("an end message carries no values");
+    if (!g.values().empty() || g.clock_size() != 0) {
+      return absl::InvalidArgumentError("an end message carries no values and no clock");
     }
     return absl::OkStatus();
   }
-  if (g.clock_size() != options_.world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a clock of ", g.clock_size(), " replicas, the job has ", options_.world));
+  if (g.count() < 1 || g.count() > kMaxGradientsPerMessage) {
+    return absl::InvalidArgumentError(absl::StrCat("a message of ", g.count(),
+                                                   " gradients (1 to ", kMaxGradientsPerMessage,
+                                                   ")"));
+  }
+  if (static_cast<int64_t>(g.clock_size()) != static_cast<int64_t>(g.count()) * options_.world) {
+    return absl::InvalidArgumentError(absl::StrCat("a clock of ", g.clock_size(), " entries for ",
+                                                   g.count(), " gradient(s) of ", options_.world,
+                                                   " replicas"));
   }
   for (int64_t c : g.clock()) {
     if (c < 0) return absl::InvalidArgumentError("a negative clock entry");
@@ -239,7 +245,7 @@ grpc::Status GradientMesh::Gradients(grpc::ServerContext* context,
     if (message->end()) {
       ended_[sender] = true;
     } else {
-      ++next_index_[sender];
+      next_index_[sender] += message->count();
     }
     inbox_.push_back(std::move(message));
     inbox_cv_.notify_all();

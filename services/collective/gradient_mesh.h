@@ -1,10 +1,11 @@
 // The gradient exchange of a stream job's replicas (strategy.kind stream, TensAIR's protocol;
 // docs/protocol.md, "Stream replicas"): every replica sends every gradient it applied to every
-// other replica, with no server and no barrier. Each replica keeps one gRPC client stream open to
+// other replica, with no server and no barrier; a buffer of gradients travels as one message
+// holding their sum and each one's clock. Each replica keeps one gRPC client stream open to
 // each peer (StreamReplica.Gradients) and writes its gradients on it in the order it applied them;
 // a writer thread per peer does the writing, so the training thread only queues. The receiving
-// side checks each message (sender, world, the sender's next index, the clock's size, the
-// values' size) and hands it to the training thread in arrival order, which per sender is the
+// side checks each message (sender, world, the sender's next index, the gradient count, the
+// clock's size, the values' size) and hands it to the training thread in arrival order, which per sender is the
 // sender's order.
 //
 // Over gRPC, so it carries the run token and TLS like every other call; the ring's plain-TCP data
@@ -27,6 +28,9 @@
 #include "strata/v1/collective.grpc.pb.h"
 
 namespace strata {
+
+// At most this many gradients summed in one message (stream.max_grad_buffer's upper bound).
+inline constexpr uint32_t kMaxGradientsPerMessage = 1024;
 
 struct GradientMeshOptions {
   int rank = 0;

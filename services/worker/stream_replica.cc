@@ -57,7 +57,8 @@ struct ReplicaCounts {
   // Test-then-train: each window is scored by the model before its own gradient is applied.
   int64_t correct = 0, scored = 0;
   double last_loss = 0;
-  double remote_apply_s = 0;
+  // Where a replica's time goes (wall seconds on its training thread).
+  double read_s = 0, compute_s = 0, send_s = 0, remote_apply_s = 0;
 
   nlohmann::json ToJson() const {
     nlohmann::json stale = nlohmann::json::object();
@@ -75,6 +76,9 @@ struct ReplicaCounts {
             {"prequential_correct", correct},
             {"prequential_scored", scored},
             {"last_loss", last_loss},
+            {"read_s", read_s},
+            {"compute_s", compute_s},
+            {"send_s", send_s},
             {"remote_apply_s", remote_apply_s}};
   }
 };
@@ -140,6 +144,7 @@ class StreamReplica {
       }
       const int missing = stream_.batch_events() - static_cast<int>(labels.size());
       if (reading && missing > 0) {
+        const auto read_start = ReplicaClock::now();
         STRATA_ASSIGN_OR_RETURN(
             std::vector<StreamEntry> entries,
             broker_->ReadGroup(stream_.key(), stream_.group(), consumer_, missing, kReadBlock));
@@ -159,6 +164,7 @@ class StreamReplica {
         }
         // A malformed entry never reaches the model; acknowledged now, it is not handed out again.
         STRATA_RETURN_IF_ERROR(Acknowledge(refused));
+        counts_.read_s += SecondsSince(read_start);
       }
       const bool full = static_cast<int>(labels.size()) >= stream_.batch_events();
       if (full || (!reading && !labels.empty())) {
@@ -226,7 +232,9 @@ class StreamReplica {
 
   absl::Status TrainWindow(const std::vector<float>& features, const std::vector<int32_t>& labels,
                            const std::vector<std::string>& ids) {
+    const auto compute_start = ReplicaClock::now();
     STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer_->ComputeGradientsFrom(features, labels));
+    counts_.compute_s += SecondsSince(compute_start);
     const size_t n = static_cast<size_t>(trainer_->parameters().total_floats());
     const float* gradient = trainer_->gradient_data();
     if (!std::isfinite(stats.loss) || !std::isfinite(MaxAbsOrInfinity(gradient, n))) {
@@ -237,12 +245,17 @@ class StreamReplica {
                    labels.size(), stats.loss);
       return Acknowledge(ids);
     }
-    auto message = std::make_shared<v1::StreamGradient>();
-    message->set_sender(static_cast<uint32_t>(options_.rank));
-    message->set_world(static_cast<uint32_t>(options_.world()));
-    message->set_index(static_cast<uint64_t>(counts_.windows));
-    for (int64_t a : counts_.applied) message->add_clock(a);
-    message->set_values(reinterpret_cast<const char*>(gradient), n * sizeof(float));
+    // Into the buffer before the step (which leaves the gradient as it is, but the buffer holds
+    // what was computed): the sum so far and this gradient's clock.
+    if (buffered_ == 0) {
+      buffer_first_ = counts_.windows;
+      buffer_sum_.assign(gradient, gradient + n);
+      buffer_clocks_.clear();
+    } else {
+      for (size_t i = 0; i < n; ++i) buffer_sum_[i] += gradient[i];
+    }
+    buffer_clocks_.insert(buffer_clocks_.end(), counts_.applied.begin(), counts_.applied.end());
+    ++buffered_;
     trainer_->ApplyGradients(sgd_);
     ++counts_.windows;
     ++counts_.applied[static_cast<size_t>(options_.rank)];
@@ -253,8 +266,7 @@ class StreamReplica {
     ++counts_.staleness[0];  // a local gradient: computed and applied on the same model
     // Acknowledged only now that its gradient is in the model.
     STRATA_RETURN_IF_ERROR(Acknowledge(ids));
-    buffer_.push_back(std::move(message));
-    if (static_cast<int>(buffer_.size()) >= stream_.max_grad_buffer()) return Flush();
+    if (buffered_ >= stream_.max_grad_buffer()) return Flush();
     return absl::OkStatus();
   }
 
@@ -265,10 +277,26 @@ class StreamReplica {
     return absl::OkStatus();
   }
 
+  // Sends the buffer to every other replica: one message, the gradients' sum and their clocks.
   absl::Status Flush() {
-    for (auto& message : buffer_) STRATA_RETURN_IF_ERROR(Send(std::move(message)));
-    buffer_.clear();
+    if (buffered_ == 0) return absl::OkStatus();
+    const auto start = ReplicaClock::now();
+    auto message = std::make_shared<v1::StreamGradient>();
+    message->set_sender(static_cast<uint32_t>(options_.rank));
+    message->set_world(static_cast<uint32_t>(options_.world()));
+    message->set_index(static_cast<uint64_t>(buffer_first_));
+    message->set_count(static_cast<uint32_t>(buffered_));
+    message->mutable_clock()->Add(buffer_clocks_.begin(), buffer_clocks_.end());
+    message->set_values(reinterpret_cast<const char*>(buffer_sum_.data()),
+                        buffer_sum_.size() * sizeof(float));
+    buffered_ = 0;
+    STRATA_RETURN_IF_ERROR(Send(std::move(message)));
+    counts_.send_s += SecondsSince(start);
     return absl::OkStatus();
+  }
+
+  static double SecondsSince(ReplicaClock::time_point t) {
+    return std::chrono::duration<double>(ReplicaClock::now() - t).count();
   }
 
   absl::Status Send(std::shared_ptr<const v1::StreamGradient> message) {
@@ -302,14 +330,20 @@ class StreamReplica {
         return absl::DataLossError(absl::StrCat("replica ", sender, " sent gradient ", g->index(),
                                                 " with a value that is not finite"));
       }
-      int64_t stale = 0;
-      for (size_t r = 0; r < counts_.applied.size(); ++r) {
-        stale += std::abs(g->clock(static_cast<int>(r)) - counts_.applied[r]);
+      // Each gradient of the message as if applied in turn: the j-th finds this replica j
+      // further along the sender's gradients.
+      const size_t world = counts_.applied.size();
+      for (size_t j = 0; j < g->count(); ++j) {
+        int64_t stale = 0;
+        for (size_t r = 0; r < world; ++r) {
+          const int64_t applied = counts_.applied[r] + (r == sender ? static_cast<int64_t>(j) : 0);
+          stale += std::abs(g->clock(static_cast<int>(j * world + r)) - applied);
+        }
+        ++counts_.staleness[stale];
       }
       const float lr = sgd_.lr;
       for (size_t i = 0; i < n; ++i) params[i] -= lr * values[i];
-      ++counts_.applied[sender];
-      ++counts_.staleness[stale];
+      counts_.applied[sender] += g->count();
     }
     counts_.remote_apply_s += std::chrono::duration<double>(ReplicaClock::now() - start).count();
     return absl::OkStatus();
@@ -376,7 +410,12 @@ class StreamReplica {
   std::unique_ptr<GradientMesh> mesh_;
   ReplicaCounts counts_;
   std::vector<int64_t> ended_;  // by rank: the gradients it announced in its end, -1 before
-  std::vector<std::shared_ptr<const v1::StreamGradient>> buffer_;
+  // The gradients computed and not yet sent: how many, the first one's number, their sum and
+  // their clocks (world entries each).
+  int buffered_ = 0;
+  int64_t buffer_first_ = 0;
+  std::vector<float> buffer_sum_;
+  std::vector<int64_t> buffer_clocks_;
   ReplicaClock::time_point started_, next_progress_;
 };
 

@@ -49,6 +49,7 @@ std::shared_ptr<v1::StreamGradient> Gradient(int sender, int world, uint64_t ind
   g->set_sender(sender);
   g->set_world(world);
   g->set_index(index);
+  g->set_count(1);
   for (int r = 0; r < world; ++r) g->add_clock(r == sender ? static_cast<int64_t>(index) : 0);
   std::vector<float> values(kFloats, value);
   g->set_values(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
@@ -149,6 +150,10 @@ TEST(GradientMesh, AGapARepeatOrAWrongSizeFailsTheMeshNamingTheSender) {
   short_values.mutable_values()->resize(7);
   v1::StreamGradient short_clock = *Gradient(0, 2, 0, 1.0f);
   short_clock.clear_clock();
+  v1::StreamGradient no_count = *Gradient(0, 2, 0, 1.0f);
+  no_count.set_count(0);
+  v1::StreamGradient two_counted = *Gradient(0, 2, 0, 1.0f);
+  two_counted.set_count(2);
   v1::StreamGradient end;
   end.set_sender(0);
   end.set_world(2);
@@ -159,7 +164,9 @@ TEST(GradientMesh, AGapARepeatOrAWrongSizeFailsTheMeshNamingTheSender) {
       {"gap", {*Gradient(0, 2, 0, 1), *Gradient(0, 2, 2, 1)}, "where 1 was due"},
       {"repeat", {*Gradient(0, 2, 0, 1), *Gradient(0, 2, 0, 1)}, "where 1 was due"},
       {"size", {short_values}, "7 bytes for a model of 5 floats"},
-      {"clock", {short_clock}, "a clock of 0 replicas"},
+      {"clock", {short_clock}, "a clock of 0 entries for 1 gradient(s) of 2 replicas"},
+      {"count", {no_count}, "a message of 0 gradients"},
+      {"count beyond the clock", {two_counted}, "a clock of 2 entries for 2 gradient(s)"},
       {"world", {other_world}, "a job of 3 replicas"},
       {"after end", {*Gradient(0, 2, 0, 1), end, *Gradient(0, 2, 1, 1)}, "after its end"},
   };

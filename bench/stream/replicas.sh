@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Stream replicas' training throughput against their number (docs/benchmarks.md, "Stream
+# replicas"): R = 1, 2, 4 replicas (strategy.kind stream, MLP on Fashion-MNIST, windows of 64
+# events, buffers of 4 gradients, 1 LibTorch thread each) train the same N events, produced
+# beforehand onto a private redis-server so that the producer is not part of the measurement.
+# Each `strata run` runs in a cgroup-v1 CPU quota of R x QUOTA cores (the replicas are identical,
+# so each gets about QUOTA: the cores of this machine do not decide the scaling); the broker runs
+# outside it. The counts alternate within each round; medians per count, and ratios to R = 1.
+#   flock /tmp/strata-bench.lock bench/stream/replicas.sh [BUILD_DIR] [ROUNDS] [EVENTS] [QUOTA] [BUFFER]
+# BUFFER: stream.max_grad_buffer (4). Each line also gives the mean staleness of the gradients a
+# replica applied from the others (0 for R = 1: it has none).
+# Needs root (the cgroup) and redis-server.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build=$(realpath "${1:-build}"); rounds=${2:-3}; events=${3:-60000}; quota=${4:-0.4}; buffer=${5:-4}
+counts=(1 2 4)
+out=$(mktemp -d /tmp/strata-stream-bench-XXXXXX)
+cg=/sys/fs/cgroup/cpu/strata-stream-bench-$$
+cleanup() {
+  [ -n "${redis_pid:-}" ] && kill "$redis_pid" 2>/dev/null || true
+  rmdir "$cg" 2>/dev/null || true
+  rm -rf "$out"
+}
+trap cleanup EXIT
+median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+redis-server --port 0 --unixsocket "$out/redis.sock" --unixsocketperm 700 --save "" \
+  --appendonly no --dir "$out" --logfile "$out/redis.log" &
+redis_pid=$!
+for _ in $(seq 100); do redis-cli -s "$out/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
+mkdir -p "$cg"
+period=$(cat "$cg/cpu.cfs_period_us")
+for round in $(seq "$rounds"); do
+  for r in "${counts[@]}"; do
+    key="bench-$round-$r"
+    cat > "$out/job.yaml" <<YAML
+name: stream-bench
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist }
+model: { arch: mlp }
+training: { lr: 0.05, momentum: 0, threads: 1, seed: 1 }
+cluster: { workers: $r }
+strategy: { kind: stream }
+stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: $buffer, max_events: $events }
+YAML
+    "$build/bin/strata" produce "$out/job.yaml" --max-events "$events" > "$out/produce.log"
+    echo "$(awk -v r="$r" -v q="$quota" -v p="$period" 'BEGIN {printf "%d", r * q * p}')" \
+      > "$cg/cpu.cfs_quota_us"
+    (echo $BASHPID > "$cg/cgroup.procs"; exec "$build/bin/strata" run "$out/job.yaml" \
+      --out "$out/run-$key" --quiet > "$out/run-$key.log" 2>&1) || { cat "$out/run-$key.log"; exit 1; }
+    python3 - "$out/run-$key/summary.json" "$round" "$r" <<'PY' | tee -a "$out/all.txt"
+import json, sys
+s = json.load(open(sys.argv[1]))
+remote = [(int(k), n) for k, n in s["staleness"].items()]
+own = s["gradients"]  # each gradient once at its own replica, at staleness 0
+count = sum(n for _, n in remote) - own
+mean = sum(k * n for k, n in remote) / count if count > 0 else 0.0
+print(f"round {sys.argv[2]} replicas={sys.argv[3]} events_per_s={s['events_per_s']:.0f} "
+      f"remote_staleness_mean={mean:.2f} "
+      f"accuracy_before_training={s['prequential_accuracy']:.4f} "
+      f"agreement={s['agreement_relative']:.1e} apply_once={s['apply_once']}")
+PY
+    [ -n "${KEEP_SUMMARIES:-}" ] && cp "$out/run-$key/summary.json" "$KEEP_SUMMARIES/summary-$key.json"
+    redis-cli -s "$out/redis.sock" del "$key" > /dev/null
+  done
+done
+echo "medians over $rounds rounds, $events events, ${quota} cores per replica, buffers of $buffer:"
+base=$(grep "replicas=1 " "$out/all.txt" | sed 's/.*events_per_s=\([0-9.]*\).*/\1/' | median)
+for r in "${counts[@]}"; do
+  m=$(grep "replicas=$r " "$out/all.txt" | sed 's/.*events_per_s=\([0-9.]*\).*/\1/' | median)
+  a=$(grep "replicas=$r " "$out/all.txt" | sed 's/.*accuracy_before_training=\([0-9.]*\).*/\1/' | median)
+  st=$(grep "replicas=$r " "$out/all.txt" | sed 's/.*remote_staleness_mean=\([0-9.]*\).*/\1/' | median)
+  awk -v r="$r" -v m="$m" -v b="$base" -v a="$a" -v st="$st" \
+    'BEGIN {printf "replicas=%d events_per_s=%.0f ratio_to_1=%.2f accuracy_before_training=%.4f remote_staleness_mean=%.2f\n", r, m, m / b, a, st}'
+done
