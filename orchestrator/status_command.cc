@@ -31,6 +31,47 @@ std::string Num(const nlohmann::json& j, const char* key, const char* format) {
   return Num(j[key].get<double>(), format);
 }
 
+// A stream run (strategy.kind stream) has no epochs and no evaluations: its progress is in events,
+// and its backlog is the broker's (the lag and what each replica holds unacknowledged).
+int ShowStreamStatus(const std::string& dir, const nlohmann::json& status,
+                     const nlohmann::json& summary) {
+  std::string state = status.value("state", "unknown");
+  const int pid = status.value("orchestrator_pid", 0);
+  if (state == "running" && (pid <= 0 || ::kill(pid, 0) != 0)) {
+    state = "abandoned (the orchestrator is gone)";
+  }
+  std::printf("run:       %s\n", dir.c_str());
+  std::printf("state:     %s\n", state.c_str());
+  std::printf("job:       %s, strategy stream, %d replica(s)\n", status.value("name", "").c_str(),
+              status.value("replicas", 0));
+  std::printf("events:    %lld in the stream, %lld handed out, %lld trained (%s/s), %s s\n",
+              static_cast<long long>(status.value("stream_length", int64_t{0})),
+              static_cast<long long>(status.value("handed_out", int64_t{0})),
+              static_cast<long long>(status.value("events_trained", int64_t{0})),
+              Num(status, "trained_per_s", "%.0f").c_str(), Num(status, "wall_s", "%.1f").c_str());
+  std::printf("backlog:   lag %lld (not yet handed out), pending %lld (handed out, not acknowledged)\n",
+              static_cast<long long>(status.value("lag", int64_t{0})),
+              static_cast<long long>(status.value("pending", int64_t{0})));
+  if (status.contains("pending_per_replica") && status["pending_per_replica"].is_object()) {
+    for (const auto& [consumer, count] : status["pending_per_replica"].items()) {
+      std::printf("  %-12s pending %s\n", consumer.c_str(), count.dump().c_str());
+    }
+  }
+  std::printf("training:  loss %s, accuracy before training %s\n", Num(status, "loss", "%.4f").c_str(),
+              Num(status, "prequential_accuracy", "%.4f").c_str());
+  if (summary.is_object()) {
+    std::printf("final:     %s events trained, %s events/s, apply_once %s, agree %s (%s)%s%s\n",
+                summary.value("events_trained", nlohmann::json(0)).dump().c_str(),
+                Num(summary, "events_per_s", "%.0f").c_str(),
+                summary.value("apply_once", false) ? "true" : "false",
+                summary.value("agree", false) ? "true" : "false",
+                Num(summary, "agreement_relative", "%.1e").c_str(),
+                summary.contains("error") ? "; error: " : "",
+                summary.value("error", "").c_str());
+  }
+  return 0;
+}
+
 int ShowStatus(const std::string& dir) {
   RunPaths paths(dir);
   if (!ReadFile(paths.job_yaml).ok()) {
@@ -39,6 +80,10 @@ int ShowStatus(const std::string& dir) {
   }
   nlohmann::json status = ReadJsonFile(paths.status);
   nlohmann::json summary = ReadJsonFile(paths.summary);
+  if ((status.is_object() && status.value("strategy", "") == "stream") ||
+      (summary.is_object() && summary.value("strategy", "") == "stream")) {
+    return ShowStreamStatus(dir, status.is_object() ? status : nlohmann::json::object(), summary);
+  }
   std::vector<nlohmann::json> metrics;
   if (auto m = ReadJsonLines(paths.metrics); m.ok()) metrics = std::move(*m);
   std::vector<nlohmann::json> events;

@@ -17,7 +17,7 @@ counts=(1 2 4)
 out=$(mktemp -d /tmp/strata-stream-bench-XXXXXX)
 cg=/sys/fs/cgroup/cpu/strata-stream-bench-$$
 cleanup() {
-  [ -n "${redis_pid:-}" ] && kill "$redis_pid" 2>/dev/null || true
+  if [ -n "${redis_pid:-}" ]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
   rmdir "$cg" 2>/dev/null || true
   rm -rf "$out"
 }

@@ -75,16 +75,23 @@ class StreamRun {
     absl::Status status = Execute();
     StopEverything();
     nlohmann::json summary = Summarise(status);
-    record_->WriteSummary(summary);
     const bool checks = summary.value("apply_once", false) && summary.value("agree", false);
     if (status.ok() && !checks) {
       status = absl::InternalError(absl::StrCat(
           "the replicas' checks failed: apply_once ",
           summary.value("apply_once", false) ? "true" : "false", ", agree ",
           summary.value("agree", false) ? "true" : "false", " (summary.json)"));
+      summary["state"] = "failed";
+      summary["error"] = std::string(status.message());
     }
+    record_->WriteSummary(summary);
+    WriteStatus(summary.value("state", "failed"), Progress());
     if (!status.ok()) {
-      record_->Event(RunEvent::kRunFailed, {{"reason", std::string(status.message())}});
+      RunFailedEvent failed;
+      failed.state = Interrupted() != 0 ? "interrupted" : "failed";
+      failed.error = std::string(status.message());
+      failed.process = failed_process_;
+      record_->RunFailed(failed);
       std::fprintf(stderr, "strata run: %s: failed: %s\n", job_.name().c_str(),
                    std::string(status.message()).c_str());
       return Interrupted() != 0 ? 130 : 1;
@@ -205,19 +212,15 @@ class StreamRun {
     while (true) {
       if (Interrupted() != 0) return absl::CancelledError("interrupted");
       bool all_done = true;
+      bool failed = false;
       for (auto& replica : replicas_) {
         if (!replica->Poll()) {
           all_done = false;
-          continue;
-        }
-        if (!replica->succeeded()) {
-          record_->Event(RunEvent::kProcessExited,
-                         {{"process", replica->name()}, {"exit", replica->ExitDescription()}});
-          return absl::AbortedError(absl::StrCat(replica->name(), " ", replica->ExitDescription(),
-                                                 "; the end of its log:\n",
-                                                 LogTail(replica->log_path())));
+        } else if (!replica->succeeded()) {
+          failed = true;
         }
       }
+      if (failed) return ReplicaFailure();
       if (producer_ && producer_->Poll() && !producer_->succeeded()) {
         return absl::AbortedError(absl::StrCat("the producer ", producer_->ExitDescription(),
                                                "; the end of its log:\n",
@@ -232,6 +235,7 @@ class StreamRun {
         trained_before = trained;
         line_before = now;
         (void)record_->Metrics(line);
+        WriteStatus("running", line);
         Say(ProgressText(line));
         next_line = now + std::chrono::seconds(1);
       }
@@ -244,6 +248,38 @@ class StreamRun {
     return absl::OkStatus();
   }
 
+  // A replica ended badly. Its peers soon fail too (their streams to it break), so the culprit is
+  // told from the consequences: the replicas that end within a short grace are collected, and one
+  // killed by a signal, else the first found, is named first.
+  absl::Status ReplicaFailure() {
+    const auto grace_end = StreamClock::now() + std::chrono::seconds(2);
+    while (StreamClock::now() < grace_end) {
+      bool all_ended = true;
+      for (auto& replica : replicas_) all_ended = replica->Poll() && all_ended;
+      if (all_ended) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));  // polling the children
+    }
+    ChildProcess* culprit = nullptr;
+    std::vector<std::string> others;
+    for (auto& replica : replicas_) {
+      if (!replica->exited() || replica->succeeded()) continue;
+      record_->Event(RunEvent::kProcessExited,
+                     {{"process", replica->name()}, {"how", replica->ExitDescription()}});
+      const bool signalled = replica->exit_code() > 128;
+      if (culprit == nullptr || (signalled && culprit->exit_code() <= 128)) {
+        if (culprit != nullptr) others.push_back(culprit->name());
+        culprit = replica.get();
+      } else {
+        others.push_back(replica->name());
+      }
+    }
+    failed_process_ = culprit->name();
+    return absl::AbortedError(absl::StrCat(
+        culprit->name(), " ", culprit->ExitDescription(),
+        others.empty() ? "" : absl::StrCat(" (then ", absl::StrJoin(others, ", "), " failed)"),
+        "; the end of its log:\n", LogTail(culprit->log_path())));
+  }
+
   nlohmann::json Progress() {
     nlohmann::json line = {{"wall_s", Seconds(StreamClock::now())}};
     const v1::ResolvedStream& stream = job_.stream();
@@ -253,7 +289,13 @@ class StreamRun {
       line["lag"] = group->lag;
       line["pending"] = group->pending;
     }
-    int64_t trained = 0, correct = 0, scored = 0;
+    // What each replica holds unacknowledged: its share of the group's backlog.
+    if (auto pending = broker_->Pending(stream.key(), stream.group()); pending.ok()) {
+      nlohmann::json per = nlohmann::json::object();
+      for (const auto& [consumer, count] : pending->per_consumer) per[consumer] = count;
+      line["pending_per_replica"] = per;
+    }
+    int64_t trained = 0, correct = 0, scored = 0, recent_correct = 0, recent_scored = 0;
     std::vector<int64_t> applied;
     double loss = 0;
     int reporting = 0;
@@ -263,7 +305,10 @@ class StreamRun {
       trained += Int(p, "events_trained");
       correct += Int(p, "prequential_correct");
       scored += Int(p, "prequential_scored");
+      recent_correct += Int(p, "recent_correct");
+      recent_scored += Int(p, "recent_scored");
       applied.push_back(Int(p, "applied_total"));
+      RecordDrifts(r, p);
       if (p.contains("last_loss")) {
         loss += p["last_loss"].get<double>();
         ++reporting;
@@ -273,19 +318,54 @@ class StreamRun {
     line["applied"] = applied;
     if (reporting > 0) line["loss"] = loss / reporting;
     if (scored > 0) line["prequential_accuracy"] = static_cast<double>(correct) / scored;
+    if (recent_scored > 0) {
+      line["recent_accuracy"] = static_cast<double>(recent_correct) / recent_scored;
+    }
     return line;
+  }
+
+  // The detections a replica reports that events.jsonl does not have yet.
+  void RecordDrifts(int rank, const nlohmann::json& figures) {
+    auto it = figures.find("drifts");
+    if (it == figures.end() || !it->is_array()) return;
+    size_t& recorded = drifts_recorded_[rank];
+    for (size_t i = recorded; i < it->size(); ++i) {
+      const nlohmann::json& d = (*it)[i];
+      if (!d.is_object()) continue;
+      record_->Event(RunEvent::kDriftDetected, {{"replica", rank},
+                                                {"events", d.value("events", int64_t{0})},
+                                                {"seq", d.value("seq", int64_t{-1})},
+                                                {"error_before", d.value("error_before", 0.0)},
+                                                {"error_after", d.value("error_after", 0.0)}});
+    }
+    recorded = std::max(recorded, it->size());
   }
 
   static std::string ProgressText(const nlohmann::json& line) {
     return absl::StrFormat(
         "stream: %lld events in the stream, %lld handed out, %lld trained (%.0f/s), lag %lld, "
-        "pending %lld, loss %.4f, accuracy before training %.3f, applied per replica %s",
+        "pending %lld, loss %.4f, accuracy before training %.3f (latest events %.3f), applied per "
+        "replica %s",
         static_cast<long long>(line.value("stream_length", int64_t{0})),
         static_cast<long long>(line.value("handed_out", int64_t{0})),
         static_cast<long long>(line.value("events_trained", int64_t{0})),
         line.value("trained_per_s", 0.0), static_cast<long long>(line.value("lag", int64_t{0})),
         static_cast<long long>(line.value("pending", int64_t{0})), line.value("loss", 0.0),
-        line.value("prequential_accuracy", 0.0), line["applied"].dump());
+        line.value("prequential_accuracy", 0.0), line.value("recent_accuracy", 0.0),
+        line["applied"].dump());
+  }
+
+  // status.json, what `strata status` shows of a stream run: the state and the last progress line.
+  void WriteStatus(const std::string& state, nlohmann::json line) const {
+    line["state"] = state;
+    line["name"] = job_.name();
+    line["strategy"] = "stream";
+    line["replicas"] = job_.cluster().workers();
+    line["orchestrator_pid"] = ::getpid();
+    line["updated"] = std::chrono::duration<double>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+    record_->WriteStatus(line);
   }
 
   // The apply-once and agreement checks over what the replicas wrote, and the run's figures.
@@ -342,6 +422,15 @@ class StreamRun {
     summary["events_per_s"] = train_s > 0 ? trained / train_s : 0.0;
     // Each window scored by its replica's model before its own gradient went in (test-then-train).
     summary["prequential_accuracy"] = scored > 0 ? static_cast<double>(correct) / scored : 0.0;
+    nlohmann::json drifts = nlohmann::json::array();
+    for (const nlohmann::json& result : results) {
+      if (!result.contains("drifts")) continue;
+      for (nlohmann::json d : result["drifts"]) {
+        d["replica"] = result.value("rank", 0);
+        drifts.push_back(std::move(d));
+      }
+    }
+    summary["drifts"] = drifts;
     if (broker_) {
       const v1::ResolvedStream& stream = job_.stream();
       if (auto group = broker_->GroupInfo(stream.key(), stream.group()); group.ok()) {
@@ -446,6 +535,8 @@ class StreamRun {
   std::unique_ptr<ChildProcess> producer_;
   std::vector<std::unique_ptr<ChildProcess>> replicas_;
   StreamClock::time_point started_, trained_at_;
+  std::map<int, size_t> drifts_recorded_;  // by replica: its detections in events.jsonl
+  std::string failed_process_;             // the replica whose end failed the run
 };
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
 
 #include "orchestrator/record/report_format.h"
@@ -317,6 +318,12 @@ std::string DescribeEvent(const json& e) {
       return RunFailedText(e, process);
     case RunEvent::kRunFinished:
       return absl::StrCat("Run ", Text(e, "state"), " after ", FormatSeconds(Number(e, "wall_s")));
+    case RunEvent::kDriftDetected:
+      return absl::StrFormat("Drift detected by replica %d after %d of its events: the error went "
+                             "from %.3f to %.3f",
+                             static_cast<int>(Number(e, "replica")),
+                             static_cast<int64_t>(Number(e, "events")), Number(e, "error_before"),
+                             Number(e, "error_after"));
   }
   return Capitalized(HumanKey(name));
 }

@@ -11,7 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::pair<RunEvent, const char*>, 22> kEventNames = {{
+constexpr std::array<std::pair<RunEvent, const char*>, 23> kEventNames = {{
     {RunEvent::kRunStarted, "run_started"},
     {RunEvent::kResumed, "resumed"},
     {RunEvent::kLaunched, "launched"},
@@ -34,6 +34,7 @@ constexpr std::array<std::pair<RunEvent, const char*>, 22> kEventNames = {{
     {RunEvent::kProcessesEnded, "processes_ended"},
     {RunEvent::kRunFailed, "run_failed"},
     {RunEvent::kRunFinished, "run_finished"},
+    {RunEvent::kDriftDetected, "drift_detected"},
 }};
 
 // The keys every event line carries.

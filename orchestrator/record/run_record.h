@@ -43,6 +43,7 @@ enum class RunEvent {
   kProcessesEnded,
   kRunFailed,
   kRunFinished,
+  kDriftDetected,  // a stream replica's drift detector fired (replica, events, error before/after)
 };
 
 // The name in events.jsonl ("switch_done").

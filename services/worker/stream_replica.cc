@@ -4,6 +4,7 @@
 #include <cmath>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -21,6 +22,7 @@
 #include "services/common/base/run_directory.h"
 #include "services/common/base/status.h"
 #include "services/common/config/resolved_job.h"
+#include "services/common/ml/adwin.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/sgd.h"
 #include "services/common/ml/trainer.h"
@@ -54,8 +56,13 @@ struct ReplicaCounts {
   int64_t diverged_windows = 0;  // a window whose loss or gradient was not finite: not applied
   std::vector<int64_t> applied;  // by origin: the gradients of each replica applied here
   std::map<int64_t, int64_t> staleness;  // remote gradients by staleness
-  // Test-then-train: each window is scored by the model before its own gradient is applied.
+  // Test-then-train: each window is scored by the model before its own gradient is applied; over
+  // the whole stream, and over the latest stream.accuracy_window events.
   int64_t correct = 0, scored = 0;
+  int64_t recent_correct = 0, recent_scored = 0;
+  // What the drift detector (ADWIN on the windows' error) found: when, in this replica's events,
+  // and the error before and since.
+  nlohmann::json drifts = nlohmann::json::array();
   double last_loss = 0;
   // Where a replica's time goes (wall seconds on its training thread).
   double read_s = 0, compute_s = 0, send_s = 0, remote_apply_s = 0;
@@ -75,6 +82,9 @@ struct ReplicaCounts {
             {"staleness", stale},
             {"prequential_correct", correct},
             {"prequential_scored", scored},
+            {"recent_correct", recent_correct},
+            {"recent_scored", recent_scored},
+            {"drifts", drifts},
             {"last_loss", last_loss},
             {"read_s", read_s},
             {"compute_s", compute_s},
@@ -160,6 +170,7 @@ class StreamReplica {
           }
           features.insert(features.end(), event->features.begin(), event->features.end());
           labels.push_back(event->label);
+          window_last_seq_ = std::max(window_last_seq_, event->seq);
           window_ids.push_back(entry.id);
         }
         // A malformed entry never reaches the model; acknowledged now, it is not handed out again.
@@ -262,12 +273,48 @@ class StreamReplica {
     counts_.events_trained += static_cast<int64_t>(labels.size());
     counts_.correct += stats.correct;
     counts_.scored += stats.scored;
+    Score(stats.correct, stats.scored);
     counts_.last_loss = stats.loss;
     ++counts_.staleness[0];  // a local gradient: computed and applied on the same model
     // Acknowledged only now that its gradient is in the model.
     STRATA_RETURN_IF_ERROR(Acknowledge(ids));
     if (buffered_ >= stream_.max_grad_buffer()) return Flush();
     return absl::OkStatus();
+  }
+
+  // The window's test-then-train score: into the sliding accuracy and the drift detector.
+  void Score(int64_t correct, int64_t scored) {
+    if (scored <= 0) return;
+    recent_.push_back({correct, scored});
+    counts_.recent_correct += correct;
+    counts_.recent_scored += scored;
+    while (recent_.size() > 1 &&
+           counts_.recent_scored - recent_.front().second >= stream_.accuracy_window()) {
+      counts_.recent_correct -= recent_.front().first;
+      counts_.recent_scored -= recent_.front().second;
+      recent_.pop_front();
+    }
+    // One value per event (1: predicted wrong), the window's errors spread evenly over it: ADWIN's
+    // bound shrinks with the number of values, so per-event values find a change within a few
+    // hundred events where one value per window would need tens of windows.
+    const int64_t errors = scored - correct;
+    const double before = drift_detector_.mean();
+    bool changed = false;
+    for (int64_t i = 0; i < scored; ++i) {
+      const int64_t value = (i + 1) * errors / scored - i * errors / scored;
+      changed = drift_detector_.Update(static_cast<double>(value)) || changed;
+    }
+    // ADWIN finds any change of the error, and while the model learns the error keeps falling:
+    // only a rise is a drift of the stream (the model no longer fits it).
+    const double after = drift_detector_.mean();
+    if (changed && after > before) {
+      spdlog::info("drift: the error rose from {:.3f} to {:.3f} (ADWIN, after {} events)", before,
+                   after, counts_.events_trained);
+      counts_.drifts.push_back({{"events", counts_.events_trained},
+                                {"seq", window_last_seq_},
+                                {"error_before", before},
+                                {"error_after", after}});
+    }
   }
 
   absl::Status Acknowledge(const std::vector<std::string>& ids) {
@@ -409,6 +456,11 @@ class StreamReplica {
   const SgdOptions sgd_;
   std::unique_ptr<GradientMesh> mesh_;
   ReplicaCounts counts_;
+  std::deque<std::pair<int64_t, int64_t>> recent_;  // (correct, scored) of the latest windows
+  // The highest producer sequence number (`seq`) trained so far: where in the stream a drift was
+  // seen (-1 when the events carry none).
+  int64_t window_last_seq_ = -1;
+  Adwin drift_detector_;
   std::vector<int64_t> ended_;  // by rank: the gradients it announced in its end, -1 before
   // The gradients computed and not yet sent: how many, the first one's number, their sum and
   // their clocks (world entries each).

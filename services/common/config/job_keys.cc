@@ -434,6 +434,13 @@ std::vector<JobKey> MakeTable() {
           .EmitOnlyUnlessDefault()
           .Doc("Events a consumer was handed and has not acknowledged for this many milliseconds "
                "are claimed by another (a dead replica's)."),
+      Key("stream.accuracy_window")
+          .Default("1000")
+          .AtLeast(1)
+          .AtMost(10000000)
+          .EmitOnlyUnlessDefault()
+          .Doc("The prequential accuracy of a stream run's progress and metrics.jsonl is over each "
+               "replica's latest this many events."),
       Key("stream.produce.rate")
           .Default("0")
           .AtLeast(0)

@@ -2,12 +2,16 @@
 // the test's, the producer, the replicas as real strata-worker processes exchanging gradients over
 // gRPC, and the invariants of the replicas' protocol read back from what they wrote. What each
 // test looked like when broken on purpose is in its comment.
+#include <signal.h>
+
 #include <chrono>
 #include <cmath>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <absl/strings/str_cat.h>
@@ -112,9 +116,10 @@ TEST_P(StreamReplicasTest, EveryEventTrainedOnceEveryGradientAppliedOnceModelsAg
   ExpectInvariants(s, replicas, events);
   EXPECT_EQ(s["acknowledged"].get<int64_t>(), events);
   EXPECT_EQ(s["malformed"].get<int64_t>(), 0);
-  // The run trains: the window-before-training accuracy of 10 classes is well above chance.
   const std::string metrics = Slurp(run + "/metrics.jsonl");
-  EXPECT_THAT(metrics, HasSubstr("prequential_accuracy"));
+  EXPECT_THAT(metrics, HasSubstr("recent_accuracy"));
+  // A stationary stream: the drift detector saw the error fall as the model learned, never rise.
+  EXPECT_EQ(s["drifts"].size(), 0u) << s["drifts"].dump();
 }
 
 INSTANTIATE_TEST_SUITE_P(ReplicasAndBuffers, StreamReplicasTest,
@@ -123,6 +128,31 @@ INSTANTIATE_TEST_SUITE_P(ReplicasAndBuffers, StreamReplicasTest,
                          [](const auto& info) {
                            return absl::StrCat("R", info.param.first, "B", info.param.second);
                          });
+
+// The labels permuted from event 12,000 on (stream.produce.drift): every replica's drift detector
+// (ADWIN on its test-then-train error) fires once the permuted events reach it, and never before;
+// events.jsonl and summary.json say where. With the detector fed one value per window instead of
+// one per event (as first written), no replica detected this drift at all.
+TEST_F(StreamRunTest, ADriftOfTheStreamIsDetectedByEveryReplicaAfterItHappens) {
+  const std::string run = dir_ + "/run";
+  std::string output;
+  ASSERT_EQ(Run(absl::StrCat(kJob, "cluster: { workers: 2 }\n",
+                             "stream: { batch_events: 32, max_events: 24000, produce: { drift: { "
+                             "at_event: 12000, permute_labels: true } } }\n"),
+                run, &output),
+            0)
+      << output;
+  const nlohmann::json s = Summary(run);
+  ExpectInvariants(s, 2, 24000);
+  std::set<int> replicas;
+  for (const auto& d : s["drifts"]) {
+    EXPECT_GE(d["seq"].get<int64_t>(), 12000) << d.dump();  // not before the drift
+    EXPECT_GT(d["error_after"].get<double>(), d["error_before"].get<double>()) << d.dump();
+    replicas.insert(d["replica"].get<int>());
+  }
+  EXPECT_EQ(replicas, (std::set<int>{0, 1})) << s["drifts"].dump();
+  EXPECT_THAT(Slurp(run + "/events.jsonl"), HasSubstr("\"drift_detected\""));
+}
 
 // Entries pushed by hand onto the test's own broker next to 600 produced events: each malformed
 // kind is counted, acknowledged and skipped, and never reaches a model (the replicas still agree
@@ -181,6 +211,45 @@ TEST_F(StreamRunTest, MalformedEntriesAreCountedAcknowledgedAndNeverTrained) {
   // Each refusal is in a replica's log with its entry id.
   const std::string logs = Slurp(run + "/logs/worker-0.log") + Slurp(run + "/logs/worker-1.log");
   EXPECT_THAT(logs, HasSubstr("skipped: stream entry "));
+}
+
+// A replica killed with SIGKILL mid-stream ends the run at once, naming it, with exit 1 and the
+// others stopped: its events are not yet claimed by a survivor, and a run that went on without
+// its gradients could not hold apply-once. As first written (the first failed replica found was
+// named), the run blamed worker-0, which had exited with code 1 when its stream to the killed
+// replica broke.
+TEST_F(StreamRunTest, AKilledReplicaFailsTheRunNamingIt) {
+  const std::string job = dir_ + "/job.yaml";
+  std::ofstream(job) << kJob << "cluster: { workers: 2 }\n"
+                     << "stream: { batch_events: 32, max_events: 200000, produce: { rate: 2000 } }\n";
+  const std::string run = dir_ + "/run";
+  SpawnOptions o;
+  o.name = "strata-run";
+  o.argv = {STRATA_BIN, "run", job, "--out", run};
+  o.log_path = dir_ + "/run.log";
+  auto child = ChildProcess::Spawn(o);
+  ASSERT_TRUE(child.ok()) << child.status();
+  // Once replica 1 reports training progress, its pid is in events.jsonl.
+  int pid = 0;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (pid == 0 && std::chrono::steady_clock::now() < until) {
+    const std::string progress = Slurp(run + "/stream/replica-1.progress.json");
+    if (progress.find("\"training\"") != std::string::npos) {
+      std::istringstream events(Slurp(run + "/events.jsonl"));
+      for (std::string line; std::getline(events, line);) {
+        auto e = nlohmann::json::parse(line, nullptr, false);
+        if (e.is_object() && e.value("process", "") == "worker-1") pid = e.value("pid", 0);
+      }
+    }
+    if (pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling files
+  }
+  ASSERT_GT(pid, 0) << Slurp(o.log_path);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_TRUE((*child)->WaitFor(std::chrono::seconds(120))) << "the run did not end";
+  EXPECT_EQ((*child)->exit_code(), 1);
+  const std::string output = Slurp(o.log_path);
+  EXPECT_THAT(output, HasSubstr("worker-1 was killed by signal 9"));
+  EXPECT_EQ(Summary(run)["state"], "failed");
 }
 
 // What the replicas' protocol needs of the job is refused before anything starts, naming the
