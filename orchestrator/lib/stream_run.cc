@@ -18,6 +18,7 @@
 #include <absl/strings/str_join.h>
 #include <nlohmann/json.hpp>
 
+#include "orchestrator/record/report.h"
 #include "orchestrator/record/run_record.h"
 #include "services/common/base/files.h"
 #include "services/common/base/run_directory.h"
@@ -92,11 +93,13 @@ class StreamRun {
       failed.error = std::string(status.message());
       failed.process = failed_process_;
       record_->RunFailed(failed);
+      WriteReport();
       std::fprintf(stderr, "strata run: %s: failed: %s\n", job_.name().c_str(),
                    std::string(status.message()).c_str());
       return Interrupted() != 0 ? 130 : 1;
     }
-    record_->Event(RunEvent::kRunFinished, {{"state", "finished"}});
+    record_->Event(RunEvent::kRunFinished, {{"state", "succeeded"}});
+    WriteReport();
     std::printf(
         "strata run: %s finished: %lld events trained by %d replica(s) in %.1f s (%.0f events/s), "
         "%lld gradients applied on every replica, parameters agree to %.1e; summary in %s\n",
@@ -146,7 +149,9 @@ class StreamRun {
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream.key(), stream.group(), "0"));
     if (embedded_) STRATA_RETURN_IF_ERROR(StartProducer());
     STRATA_RETURN_IF_ERROR(LaunchReplicas());
-    record_->Event(RunEvent::kTrainingStarted, {{"replicas", job_.cluster().workers()}});
+    record_->Event(RunEvent::kTrainingStarted, {{"mode", "stream"},
+                                                {"replicas", job_.cluster().workers()},
+                                                {"worker_batch", job_.stream().batch_events()}});
     return Watch();
   }
 
@@ -237,6 +242,10 @@ class StreamRun {
         (void)record_->Metrics(line);
         WriteStatus("running", line);
         Say(ProgressText(line));
+        if (now >= next_report_) {
+          WriteReport();
+          next_report_ = now + std::chrono::seconds(kReportRefreshSeconds);
+        }
         next_line = now + std::chrono::seconds(1);
       }
       if (all_done) break;
@@ -355,6 +364,13 @@ class StreamRun {
         line["applied"].dump());
   }
 
+  // report.html; a run goes on without it.
+  void WriteReport() const {
+    if (absl::Status s = WriteRunReport(paths_.root); !s.ok()) {
+      std::fprintf(stderr, "strata run: report.html: %s\n", std::string(s.message()).c_str());
+    }
+  }
+
   // status.json, what `strata status` shows of a stream run: the state and the last progress line.
   void WriteStatus(const std::string& state, nlohmann::json line) const {
     line["state"] = state;
@@ -373,8 +389,11 @@ class StreamRun {
     const int world = job_.cluster().workers();
     nlohmann::json summary = {{"name", job_.name()},
                               {"strategy", "stream"},
+                              {"arch", ModelText(job_)},
+                              {"dataset", Spelled(job_.dataset().name())},
+                              {"workers", world},
                               {"replicas", world},
-                              {"state", status.ok() ? "finished" : "failed"},
+                              {"state", status.ok() ? "succeeded" : "failed"},
                               {"batch_events", job_.stream().batch_events()},
                               {"max_grad_buffer", job_.stream().max_grad_buffer()},
                               {"wall_s", Seconds(StreamClock::now())}};
@@ -498,7 +517,15 @@ class StreamRun {
       producer_->Signal(SIGTERM);
       producer_->WaitFor(std::chrono::seconds(10));
     }
-    record_->Event(RunEvent::kProcessesEnded, {});
+    nlohmann::json ended = nlohmann::json::array();
+    for (auto& replica : replicas_) {
+      ended.push_back({{"process", replica->name()}, {"how", replica->ExitDescription()}});
+    }
+    if (producer_) {
+      // The producer of a stream with no end is stopped once the replicas are done.
+      ended.push_back({{"process", producer_->name()}, {"how", producer_->ExitDescription()}});
+    }
+    record_->Event(RunEvent::kProcessesEnded, {{"processes", ended}});
   }
 
   double Seconds(StreamClock::time_point t) const {
@@ -535,6 +562,7 @@ class StreamRun {
   std::unique_ptr<ChildProcess> producer_;
   std::vector<std::unique_ptr<ChildProcess>> replicas_;
   StreamClock::time_point started_, trained_at_;
+  StreamClock::time_point next_report_;
   std::map<int, size_t> drifts_recorded_;  // by replica: its detections in events.jsonl
   std::string failed_process_;             // the replica whose end failed the run
 };

@@ -16,6 +16,7 @@
 
 #include "orchestrator/record/event_text.h"
 #include "orchestrator/record/report_chart.h"
+#include "orchestrator/record/stream_report.h"
 #include "orchestrator/record/run_record.h"
 #include "services/common/base/files.h"
 #include "services/common/base/metrics.h"
@@ -72,7 +73,8 @@ Markers MarkersOf(const std::vector<json>& events) {
       out.by_time.push_back({t, "strata resume", "resume-marker", "#9467bd", hover});
     } else if (event == RunEvent::kRestart) {
       out.by_time.push_back({t, "restart", "restart-marker", "#8c564b", DescribeEvent(e)});
-    } else if (!event && Text(e, "event").find("drift") != std::string::npos) {
+    } else if (event == RunEvent::kDriftDetected ||
+               (!event && Text(e, "event").find("drift") != std::string::npos)) {
       out.by_time.push_back({t, "drift", "drift-marker", "#17becf", DescribeEvent(e)});
     }
   }
@@ -392,8 +394,9 @@ std::vector<std::pair<std::string, std::string>> SummaryFacts(const ReportInput&
   return facts;
 }
 
-std::string RenderReportHtml(const ReportInput& in) {
-  const bool ended = RunHasEnded(in);
+// The charts of an epoch-based run: loss and accuracy against epoch and wall time, each worker's
+// samples/s.
+std::string AllCharts(const ReportInput& in, const Markers& markers) {
   ChartSeries val_loss = NamedSeries("validation loss", PaletteColor(0));
   ChartSeries train_loss = NamedSeries("training loss", PaletteColor(1));
   ChartSeries val_acc = NamedSeries("validation accuracy", PaletteColor(2));
@@ -407,47 +410,7 @@ std::string RenderReportHtml(const ReportInput& in) {
     train_loss_t.points.emplace_back(t, Number(m, "train_loss"));
     val_acc_t.points.emplace_back(t, Number(m, "val_acc"));
   }
-  const Markers markers = MarkersOf(in.events);
-
-  std::string html = absl::StrCat(
-      "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
-      ended ? ""
-            : absl::StrFormat("<meta http-equiv='refresh' content='%d'>", kReportRefreshSeconds),
-      "<title>", HtmlEscape(in.title), "</title><style>",
-      "body{font-family:sans-serif;margin:24px;color:#222;max-width:1000px}"
-      "h1{margin-bottom:4px}.sub{color:#555;margin-top:0}"
-      "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ccc;padding:3px 8px;"
-      "text-align:left;font-size:13px;vertical-align:top}td.n{text-align:right;"
-      "white-space:nowrap;font-variant-numeric:tabular-nums}th{background:#f4f4f4}"
-      "table.facts th{background:none;font-weight:normal;color:#555}"
-      ".headline{font-size:17px;margin:4px 0}.charts{display:flex;flex-wrap:wrap;gap:16px}"
-      ".note{color:#555;font-size:13px}.live{color:#a15c00}"
-      "pre{background:#f6f6f6;padding:8px;font-size:12px;overflow:auto}"
-      "</style></head><body data-state='",
-      HtmlEscape(ended ? Text(SummaryOrStatus(in), "state") : "running"), "'><h1>",
-      HtmlEscape(in.title), "</h1><p class='sub'>Run directory <code>", HtmlEscape(in.run_dir),
-      "</code></p>");
-
-  html += "<h2>Summary</h2>";
-  for (const std::string& sentence : SummarySentences(in)) {
-    absl::StrAppend(&html, "<p class='headline'>", HtmlEscape(sentence), "</p>");
-  }
-  if (!ended) {
-    absl::StrAppend(&html, "<p class='live'>The run is going on: this page reloads every ",
-                    kReportRefreshSeconds, " s, and stops once the run has ended.</p>");
-  }
-  const auto facts = SummaryFacts(in);
-  if (!facts.empty()) {
-    html += "<table class='facts'>";
-    for (const auto& [label, value] : facts) {
-      absl::StrAppend(&html, "<tr><th>", HtmlEscape(label), "</th><td>", HtmlEscape(value),
-                      "</td></tr>");
-    }
-    html += "</table>";
-  }
-  html += PerWorkerTable(in.summary);
-
-  html += "<h2>Charts</h2><div class='charts'>";
+  std::string html = "<h2>Charts</h2><div class='charts'>";
   LineChartOptions o;
   o.title = "Loss against epoch";
   o.css_class = "loss-epoch";
@@ -473,6 +436,60 @@ std::string RenderReportHtml(const ReportInput& in) {
       "</div><p class='note'>Samples/s of each worker: its steps between two evaluations over the "
       "time between them, so a straggler shows as a lower line once the workers no longer wait "
       "for each other (after the switch to parameter servers).</p>";
+  return html;
+}
+
+std::string RenderReportHtml(const ReportInput& in) {
+  const bool ended = RunHasEnded(in);
+  const Markers markers = MarkersOf(in.events);
+
+  std::string html = absl::StrCat(
+      "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+      ended ? ""
+            : absl::StrFormat("<meta http-equiv='refresh' content='%d'>", kReportRefreshSeconds),
+      "<title>", HtmlEscape(in.title), "</title><style>",
+      "body{font-family:sans-serif;margin:24px;color:#222;max-width:1000px}"
+      "h1{margin-bottom:4px}.sub{color:#555;margin-top:0}"
+      "table{border-collapse:collapse;margin:6px 0}td,th{border:1px solid #ccc;padding:3px 8px;"
+      "text-align:left;font-size:13px;vertical-align:top}td.n{text-align:right;"
+      "white-space:nowrap;font-variant-numeric:tabular-nums}th{background:#f4f4f4}"
+      "table.facts th{background:none;font-weight:normal;color:#555}"
+      ".headline{font-size:17px;margin:4px 0}.charts{display:flex;flex-wrap:wrap;gap:16px}"
+      ".note{color:#555;font-size:13px}.live{color:#a15c00}"
+      "pre{background:#f6f6f6;padding:8px;font-size:12px;overflow:auto}"
+      "</style></head><body data-state='",
+      HtmlEscape(ended ? Text(SummaryOrStatus(in), "state") : "running"), "'><h1>",
+      HtmlEscape(in.title), "</h1><p class='sub'>Run directory <code>", HtmlEscape(in.run_dir),
+      "</code></p>");
+
+  const bool stream = IsStreamRun(in);
+  html += "<h2>Summary</h2>";
+  for (const std::string& sentence :
+       stream ? StreamSummarySentences(in) : SummarySentences(in)) {
+    absl::StrAppend(&html, "<p class='headline'>", HtmlEscape(sentence), "</p>");
+  }
+  if (!ended) {
+    absl::StrAppend(&html, "<p class='live'>The run is going on: this page reloads every ",
+                    kReportRefreshSeconds, " s, and stops once the run has ended.</p>");
+  }
+  const auto facts = SummaryFacts(in);
+  if (!facts.empty()) {
+    html += "<table class='facts'>";
+    for (const auto& [label, value] : facts) {
+      absl::StrAppend(&html, "<tr><th>", HtmlEscape(label), "</th><td>", HtmlEscape(value),
+                      "</td></tr>");
+    }
+    html += "</table>";
+  }
+  html += PerWorkerTable(in.summary);
+
+  if (stream) {
+    html += StreamChartsAndReplicas(in, markers.by_time);
+  } else {
+    html += AllCharts(in, markers);
+  }
+
+
 
   html += "<h2>Timeline</h2>";
   const std::vector<TimelineRow> timeline = Timeline(in.events, in.summary);
@@ -487,7 +504,7 @@ std::string RenderReportHtml(const ReportInput& in) {
     }
     html += "</table>";
   }
-  html += "<h2>Evaluations</h2>" + EvaluationTable(in);
+  if (!stream) html += "<h2>Evaluations</h2>" + EvaluationTable(in);
   html += ProcessTable(in.summary);
   absl::StrAppend(&html, "<h2>Job</h2><details><summary>job.yaml</summary><pre>",
                   HtmlEscape(in.job_yaml), "</pre></details>");

@@ -1,5 +1,6 @@
-// Opens the reports Strata writes, RUN_DIR/report.html (`strata run`) and OUT/report.html
-// (`strata sweep --report`), in headless Chromium and checks what a reader sees:
+// Opens the reports Strata writes, RUN_DIR/report.html (`strata run`, an epoch-based run or, with
+// --stream, a stream run) and OUT/report.html (`strata sweep --report`), in headless Chromium and
+// checks what a reader sees:
 //  - the page loads from its file alone: any request that is not file:// is refused and counted;
 //  - nothing on the console at level error or warning, no page error;
 //  - every chart rendered with the data of the files it was made from (this script reads
@@ -12,7 +13,7 @@
 //  - no raw JSON and no command line on the page, and the sentences a reader looks for.
 // It keeps a full-page screenshot of each report at each width in the --out directory.
 //
-//   node scripts/report-browser/check-report.mjs [--run RUN_DIR] [--sweep SWEEP_OUT] --out DIR
+//   node scripts/report-browser/check-report.mjs [--run RUN_DIR] [--stream RUN_DIR] [--sweep SWEEP_OUT] --out DIR
 //
 // Chromium is Debian's (/usr/bin/chromium, or $STRATA_CHROMIUM); playwright-core drives it
 // (`npm install --prefix scripts/report-browser`, which scripts/install-deps.sh does). The flags
@@ -42,14 +43,14 @@ function parseArgs(argv) {
   const out = {};
   for (let i = 0; i < argv.length; i += 2) {
     const key = argv[i].replace(/^--/, "");
-    if (!["run", "sweep", "out"].includes(key) || i + 1 >= argv.length) {
-      console.error(`usage: check-report.mjs [--run RUN_DIR] [--sweep SWEEP_OUT] --out DIR`);
+    if (!["run", "stream", "sweep", "out"].includes(key) || i + 1 >= argv.length) {
+      console.error(`usage: check-report.mjs [--run RUN_DIR] [--stream RUN_DIR] [--sweep SWEEP_OUT] --out DIR`);
       process.exit(2);
     }
     out[key] = path.resolve(argv[i + 1]);
   }
-  if (!out.out || (!out.run && !out.sweep)) {
-    console.error(`usage: check-report.mjs [--run RUN_DIR] [--sweep SWEEP_OUT] --out DIR`);
+  if (!out.out || (!out.run && !out.stream && !out.sweep)) {
+    console.error(`usage: check-report.mjs [--run RUN_DIR] [--stream RUN_DIR] [--sweep SWEEP_OUT] --out DIR`);
     process.exit(2);
   }
   return out;
@@ -172,7 +173,7 @@ function inspectPage() {
       rendered: svg.getBoundingClientRect().width > 0 && svg.getBoundingClientRect().height > 0,
       series,
       markers: Object.fromEntries(
-        ["switch-marker", "resume-marker", "restart-marker"].map((m) => [m, svg.querySelectorAll(`.marker.${m}`).length]),
+        ["switch-marker", "resume-marker", "restart-marker", "drift-marker"].map((m) => [m, svg.querySelectorAll(`.marker.${m}`).length]),
       ),
       rows: [...svg.querySelectorAll("g.cell-row")].map((g) => ({
         cell: g.dataset.cell,
@@ -333,6 +334,46 @@ function checkRun(page, runDir) {
   check(/Final validation accuracy \d+\.\d\d %/.test(page.bodyText), "run: the summary gives the final accuracy in percent");
 }
 
+// A stream run's report: its charts against events trained and wall time with the data of
+// metrics.jsonl, a drift marker per drift_detected event, and the sentences of the summary.
+function checkStream(page, runDir) {
+  const metrics = readJsonLines(path.join(runDir, "metrics.jsonl")).filter((m) => m.events_trained > 0);
+  const events = readJsonLines(path.join(runDir, "events.jsonl"));
+  const summary = JSON.parse(fs.readFileSync(path.join(runDir, "summary.json"), "utf8"));
+  const count = (x, y) => metrics.filter((m) => finite(m[x]) && finite(m[y])).length;
+  const expected = {
+    "stream-loss": { "training loss (latest windows)": count("events_trained", "loss") },
+    "stream-accuracy": {
+      "latest events": count("events_trained", "recent_accuracy"),
+      "whole stream so far": count("events_trained", "prequential_accuracy"),
+    },
+    "stream-rate": { "events trained per second": count("wall_s", "trained_per_s") },
+    "stream-backlog": {
+      "lag (not yet handed out)": count("wall_s", "lag"),
+      "pending (not acknowledged)": count("wall_s", "pending"),
+    },
+  };
+  check(metrics.length > 0, "stream: metrics.jsonl has lines with events trained");
+  const drifts = events.filter((e) => e.event === "drift_detected").length;
+  check(drifts > 0, `stream: the run detected a drift (${drifts} drift_detected events) to mark`);
+  for (const [kind, series] of Object.entries(expected)) {
+    const charts = page.charts.filter((c) => c.kind === kind);
+    check(charts.length === 1 && charts[0].rendered, `stream: the chart ${kind} is drawn`);
+    if (charts.length !== 1) continue;
+    checkSeries("stream", charts[0], series);
+    checkTicks("stream", charts[0]);
+    check(
+      (charts[0].markers["drift-marker"] ?? 0) === drifts,
+      `stream ${kind}: ${drifts} drift marker(s)`,
+      `drawn: ${charts[0].markers["drift-marker"]}`,
+    );
+  }
+  check(!page.refresh && page.state === summary.state, `stream: a finished run's report no longer reloads (state ${summary.state})`);
+  check(!/\{"|":\s*[\[{"]/.test(page.bodyText), "stream: no raw JSON on the page");
+  check(/[\d,]+ events trained by \d+ replica\(s\)/.test(page.bodyText), "stream: the summary says how many events were trained");
+  check(/Every replica applied every one of the [\d,]+ gradients once/.test(page.bodyText), "stream: the summary says apply-once held");
+}
+
 function checkSweep(page, out) {
   const sweep = JSON.parse(fs.readFileSync(path.join(out, "sweep.json"), "utf8"));
   const results = readCsv(path.join(out, "results.csv"));
@@ -435,6 +476,9 @@ const context = await chromium.launchPersistentContext(profile, {
 });
 try {
   if (args.run) checkRun(await openReport(context, path.join(args.run, "report.html"), "run-report", args.out), args.run);
+  if (args.stream) {
+    checkStream(await openReport(context, path.join(args.stream, "report.html"), "stream-report", args.out), args.stream);
+  }
   if (args.sweep) {
     checkSweep(await openReport(context, path.join(args.sweep, "report.html"), "sweep-report", args.out), args.sweep);
   }

@@ -1,5 +1,6 @@
 // The reports as a person sees them: a real `strata run` (2 workers, a live switch to the
-// parameter server halfway) and a real `strata sweep --report` (2 cells x 2 seeds of a tiny job),
+// parameter server halfway), a real stream run (2 replicas, a drift halfway) and a real `strata
+// sweep --report` (2 cells x 2 seeds of a tiny job),
 // whose report.html files are then opened in headless Chromium by
 // scripts/report-browser/check-report.mjs. It checks, in the browser, that every chart is drawn
 // with the data of the run's own files, that nothing reaches for the network or writes to the
@@ -112,14 +113,30 @@ target_accuracy: 0.5
       RunCommand(Strata() + " sweep " + dir + "/sweep.yaml --out " + out + " --report");
   ASSERT_EQ(sweep.exit_code, 0) << sweep.output;
 
-  // 3. Both reports in the browser.
+  // 3. A stream run (strategy.kind stream) whose labels are permuted halfway: its charts against
+  //    events and time, and the drift each replica detects, marked.
+  WriteText(dir + "/stream.yaml", R"(name: report-browser-stream
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 20000 }
+model: { arch: mlp }
+training: { lr: 0.05, momentum: 0, threads: 1 }
+cluster: { workers: 2 }
+strategy: { kind: stream }
+stream: { batch_events: 32, max_events: 30000, produce: { rate: 6000, drift: { at_event: 15000, permute_labels: true } } }
+)");
+  const std::string stream_dir = dir + "/stream";
+  CommandResult stream =
+      RunCommand(Strata() + " run " + dir + "/stream.yaml --out " + stream_dir + " --quiet");
+  ASSERT_EQ(stream.exit_code, 0) << stream.output;
+
+  // 4. The three reports in the browser.
   CommandResult check =
       RunCommand("node " + Source() + "/scripts/report-browser/check-report.mjs --run " + run_dir +
-                 " --sweep " + out + " --out " + ArtifactDir());
+                 " --stream " + stream_dir + " --sweep " + out + " --out " + ArtifactDir());
   EXPECT_EQ(check.exit_code, 0) << check.output;
   EXPECT_NE(check.output.find(" passed, 0 failed"), std::string::npos) << check.output;
   RunCommand("cp " + run_dir + "/report.html " + ArtifactDir() + "/run-report.html");
   RunCommand("cp " + out + "/report.html " + ArtifactDir() + "/sweep-report.html");
+  RunCommand("cp " + stream_dir + "/report.html " + ArtifactDir() + "/stream-report.html");
   RunCommand("rm -rf " + dir);
 }
 

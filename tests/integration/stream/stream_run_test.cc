@@ -62,7 +62,7 @@ class StreamRunTest : public StreamBrokerTest {
   // apply-once, agreement, nothing acknowledged untrained, local gradients of staleness 0.
   static void ExpectInvariants(const nlohmann::json& s, int replicas, int64_t events) {
     ASSERT_TRUE(s.is_object());
-    EXPECT_EQ(s["state"], "finished");
+    EXPECT_EQ(s["state"], "succeeded");
     EXPECT_EQ(s["apply_once"], true);
     EXPECT_EQ(s["agree"], true);
     EXPECT_LE(s["agreement_relative"].get<double>(), 1e-5);
