@@ -6,13 +6,14 @@
 # Each `strata run` runs in a cgroup-v1 CPU quota of R x QUOTA cores (the replicas are identical,
 # so each gets about QUOTA: the cores of this machine do not decide the scaling); the broker runs
 # outside it. The counts alternate within each round; medians per count, and ratios to R = 1.
-#   flock /tmp/strata-bench.lock bench/stream/replicas.sh [BUILD_DIR] [ROUNDS] [EVENTS] [QUOTA] [BUFFER]
-# BUFFER: stream.max_grad_buffer (4). Each line also gives the mean staleness of the gradients a
-# replica applied from the others (0 for R = 1: it has none).
+#   flock /tmp/strata-bench.lock bench/stream/replicas.sh [BUILD_DIR] [ROUNDS] [EVENTS] [QUOTA] [BUFFER] [LR_RULE]
+# BUFFER: stream.max_grad_buffer (4). LR_RULE: `fixed` (training.lr 0.05 whatever R) or `scaled`
+# (0.05 x R, the rule TensAIR's authors point to). Each line also gives the mean staleness of the
+# gradients a replica applied from the others (0 for R = 1: it has none).
 # Needs root (the cgroup) and redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-build=$(realpath "${1:-build}"); rounds=${2:-3}; events=${3:-60000}; quota=${4:-0.4}; buffer=${5:-4}
+build=$(realpath "${1:-build}"); rounds=${2:-3}; events=${3:-60000}; quota=${4:-0.4}; buffer=${5:-4}; lr_rule=${6:-fixed}
 counts=(1 2 4)
 out=$(mktemp -d /tmp/strata-stream-bench-XXXXXX)
 cg=/sys/fs/cgroup/cpu/strata-stream-bench-$$
@@ -32,11 +33,13 @@ period=$(cat "$cg/cpu.cfs_period_us")
 for round in $(seq "$rounds"); do
   for r in "${counts[@]}"; do
     key="bench-$round-$r"
+    lr=0.05
+    [ "$lr_rule" = scaled ] && lr=$(awk -v r="$r" 'BEGIN {print 0.05 * r}')
     cat > "$out/job.yaml" <<YAML
 name: stream-bench
 dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist }
 model: { arch: mlp }
-training: { lr: 0.05, momentum: 0, threads: 1, seed: 1 }
+training: { lr: $lr, momentum: 0, threads: 1, seed: 1 }
 cluster: { workers: $r }
 strategy: { kind: stream }
 stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: $buffer, max_events: $events }
@@ -62,7 +65,7 @@ PY
     redis-cli -s "$out/redis.sock" del "$key" > /dev/null
   done
 done
-echo "medians over $rounds rounds, $events events, ${quota} cores per replica, buffers of $buffer:"
+echo "medians over $rounds rounds, $events events, ${quota} cores per replica, buffers of $buffer, lr $lr_rule:"
 base=$(grep "replicas=1 " "$out/all.txt" | sed 's/.*events_per_s=\([0-9.]*\).*/\1/' | median)
 for r in "${counts[@]}"; do
   m=$(grep "replicas=$r " "$out/all.txt" | sed 's/.*events_per_s=\([0-9.]*\).*/\1/' | median)

@@ -255,8 +255,9 @@ std::string DescribeEvent(const json& e) {
   const std::string name = Text(e, "event");
   const std::optional<RunEvent> event = RunEventOf(e);
   const std::string process = Text(e, "process");
-  if (!event) {
-    // A newer event (a stream job's drift marks, say): its name and its plain fields.
+  // A newer event, or one of another shape than this version writes: its name and its plain
+  // fields.
+  auto generic = [&] {
     std::vector<std::string> fields;
     for (auto it = e.begin(); it != e.end(); ++it) {
       if (it.key() == "event" || it.key() == "time" || it.key() == "wall_s" ||
@@ -268,7 +269,8 @@ std::string DescribeEvent(const json& e) {
     }
     return absl::StrCat(Capitalized(HumanKey(name)),
                         fields.empty() ? "" : absl::StrCat(": ", absl::StrJoin(fields, ", ")));
-  }
+  };
+  if (!event) return generic();
   switch (*event) {
     case RunEvent::kRunStarted:
       return RunStartedText(e);
@@ -319,6 +321,7 @@ std::string DescribeEvent(const json& e) {
     case RunEvent::kRunFinished:
       return absl::StrCat("Run ", Text(e, "state"), " after ", FormatSeconds(Number(e, "wall_s")));
     case RunEvent::kDriftDetected:
+      if (!e.contains("replica") || !e.contains("events")) return generic();
       return absl::StrFormat("Drift detected by replica %d after %d of its events: the error went "
                              "from %.3f to %.3f",
                              static_cast<int>(Number(e, "replica")),

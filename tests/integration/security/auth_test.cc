@@ -32,10 +32,12 @@
 
 #include "services/common/base/files.h"
 #include "services/common/process/child_process.h"
+#include "services/common/stream/embedded_broker.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/rpc_auth.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 #include "tests/integration/security/security_test_util.h"
+#include "tests/support/ci.h"
 
 namespace strata {
 namespace {
@@ -50,6 +52,15 @@ training: { epochs: 1, batch_size: 64 }
 cluster: { workers: 1, parameter_servers: 1, threads_per_worker: 1 }
 )";
 
+constexpr char kStreamJob[] = R"(name: auth-test-stream
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 256, max_test: 100 }
+model: { arch: mlp }
+training: { momentum: 0, threads: 1 }
+cluster: { workers: 1 }
+strategy: { kind: stream }
+stream: { max_seconds: 3600 }
+)";
+
 // Which binary serves each service. A service declared in the protos and missing here fails the
 // test: say which binary serves it (and start that binary below) so that its methods are checked.
 const std::map<std::string, std::string>& ServingBinary() {
@@ -60,6 +71,8 @@ const std::map<std::string, std::string>& ServingBinary() {
       {"strata.v1.Collective", "strata-worker"},  // the ring, served on the worker's port
       {"strata.v1.Evaluator", "strata-evaluator"},
       {"strata.v1.Sharder", "strata-sharder"},
+      // A stream job's replica: strata-worker with strategy.kind stream, on a broker of the test's.
+      {"strata.v1.StreamReplica", "strata-worker (stream)"},
   };
   return *m;
 }
@@ -110,18 +123,20 @@ class AuthTest : public ::testing::Test {
     std::string address;
   };
 
-  // Starts `binary` on 127.0.0.1:0 through ChildProcess (which hands it this process's token).
-  void Launch(const std::string& binary, std::vector<std::string> args) {
+  // Starts `binary` on 127.0.0.1:0 through ChildProcess (which hands it this process's token),
+  // as `name` (default: the binary's).
+  void Launch(const std::string& binary, std::vector<std::string> args, std::string name = "") {
+    if (name.empty()) name = binary;
     SpawnOptions o;
-    o.name = binary;
-    o.log_path = dir_ + "/" + binary + ".log";
-    const std::string port_file = dir_ + "/" + binary + ".port";
+    o.name = name;
+    o.log_path = dir_ + "/" + name + ".log";
+    const std::string port_file = dir_ + "/" + name + ".port";
     o.argv = {Bin(binary)};
     o.argv.insert(o.argv.end(), args.begin(), args.end());
     o.argv.insert(o.argv.end(), {"--listen", "127.0.0.1:0", "--port-file", port_file});
     auto child = ChildProcess::Spawn(o);
     ASSERT_TRUE(child.ok()) << child.status();
-    Service& s = services_[binary];
+    Service& s = services_[name];
     s.process = std::move(*child);
     auto port = WaitForPortFile(*s.process, port_file, seconds(120));
     ASSERT_TRUE(port.ok()) << port.status();
@@ -140,10 +155,29 @@ class AuthTest : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(Launch("strata-evaluator", {"--config", job}));
     // The subcommand comes first; Launch appends --listen and --port-file after it.
     ASSERT_NO_FATAL_FAILURE(Launch("strata-sharder", {"serve", "--run-dir", dir_}));
+    // A replica of a stream job that trains on nothing (no producer) for an hour: it serves
+    // StreamReplica once it has found its (single) replica set on the broker.
+    if (auto found = FindRedisServer(); !found.ok()) {
+      STRATA_UNAVAILABLE(std::string(found.status().message()));
+    }
+    EmbeddedBrokerOptions broker;
+    broker.directory = dir_ + "/broker";
+    ASSERT_TRUE(MakeDirs(broker.directory).ok());
+    auto started = EmbeddedBroker::Start(broker);
+    ASSERT_TRUE(started.ok()) << started.status();
+    broker_ = *std::move(started);
+    const std::string stream_job = dir_ + "/stream.yaml";
+    ASSERT_TRUE(WriteFileAtomic(stream_job, kStreamJob).ok());
+    ASSERT_NO_FATAL_FAILURE(Launch("strata-worker",
+                                   {"--config", stream_job, "--rank", "0", "--run-dir",
+                                    dir_ + "/stream-run", "--stream-address",
+                                    broker_->socket_path()},
+                                   "strata-worker (stream)"));
   }
 
   std::string dir_;
-  std::map<std::string, Service> services_;  // by binary
+  std::unique_ptr<EmbeddedBroker> broker_;    // the stream replica's
+  std::map<std::string, Service> services_;  // by the name Launch gave
 };
 
 TEST_F(AuthTest, EveryMethodOfEveryServiceRefusesCallsWithoutTheRightToken) {

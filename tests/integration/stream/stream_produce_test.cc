@@ -32,18 +32,9 @@ class StreamProduceTest : public StreamBrokerTest {
 
   // Runs `strata produce ARGS` to the end; its output in *output.
   int Produce(const std::vector<std::string>& args, std::string* output) {
-    SpawnOptions o;
-    o.name = "strata-produce";
-    o.argv = {STRATA_BIN, "produce"};
-    o.argv.insert(o.argv.end(), args.begin(), args.end());
-    o.log_path = dir_ + "/produce.log";
-    auto child = ChildProcess::Spawn(o);
-    EXPECT_TRUE(child.ok()) << child.status();
-    if (!child.ok()) return -1;
-    EXPECT_TRUE((*child)->WaitFor(std::chrono::seconds(120))) << "strata produce did not end";
-    std::ifstream in(o.log_path);
-    *output = std::string(std::istreambuf_iterator<char>(in), {});
-    return (*child)->exit_code();
+    std::vector<std::string> all = {"produce"};
+    all.insert(all.end(), args.begin(), args.end());
+    return Strata(all, "produce.log", output, std::chrono::seconds(120));
   }
 
   static Dataset FashionMnist(size_t max_train) {

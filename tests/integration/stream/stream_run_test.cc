@@ -27,13 +27,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 class StreamRunTest : public StreamBrokerTest {
  protected:
   // Runs `strata run` on `yaml` to its end; its output in *output.
@@ -41,17 +34,9 @@ class StreamRunTest : public StreamBrokerTest {
           const std::vector<std::string>& extra = {}) {
     const std::string job = dir_ + "/job.yaml";
     std::ofstream(job) << yaml;
-    SpawnOptions o;
-    o.name = "strata-run";
-    o.argv = {STRATA_BIN, "run", job, "--out", out};
-    o.argv.insert(o.argv.end(), extra.begin(), extra.end());
-    o.log_path = dir_ + "/run.log";
-    auto child = ChildProcess::Spawn(o);
-    EXPECT_TRUE(child.ok()) << child.status();
-    if (!child.ok()) return -1;
-    EXPECT_TRUE((*child)->WaitFor(std::chrono::seconds(600))) << "strata run did not end";
-    *output = Slurp(o.log_path);
-    return (*child)->exit_code();
+    std::vector<std::string> args = {"run", job, "--out", out};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return Strata(args, "run.log", output);
   }
 
   static nlohmann::json Summary(const std::string& run) {
@@ -192,14 +177,11 @@ TEST_F(StreamRunTest, MalformedEntriesAreCountedAcknowledgedAndNeverTrained) {
   {
     const std::string job = dir_ + "/produce.yaml";
     std::ofstream(job) << job_yaml;
-    SpawnOptions o;
-    o.name = "strata-produce";
-    o.argv = {STRATA_BIN, "produce", job, "--max-events", "600"};
-    o.log_path = dir_ + "/produce.log";
-    auto child = ChildProcess::Spawn(o);
-    ASSERT_TRUE(child.ok()) << child.status();
-    ASSERT_TRUE((*child)->WaitFor(std::chrono::seconds(120)));
-    ASSERT_EQ((*child)->exit_code(), 0) << Slurp(o.log_path);
+    std::string produced;
+    ASSERT_EQ(Strata({"produce", job, "--max-events", "600"}, "produce.log", &produced,
+                     std::chrono::seconds(120)),
+              0)
+        << produced;
   }
   const std::string run = dir_ + "/run";
   std::string output;

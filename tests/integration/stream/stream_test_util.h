@@ -8,12 +8,15 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
+#include "services/common/process/child_process.h"
 #include "services/common/stream/embedded_broker.h"
 #include "services/common/stream/stream_broker.h"
 #include "services/common/stream/stream_event.h"
@@ -50,6 +53,28 @@ class StreamBrokerTest : public ::testing::Test {
     auto client = ConnectStreamBroker(broker_->address(), options);
     EXPECT_TRUE(client.ok()) << client.status();
     return client.ok() ? *std::move(client) : nullptr;
+  }
+
+  // Runs `strata ARGS` to its end (at most `limit`), its output going to DIR/LOG; the exit code,
+  // the output in *output.
+  int Strata(const std::vector<std::string>& args, const std::string& log, std::string* output,
+             std::chrono::seconds limit = std::chrono::seconds(600)) {
+    SpawnOptions o;
+    o.name = "strata " + (args.empty() ? std::string() : args[0]);
+    o.argv = {STRATA_BIN};
+    o.argv.insert(o.argv.end(), args.begin(), args.end());
+    o.log_path = dir_ + "/" + log;
+    auto child = ChildProcess::Spawn(o);
+    EXPECT_TRUE(child.ok()) << child.status();
+    if (!child.ok()) return -1;
+    EXPECT_TRUE((*child)->WaitFor(limit)) << o.name << " did not end";
+    *output = Slurp(o.log_path);
+    return (*child)->exit_code();
+  }
+
+  static std::string Slurp(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
   }
 
   std::string dir_;
