@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The concurrency-heavy tests under sanitizers, as CI runs them after the suite (`make
-# test-sanitize`): the ring all-reduce, the parameter server's stress test and the worker's switch
-# handshake under ThreadSanitizer, the live switch between real worker and server processes under AddressSanitizer
+# test-sanitize`): the ring all-reduce, the parameter server's stress test, the worker's switch
+# handshake and the stream replicas' gradient exchange under ThreadSanitizer, the live switch between real worker and server processes under AddressSanitizer
 # with UndefinedBehaviorSanitizer. Each gets its own build tree with only the targets it needs, so
 # the cost stays a few minutes on two cores. Prints one "N passed, N failed" line at the end.
 set -uo pipefail
@@ -41,13 +41,16 @@ tsan_options="halt_on_error=1 exitcode=66 second_deadlock_stack=1 ignore_noninst
 asan_options="detect_leaks=0 halt_on_error=1 abort_on_error=0"
 ubsan_options="halt_on_error=1 print_stacktrace=1"
 
-if build_tree build-tsan thread ring_allreduce_tests ps_stress_test switch_participant_test; then
+if build_tree build-tsan thread ring_allreduce_tests ps_stress_test switch_participant_test \
+    gradient_mesh_tests; then
   run "ring all-reduce (thread)" TSAN_OPTIONS="$tsan_options" -- build-tsan/bin/ring_allreduce_tests
   run "parameter server stress (thread)" TSAN_OPTIONS="$tsan_options" -- build-tsan/bin/ps_stress_test
   run "switch handshake (thread)" TSAN_OPTIONS="$tsan_options" -- build-tsan/bin/switch_participant_test
+  run "stream replicas' gradient exchange (thread)" TSAN_OPTIONS="$tsan_options" -- \
+    build-tsan/bin/gradient_mesh_tests
 else
   echo "FAILED: the ThreadSanitizer build"
-  failed=$((failed + 3))
+  failed=$((failed + 4))
 fi
 
 if build_tree build-asan address worker_switch_test strata-worker strata-ps; then
