@@ -33,7 +33,11 @@ std::string Timestamp() {
 // False, having said which one, when a service binary the job needs is not in `bin_dir`.
 bool HaveServiceBinaries(const char* command, const v1::ResolvedJob& job,
                          const std::string& bin_dir) {
-  std::vector<std::string> needed = {"strata-sharder", "strata-worker", "strata-evaluator"};
+  // A stream job runs replicas only (strata-worker); the producer is `strata produce`.
+  std::vector<std::string> needed = {"strata-worker"};
+  if (job.strategy().kind() != v1::STRATEGY_KIND_STREAM) {
+    needed.insert(needed.end(), {"strata-sharder", "strata-evaluator"});
+  }
   if (UsesServers(job)) needed.push_back("strata-ps");
   for (const std::string& bin : needed) {
     const std::string path = absl::StrCat(bin_dir, "/", bin);
