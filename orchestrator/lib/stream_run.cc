@@ -201,6 +201,10 @@ class StreamRun {
                                                           address_.port)
                                            : address_.unix_path,
                 "--stream-run",  nonce_};
+      if (job_.metrics().enabled()) {
+        o.argv.insert(o.argv.end(), {"--metrics-listen", "127.0.0.1:0", "--metrics-port-file",
+                                     paths_.MetricsPortFile(o.name)});
+      }
       o.log_path = paths_.ServiceLog(o.name);
       STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(o));
       record_->Event(RunEvent::kLaunched, {{"process", o.name}, {"pid", child->pid()}});

@@ -15,6 +15,9 @@
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
 #include <nlohmann/json.hpp>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
 #include <spdlog/spdlog.h>
 
 #include "services/collective/gradient_mesh.h"
@@ -25,6 +28,7 @@
 #include "services/common/ml/adwin.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/sgd.h"
+#include "services/common/metrics/metrics_endpoint.h"
 #include "services/common/ml/trainer.h"
 #include "services/common/stream/stream_broker.h"
 #include "services/common/stream/stream_event.h"
@@ -93,11 +97,58 @@ struct ReplicaCounts {
   }
 };
 
+// What a replica shows Prometheus (docs/user-guide.md, "Watching a job"), labelled by rank.
+struct StreamReplicaMetrics {
+  StreamReplicaMetrics(prometheus::Registry& registry, int rank)
+      : labels{{"rank", std::to_string(rank)}},
+        events(prometheus::BuildCounter()
+                   .Name("strata_stream_events_trained_total")
+                   .Help("Stream events this replica trained on")
+                   .Register(registry)
+                   .Add(labels)),
+        malformed(prometheus::BuildCounter()
+                      .Name("strata_stream_malformed_events_total")
+                      .Help("Malformed stream entries this replica skipped and acknowledged")
+                      .Register(registry)
+                      .Add(labels)),
+        applied(prometheus::BuildCounter()
+                    .Name("strata_stream_gradients_applied_total")
+                    .Help("Gradients this replica applied, its own and the others'")
+                    .Register(registry)
+                    .Add(labels)),
+        drifts(prometheus::BuildCounter()
+                   .Name("strata_stream_drifts_total")
+                   .Help("Rises of the test-then-train error this replica's detector found")
+                   .Register(registry)
+                   .Add(labels)),
+        recent_accuracy(prometheus::BuildGauge()
+                            .Name("strata_stream_recent_accuracy")
+                            .Help("Test-then-train accuracy over the latest "
+                                  "stream.accuracy_window events")
+                            .Register(registry)
+                            .Add(labels)),
+        staleness(prometheus::BuildHistogram()
+                      .Name("strata_stream_remote_gradient_staleness")
+                      .Help("Staleness of the other replicas' gradients as this one applied them")
+                      .Register(registry)
+                      .Add(labels, prometheus::Histogram::BucketBoundaries{0, 1, 2, 4, 8, 16, 32,
+                                                                           64, 128, 256})) {}
+  prometheus::Labels labels;
+  prometheus::Counter& events;
+  prometheus::Counter& malformed;
+  prometheus::Counter& applied;
+  prometheus::Counter& drifts;
+  prometheus::Gauge& recent_accuracy;
+  prometheus::Histogram& staleness;
+};
+
 class StreamReplica {
  public:
   StreamReplica(const WorkerOptions& options, std::unique_ptr<Trainer> trainer,
-                std::unique_ptr<StreamBroker> broker, EventSchema schema)
+                std::unique_ptr<StreamBroker> broker, EventSchema schema,
+                StreamReplicaMetrics* metrics)
       : options_(options),
+        metrics_(metrics),
         stream_(options.job.stream()),
         trainer_(std::move(trainer)),
         broker_(std::move(broker)),
@@ -162,6 +213,7 @@ class StreamReplica {
         for (const StreamEntry& entry : entries) {
           auto event = DecodeStreamEvent(entry, schema_);
           if (!event.ok()) {
+            metrics_->malformed.Increment();
             if (counts_.malformed++ < kMalformedLogged) {
               spdlog::warn("skipped: {}", std::string(event.status().message()));
             }
@@ -271,6 +323,8 @@ class StreamReplica {
     ++counts_.windows;
     ++counts_.applied[static_cast<size_t>(options_.rank)];
     counts_.events_trained += static_cast<int64_t>(labels.size());
+    metrics_->events.Increment(static_cast<double>(labels.size()));
+    metrics_->applied.Increment();
     counts_.correct += stats.correct;
     counts_.scored += stats.scored;
     Score(stats.correct, stats.scored);
@@ -294,6 +348,8 @@ class StreamReplica {
       counts_.recent_scored -= recent_.front().second;
       recent_.pop_front();
     }
+    metrics_->recent_accuracy.Set(static_cast<double>(counts_.recent_correct) /
+                                  static_cast<double>(counts_.recent_scored));
     // One value per event (1: predicted wrong), the window's errors spread evenly over it: ADWIN's
     // bound shrinks with the number of values, so per-event values find a change within a few
     // hundred events where one value per window would need tens of windows.
@@ -310,6 +366,7 @@ class StreamReplica {
     if (changed && after > before) {
       spdlog::info("drift: the error rose from {:.3f} to {:.3f} (ADWIN, after {} events)", before,
                    after, counts_.events_trained);
+      metrics_->drifts.Increment();
       counts_.drifts.push_back({{"events", counts_.events_trained},
                                 {"seq", window_last_seq_},
                                 {"error_before", before},
@@ -387,7 +444,9 @@ class StreamReplica {
           stale += std::abs(g->clock(static_cast<int>(j * world + r)) - applied);
         }
         ++counts_.staleness[stale];
+        metrics_->staleness.Observe(static_cast<double>(stale));
       }
+      metrics_->applied.Increment(g->count());
       const float lr = sgd_.lr;
       for (size_t i = 0; i < n; ++i) params[i] -= lr * values[i];
       counts_.applied[sender] += g->count();
@@ -447,6 +506,7 @@ class StreamReplica {
   }
 
   const WorkerOptions& options_;
+  StreamReplicaMetrics* const metrics_;
   const v1::ResolvedStream& stream_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<StreamBroker> broker_;
@@ -475,6 +535,12 @@ class StreamReplica {
 
 absl::Status RunStreamReplica(const WorkerOptions& options) {
   const v1::ResolvedStream& stream = options.job.stream();
+  STRATA_ASSIGN_OR_RETURN(std::unique_ptr<MetricsEndpoint> metrics_endpoint,
+                          MetricsEndpoint::Start(options.metrics));
+  StreamReplicaMetrics metrics(metrics_endpoint->registry(), options.rank);
+  if (metrics_endpoint->port() > 0) {
+    spdlog::info("metrics on port {} (/metrics)", metrics_endpoint->port());
+  }
   const std::string address_text =
       options.stream_address.empty() ? stream.address() : options.stream_address;
   if (address_text.empty()) {
@@ -497,7 +563,7 @@ absl::Status RunStreamReplica(const WorkerOptions& options) {
   if (!options.run_dir.empty()) {
     STRATA_RETURN_IF_ERROR(MakeDirs(RunPaths(options.run_dir).At(run_files::kStream)));
   }
-  return StreamReplica(options, std::move(trainer), std::move(broker), schema).Run();
+  return StreamReplica(options, std::move(trainer), std::move(broker), schema, &metrics).Run();
 }
 
 }  // namespace strata

@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include <absl/strings/ascii.h>
+#include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -21,6 +23,7 @@
 
 #include "services/common/process/child_process.h"
 #include "tests/integration/stream/stream_test_util.h"
+#include "tests/support/plain_http.h"
 
 namespace strata::testing {
 namespace {
@@ -226,6 +229,17 @@ TEST_F(StreamRunTest, AKilledReplicaFailsTheRunNamingIt) {
     if (pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling files
   }
   ASSERT_GT(pid, 0) << Slurp(o.log_path);
+  // While it trains, replica 0 serves its figures to Prometheus.
+  int metrics_port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(Slurp(run + "/ports/worker-0.metrics.port")),
+                               &metrics_port));
+  const HttpResponse scrape = HttpGetOnLoopback(metrics_port, "/metrics");
+  EXPECT_EQ(scrape.status, 200);
+  for (const char* metric :
+       {"strata_stream_events_trained_total{rank=\"0\"}", "strata_stream_gradients_applied_total",
+        "strata_stream_remote_gradient_staleness_bucket", "strata_stream_recent_accuracy"}) {
+    EXPECT_THAT(scrape.body, HasSubstr(metric));
+  }
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_TRUE((*child)->WaitFor(std::chrono::seconds(120))) << "the run did not end";
   EXPECT_EQ((*child)->exit_code(), 1);
