@@ -16,6 +16,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,6 +69,16 @@ class GradientMesh final : public v1::StreamReplica::Service {
                          grpc::ServerReader<v1::StreamGradient>* reader,
                          v1::StreamGradientAck* ack) override;
 
+  // StreamReplica.Predict is the replica's (stream_replica.cc), which holds the model: it hands
+  // its answerer here before the server starts. Without one, Predict is UNAVAILABLE.
+  using Predictor = std::function<grpc::Status(const v1::PredictRequest&, v1::PredictReply*)>;
+  void SetPredictor(Predictor predictor) { predictor_ = std::move(predictor); }
+  grpc::Status Predict(grpc::ServerContext* context, const v1::PredictRequest* request,
+                       v1::PredictReply* reply) override {
+    if (!predictor_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "no model to answer");
+    return predictor_(*request, reply);
+  }
+
  private:
   struct Peer;
   absl::Status Check(const v1::StreamGradient& g, uint64_t expected_index) const;
@@ -84,6 +95,7 @@ class GradientMesh final : public v1::StreamReplica::Service {
   bool closing_ = false;
 
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null for this replica
+  Predictor predictor_;
 };
 
 }  // namespace strata

@@ -35,6 +35,7 @@
 #include "services/common/wire/checkpoint.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/tcp_socket.h"
+#include "services/worker/stream_predictor.h"
 
 namespace strata {
 namespace {
@@ -146,9 +147,10 @@ class StreamReplica {
  public:
   StreamReplica(const WorkerOptions& options, std::unique_ptr<Trainer> trainer,
                 std::unique_ptr<StreamBroker> broker, EventSchema schema,
-                StreamReplicaMetrics* metrics)
+                StreamReplicaMetrics* metrics, StreamPredictor* predictor)
       : options_(options),
         metrics_(metrics),
+        predictor_(predictor),
         stream_(options.job.stream()),
         trainer_(std::move(trainer)),
         broker_(std::move(broker)),
@@ -169,6 +171,11 @@ class StreamReplica {
     mesh_options.deadline = options_.deadline;
     mesh_options.max_queued = static_cast<size_t>(std::max(4 * stream_.max_grad_buffer(), 16));
     mesh_ = std::make_unique<GradientMesh>(mesh_options);
+    // Predict answers from the first weights until training publishes newer ones.
+    predictor_->Publish(*trainer_, 0, /*force=*/true);
+    mesh_->SetPredictor([this](const v1::PredictRequest& request, v1::PredictReply* reply) {
+      return predictor_->Predict(request, reply);
+    });
     int port = 0;
     std::unique_ptr<grpc::Server> server = StartServer(options_.listen, {mesh_.get()}, &port);
     if (!server || port == 0) {
@@ -242,6 +249,7 @@ class StreamReplica {
     STRATA_RETURN_IF_ERROR(Flush());
     STRATA_RETURN_IF_ERROR(Send(EndMessage()));
     STRATA_RETURN_IF_ERROR(AwaitPeers());
+    predictor_->Publish(*trainer_, AppliedTotal(), /*force=*/true);
     STRATA_RETURN_IF_ERROR(mesh_->Close(ReplicaClock::now() + options_.deadline));
     return WriteResult();
   }
@@ -330,6 +338,7 @@ class StreamReplica {
     Score(stats.correct, stats.scored);
     counts_.last_loss = stats.loss;
     ++counts_.staleness[0];  // a local gradient: computed and applied on the same model
+    predictor_->Publish(*trainer_, AppliedTotal());
     // Acknowledged only now that its gradient is in the model.
     STRATA_RETURN_IF_ERROR(Acknowledge(ids));
     if (buffered_ >= stream_.max_grad_buffer()) return Flush();
@@ -399,6 +408,12 @@ class StreamReplica {
     return absl::OkStatus();
   }
 
+  int64_t AppliedTotal() const {
+    int64_t total = 0;
+    for (int64_t a : counts_.applied) total += a;
+    return total;
+  }
+
   static double SecondsSince(ReplicaClock::time_point t) {
     return std::chrono::duration<double>(ReplicaClock::now() - t).count();
   }
@@ -452,6 +467,7 @@ class StreamReplica {
       counts_.applied[sender] += g->count();
     }
     counts_.remote_apply_s += std::chrono::duration<double>(ReplicaClock::now() - start).count();
+    if (!received.empty()) predictor_->Publish(*trainer_, AppliedTotal());
     return absl::OkStatus();
   }
 
@@ -478,6 +494,10 @@ class StreamReplica {
 
   nlohmann::json Figures(const std::string& state) const {
     nlohmann::json j = counts_.ToJson();
+    const StreamPredictor::Latencies predict = predictor_->Figures();
+    j["predictions"] = {{"answered", predict.answered}, {"refused", predict.refused},
+                        {"p50_ms", predict.p50_ms}, {"p99_ms", predict.p99_ms},
+                        {"max_ms", predict.max_ms}};
     j["rank"] = options_.rank;
     j["state"] = state;
     j["seconds"] = std::chrono::duration<double>(ReplicaClock::now() - started_).count();
@@ -496,17 +516,18 @@ class StreamReplica {
   absl::Status WriteResult() {
     spdlog::info("replica {}: {} windows, {} events trained, {} gradients applied, {} malformed",
                  options_.rank, counts_.windows, counts_.events_trained,
-                 Figures("done")["applied_total"].get<int64_t>(), counts_.malformed);
+                 AppliedTotal(), counts_.malformed);
     if (options_.run_dir.empty()) return absl::OkStatus();
     STRATA_RETURN_IF_ERROR(WriteCheckpoint(
         paths_.StreamReplicaModel(options_.rank),
-        trainer_->ToCheckpoint(0, counts_.windows, Figures("done")["applied_total"].get<int64_t>())));
+        trainer_->ToCheckpoint(0, counts_.windows, AppliedTotal())));
     return WriteFileAtomic(paths_.StreamReplicaResult(options_.rank),
                            Figures("done").dump(2) + "\n");
   }
 
   const WorkerOptions& options_;
   StreamReplicaMetrics* const metrics_;
+  StreamPredictor* const predictor_;
   const v1::ResolvedStream& stream_;
   std::unique_ptr<Trainer> trainer_;
   std::unique_ptr<StreamBroker> broker_;
@@ -560,10 +581,17 @@ absl::Status RunStreamReplica(const WorkerOptions& options) {
   ConfigureTorchThreads(trainer_options.threads);
   // Every replica starts from the same weights: the model seed is the job's.
   STRATA_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(trainer_options, shared));
+  // The model Predict answers with: a second instance, loaded from the published weights.
+  STRATA_ASSIGN_OR_RETURN(auto prediction_model, Trainer::Create(trainer_options, shared));
+  StreamPredictor predictor(options.rank, std::move(prediction_model));
   if (!options.run_dir.empty()) {
+    // A replica started by hand may be the first to write in its run directory.
     STRATA_RETURN_IF_ERROR(MakeDirs(RunPaths(options.run_dir).At(run_files::kStream)));
+    STRATA_RETURN_IF_ERROR(MakeDirs(RunPaths(options.run_dir).checkpoints));
   }
-  return StreamReplica(options, std::move(trainer), std::move(broker), schema, &metrics).Run();
+  return StreamReplica(options, std::move(trainer), std::move(broker), schema, &metrics,
+                       &predictor)
+      .Run();
 }
 
 }  // namespace strata

@@ -77,16 +77,21 @@ Batch MakeBatch(const Dataset& dataset, const DatasetSplit& split,
   return batch;
 }
 
+torch::Tensor MakeInputFrom(const Dataset& dataset, const std::vector<float>& features, int64_t n) {
+  torch::Tensor x = torch::from_blob(const_cast<float*>(features.data()),
+                                     BatchShape(n, dataset.ExampleShape()), torch::kFloat32)
+                        .clone();
+  Normalise(dataset, &x);
+  return x;
+}
+
 Batch MakeBatchFrom(const Dataset& dataset, const std::vector<float>& features,
                     const std::vector<int32_t>& labels) {
   const int64_t n = static_cast<int64_t>(labels.size());
   Batch batch;
-  batch.x = torch::from_blob(const_cast<float*>(features.data()),
-                             BatchShape(n, dataset.ExampleShape()), torch::kFloat32)
-                .clone();
+  batch.x = MakeInputFrom(dataset, features, n);
   batch.y = torch::from_blob(const_cast<int32_t*>(labels.data()), {n}, torch::kInt32)
                 .to(torch::kInt64);
-  Normalise(dataset, &batch.x);
   return batch;
 }
 

@@ -60,5 +60,7 @@ Batch MakeBatch(const Dataset& dataset, const DatasetSplit& split,
 // labels.size() examples of the data set's shape, raw as the data set stores them.
 Batch MakeBatchFrom(const Dataset& dataset, const std::vector<float>& features,
                     const std::vector<int32_t>& labels);
+// Only the normalised input of `n` such examples (for predictions: no labels).
+torch::Tensor MakeInputFrom(const Dataset& dataset, const std::vector<float>& features, int64_t n);
 
 }  // namespace strata

@@ -319,6 +319,27 @@ absl::StatusOr<StepStats> Trainer::ComputeGradientsFrom(const std::vector<float>
   return impl_->Step(MakeBatchFrom(d, features, labels));
 }
 
+absl::StatusOr<std::vector<float>> Trainer::Predict(const std::vector<float>& features, int64_t n,
+                                                    std::vector<int64_t>* shape) {
+  const Dataset& d = *impl_->dataset;
+  if (n <= 0 || features.size() != static_cast<size_t>(n) * d.example_floats()) {
+    return absl::InvalidArgumentError(absl::StrCat(features.size(), " features for ", n,
+                                                   " examples of ", d.example_floats()));
+  }
+  impl_->model->SetTraining(false);
+  torch::NoGradGuard no_grad;
+  auto out = impl_->model->Forward(MakeInputFrom(d, features, n));
+  if (!out.ok()) return out.status();
+  std::vector<float> values;
+  absl::Status status = CatchTorch("prediction", [&] {
+    torch::Tensor o = out->to(torch::kFloat32).contiguous();
+    shape->assign(o.sizes().begin(), o.sizes().end());
+    values.assign(o.data_ptr<float>(), o.data_ptr<float>() + o.numel());
+  });
+  if (!status.ok()) return status;
+  return values;
+}
+
 void Trainer::ApplyGradients(const SgdOptions& sgd) {
   SgdStep(parameter_data(), gradient_data(), velocity_data(), impl_->param_layout.total_floats(),
           sgd);

@@ -110,6 +110,11 @@ class Trainer {
   // data set (the caller checked them: a stream's decoder refuses any other).
   absl::StatusOr<StepStats> ComputeGradientsFrom(const std::vector<float>& features,
                                                  const std::vector<int32_t>& labels);
+  // The model's outputs (evaluation mode, no gradients) for `n` examples of the data set's shape
+  // in `features`, raw: n x the output's size per example, the output's shape in *shape. The
+  // caller checked the sizes and the values.
+  absl::StatusOr<std::vector<float>> Predict(const std::vector<float>& features, int64_t n,
+                                             std::vector<int64_t>* shape);
   // The example indices of batch `b` in the current epoch.
   std::vector<int64_t> BatchExamples(int64_t b) const;
 
