@@ -24,5 +24,6 @@ void AddDeleteCommand(CLI::App& app, int* exit_code);
 void AddSuperviseCommand(CLI::App& app, int* exit_code);
 void AddCertificatesCommand(CLI::App& app, int* exit_code);
 void AddProduceCommand(CLI::App& app, int* exit_code);
+void AddPredictCommand(CLI::App& app, int* exit_code);
 
 }  // namespace strata::cli

@@ -36,8 +36,9 @@ std::string Num(const nlohmann::json& j, const char* key, const char* format) {
 int ShowStreamStatus(const std::string& dir, const nlohmann::json& status,
                      const nlohmann::json& summary) {
   std::string state = status.value("state", "unknown");
-  const int pid = status.value("orchestrator_pid", 0);
-  if (state == "running" && (pid <= 0 || ::kill(pid, 0) != 0)) {
+  if (state == "running" &&
+      ProbeOrchestrator(status.value("control_socket", ""), status.value("updated", 0.0)) ==
+          OrchestratorLiveness::kGone) {
     state = "abandoned (the orchestrator is gone)";
   }
   std::printf("run:       %s\n", dir.c_str());

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   strata::cli::AddSuperviseCommand(app, &exit_code);
   strata::cli::AddCertificatesCommand(app, &exit_code);
   strata::cli::AddProduceCommand(app, &exit_code);
+  strata::cli::AddPredictCommand(app, &exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

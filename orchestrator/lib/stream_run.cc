@@ -20,6 +20,8 @@
 
 #include "orchestrator/record/report.h"
 #include "orchestrator/record/run_record.h"
+#include "orchestrator/run/control_server.h"
+#include "orchestrator/run/stream_predict_load.h"
 #include "services/common/base/files.h"
 #include "services/common/base/run_directory.h"
 #include "services/common/base/status.h"
@@ -30,12 +32,18 @@
 #include "services/common/stream/embedded_broker.h"
 #include "services/common/stream/stream_broker.h"
 #include "services/common/wire/checkpoint.h"
+#include "services/common/wire/rpc.h"
 #include "services/common/wire/rpc_auth.h"
+#include "strata/v1/collective.grpc.pb.h"
 
 namespace strata {
 namespace {
 
 using StreamClock = std::chrono::steady_clock;
+
+// A prediction passed on to a replica: the replica answers a request of up to 1,024 examples in
+// milliseconds; seconds cover a loaded machine.
+constexpr std::chrono::seconds kPredictDeadline{30};
 
 // The replicas' final models agree when no replica's parameters differ from replica 0's by more
 // than this, relative to the size of replica 0's (the L2 norms): only the order of the additions
@@ -86,6 +94,7 @@ class StreamRun {
       summary["error"] = std::string(status.message());
     }
     record_->WriteSummary(summary);
+    control_.reset();  // the replicas have ended: status.json names no socket any more
     WriteStatus(summary.value("state", "failed"), Progress());
     if (!status.ok()) {
       RunFailedEvent failed;
@@ -131,7 +140,58 @@ class StreamRun {
                                            {"strategy", "stream"},
                                            {"orchestrator_pid", ::getpid()}});
     InstallInterruptHandlers();
+    StartControlServer();
     return absl::OkStatus();
+  }
+
+  // `strata status` asks it whether the run lives, `strata predict` asks the replicas through it.
+  // A run goes on without it.
+  void StartControlServer() {
+    v1::RunInfo info;
+    info.set_name(job_.name());
+    info.set_run_dir(paths_.root);
+    info.set_pid(::getpid());
+    info.set_strategy("stream");
+    info.set_phase("stream");
+    info.set_replicas(job_.cluster().workers());
+    auto control = RunControlServer::Start(
+        paths_.root, [info] { return info; },
+        [this](const v1::RunPredictRequest& request, v1::PredictReply* reply) {
+          return ForwardPredict(request, reply);
+        });
+    if (!control.ok()) {
+      Say(absl::StrCat("strata run: no control socket (", control.status().message(),
+                       "); `strata predict` answers only once the run has finished"));
+      return;
+    }
+    control_ = std::move(*control);
+  }
+
+  // On a gRPC thread of the control server: reads only what does not change during the run.
+  grpc::Status ForwardPredict(const v1::RunPredictRequest& request, v1::PredictReply* reply) const {
+    const int world = job_.cluster().workers();
+    if (request.replica() < 0 || request.replica() >= world) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("there is no replica ", request.replica(), ": the run has ",
+                                       world, " (0 to ", world - 1, ")"));
+    }
+    auto address = ReplicaAddress(request.replica());
+    if (!address.ok()) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          absl::StrCat("replica ", request.replica(), " is not serving yet"));
+    }
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(kPredictDeadline));
+    return v1::StreamReplica::NewStub(MakeChannel(*address))
+        ->Predict(&context, request.request(), reply);
+  }
+
+  // Where replica r serves (its port file, written once it listens); an error before that.
+  absl::StatusOr<std::string> ReplicaAddress(int r) const {
+    STRATA_ASSIGN_OR_RETURN(std::string port,
+                            ReadFile(paths_.PortFile(absl::StrCat("worker-", r))));
+    while (!port.empty() && port.back() == '\n') port.pop_back();
+    return absl::StrCat("127.0.0.1:", port);
   }
 
   absl::Status Execute() {
@@ -149,6 +209,7 @@ class StreamRun {
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream.key(), stream.group(), "0"));
     if (embedded_) STRATA_RETURN_IF_ERROR(StartProducer());
     STRATA_RETURN_IF_ERROR(LaunchReplicas());
+    STRATA_RETURN_IF_ERROR(StartPredictLoad());
     record_->Event(RunEvent::kTrainingStarted, {{"mode", "stream"},
                                                 {"replicas", job_.cluster().workers()},
                                                 {"worker_batch", job_.stream().batch_events()}});
@@ -188,6 +249,21 @@ class StreamRun {
     return absl::OkStatus();
   }
 
+  // stream.predict_rate: the questions start once the replicas serve.
+  absl::Status StartPredictLoad() {
+    if (job_.stream().predict_rate() <= 0) return absl::OkStatus();
+    PredictLoadOptions options;
+    options.broker = address_;
+    options.key = job_.stream().key();
+    options.share = job_.stream().predict_rate();
+    options.replicas = job_.cluster().workers();
+    options.replica_address = [this](int r) { return ReplicaAddress(r); };
+    STRATA_ASSIGN_OR_RETURN(predict_load_, PredictLoad::Start(std::move(options)));
+    Say(absl::StrFormat("predictions: %.2f %% of the events go to Predict as they arrive",
+                        100 * job_.stream().predict_rate()));
+    return absl::OkStatus();
+  }
+
   absl::Status LaunchReplicas() {
     const std::string worker = absl::StrCat(options_.bin_dir, "/strata-worker");
     for (int r = 0; r < job_.cluster().workers(); ++r) {
@@ -220,15 +296,16 @@ class StreamRun {
     auto line_before = StreamClock::now();
     while (true) {
       if (Interrupted() != 0) return absl::CancelledError("interrupted");
-      bool all_done = true;
-      bool failed = false;
+      bool all_done = true, failed = false, any_ended = false;
       for (auto& replica : replicas_) {
         if (!replica->Poll()) {
           all_done = false;
-        } else if (!replica->succeeded()) {
-          failed = true;
+        } else {
+          any_ended = true;
+          failed = failed || !replica->succeeded();
         }
       }
+      if (any_ended) StopPredictLoad();
       if (failed) return ReplicaFailure();
       if (producer_ && producer_->Poll() && !producer_->succeeded()) {
         return absl::AbortedError(absl::StrCat("the producer ", producer_->ExitDescription(),
@@ -241,6 +318,12 @@ class StreamRun {
         const int64_t trained = Int(line, "events_trained");
         const double seconds = std::chrono::duration<double>(now - line_before).count();
         line["trained_per_s"] = seconds > 0 ? (trained - trained_before) / seconds : 0.0;
+        if (predict_load_) {
+          line["predict_p99_ms"] = predict_load_->TakeRecentP99Ms();
+          line["predictions_answered"] = predict_load_->Figures().value("answered", int64_t{0});
+          const int64_t max_events = job_.stream().max_events();
+          if (max_events > 0 && Int(line, "handed_out") >= max_events) StopPredictLoad();
+        }
         trained_before = trained;
         line_before = now;
         (void)record_->Metrics(line);
@@ -257,8 +340,17 @@ class StreamRun {
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
     trained_at_ = StreamClock::now();
+    StopPredictLoad();
     record_->Event(RunEvent::kTrainingFinished, {});
     return absl::OkStatus();
+  }
+
+  // Stops the questions once the stream has been handed out or a replica has ended (a question to
+  // a replica that has gone says nothing about the predict stream), keeping the figures.
+  void StopPredictLoad() {
+    if (!predict_load_) return;
+    predict_figures_ = predict_load_->Figures();
+    predict_load_.reset();
   }
 
   // A replica ended badly. Its peers soon fail too (their streams to it break), so the culprit is
@@ -310,7 +402,7 @@ class StreamRun {
     }
     int64_t trained = 0, correct = 0, scored = 0, recent_correct = 0, recent_scored = 0;
     std::vector<int64_t> applied;
-    double loss = 0;
+    double loss = 0, latency_p50 = 0, latency_p99 = 0;
     int reporting = 0;
     for (int r = 0; r < job_.cluster().workers(); ++r) {
       nlohmann::json p = ReadJson(paths_.StreamReplicaResult(r));
@@ -321,6 +413,11 @@ class StreamRun {
       recent_correct += Int(p, "recent_correct");
       recent_scored += Int(p, "recent_scored");
       applied.push_back(Int(p, "applied_total"));
+      // Each replica's latencies of its latest second: the run's line takes the worst.
+      if (auto it = p.find("recent_latency"); it != p.end() && it->value("events", 0) > 0) {
+        latency_p50 = std::max(latency_p50, it->value("p50_ms", 0.0));
+        latency_p99 = std::max(latency_p99, it->value("p99_ms", 0.0));
+      }
       RecordDrifts(r, p);
       if (p.contains("last_loss")) {
         loss += p["last_loss"].get<double>();
@@ -328,6 +425,11 @@ class StreamRun {
       }
     }
     line["events_trained"] = trained;
+    line["events_scored"] = scored;
+    if (latency_p99 > 0) {
+      line["latency_p50_ms"] = latency_p50;  // from production to training, the worst replica's
+      line["latency_p99_ms"] = latency_p99;
+    }
     line["applied"] = applied;
     if (reporting > 0) line["loss"] = loss / reporting;
     if (scored > 0) line["prequential_accuracy"] = static_cast<double>(correct) / scored;
@@ -382,6 +484,7 @@ class StreamRun {
     line["strategy"] = "stream";
     line["replicas"] = job_.cluster().workers();
     line["orchestrator_pid"] = ::getpid();
+    if (control_ && state == "running") line["control_socket"] = control_->socket_path();
     line["updated"] = std::chrono::duration<double>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
@@ -403,7 +506,8 @@ class StreamRun {
                               {"wall_s", Seconds(StreamClock::now())}};
     if (!status.ok()) summary["error"] = std::string(status.message());
     std::vector<nlohmann::json> results;
-    int64_t gradients = 0, trained = 0, malformed = 0, acknowledged = 0, correct = 0, scored = 0;
+    int64_t gradients = 0, trained = 0, malformed = 0, acknowledged = 0, correct = 0, scored = 0,
+            frozen = 0;
     double train_s = 0;
     std::map<std::string, int64_t> staleness;
     for (int r = 0; r < world; ++r) {
@@ -414,6 +518,7 @@ class StreamRun {
       acknowledged += Int(result, "acknowledged");
       correct += Int(result, "prequential_correct");
       scored += Int(result, "prequential_scored");
+      frozen += Int(result, "events_frozen");
       train_s = std::max(train_s, result.value("seconds", 0.0));
       if (result.contains("staleness")) {
         for (const auto& [s, n] : result["staleness"].items()) staleness[s] += n.get<int64_t>();
@@ -437,6 +542,7 @@ class StreamRun {
     summary["per_replica"] = results;
     summary["gradients"] = gradients;
     summary["events_trained"] = trained;
+    summary["events_frozen"] = frozen;  // scored and not trained (stream.freeze_at_event)
     summary["malformed"] = malformed;
     summary["acknowledged"] = acknowledged;
     summary["apply_once"] = apply_once;
@@ -461,6 +567,7 @@ class StreamRun {
         summary["pending_after"] = group->pending;
       }
     }
+    if (!predict_figures_.is_null()) summary["predictions"] = predict_figures_;
     Agreement(&summary);
     return summary;
   }
@@ -511,6 +618,7 @@ class StreamRun {
   }
 
   void StopEverything() {
+    StopPredictLoad();
     for (auto& replica : replicas_) {
       if (!replica->Poll()) {
         replica->Signal(SIGTERM);
@@ -559,6 +667,9 @@ class StreamRun {
   const RunPaths paths_;
   std::string nonce_;
   std::unique_ptr<RunRecord> record_;
+  std::unique_ptr<RunControlServer> control_;
+  std::unique_ptr<PredictLoad> predict_load_;  // stream.predict_rate > 0, while the stream is read
+  nlohmann::json predict_figures_;             // its figures once stopped
   BrokerAddress address_;
   std::string broker_dir_;
   std::unique_ptr<EmbeddedBroker> embedded_;

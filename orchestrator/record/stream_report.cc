@@ -110,6 +110,20 @@ std::vector<std::string> StreamSummarySentences(const ReportInput& in) {
     out.push_back(absl::StrCat("Drift detected ", drifts, drifts == 1 ? " time" : " times",
                                " (marked on the charts)."));
   }
+  if (s.contains("predictions") && s["predictions"].is_object()) {
+    const json& p = s["predictions"];
+    out.push_back(absl::StrCat(
+        "Predict stream: ", FormatFixed(Num(p, "answered"), 0), " of ",
+        FormatFixed(Num(p, "sent"), 0), " questions answered (", FormatPercent(Num(p, "share")),
+        " of the events, ", FormatFixed(Num(p, "due"), 0), " due), latency p50 ",
+        FormatSignificant(Num(p, "p50_ms"), 3), " ms, p99 ", FormatSignificant(Num(p, "p99_ms"), 3),
+        " ms, max ", FormatSignificant(Num(p, "max_ms"), 3), " ms; ",
+        FormatPercent(Num(p, "accuracy")), " of the answers right."));
+  }
+  if (const double frozen = Num(s, "events_frozen"); frozen > 0) {
+    out.push_back(absl::StrCat(FormatFixed(frozen, 0),
+                               " events scored and not trained (stream.freeze_at_event)."));
+  }
   if (const double malformed = Num(s, "malformed"); malformed > 0) {
     out.push_back(absl::StrCat(FormatFixed(malformed, 0),
                                " malformed events skipped (acknowledged, never trained)."));
@@ -125,12 +139,17 @@ std::string StreamChartsAndReplicas(const ReportInput& in,
   ChartSeries rate = Series("events trained per second", 3);
   ChartSeries lag = Series("lag (not yet handed out)", 4);
   ChartSeries pending = Series("pending (not acknowledged)", 5);
+  ChartSeries predict = Series("Predict p99 latency, ms (answers of that second)", 6);
   for (const json& m : in.metrics) {
     const double e = Num(m, "events_trained"), t = Num(m, "wall_s");
     if (!(e > 0)) continue;  // nothing trained yet: no loss or accuracy to show
+    // Scored events go on after stream.freeze_at_event, trained ones stop.
+    const double scored = Num(m, "events_scored");
+    const double at = std::isfinite(scored) ? scored : e;
     loss.points.emplace_back(e, Num(m, "loss"));
-    recent.points.emplace_back(e, Num(m, "recent_accuracy"));
-    whole.points.emplace_back(e, Num(m, "prequential_accuracy"));
+    recent.points.emplace_back(at, Num(m, "recent_accuracy"));
+    whole.points.emplace_back(at, Num(m, "prequential_accuracy"));
+    if (const double p99 = Num(m, "predict_p99_ms"); p99 > 0) predict.points.emplace_back(t, p99);
     rate.points.emplace_back(t, Num(m, "trained_per_s"));
     lag.points.emplace_back(t, Num(m, "lag"));
     pending.points.emplace_back(t, Num(m, "pending"));
@@ -161,7 +180,8 @@ std::string StreamChartsAndReplicas(const ReportInput& in,
   o.title = "Training loss against events trained";
   o.css_class = "stream-loss";
   html += LineChart(o, {loss}, by_events);
-  o.title = "Accuracy before training against events trained";
+  o.x_label = "events scored (trained, or frozen)";
+  o.title = "Accuracy before training against events";
   o.css_class = "stream-accuracy";
   html += LineChart(o, {recent, whole}, by_events);
   o.x_label = "seconds since the run started";
@@ -172,6 +192,11 @@ std::string StreamChartsAndReplicas(const ReportInput& in,
   o.title = "The broker's backlog against wall time";
   o.css_class = "stream-backlog";
   html += LineChart(o, {lag, pending}, by_time);
+  if (!predict.points.empty()) {
+    o.title = "Predict latency against wall time (stream.predict_rate)";
+    o.css_class = "stream-predict";
+    html += LineChart(o, {predict}, by_time);
+  }
   html +=
       "</div><p class='note'>Accuracy before training: each window of events is scored by its "
       "replica's model before the window's own gradient is applied (test-then-train), over each "

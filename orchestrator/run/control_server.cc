@@ -20,7 +20,8 @@ namespace strata {
 
 class RunControlServer::Service final : public v1::RunControl::Service {
  public:
-  explicit Service(std::function<v1::RunInfo()> info) : info_(std::move(info)) {}
+  Service(std::function<v1::RunInfo()> info, RunPredictHandler predict)
+      : info_(std::move(info)), predict_(std::move(predict)) {}
 
   grpc::Status GetRunInfo(grpc::ServerContext*, const v1::RunInfoRequest*,
                           v1::RunInfo* reply) override {
@@ -35,10 +36,22 @@ class RunControlServer::Service final : public v1::RunControl::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Predict(grpc::ServerContext*, const v1::RunPredictRequest* request,
+                       v1::PredictReply* reply) override {
+    if (!predict_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this run has no replicas that answer predictions while it trains "
+                          "(only strategy.kind: stream has); its final model answers once it "
+                          "has finished");
+    }
+    return predict_(*request, reply);
+  }
+
   bool TakeSwitchRequest() { return switch_requested_.exchange(false); }
 
  private:
   const std::function<v1::RunInfo()> info_;
+  const RunPredictHandler predict_;
   std::atomic<bool> switch_requested_{false};
 };
 
@@ -77,13 +90,13 @@ absl::StatusOr<std::string> MakeSocketDirectory(const std::string& run_dir) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<RunControlServer>> RunControlServer::Start(
-    const std::string& run_dir, std::function<v1::RunInfo()> info) {
+    const std::string& run_dir, std::function<v1::RunInfo()> info, RunPredictHandler predict) {
   std::unique_ptr<RunControlServer> s(new RunControlServer());
   // The directory exists with mode 0700 before the socket is bound in it: nobody else can reach
   // the socket at any moment.
   STRATA_ASSIGN_OR_RETURN(s->dir_, MakeSocketDirectory(run_dir));
   s->socket_path_ = absl::StrCat(s->dir_, "/", kSocketName);
-  s->service_ = std::make_unique<Service>(std::move(info));
+  s->service_ = std::make_unique<Service>(std::move(info), std::move(predict));
   grpc::ServerBuilder builder;
   ConfigureServer(&builder);
   // The directory's mode is the access check: no run token (see the header).
@@ -136,6 +149,18 @@ absl::Status RequestSwitchNow(const std::string& socket_path, const std::string&
   const grpc::Status s = ControlStub(socket_path)->SwitchNow(&context, request, &reply);
   if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("control socket ", socket_path));
   return absl::OkStatus();
+}
+
+absl::StatusOr<v1::PredictReply> PredictThroughRun(const std::string& socket_path,
+                                                   const v1::RunPredictRequest& request,
+                                                   std::chrono::milliseconds deadline) {
+  if (socket_path.empty()) return absl::UnavailableError("the run publishes no control socket");
+  grpc::ClientContext context;
+  context.set_deadline(DeadlineAfter(deadline));
+  v1::PredictReply reply;
+  const grpc::Status s = ControlStub(socket_path)->Predict(&context, request, &reply);
+  if (!s.ok()) return FromGrpcStatus(s, absl::StrCat("replica ", request.replica()));
+  return reply;
 }
 
 OrchestratorLiveness ProbeOrchestrator(const std::string& control_socket, double status_updated_s) {

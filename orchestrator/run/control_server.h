@@ -1,6 +1,7 @@
-// The orchestrator's control channel (proto RunControl): `strata switch` asks for the switch and
+// The orchestrator's control channel (proto RunControl): `strata switch` asks for the switch,
 // `strata status` and `strata resume` learn whether the run is alive, by a call rather than by
-// a file and the orchestrator's pid (a pid can be reused by another process). It is served on a
+// a file and the orchestrator's pid (a pid can be reused by another process), and `strata predict`
+// asks a stream job's replicas through the orchestrator, which holds the run token. It is served on a
 // Unix socket in a directory of mode 0700, `RUN_DIR/.control/`, so only the user who runs the job
 // (and root) can connect; that replaces the run token, which is on no disk and so out of the
 // reach of a separate `strata` command. A socket path holds at most 107 bytes: for a longer run
@@ -22,16 +23,23 @@
 
 namespace grpc {
 class Server;
+class Status;
 }
 
 namespace strata {
 
+// Answers RunControl.Predict (a stream job's replicas); on gRPC's threads.
+using RunPredictHandler =
+    std::function<grpc::Status(const v1::RunPredictRequest&, v1::PredictReply*)>;
+
 class RunControlServer {
  public:
   // `info` answers GetRunInfo; it runs on gRPC's threads, so it must only read state that is
-  // safe to read from them (a snapshot under its own lock).
-  static absl::StatusOr<std::unique_ptr<RunControlServer>> Start(const std::string& run_dir,
-                                                                 std::function<v1::RunInfo()> info);
+  // safe to read from them (a snapshot under its own lock). Without `predict`, Predict is
+  // FAILED_PRECONDITION: only a stream job's replicas answer predictions while it runs.
+  static absl::StatusOr<std::unique_ptr<RunControlServer>> Start(
+      const std::string& run_dir, std::function<v1::RunInfo()> info,
+      RunPredictHandler predict = nullptr);
   ~RunControlServer();  // stops serving and removes the socket and its directory
   RunControlServer(const RunControlServer&) = delete;
   RunControlServer& operator=(const RunControlServer&) = delete;
@@ -56,6 +64,10 @@ absl::StatusOr<v1::RunInfo> GetRunInfo(const std::string& socket_path,
                                        std::chrono::milliseconds deadline);
 absl::Status RequestSwitchNow(const std::string& socket_path, const std::string& requested_by,
                               std::chrono::milliseconds deadline);
+// The replica's refusal comes back as its status (INVALID_ARGUMENT with what was wrong).
+absl::StatusOr<v1::PredictReply> PredictThroughRun(const std::string& socket_path,
+                                                   const v1::RunPredictRequest& request,
+                                                   std::chrono::milliseconds deadline);
 
 // Whether the orchestrator of a run that status.json says is running still runs.
 enum class OrchestratorLiveness {

@@ -22,6 +22,7 @@
 #include "services/common/base/run_paths.h"
 #include "services/common/base/status.h"
 #include "services/common/ml/trainer.h"
+#include "services/common/wire/npy_file.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/tensor_codec.h"
 #include "strata/v1/evaluator.grpc.pb.h"
@@ -32,6 +33,9 @@ namespace strata {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Examples per forward pass of --predict: what one Predict request to a live replica holds.
+constexpr int64_t kPredictBatch = 1024;
 
 std::atomic<bool> g_signalled{false};
 void OnSignal(int) { g_signalled = true; }
@@ -432,6 +436,36 @@ absl::Status ExportModel(const v1::ResolvedJob& job, const std::string& checkpoi
   }
   STRATA_ASSIGN_OR_RETURN(Checkpoint c, ReadCheckpoint(checkpoint));
   return ExportTorchScript(job.model().torchscript(), c, out);
+}
+
+absl::Status PredictFromCheckpoint(const v1::ResolvedJob& job, const std::string& checkpoint,
+                                   const std::string& input, const std::string& out) {
+  STRATA_ASSIGN_OR_RETURN(NpyArray x, OpenNpy(input));
+  if (x.dtype() != NpyDType::kFloat32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(input, ": ", x.Describe(), "; the examples must be float32"));
+  }
+  STRATA_ASSIGN_OR_RETURN(auto trainer, MakeTrainer(job, 1));
+  STRATA_RETURN_IF_ERROR(Annotate(trainer->dataset().CheckExampleBatch(x.shape(), 0), input));
+  if (const std::optional<int64_t> row = FirstNonFiniteRow(x); row.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        input, ": example ", *row, " holds a value that is not finite (NaN or infinity)"));
+  }
+  STRATA_ASSIGN_OR_RETURN(Checkpoint c, ReadCheckpoint(checkpoint));
+  STRATA_RETURN_IF_ERROR(Annotate(trainer->LoadCheckpoint(c), checkpoint));
+  // In batches of the size Predict takes live, so that memory does not grow with the input.
+  std::vector<float> scores;
+  std::vector<int64_t> shape;
+  const int64_t floats = x.row_elements();
+  for (int64_t first = 0; first < x.rows(); first += kPredictBatch) {
+    const int64_t n = std::min<int64_t>(kPredictBatch, x.rows() - first);
+    std::vector<float> features(static_cast<size_t>(n * floats));
+    RowsToFloat(x, first, n, features.data());
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> part, trainer->Predict(features, n, &shape));
+    scores.insert(scores.end(), part.begin(), part.end());
+  }
+  shape[0] = x.rows();
+  return WriteNpy(out, NpyDType::kFloat32, shape, scores.data());
 }
 
 absl::Status RunEvaluator(const EvaluatorOptions& options) {

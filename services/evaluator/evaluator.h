@@ -56,6 +56,13 @@ absl::Status CheckDataAndModel(const v1::ResolvedJob& job);
 absl::Status ExportModel(const v1::ResolvedJob& job, const std::string& checkpoint,
                          const std::string& out);
 
+// `strata-evaluator --predict CHECKPOINT --input X.npy --out SCORES.npy` (what `strata predict`
+// runs for a finished run): the model's outputs for the examples in X.npy (float32, shape
+// [N, the job's example shape], every value finite) with the checkpoint's weights, written as
+// float32 [N, the output per example].
+absl::Status PredictFromCheckpoint(const v1::ResolvedJob& job, const std::string& checkpoint,
+                                   const std::string& input, const std::string& out);
+
 // The fetched tensors as a checkpoint a Trainer loads: names are sorted into parameters and
 // buffers by the model's own layout; an unknown name is an error naming it.
 absl::StatusOr<Checkpoint> TensorsToCheckpoint(std::vector<NamedTensor> tensors,

@@ -46,7 +46,12 @@ int main(int argc, char** argv) {
   app.add_option("--export", export_from,
                  "write these trained weights (a checkpoint) back into the job's TorchScript "
                  "model, to --out, and exit");
-  app.add_option("--out", export_to, "where --export writes the TorchScript file");
+  std::string predict_from, predict_input;
+  app.add_option("--predict", predict_from,
+                 "the outputs of the model with these weights (a checkpoint) for the examples "
+                 "in --input, written to --out as .npy, and exit");
+  app.add_option("--input", predict_input, "--predict: the examples, a float32 .npy file");
+  app.add_option("--out", export_to, "where --export or --predict writes");
   bool insecure_no_auth = false;
   app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
   strata::TlsFlagValues tls;
@@ -54,9 +59,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // Checked before the job spec is loaded (seconds with LibTorch) but only when serving: --describe
   // and --write-init-checkpoint serve nothing.
-  const bool one_shot = describe || !init_checkpoint.empty() || check || !export_from.empty();
-  if (!export_from.empty() && export_to.empty()) {
-    std::fprintf(stderr, "strata-evaluator: --export needs --out\n");
+  const bool one_shot = describe || !init_checkpoint.empty() || check || !export_from.empty() ||
+                        !predict_from.empty();
+  if ((!export_from.empty() || !predict_from.empty()) && export_to.empty()) {
+    std::fprintf(stderr, "strata-evaluator: --export and --predict need --out\n");
+    return 2;
+  }
+  if (!predict_from.empty() && predict_input.empty()) {
+    std::fprintf(stderr, "strata-evaluator: --predict needs --input\n");
     return 2;
   }
   if (!one_shot) {
@@ -75,9 +85,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "strata-evaluator: %s\n", std::string(job.status().message()).c_str());
     return 2;
   }
-  if (check || !export_from.empty()) {
-    absl::Status s = check ? strata::CheckDataAndModel(*job)
-                           : strata::ExportModel(*job, export_from, export_to);
+  if (check || !export_from.empty() || !predict_from.empty()) {
+    absl::Status s =
+        check                 ? strata::CheckDataAndModel(*job)
+        : !export_from.empty() ? strata::ExportModel(*job, export_from, export_to)
+                               : strata::PredictFromCheckpoint(*job, predict_from, predict_input,
+                                                               export_to);
     if (!s.ok()) {
       std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
       return 2;

@@ -5,7 +5,6 @@
 #include <cstring>
 
 #include <absl/strings/str_cat.h>
-#include <absl/strings/str_join.h>
 
 #include "services/common/ml/sgd.h"
 
@@ -50,25 +49,16 @@ grpc::Status StreamPredictor::Predict(const v1::PredictRequest& request, v1::Pre
     return Refuse(why);
   };
   const v1::TensorChunk& input = request.input();
-  const std::vector<int64_t> example = model_->dataset().ExampleShape();
   const v1::TensorHeader& header = input.header();
   if (!input.has_header() || header.dtype() != v1::DTYPE_FLOAT32) {
     return refuse("the input must be one float32 tensor (a TensorChunk with its header)");
   }
   if (input.offset() != 0) return refuse("the input must come whole, in one chunk (offset 0)");
   const std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
-  std::vector<int64_t> want = {-1};
-  want.insert(want.end(), example.begin(), example.end());
-  std::vector<std::string> want_text = {"N"};
-  for (int64_t d : example) want_text.push_back(std::to_string(d));
-  if (shape.size() != want.size() || !std::equal(shape.begin() + 1, shape.end(), want.begin() + 1)) {
-    return refuse(absl::StrCat("input of shape [", absl::StrJoin(shape, ", "),
-                               "]; the model takes [", absl::StrJoin(want_text, ", "), "]"));
+  if (absl::Status s = model_->dataset().CheckExampleBatch(shape, kMaxPredictExamples); !s.ok()) {
+    return refuse(std::string(s.message()));
   }
   const int64_t n = shape[0];
-  if (n < 1 || n > kMaxPredictExamples) {
-    return refuse(absl::StrCat(n, " examples in one request; 1 to ", kMaxPredictExamples));
-  }
   const size_t floats = static_cast<size_t>(n) * model_->dataset().example_floats();
   if (input.data().size() != floats * sizeof(float)) {
     return refuse(absl::StrCat(input.data().size(), " bytes of data for ", floats, " floats"));

@@ -47,6 +47,8 @@ using ReplicaClock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kReadBlock{50};
 // Malformed entries logged one by one before the log only counts them.
 constexpr int64_t kMalformedLogged = 20;
+// Production-to-training latencies kept for the result's percentiles: the latest 100,000 (0.8 MB).
+constexpr size_t kLatenciesKept = 100000;
 
 // The hash beside the stream in which the replicas of one run leave their addresses.
 std::string ReplicasKey(const v1::ResolvedStream& stream, const std::string& run) {
@@ -65,6 +67,11 @@ struct ReplicaCounts {
   // the whole stream, and over the latest stream.accuracy_window events.
   int64_t correct = 0, scored = 0;
   int64_t recent_correct = 0, recent_scored = 0;
+  // Windows and events scored only, after stream.freeze_at_event.
+  int64_t frozen_windows = 0, events_frozen = 0;
+  // The recent accuracy every stream.accuracy_window scored events: [the producer's seq of the
+  // latest event, events scored, accuracy], what a drift study reads.
+  nlohmann::json accuracy_curve = nlohmann::json::array();
   // What the drift detector (ADWIN on the windows' error) found: when, in this replica's events,
   // and the error before and since.
   nlohmann::json drifts = nlohmann::json::array();
@@ -89,6 +96,9 @@ struct ReplicaCounts {
             {"prequential_scored", scored},
             {"recent_correct", recent_correct},
             {"recent_scored", recent_scored},
+            {"frozen_windows", frozen_windows},
+            {"events_frozen", events_frozen},
+            {"accuracy_curve", accuracy_curve},
             {"drifts", drifts},
             {"last_loss", last_loss},
             {"read_s", read_s},
@@ -204,6 +214,7 @@ class StreamReplica {
     std::vector<std::string> window_ids;
     std::vector<float> features;
     std::vector<int32_t> labels;
+    std::vector<int64_t> produced_ns;  // each event's `t`
     bool reading = true;
     while (true) {
       STRATA_RETURN_IF_ERROR(ApplyRemote(ReplicaClock::now()));
@@ -229,6 +240,7 @@ class StreamReplica {
           }
           features.insert(features.end(), event->features.begin(), event->features.end());
           labels.push_back(event->label);
+          produced_ns.push_back(event->produced_ns);
           window_last_seq_ = std::max(window_last_seq_, event->seq);
           window_ids.push_back(entry.id);
         }
@@ -238,9 +250,12 @@ class StreamReplica {
       }
       const bool full = static_cast<int>(labels.size()) >= stream_.batch_events();
       if (full || (!reading && !labels.empty())) {
-        STRATA_RETURN_IF_ERROR(TrainWindow(features, labels, window_ids));
+        STRATA_RETURN_IF_ERROR(Frozen() ? ScoreWindow(features, labels, window_ids)
+                                        : TrainWindow(features, labels, window_ids));
+        RecordLatency(produced_ns);
         features.clear();
         labels.clear();
+        produced_ns.clear();
         window_ids.clear();
       }
       if (!reading && labels.empty()) break;
@@ -345,6 +360,57 @@ class StreamReplica {
     return absl::OkStatus();
   }
 
+  // From each event's production (its `t`, the producer's wall clock) to the end of its window's
+  // training (or scoring): how far behind the stream the replica trains. Meaningful when the
+  // producer's clock is this machine's (or synchronised with it).
+  void RecordLatency(const std::vector<int64_t>& produced_ns) {
+    const int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+    for (int64_t t : produced_ns) {
+      const double ms = static_cast<double>(now_ns - t) / 1e6;
+      recent_latency_ms_.push_back(ms);
+      if (latency_ms_.size() < kLatenciesKept) {
+        latency_ms_.push_back(ms);
+      } else {
+        latency_ms_[next_latency_++ % kLatenciesKept] = ms;
+      }
+    }
+  }
+
+  // stream.freeze_at_event: from that event on (the window that holds it included) the model
+  // stays as it is.
+  bool Frozen() const {
+    return stream_.freeze_at_event() > 0 && window_last_seq_ >= stream_.freeze_at_event();
+  }
+
+  // A frozen model's window: scored as a trained one would be before its gradient, not trained.
+  absl::Status ScoreWindow(const std::vector<float>& features, const std::vector<int32_t>& labels,
+                           const std::vector<std::string>& ids) {
+    const auto compute_start = ReplicaClock::now();
+    const int64_t n = static_cast<int64_t>(labels.size());
+    std::vector<int64_t> shape;
+    STRATA_ASSIGN_OR_RETURN(std::vector<float> scores, trainer_->Predict(features, n, &shape));
+    counts_.compute_s += SecondsSince(compute_start);
+    const int64_t classes = static_cast<int64_t>(scores.size()) / n;
+    int64_t correct = 0;
+    for (int64_t e = 0; e < n; ++e) {
+      const float* row = scores.data() + e * classes;
+      correct += std::max_element(row, row + classes) - row == labels[static_cast<size_t>(e)];
+    }
+    if (counts_.frozen_windows == 0) {
+      spdlog::info("frozen: from event {} on (stream.freeze_at_event {}), windows are scored and "
+                   "not trained",
+                   window_last_seq_, stream_.freeze_at_event());
+    }
+    ++counts_.frozen_windows;
+    counts_.events_frozen += n;
+    counts_.correct += correct;
+    counts_.scored += n;
+    Score(correct, n);
+    return Acknowledge(ids);
+  }
+
   // The window's test-then-train score: into the sliding accuracy and the drift detector.
   void Score(int64_t correct, int64_t scored) {
     if (scored <= 0) return;
@@ -357,8 +423,13 @@ class StreamReplica {
       counts_.recent_scored -= recent_.front().second;
       recent_.pop_front();
     }
-    metrics_->recent_accuracy.Set(static_cast<double>(counts_.recent_correct) /
-                                  static_cast<double>(counts_.recent_scored));
+    const double recent_accuracy =
+        static_cast<double>(counts_.recent_correct) / static_cast<double>(counts_.recent_scored);
+    metrics_->recent_accuracy.Set(recent_accuracy);
+    if (counts_.scored >= next_curve_point_) {
+      counts_.accuracy_curve.push_back({window_last_seq_, counts_.scored, recent_accuracy});
+      next_curve_point_ = counts_.scored + stream_.accuracy_window();
+    }
     // One value per event (1: predicted wrong), the window's errors spread evenly over it: ADWIN's
     // bound shrinks with the number of values, so per-event values find a change within a few
     // hundred events where one value per window would need tens of windows.
@@ -509,8 +580,21 @@ class StreamReplica {
     const auto now = ReplicaClock::now();
     if (now < next_progress_) return;
     next_progress_ = now + std::chrono::seconds(1);
+    nlohmann::json figures = Figures(state);
+    // The events trained since the last progress file: what a ramp of the rate watches.
+    figures["recent_latency"] = LatencyFigures(recent_latency_ms_);
+    recent_latency_ms_.clear();
     // Progress is for watching: a failed write is not the run's failure.
-    (void)WriteFileAtomic(paths_.StreamReplicaProgress(options_.rank), Figures(state).dump() + "\n");
+    (void)WriteFileAtomic(paths_.StreamReplicaProgress(options_.rank), figures.dump() + "\n");
+  }
+
+  static nlohmann::json LatencyFigures(std::vector<double> ms) {
+    if (ms.empty()) return {{"events", 0}};
+    std::sort(ms.begin(), ms.end());
+    auto at = [&](double q) {
+      return ms[std::min(ms.size() - 1, static_cast<size_t>(q * (ms.size() - 1) + 0.5))];
+    };
+    return {{"events", ms.size()}, {"p50_ms", at(0.5)}, {"p99_ms", at(0.99)}, {"max_ms", ms.back()}};
   }
 
   absl::Status WriteResult() {
@@ -521,8 +605,9 @@ class StreamReplica {
     STRATA_RETURN_IF_ERROR(WriteCheckpoint(
         paths_.StreamReplicaModel(options_.rank),
         trainer_->ToCheckpoint(0, counts_.windows, AppliedTotal())));
-    return WriteFileAtomic(paths_.StreamReplicaResult(options_.rank),
-                           Figures("done").dump(2) + "\n");
+    nlohmann::json result = Figures("done");
+    result["latency"] = LatencyFigures(latency_ms_);
+    return WriteFileAtomic(paths_.StreamReplicaResult(options_.rank), result.dump(2) + "\n");
   }
 
   const WorkerOptions& options_;
@@ -541,6 +626,11 @@ class StreamReplica {
   // The highest producer sequence number (`seq`) trained so far: where in the stream a drift was
   // seen (-1 when the events carry none).
   int64_t window_last_seq_ = -1;
+  int64_t next_curve_point_ = 0;
+  // Production-to-training latencies: of the latest kLatenciesKept events (a ring from
+  // next_latency_), and of the events since the last progress file.
+  std::vector<double> latency_ms_, recent_latency_ms_;
+  size_t next_latency_ = 0;  // counts_.scored at which the accuracy curve gets its next point
   Adwin drift_detector_;
   std::vector<int64_t> ended_;  // by rank: the gradients it announced in its end, -1 before
   // The gradients computed and not yet sent: how many, the first one's number, their sum and

@@ -441,6 +441,20 @@ std::vector<JobKey> MakeTable() {
           .EmitOnlyUnlessDefault()
           .Doc("The prequential accuracy of a stream run's progress and metrics.jsonl is over each "
                "replica's latest this many events."),
+      Key("stream.freeze_at_event")
+          .Default("0")
+          .AtLeast(0)
+          .EmitOnlyUnlessDefault()
+          .Doc("From the event the producer numbered this (its `seq`) on, the replicas stop "
+               "training: every window is still scored, no gradient is computed (0 = never)."),
+      Key("stream.predict_rate")
+          .Default("0")
+          .AtLeast(0)
+          .AtMost(1)
+          .EmitOnlyUnlessDefault()
+          .Doc("The share of the stream's events `strata run` also sends to the replicas' "
+               "Predict as they enter the stream, recording each answer's latency and whether "
+               "it was right (0 = none)."),
       Key("stream.produce.rate")
           .Default("0")
           .AtLeast(0)

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -571,6 +572,23 @@ absl::StatusOr<Dataset> LoadDataset(const DatasetOptions& options) {
   Truncate(&d.train, options.max_train, d.example_floats());
   Truncate(&d.test, options.max_test, d.example_floats());
   return d;
+}
+
+absl::Status Dataset::CheckExampleBatch(const std::vector<int64_t>& shape,
+                                        int64_t max_examples) const {
+  const std::vector<int64_t> example = ExampleShape();
+  if (shape.size() != example.size() + 1 ||
+      !std::equal(example.begin(), example.end(), shape.begin() + 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("input of shape [", absl::StrJoin(shape, ", "),
+                                                   "]; the model takes [N, ",
+                                                   absl::StrJoin(example, ", "), "]"));
+  }
+  if (shape[0] < 1 || (max_examples > 0 && shape[0] > max_examples)) {
+    return absl::InvalidArgumentError(
+        max_examples > 0 ? absl::StrCat(shape[0], " examples in one request; 1 to ", max_examples)
+                         : absl::StrCat("input of ", shape[0], " examples; at least 1"));
+  }
+  return absl::OkStatus();
 }
 
 size_t Dataset::example_floats() const {

@@ -63,6 +63,10 @@ struct Dataset {
   size_t example_floats() const;
   size_t target_floats() const;
   bool class_labels() const { return target_shape.empty(); }
+  // Whether `shape` is a batch a model of this data set takes: [N, ExampleShape()...], N from 1
+  // to `max_examples` (0: any). The refusal (INVALID_ARGUMENT) says what was given and what is
+  // taken: "input of shape [4, 28, 28]; the model takes [N, 1, 28, 28]".
+  absl::Status CheckExampleBatch(const std::vector<int64_t>& shape, int64_t max_examples) const;
 };
 
 struct DatasetOptions {

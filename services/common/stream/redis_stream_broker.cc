@@ -306,6 +306,30 @@ class RedisStreamBroker : public StreamBroker {
     return Integer("XLEN", "the length", r->get());
   }
 
+  absl::StatusOr<int64_t> EntriesAdded(const std::string& key) override {
+    auto r = RunOne("XINFO STREAM", {"XINFO", "STREAM", key});
+    if (!r.ok()) return r.status();
+    const redisReply* reply = r->get();
+    if (absl::Status e = ErrorOf("XINFO STREAM", reply); !e.ok()) return e;
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2 != 0) {
+      return Unexpected("XINFO STREAM", "the stream's fields", reply);
+    }
+    for (size_t i = 0; i < reply->elements; i += 2) {
+      if (IsText(reply->element[i]) && Text(reply->element[i]) == "entries-added" &&
+          reply->element[i + 1]->type == REDIS_REPLY_INTEGER) {
+        return static_cast<int64_t>(reply->element[i + 1]->integer);
+      }
+    }
+    return Unexpected("XINFO STREAM", "entries-added (Redis 7)", reply);
+  }
+
+  absl::StatusOr<std::vector<StreamEntry>> Newest(const std::string& key, int count) override {
+    auto r = RunOne("XREVRANGE", {"XREVRANGE", key, "+", "-", "COUNT", absl::StrCat(count)});
+    if (!r.ok()) return r.status();
+    if (absl::Status e = ErrorOf("XREVRANGE", r->get()); !e.ok()) return e;
+    return EntriesOf("XREVRANGE", r->get());
+  }
+
   absl::Status PutField(const std::string& key, const std::string& field,
                         const std::string& value) override {
     auto r = RunOne("HSET", {"HSET", key, field, value});

@@ -100,6 +100,12 @@ class StreamBroker {
   virtual absl::StatusOr<ConsumerGroupInfo> GroupInfo(const std::string& key,
                                                       const std::string& group) = 0;
   virtual absl::StatusOr<int64_t> Length(const std::string& key) = 0;  // XLEN
+  // XINFO STREAM's entries-added (Redis 7): every entry ever added to the stream, the ones a cap
+  // has trimmed since included.
+  virtual absl::StatusOr<int64_t> EntriesAdded(const std::string& key) = 0;
+  // XREVRANGE key + - COUNT count: the stream's latest `count` entries, newest first; fewer while
+  // the stream holds fewer.
+  virtual absl::StatusOr<std::vector<StreamEntry>> Newest(const std::string& key, int count) = 0;
   // HSET key field value, and HGETALL key: the small shared records beside a stream (where each
   // replica of a stream job listens).
   virtual absl::Status PutField(const std::string& key, const std::string& field,

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <string>
 
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 namespace strata {
@@ -92,6 +93,36 @@ TEST(ControlSocket, AnswersWithTheRunAndQueuesOneSwitchRequest) {
   ASSERT_TRUE(RequestSwitchNow(socket, "test", std::chrono::seconds(30)).ok());
   EXPECT_TRUE((*server)->TakeSwitchRequest());
   EXPECT_FALSE((*server)->TakeSwitchRequest()) << "two calls before a step are one request";
+}
+
+// Predict goes to the handler the run gave (a stream job's, which passes it on to a replica), and
+// its refusal comes back as it was; a run that gave none refuses it, saying which runs answer.
+TEST(ControlSocket, PassesPredictToTheRunsHandlerOrSaysItHasNone) {
+  RunDir plain, stream;
+  auto without = RunControlServer::Start(plain.path(), Info);
+  ASSERT_TRUE(without.ok()) << without.status();
+  v1::RunPredictRequest request;
+  request.set_replica(1);
+  auto refused = PredictThroughRun((*without)->socket_path(), request, std::chrono::seconds(30));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("only strategy.kind: stream"), std::string::npos)
+      << refused.status();
+
+  auto with = RunControlServer::Start(
+      stream.path(), Info, [](const v1::RunPredictRequest& r, v1::PredictReply* reply) {
+        if (r.replica() != 1) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "no such");
+        reply->set_replica(1);
+        reply->set_model_version(42);
+        return grpc::Status::OK;
+      });
+  ASSERT_TRUE(with.ok()) << with.status();
+  auto answered = PredictThroughRun((*with)->socket_path(), request, std::chrono::seconds(30));
+  ASSERT_TRUE(answered.ok()) << answered.status();
+  EXPECT_EQ(answered->model_version(), 42u);
+  request.set_replica(3);
+  auto wrong = PredictThroughRun((*with)->socket_path(), request, std::chrono::seconds(30));
+  EXPECT_EQ(wrong.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong.status().message().find("no such"), std::string::npos) << wrong.status();
 }
 
 TEST(ControlSocket, TellsALiveOrchestratorFromAGoneOne) {
