@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -56,14 +57,14 @@ struct Predictions {
   std::string source;          // "replica 0, live weights, model version 1234"
 };
 
-// The examples as float32, the way the data sets hold them.
-absl::StatusOr<std::vector<float>> ReadExamples(const NpyArray& x) {
+// What any model could take: a float or uint8 array of N >= 1 examples, every value finite.
+absl::Status CheckExamples(const NpyArray& x) {
   if (!NpyIsFloat(x.dtype()) && x.dtype() != NpyDType::kUInt8) {
     return absl::InvalidArgumentError(absl::StrCat(
         x.origin(), ": ", x.Describe(),
         "; examples are float32 or float64 (as the data set's features), or uint8 pixels"));
   }
-  if (x.shape().size() < 2 || x.rows() == 0) {
+  if (x.shape().size() < 2 || x.rows() == 0 || x.row_elements() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         x.origin(), ": ", x.Describe(),
         "; the examples come as an array of shape (N, the example's shape), N >= 1 (one example "
@@ -73,17 +74,39 @@ absl::StatusOr<std::vector<float>> ReadExamples(const NpyArray& x) {
     return absl::InvalidArgumentError(absl::StrCat(
         x.origin(), ": example ", *row, " holds a value that is not finite (NaN or infinity)"));
   }
-  std::vector<float> floats(static_cast<size_t>(x.elements()));
-  RowsToFloat(x, 0, x.rows(), floats.data());
+  return absl::OkStatus();
+}
+
+// Examples [first, first + n) as float32, the way the data sets hold them (uint8 scaled by 1/255).
+std::vector<float> ExamplesAsFloat(const NpyArray& x, int64_t first, int64_t n) {
+  std::vector<float> floats(static_cast<size_t>(n * x.row_elements()));
+  RowsToFloat(x, first, n, floats.data());
   if (x.dtype() == NpyDType::kUInt8) {
     for (float& v : floats) v *= 1.0f / 255.0f;
   }
   return floats;
 }
 
+// The outputs per example a reply for `n` examples holds, or an error when its header and its
+// data disagree (the answer comes from another process: it is checked before it is read).
+absl::StatusOr<int64_t> OutputsPerExample(const v1::TensorChunk& scores, int64_t n) {
+  const v1::TensorHeader& h = scores.header();
+  const std::vector<int64_t> shape(h.shape().begin(), h.shape().end());
+  int64_t per = shape.size() >= 2 && shape[0] == n ? 1 : -1;
+  for (size_t d = 1; per > 0 && d < shape.size(); ++d) {
+    per = shape[d] >= 1 && shape[d] <= (int64_t{1} << 31) / per ? per * shape[d] : -1;
+  }
+  if (h.dtype() != v1::DTYPE_FLOAT32 || per <= 0 ||
+      scores.data().size() != static_cast<size_t>(n * per) * sizeof(float)) {
+    return absl::DataLossError(absl::StrCat("an answer for ", n, " examples with scores of shape [",
+                                            absl::StrJoin(shape, ", "), "] and ",
+                                            scores.data().size(), " bytes"));
+  }
+  return per;
+}
+
 // From a replica of the running stream job, through the orchestrator.
-absl::StatusOr<Predictions> PredictLive(const std::string& socket, const NpyArray& x,
-                                        const std::vector<float>& floats, int replica) {
+absl::StatusOr<Predictions> PredictLive(const std::string& socket, const NpyArray& x, int replica) {
   Predictions p;
   const int64_t row_floats = x.row_elements();
   const int64_t per_request = std::clamp<int64_t>(
@@ -92,6 +115,7 @@ absl::StatusOr<Predictions> PredictLive(const std::string& socket, const NpyArra
   uint32_t answered_by = 0;
   for (int64_t first = 0; first < x.rows(); first += per_request) {
     const int64_t n = std::min(per_request, x.rows() - first);
+    const std::vector<float> floats = ExamplesAsFloat(x, first, n);
     v1::RunPredictRequest request;
     request.set_replica(replica);
     v1::TensorChunk* input = request.mutable_request()->mutable_input();
@@ -99,28 +123,26 @@ absl::StatusOr<Predictions> PredictLive(const std::string& socket, const NpyArra
     input->mutable_header()->set_dtype(v1::DTYPE_FLOAT32);
     input->mutable_header()->add_shape(n);
     for (size_t d = 1; d < x.shape().size(); ++d) input->mutable_header()->add_shape(x.shape()[d]);
-    input->set_data(reinterpret_cast<const char*>(floats.data() + first * row_floats),
-                    static_cast<size_t>(n * row_floats) * sizeof(float));
+    input->set_data(reinterpret_cast<const char*>(floats.data()), floats.size() * sizeof(float));
     STRATA_ASSIGN_OR_RETURN(v1::PredictReply reply,
                             PredictThroughRun(socket, request, kRequestDeadline));
+    auto per = OutputsPerExample(reply.scores(), n);
+    if (!per.ok()) return Annotate(per.status(), absl::StrCat("replica ", replica));
     const v1::TensorHeader& h = reply.scores().header();
     std::vector<int64_t> shape(h.shape().begin(), h.shape().end());
-    const int64_t per_example =
-        shape.empty() || shape[0] != n ? -1 : static_cast<int64_t>(reply.scores().data().size()) /
-                                                  4 / n;
-    if (per_example <= 0 || static_cast<int64_t>(reply.scores().data().size()) != n * per_example * 4) {
-      return absl::DataLossError(absl::StrCat("replica ", replica, " answered ", n,
-                                              " examples with scores of shape [",
-                                              absl::StrJoin(shape, ", "), "]"));
+    shape[0] = x.rows();
+    if (!p.shape.empty() && shape != p.shape) {
+      return absl::DataLossError(absl::StrCat("replica ", replica,
+                                              " answered with another output shape midway"));
     }
-    const float* values = reinterpret_cast<const float*>(reply.scores().data().data());
-    p.scores.insert(p.scores.end(), values, values + n * per_example);
     p.shape = shape;
+    const size_t at = p.scores.size();
+    p.scores.resize(at + static_cast<size_t>(n * *per));
+    std::memcpy(p.scores.data() + at, reply.scores().data().data(), reply.scores().data().size());
     answered_by = reply.replica();
     lowest = std::min<uint64_t>(lowest, reply.model_version());
     highest = std::max<uint64_t>(highest, reply.model_version());
   }
-  p.shape[0] = x.rows();
   // The replica named is the one that says it answered.
   p.source = absl::StrCat("replica ", answered_by, ", live weights, model version ", lowest,
                           highest != lowest ? absl::StrCat(" to ", highest) : "",
@@ -130,8 +152,7 @@ absl::StatusOr<Predictions> PredictLive(const std::string& socket, const NpyArra
 
 // From the run's final model (or --checkpoint), by strata-evaluator.
 absl::StatusOr<Predictions> PredictFinished(const PredictArgs& args, const RunPaths& paths,
-                                            bool stream, const NpyArray& x,
-                                            const std::vector<float>& floats) {
+                                            bool stream, const NpyArray& x) {
   std::string checkpoint = args.checkpoint;
   if (checkpoint.empty()) {
     checkpoint = stream ? paths.StreamReplicaModel(args.replica)
@@ -142,8 +163,12 @@ absl::StatusOr<Predictions> PredictFinished(const PredictArgs& args, const RunPa
         checkpoint, " does not exist: the run has not finished (and is not a stream job that "
                     "answers while it runs); give --checkpoint to use other weights"));
   }
-  char dir[] = "/tmp/strata-predict-XXXXXX";
-  if (::mkdtemp(dir) == nullptr) return absl::InternalError("cannot make a temporary directory");
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "strata-predict-XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("cannot make a temporary directory (", pattern, ")"));
+  }
+  const std::string dir = pattern;
   struct Cleanup {
     std::string dir;
     ~Cleanup() {
@@ -151,10 +176,14 @@ absl::StatusOr<Predictions> PredictFinished(const PredictArgs& args, const RunPa
       std::filesystem::remove_all(dir, ignored);
     }
   } cleanup{dir};
-  // The evaluator reads float32 only: the conversion is done once, here.
-  const std::string examples = absl::StrCat(dir, "/examples.npy");
+  // The evaluator reads float32 only: another dtype is converted once, here.
+  std::string examples = args.input;
+  if (x.dtype() != NpyDType::kFloat32) {
+    examples = absl::StrCat(dir, "/examples.npy");
+    STRATA_RETURN_IF_ERROR(WriteNpy(examples, NpyDType::kFloat32, x.shape(),
+                                    ExamplesAsFloat(x, 0, x.rows()).data()));
+  }
   const std::string scores = absl::StrCat(dir, "/scores.npy");
-  STRATA_RETURN_IF_ERROR(WriteNpy(examples, NpyDType::kFloat32, x.shape(), floats.data()));
   SpawnOptions o;
   o.name = "strata-evaluator --predict";
   o.argv = {ExecutableDir() + "/strata-evaluator", "--job", paths.job_resolved, "--predict",
@@ -165,7 +194,7 @@ absl::StatusOr<Predictions> PredictFinished(const PredictArgs& args, const RunPa
     std::string said = ReadFile(o.log_path).value_or("");
     while (!said.empty() && said.back() == '\n') said.pop_back();
     // The evaluator names its own temporary copy: the user gave the original.
-    for (size_t at; (at = said.find(examples)) != std::string::npos;) {
+    for (size_t at; examples != args.input && (at = said.find(examples)) != std::string::npos;) {
       said.replace(at, examples.size(), args.input);
     }
     return absl::InvalidArgumentError(said.empty() ? absl::StrCat("strata-evaluator ",
@@ -214,18 +243,19 @@ int RunPredict(const PredictArgs& args) {
   if (!job.ok()) return fail(std::string(job.status().message()));
   auto x = OpenNpy(args.input);
   if (!x.ok()) return fail(std::string(x.status().message()));
-  auto floats = ReadExamples(*x);
-  if (!floats.ok()) return fail(std::string(floats.status().message()));
+  if (absl::Status s = CheckExamples(*x); !s.ok()) return fail(std::string(s.message()));
 
-  nlohmann::json status = nlohmann::json::parse(ReadFile(paths.status).value_or(""), nullptr,
-                                                /*allow_exceptions=*/false);
-  if (!status.is_object()) status = nlohmann::json::object();
-  const bool stream = status.value("strategy", "") == "stream";
-  const int replicas = status.value("replicas", 1);
+  // What the run is comes from its job; whether it still runs, from status.json and the control
+  // socket (a stream run writes status.json only once its replicas have started).
+  const bool stream = job->strategy().kind() == v1::STRATEGY_KIND_STREAM;
+  const int replicas = job->cluster().workers();
   if (stream && (args.replica < 0 || args.replica >= replicas)) {
     return fail(absl::StrCat("there is no replica ", args.replica, ": the run has ", replicas,
                              " (0 to ", replicas - 1, ")"));
   }
+  nlohmann::json status = nlohmann::json::parse(ReadFile(paths.status).value_or(""), nullptr,
+                                                /*allow_exceptions=*/false);
+  if (!status.is_object()) status = nlohmann::json::object();
   const std::string socket = status.value("control_socket", "");
   const bool running = status.value("state", "") == "running" &&
                        ProbeOrchestrator(socket, status.value("updated", 0.0)) !=
@@ -241,9 +271,11 @@ int RunPredict(const PredictArgs& args) {
     if (socket.empty()) {
       return fail("the run publishes no control socket (its orchestrator runs elsewhere)");
     }
-    p = PredictLive(socket, *x, *floats, args.replica);
+    p = PredictLive(socket, *x, args.replica);
+  } else if (stream && !status.contains("state") && !FileExists(paths.summary)) {
+    return fail("the stream run has not started serving yet: ask again in a few seconds");
   } else {
-    p = PredictFinished(args, paths, stream, *x, *floats);
+    p = PredictFinished(args, paths, stream, *x);
   }
   if (!p.ok()) return fail(std::string(p.status().message()));
   if (!args.out.empty()) {

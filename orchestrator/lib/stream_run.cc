@@ -208,6 +208,7 @@ class StreamRun {
     // Before the producer: the group reads the stream from its start.
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream.key(), stream.group(), "0"));
     if (embedded_) STRATA_RETURN_IF_ERROR(StartProducer());
+    launched_ = StreamClock::now();
     STRATA_RETURN_IF_ERROR(LaunchReplicas());
     STRATA_RETURN_IF_ERROR(StartPredictLoad());
     record_->Event(RunEvent::kTrainingStarted, {{"mode", "stream"},
@@ -305,7 +306,7 @@ class StreamRun {
           failed = failed || !replica->succeeded();
         }
       }
-      if (any_ended) StopPredictLoad();
+      if (predict_load_ && (any_ended || StreamEnding())) StopPredictLoad();
       if (failed) return ReplicaFailure();
       if (producer_ && producer_->Poll() && !producer_->succeeded()) {
         return absl::AbortedError(absl::StrCat("the producer ", producer_->ExitDescription(),
@@ -320,9 +321,7 @@ class StreamRun {
         line["trained_per_s"] = seconds > 0 ? (trained - trained_before) / seconds : 0.0;
         if (predict_load_) {
           line["predict_p99_ms"] = predict_load_->TakeRecentP99Ms();
-          line["predictions_answered"] = predict_load_->Figures().value("answered", int64_t{0});
-          const int64_t max_events = job_.stream().max_events();
-          if (max_events > 0 && Int(line, "handed_out") >= max_events) StopPredictLoad();
+          line["predictions_answered"] = predict_load_->Answered();
         }
         trained_before = trained;
         line_before = now;
@@ -345,8 +344,23 @@ class StreamRun {
     return absl::OkStatus();
   }
 
-  // Stops the questions once the stream has been handed out or a replica has ended (a question to
-  // a replica that has gone says nothing about the predict stream), keeping the figures.
+  // Whether the replicas are about to stop reading: the group has been handed
+  // stream.max_events, or stream.max_seconds have passed on this clock, which started before
+  // theirs (they count from finding each other).
+  bool StreamEnding() {
+    const v1::ResolvedStream& stream = job_.stream();
+    if (stream.max_seconds() > 0 &&
+        std::chrono::duration<double>(StreamClock::now() - launched_).count() >=
+            stream.max_seconds()) {
+      return true;
+    }
+    if (stream.max_events() <= 0) return false;
+    auto group = broker_->GroupInfo(stream.key(), stream.group());
+    return group.ok() && group->entries_read >= stream.max_events();
+  }
+
+  // Stops the questions once the stream is ending or a replica has ended (a question to a replica
+  // that has gone says nothing about the predict stream), keeping the figures.
   void StopPredictLoad() {
     if (!predict_load_) return;
     predict_figures_ = predict_load_->Figures();
@@ -676,7 +690,7 @@ class StreamRun {
   std::unique_ptr<StreamBroker> broker_;
   std::unique_ptr<ChildProcess> producer_;
   std::vector<std::unique_ptr<ChildProcess>> replicas_;
-  StreamClock::time_point started_, trained_at_;
+  StreamClock::time_point started_, launched_, trained_at_;
   StreamClock::time_point next_report_;
   std::map<int, size_t> drifts_recorded_;  // by replica: its detections in events.jsonl
   std::string failed_process_;             // the replica whose end failed the run

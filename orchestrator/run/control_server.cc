@@ -121,8 +121,12 @@ bool RunControlServer::TakeSwitchRequest() { return service_->TakeSwitchRequest(
 namespace {
 
 std::unique_ptr<v1::RunControl::Stub> ControlStub(const std::string& socket_path) {
-  return v1::RunControl::NewStub(
-      grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials()));
+  // A Predict answer can be as large as any message of the run (gRPC's client default is 4 MiB).
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  return v1::RunControl::NewStub(grpc::CreateCustomChannel(
+      "unix:" + socket_path, grpc::InsecureChannelCredentials(), args));
 }
 
 }  // namespace

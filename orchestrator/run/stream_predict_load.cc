@@ -42,10 +42,10 @@ EventSchema SchemaOf(const StreamEntry& entry) {
   return schema;
 }
 
-double Percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1, static_cast<size_t>(q * (values.size() - 1) + 0.5))];
+// `sorted` in ascending order.
+double Percentile(const std::vector<double>& sorted, double q) {
+  if (sorted.empty()) return 0;
+  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * (sorted.size() - 1) + 0.5))];
 }
 
 }  // namespace
@@ -67,6 +67,11 @@ PredictLoad::~PredictLoad() {
   }
   stop_cv_.notify_all();
   if (thread_.joinable()) thread_.join();
+}
+
+bool PredictLoad::Stopping() const {
+  std::lock_guard lock(mu_);
+  return stop_;
 }
 
 bool PredictLoad::WaitOrStop(std::chrono::milliseconds pause) {
@@ -131,7 +136,7 @@ void PredictLoad::Loop() {
     }
     if (fresh.empty()) continue;
     last_id = fresh.front().id;
-    for (auto it = fresh.rbegin(); it != fresh.rend(); ++it) {
+    for (auto it = fresh.rbegin(); it != fresh.rend() && !Stopping(); ++it) {
       if (Ask(*it, channels)) pause = std::chrono::milliseconds(0);
     }
   }
@@ -182,12 +187,28 @@ bool PredictLoad::Ask(const StreamEntry& entry,
     const float* scores = reinterpret_cast<const float*>(data.data());
     correct_ += std::max_element(scores, scores + classes) - scores == event->label;
   }
-  if (latencies_ms_.size() < kLatenciesKept) latencies_ms_.push_back(ms);
+  if (latencies_ms_.size() < kLatenciesKept) {
+    latencies_ms_.push_back(ms);
+  } else {
+    latencies_ms_[next_latency_++ % kLatenciesKept] = ms;
+  }
+  max_ms_ = std::max(max_ms_, ms);
   recent_ms_.push_back(ms);
   return true;
 }
 
+int64_t PredictLoad::Answered() const {
+  std::lock_guard lock(mu_);
+  return answered_;
+}
+
 nlohmann::json PredictLoad::Figures() const {
+  std::vector<double> latencies;
+  {
+    std::lock_guard lock(mu_);
+    latencies = latencies_ms_;
+  }
+  std::sort(latencies.begin(), latencies.end());
   std::lock_guard lock(mu_);
   return {{"share", options_.share},
           {"due", due_},
@@ -196,11 +217,9 @@ nlohmann::json PredictLoad::Figures() const {
           {"failed", failed_},
           {"correct", correct_},
           {"accuracy", answered_ > 0 ? static_cast<double>(correct_) / answered_ : 0.0},
-          {"p50_ms", Percentile(latencies_ms_, 0.50)},
-          {"p99_ms", Percentile(latencies_ms_, 0.99)},
-          {"max_ms", latencies_ms_.empty() ? 0.0
-                                           : *std::max_element(latencies_ms_.begin(),
-                                                               latencies_ms_.end())},
+          {"p50_ms", Percentile(latencies, 0.50)},
+          {"p99_ms", Percentile(latencies, 0.99)},
+          {"max_ms", max_ms_},
           {"last_error", last_error_}};
 }
 
@@ -210,7 +229,8 @@ double PredictLoad::TakeRecentP99Ms() {
     std::lock_guard lock(mu_);
     recent.swap(recent_ms_);
   }
-  return Percentile(std::move(recent), 0.99);
+  std::sort(recent.begin(), recent.end());
+  return Percentile(recent, 0.99);
 }
 
 }  // namespace strata

@@ -54,8 +54,10 @@ class PredictLoad {
   PredictLoad& operator=(const PredictLoad&) = delete;
 
   // {"share", "due", "sent", "answered", "failed", "correct", "accuracy", "p50_ms", "p99_ms",
-  // "max_ms", "last_error"} over every question so far.
+  // "max_ms", "last_error"}: counts and max over every question so far, the percentiles over the
+  // latest 100,000 answers.
   nlohmann::json Figures() const;
+  int64_t Answered() const;
   // The p99 latency of the answers since the last call (0 when there were none), for the run's
   // once-a-second metrics line.
   double TakeRecentP99Ms();
@@ -67,6 +69,7 @@ class PredictLoad {
   // malformed entry, a replica not serving yet).
   bool Ask(const StreamEntry& entry, std::vector<std::shared_ptr<grpc::Channel>>& channels);
   bool WaitOrStop(std::chrono::milliseconds pause);  // true once stopping
+  bool Stopping() const;
 
   const PredictLoadOptions options_;
   std::thread thread_;
@@ -74,7 +77,9 @@ class PredictLoad {
   std::condition_variable stop_cv_;
   bool stop_ = false;
   int64_t due_ = 0, sent_ = 0, answered_ = 0, failed_ = 0, correct_ = 0;
-  std::vector<double> latencies_ms_, recent_ms_;
+  std::vector<double> latencies_ms_, recent_ms_;  // the first a ring from next_latency_
+  size_t next_latency_ = 0;
+  double max_ms_ = 0;
   std::string last_error_;
 };
 

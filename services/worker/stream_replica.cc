@@ -98,7 +98,6 @@ struct ReplicaCounts {
             {"recent_scored", recent_scored},
             {"frozen_windows", frozen_windows},
             {"events_frozen", events_frozen},
-            {"accuracy_curve", accuracy_curve},
             {"drifts", drifts},
             {"last_loss", last_loss},
             {"read_s", read_s},
@@ -402,6 +401,8 @@ class StreamReplica {
       spdlog::info("frozen: from event {} on (stream.freeze_at_event {}), windows are scored and "
                    "not trained",
                    window_last_seq_, stream_.freeze_at_event());
+      // What was computed before the freeze goes to the others now, not at the stream's end.
+      STRATA_RETURN_IF_ERROR(Flush());
     }
     ++counts_.frozen_windows;
     counts_.events_frozen += n;
@@ -607,6 +608,8 @@ class StreamReplica {
         trainer_->ToCheckpoint(0, counts_.windows, AppliedTotal())));
     nlohmann::json result = Figures("done");
     result["latency"] = LatencyFigures(latency_ms_);
+    // Only in the result: the progress file, rewritten every second, stays small.
+    result["accuracy_curve"] = counts_.accuracy_curve;
     return WriteFileAtomic(paths_.StreamReplicaResult(options_.rank), result.dump(2) + "\n");
   }
 
