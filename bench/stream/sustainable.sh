@@ -17,8 +17,11 @@
 # last step sustained before the first that is not. The stream is capped (XADD MAXLEN ~ 300000)
 # so that an overload does not fill the memory.
 #   flock /tmp/strata-bench.lock bench/stream/sustainable.sh [BUILD_DIR] [QUOTA] [STEP] [HOLD] [STEPS_R1]
-# STEPS_R1: steps for R = 1 (R replicas get R x STEPS_R1, up to 30). Then the predict phase (below).
-# Needs root and redis-server.
+# STEPS_R1: steps for R = 1 (R replicas get R x STEPS_R1, up to 30). Then the predict phase (below);
+# SUSTAINED="R1 R2 R4" runs only that phase, at 80 % of the rates given. Each step's line also
+# says which limit was hit: the share of the quota's periods in which the replicas were throttled
+# (near 1: the quota), and the machine's idle share (near 0: the machine, which the broker and the
+# producer share). Needs root and redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$(realpath "${1:-build}"); quota=${2:-0.4}; step=${3:-2000}; hold=${4:-10}; steps1=${5:-10}
@@ -37,7 +40,14 @@ redis_pid=$!
 for _ in $(seq 100); do redis-cli -s "$out/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
 mkdir -p "$cg"
 period=$(cat "$cg/cpu.cfs_period_us")
+# SUSTAINED="R1 R2 R4" (events/s) skips the ramps and runs only the predict phase at 80 % of these.
+if [ -n "${SUSTAINED:-}" ]; then
+  read -r s1 s2 s4 <<< "$SUSTAINED"
+  printf "replicas=1 sustainable_rate=%s\nreplicas=2 sustainable_rate=%s\nreplicas=4 sustainable_rate=%s\n" \
+    "$s1" "$s2" "$s4" > "$out/all.txt"
+fi
 for r in 1 2 4; do
+  [ -n "${SUSTAINED:-}" ] && break
   steps=$(( steps1 * r < 30 ? steps1 * r : 30 ))
   seconds=$(( steps * hold + hold / 2 + 2 ))
   key="sustain-$r"
@@ -136,8 +146,15 @@ for r in 1 2 4; do
   rate=$(awk -v s="$sustained" 'BEGIN {printf "%d", 0.8 * s}')
   [ "$rate" -gt 0 ] || continue
   key="predict-$r"
-  sed -e "s/key: sustain-$r/key: $key/" -e "s/max_seconds: [0-9]*/max_seconds: $predict_s, predict_rate: 0.01/" \
-    "$out/job-$r.yaml" > "$out/predict-$r.yaml"
+  cat > "$out/predict-$r.yaml" <<YAML
+name: stream-predict-$r
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist }
+model: { arch: mlp }
+training: { lr: 0.05, momentum: 0, threads: 1, seed: 1 }
+cluster: { workers: $r }
+strategy: { kind: stream }
+stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: 4, max_seconds: $predict_s, predict_rate: 0.01 }
+YAML
   echo "$(awk -v r="$r" -v q="$quota" -v p="$period" 'BEGIN {printf "%d", r * q * p}')" \
     > "$cg/cpu.cfs_quota_us"
   (echo $BASHPID > "$cg/cgroup.procs"; exec "$build/bin/strata" run "$out/predict-$r.yaml" \
