@@ -24,10 +24,8 @@ cleanup() {
 }
 trap cleanup EXIT
 median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
-redis-server --port 0 --unixsocket "$out/redis.sock" --unixsocketperm 700 --save "" \
-  --appendonly no --dir "$out" --logfile "$out/redis.log" &
-redis_pid=$!
-for _ in $(seq 100); do redis-cli -s "$out/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
+. bench/stream/private_redis.sh
+start_private_redis "$out"
 mkdir -p "$cg"
 period=$(cat "$cg/cpu.cfs_period_us")
 for round in $(seq "$rounds"); do

@@ -34,12 +34,37 @@ cleanup() {
   rm -rf "$out"
 }
 trap cleanup EXIT
-redis-server --port 0 --unixsocket "$out/redis.sock" --unixsocketperm 700 --save "" \
-  --appendonly no --dir "$out" --logfile "$out/redis.log" &
-redis_pid=$!
-for _ in $(seq 100); do redis-cli -s "$out/redis.sock" ping >/dev/null 2>&1 && break; sleep 0.1; done
+. bench/stream/private_redis.sh
+start_private_redis "$out"
 mkdir -p "$cg"
 period=$(cat "$cg/cpu.cfs_period_us")
+# write_job NAME R STREAM_KEYS: $out/NAME.yaml, R replicas of the MLP on the private broker.
+write_job() {
+  cat > "$out/$1.yaml" <<YAML
+name: stream-$1
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist }
+model: { arch: mlp }
+training: { lr: 0.05, momentum: 0, threads: 1, seed: 1 }
+cluster: { workers: $2 }
+strategy: { kind: stream }
+stream: { address: $out/redis.sock, batch_events: 64, max_grad_buffer: 4, $3 }
+YAML
+}
+# start_run NAME RUN R: `strata run` of $out/NAME.yaml into $out/RUN, in the cgroup at R x QUOTA
+# cores, in the background (run_pid); returns once every replica trains (their progress files
+# say so), when the producer may start.
+start_run() {
+  echo "$(awk -v r="$3" -v q="$quota" -v p="$period" 'BEGIN {printf "%d", r * q * p}')" \
+    > "$cg/cpu.cfs_quota_us"
+  (echo $BASHPID > "$cg/cgroup.procs"; exec "$build/bin/strata" run "$out/$1.yaml" \
+    --out "$out/$2" --quiet > "$out/$2.log" 2>&1) &
+  run_pid=$!
+  for _ in $(seq 600); do
+    n=$(grep -l '"training"' "$out/$2"/stream/replica-*.progress.json 2>/dev/null | wc -l || true)
+    [ "$n" -ge "$3" ] && break
+    sleep 0.2
+  done
+}
 # SUSTAINED="R1 R2 R4" (events/s) skips the ramps and runs only the predict phase at 80 % of these.
 if [ -n "${SUSTAINED:-}" ]; then
   read -r s1 s2 s4 <<< "$SUSTAINED"
@@ -50,27 +75,8 @@ for r in 1 2 4; do
   [ -n "${SUSTAINED:-}" ] && break
   steps=$(( steps1 * r < 30 ? steps1 * r : 30 ))
   seconds=$(( steps * hold + hold / 2 + 2 ))
-  key="sustain-$r"
-  cat > "$out/job-$r.yaml" <<YAML
-name: stream-sustain-$r
-dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist }
-model: { arch: mlp }
-training: { lr: 0.05, momentum: 0, threads: 1, seed: 1 }
-cluster: { workers: $r }
-strategy: { kind: stream }
-stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: 4, max_seconds: $seconds }
-YAML
-  echo "$(awk -v r="$r" -v q="$quota" -v p="$period" 'BEGIN {printf "%d", r * q * p}')" \
-    > "$cg/cpu.cfs_quota_us"
-  (echo $BASHPID > "$cg/cgroup.procs"; exec "$build/bin/strata" run "$out/job-$r.yaml" \
-    --out "$out/run-$r" --quiet > "$out/run-$r.log" 2>&1) &
-  run_pid=$!
-  # The ramp starts once every replica trains (their progress files say so).
-  for _ in $(seq 600); do
-    n=$(grep -l '"training"' "$out/run-$r"/stream/replica-*.progress.json 2>/dev/null | wc -l || true)
-    [ "$n" -ge "$r" ] && break
-    sleep 0.2
-  done
+  write_job "job-$r" "$r" "key: sustain-$r, max_seconds: $seconds"
+  start_run "job-$r" "run-$r" "$r"
   start=$(date +%s.%N)
   "$build/bin/strata" produce "$out/job-$r.yaml" --rate "$step" --ramp "$step:$hold" \
     --max-len 300000 > "$out/produce-$r.log" 2>&1 &
@@ -86,7 +92,7 @@ YAML
   wait "$run_pid" || { tail -20 "$out/run-$r.log"; exit 1; }
   kill "$sampler_pid" 2>/dev/null || true; wait "$sampler_pid" 2>/dev/null || true
   kill "$producer_pid" 2>/dev/null || true; wait "$producer_pid" 2>/dev/null || true; producer_pid=
-  redis-cli -s "$out/redis.sock" del "$key" > /dev/null
+  redis-cli -s "$out/redis.sock" del "sustain-$r" > /dev/null
   python3 - "$out/run-$r" "$r" "$step" "$hold" "$steps" "$start" "$out/cpu-$r.log" <<'PY' | tee -a "$out/all.txt"
 import json, os, sys
 run, r, step, hold, steps, start = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
@@ -145,32 +151,14 @@ for r in 1 2 4; do
   sustained=$(grep "replicas=$r sustainable_rate" "$out/all.txt" | sed 's/.*=//')
   rate=$(awk -v s="$sustained" 'BEGIN {printf "%d", 0.8 * s}')
   [ "$rate" -gt 0 ] || continue
-  key="predict-$r"
-  cat > "$out/predict-$r.yaml" <<YAML
-name: stream-predict-$r
-dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist }
-model: { arch: mlp }
-training: { lr: 0.05, momentum: 0, threads: 1, seed: 1 }
-cluster: { workers: $r }
-strategy: { kind: stream }
-stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: 4, max_seconds: $predict_s, predict_rate: 0.01 }
-YAML
-  echo "$(awk -v r="$r" -v q="$quota" -v p="$period" 'BEGIN {printf "%d", r * q * p}')" \
-    > "$cg/cpu.cfs_quota_us"
-  (echo $BASHPID > "$cg/cgroup.procs"; exec "$build/bin/strata" run "$out/predict-$r.yaml" \
-    --out "$out/predict-run-$r" --quiet > "$out/predict-run-$r.log" 2>&1) &
-  run_pid=$!
-  for _ in $(seq 600); do
-    n=$(grep -l '"training"' "$out/predict-run-$r"/stream/replica-*.progress.json 2>/dev/null | wc -l || true)
-    [ "$n" -ge "$r" ] && break
-    sleep 0.2
-  done
+  write_job "predict-$r" "$r" "key: predict-$r, max_seconds: $predict_s, predict_rate: 0.01"
+  start_run "predict-$r" "predict-run-$r" "$r"
   "$build/bin/strata" produce "$out/predict-$r.yaml" --rate "$rate" --max-len 300000 \
     > "$out/produce-predict-$r.log" 2>&1 &
   producer_pid=$!
   wait "$run_pid" || { tail -20 "$out/predict-run-$r.log"; exit 1; }
   kill "$producer_pid" 2>/dev/null || true; wait "$producer_pid" 2>/dev/null || true; producer_pid=
-  redis-cli -s "$out/redis.sock" del "$key" > /dev/null
+  redis-cli -s "$out/redis.sock" del "predict-$r" > /dev/null
   python3 - "$out/predict-run-$r/summary.json" "$r" "$rate" <<'PY' | tee -a "$out/all.txt"
 import json, sys
 s = json.load(open(sys.argv[1]))

@@ -96,25 +96,16 @@ TEST_F(StrataPredictTest, ARunningStreamJobAnswersLiveAndAFinishedOneFromItsFina
                      << "strategy: { kind: stream }\n"
                      << "stream: { batch_events: 32, max_events: 40000, produce: { rate: 2000 } }\n";
   const std::string run = dir_ + "/run";
-  SpawnOptions o;
-  o.name = "strata-run";
-  o.argv = {STRATA_BIN, "run", job, "--out", run};
-  o.log_path = dir_ + "/run.log";
-  auto child = ChildProcess::Spawn(o);
-  ASSERT_TRUE(child.ok()) << child.status();
-
-  // Until both replicas train and status.json names the control socket.
-  const auto until = Clock::now() + std::chrono::seconds(180);
-  while (Clock::now() < until && !(*child)->Poll()) {
-    const auto status = nlohmann::json::parse(Slurp(run + "/status.json"), nullptr, false);
-    if (status.is_object() && status.contains("control_socket") &&
-        Slurp(run + "/stream/replica-1.progress.json").find("\"training\"") != std::string::npos) {
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling files
+  std::unique_ptr<ChildProcess> child = StartRunUntilTraining(job, run, 1);
+  ASSERT_NE(child, nullptr);
+  // And until status.json names the control socket (rewritten once a second).
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  while (Clock::now() < until && !child->Poll() &&
+         Slurp(run + "/status.json").find("control_socket") == std::string::npos) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a file
   }
-  ASSERT_FALSE((*child)->Poll()) << "the run ended before it could be asked: "
-                                 << Slurp(o.log_path);
+  ASSERT_FALSE(child->Poll()) << "the run ended before it could be asked: "
+                              << Slurp(dir_ + "/run.log");
   std::string output;
   ASSERT_EQ(Strata({"predict", run, "--input", x, "--replica", "1", "--out",
                     dir_ + "/live.npy"},
@@ -139,8 +130,8 @@ TEST_F(StrataPredictTest, ARunningStreamJobAnswersLiveAndAFinishedOneFromItsFina
   EXPECT_EQ(Strata({"predict", run, "--input", x, "--replica", "7"}, "seven.log", &output), 2);
   EXPECT_THAT(output, HasSubstr("there is no replica 7: the run has 2 (0 to 1)"));
 
-  ASSERT_TRUE((*child)->WaitFor(std::chrono::seconds(300))) << "the run did not end";
-  ASSERT_EQ((*child)->exit_code(), 0) << Slurp(o.log_path);
+  ASSERT_TRUE(child->WaitFor(std::chrono::seconds(300))) << "the run did not end";
+  ASSERT_EQ(child->exit_code(), 0) << Slurp(dir_ + "/run.log");
 
   std::vector<int> classes[2];
   for (int r = 0; r < 2; ++r) {

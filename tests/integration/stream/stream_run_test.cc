@@ -286,27 +286,16 @@ TEST_F(StreamRunTest, AKilledReplicaFailsTheRunNamingIt) {
   std::ofstream(job) << kJob << "cluster: { workers: 2 }\n"
                      << "stream: { batch_events: 32, max_events: 200000, produce: { rate: 2000 } }\n";
   const std::string run = dir_ + "/run";
-  SpawnOptions o;
-  o.name = "strata-run";
-  o.argv = {STRATA_BIN, "run", job, "--out", run};
-  o.log_path = dir_ + "/run.log";
-  auto child = ChildProcess::Spawn(o);
-  ASSERT_TRUE(child.ok()) << child.status();
-  // Once replica 1 reports training progress, its pid is in events.jsonl.
+  std::unique_ptr<ChildProcess> child = StartRunUntilTraining(job, run, 1);
+  ASSERT_NE(child, nullptr);
+  // Replica 1 trains: its pid is in events.jsonl.
   int pid = 0;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (pid == 0 && std::chrono::steady_clock::now() < until) {
-    const std::string progress = Slurp(run + "/stream/replica-1.progress.json");
-    if (progress.find("\"training\"") != std::string::npos) {
-      std::istringstream events(Slurp(run + "/events.jsonl"));
-      for (std::string line; std::getline(events, line);) {
-        auto e = nlohmann::json::parse(line, nullptr, false);
-        if (e.is_object() && e.value("process", "") == "worker-1") pid = e.value("pid", 0);
-      }
-    }
-    if (pid == 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling files
+  std::istringstream events(Slurp(run + "/events.jsonl"));
+  for (std::string line; std::getline(events, line);) {
+    auto e = nlohmann::json::parse(line, nullptr, false);
+    if (e.is_object() && e.value("process", "") == "worker-1") pid = e.value("pid", 0);
   }
-  ASSERT_GT(pid, 0) << Slurp(o.log_path);
+  ASSERT_GT(pid, 0) << Slurp(dir_ + "/run.log");
   // While it trains, replica 0 serves its figures to Prometheus.
   int metrics_port = 0;
   ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(Slurp(run + "/ports/worker-0.metrics.port")),
@@ -319,9 +308,9 @@ TEST_F(StreamRunTest, AKilledReplicaFailsTheRunNamingIt) {
     EXPECT_THAT(scrape.body, HasSubstr(metric));
   }
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  ASSERT_TRUE((*child)->WaitFor(std::chrono::seconds(120))) << "the run did not end";
-  EXPECT_EQ((*child)->exit_code(), 1);
-  const std::string output = Slurp(o.log_path);
+  ASSERT_TRUE(child->WaitFor(std::chrono::seconds(120))) << "the run did not end";
+  EXPECT_EQ(child->exit_code(), 1);
+  const std::string output = Slurp(dir_ + "/run.log");
   EXPECT_THAT(output, HasSubstr("worker-1 was killed by signal 9"));
   EXPECT_EQ(Summary(run)["state"], "failed");
 }

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -70,6 +71,30 @@ class StreamBrokerTest : public ::testing::Test {
     EXPECT_TRUE((*child)->WaitFor(limit)) << o.name << " did not end";
     *output = Slurp(o.log_path);
     return (*child)->exit_code();
+  }
+
+  // `strata run JOB --out RUN` in the background (its output in DIR/run.log), returned once
+  // replica `replica`'s progress file says it trains, or once the run has ended, or after
+  // `limit` (the caller checks the child's Poll()).
+  std::unique_ptr<ChildProcess> StartRunUntilTraining(const std::string& job, const std::string& run,
+                                                      int replica,
+                                                      std::chrono::seconds limit =
+                                                          std::chrono::seconds(180)) {
+    SpawnOptions o;
+    o.name = "strata-run";
+    o.argv = {STRATA_BIN, "run", job, "--out", run};
+    o.log_path = dir_ + "/run.log";
+    auto child = ChildProcess::Spawn(o);
+    EXPECT_TRUE(child.ok()) << child.status();
+    if (!child.ok()) return nullptr;
+    const std::string progress = run + "/stream/replica-" + std::to_string(replica) +
+                                 ".progress.json";
+    const auto until = std::chrono::steady_clock::now() + limit;
+    while (std::chrono::steady_clock::now() < until && !(*child)->Poll() &&
+           Slurp(progress).find("\"training\"") == std::string::npos) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a file
+    }
+    return *std::move(child);
   }
 
   static std::string Slurp(const std::string& path) {
