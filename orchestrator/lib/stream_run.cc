@@ -20,6 +20,7 @@
 
 #include "orchestrator/record/report.h"
 #include "orchestrator/record/run_record.h"
+#include "orchestrator/record/stream_run_metrics.h"
 #include "orchestrator/run/control_server.h"
 #include "orchestrator/run/stream_predict_load.h"
 #include "services/common/base/files.h"
@@ -141,7 +142,24 @@ class StreamRun {
                                            {"orchestrator_pid", ::getpid()}});
     InstallInterruptHandlers();
     StartControlServer();
+    StartRunMetrics();
     return absl::OkStatus();
+  }
+
+  // The run's own Prometheus endpoint (the broker's backlog, rates, latencies); a run goes on
+  // without it.
+  void StartRunMetrics() {
+    if (!job_.metrics().enabled()) return;
+    MetricsEndpointOptions endpoint;
+    endpoint.listen = "127.0.0.1:0";
+    endpoint.port_file = paths_.OrchestratorMetricsPortFile();
+    auto served = StreamRunMetrics::Start(endpoint);
+    if (!served.ok()) {
+      Say(absl::StrCat("strata run: the orchestrator serves no metrics (", served.status().message(),
+                       "); the run goes on"));
+      return;
+    }
+    run_metrics_ = std::move(*served);
   }
 
   // `strata status` asks it whether the run lives, `strata predict` asks the replicas through it.
@@ -326,6 +344,7 @@ class StreamRun {
         trained_before = trained;
         line_before = now;
         (void)record_->Metrics(line);
+        if (run_metrics_) run_metrics_->Update(line);
         WriteStatus("running", line);
         Say(ProgressText(line));
         if (now >= next_report_) {
@@ -499,6 +518,7 @@ class StreamRun {
     line["replicas"] = job_.cluster().workers();
     line["orchestrator_pid"] = ::getpid();
     if (control_ && state == "running") line["control_socket"] = control_->socket_path();
+    if (run_metrics_ && state == "running") line["orchestrator_metrics"] = run_metrics_->url();
     line["updated"] = std::chrono::duration<double>(
                           std::chrono::system_clock::now().time_since_epoch())
                           .count();
@@ -682,6 +702,7 @@ class StreamRun {
   std::string nonce_;
   std::unique_ptr<RunRecord> record_;
   std::unique_ptr<RunControlServer> control_;
+  std::unique_ptr<StreamRunMetrics> run_metrics_;
   std::unique_ptr<PredictLoad> predict_load_;  // stream.predict_rate > 0, while the stream is read
   nlohmann::json predict_figures_;             // its figures once stopped
   BrokerAddress address_;

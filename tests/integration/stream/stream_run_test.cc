@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <set>
@@ -278,9 +279,11 @@ TEST_F(StreamRunTest, MalformedEntriesAreCountedAcknowledgedAndNeverTrained) {
 
 // A replica killed with SIGKILL mid-stream ends the run at once, naming it, with exit 1 and the
 // others stopped: its events are not yet claimed by a survivor, and a run that went on without
-// its gradients could not hold apply-once. As first written (the first failed replica found was
+// its gradients could not hold apply-once. Before the kill, while the run trains, the replicas
+// and the orchestrator serve their metrics. As first written (the first failed replica found was
 // named), the run blamed worker-0, which had exited with code 1 when its stream to the killed
-// replica broke.
+// replica broke; with the orchestrator's gauges never updated (on purpose), the events trained it
+// served stayed 0 and the scrape check failed after its 60 s.
 TEST_F(StreamRunTest, AKilledReplicaFailsTheRunNamingIt) {
   const std::string job = dir_ + "/job.yaml";
   std::ofstream(job) << kJob << "cluster: { workers: 2 }\n"
@@ -306,6 +309,27 @@ TEST_F(StreamRunTest, AKilledReplicaFailsTheRunNamingIt) {
        {"strata_stream_events_trained_total{rank=\"0\"}", "strata_stream_gradients_applied_total",
         "strata_stream_remote_gradient_staleness_bucket", "strata_stream_recent_accuracy"}) {
     EXPECT_THAT(scrape.body, HasSubstr(metric));
+  }
+  // And the orchestrator serves the run's: the broker's backlog, the events trained (once a
+  // progress line has counted some), the production-to-training latency.
+  int run_port = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(
+      absl::StripAsciiWhitespace(Slurp(run + "/ports/orchestrator.metrics.port")), &run_port));
+  double trained = 0;
+  std::string run_scrape;
+  const auto scrape_until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (trained <= 0 && std::chrono::steady_clock::now() < scrape_until) {
+    run_scrape = HttpGetOnLoopback(run_port, "/metrics").body;
+    const size_t at = run_scrape.find("\nstrata_stream_run_events_trained ");
+    if (at != std::string::npos) {
+      trained = std::atof(run_scrape.c_str() + at + sizeof("\nstrata_stream_run_events_trained ") - 1);
+    }
+    if (trained <= 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));  // next line
+  }
+  EXPECT_GT(trained, 0) << run_scrape;
+  for (const char* metric : {"strata_stream_run_lag ", "strata_stream_run_pending ",
+                             "strata_stream_run_latency_p99_seconds "}) {
+    EXPECT_THAT(run_scrape, HasSubstr(metric));
   }
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
   ASSERT_TRUE(child->WaitFor(std::chrono::seconds(120))) << "the run did not end";
