@@ -60,6 +60,31 @@ int ShowStreamStatus(const std::string& dir, const nlohmann::json& status,
   }
   std::printf("training:  loss %s, accuracy before training %s\n", Num(status, "loss", "%.4f").c_str(),
               Num(status, "prequential_accuracy", "%.4f").c_str());
+  if (summary.is_object() && summary.contains("latency_p99_ms")) {
+    std::printf("latency:   production to training p50 %s ms, p99 %s ms (each replica's latest "
+                "100,000 events, the worst replica)\n",
+                Num(summary, "latency_p50_ms", "%.1f").c_str(),
+                Num(summary, "latency_p99_ms", "%.1f").c_str());
+  } else if (status.contains("latency_p99_ms")) {
+    std::printf("latency:   production to training p50 %s ms, p99 %s ms (latest second, worst replica)\n",
+                Num(status, "latency_p50_ms", "%.1f").c_str(),
+                Num(status, "latency_p99_ms", "%.1f").c_str());
+  }
+  if (summary.is_object() && summary.contains("predictions")) {
+    const nlohmann::json& p = summary["predictions"];
+    std::printf("predict:   %s of %s questions answered, p50 %s ms, p99 %s ms, max %s ms, %s right\n",
+                p.value("answered", nlohmann::json(0)).dump().c_str(),
+                p.value("sent", nlohmann::json(0)).dump().c_str(), Num(p, "p50_ms", "%.2f").c_str(),
+                Num(p, "p99_ms", "%.2f").c_str(), Num(p, "max_ms", "%.2f").c_str(),
+                Num(p, "accuracy", "%.4f").c_str());
+  } else if (status.contains("predictions_answered")) {
+    std::printf("predict:   %s questions answered, p99 %s ms (latest second)\n",
+                status["predictions_answered"].dump().c_str(),
+                Num(status, "predict_p99_ms", "%.2f").c_str());
+  }
+  if (status.contains("orchestrator_metrics") && status["orchestrator_metrics"].is_string()) {
+    std::printf("metrics:   %s\n", status["orchestrator_metrics"].get<std::string>().c_str());
+  }
   if (summary.is_object()) {
     std::printf("final:     %s events trained, %s events/s, apply_once %s, agree %s (%s)%s%s\n",
                 summary.value("events_trained", nlohmann::json(0)).dump().c_str(),

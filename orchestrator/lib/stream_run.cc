@@ -542,7 +542,7 @@ class StreamRun {
     std::vector<nlohmann::json> results;
     int64_t gradients = 0, trained = 0, malformed = 0, acknowledged = 0, correct = 0, scored = 0,
             frozen = 0;
-    double train_s = 0;
+    double train_s = 0, latency_p50 = 0, latency_p99 = 0;
     std::map<std::string, int64_t> staleness;
     for (int r = 0; r < world; ++r) {
       nlohmann::json result = ReadJson(paths_.StreamReplicaResult(r));
@@ -553,6 +553,10 @@ class StreamRun {
       correct += Int(result, "prequential_correct");
       scored += Int(result, "prequential_scored");
       frozen += Int(result, "events_frozen");
+      if (auto it = result.find("latency"); it != result.end() && it->value("events", 0) > 0) {
+        latency_p50 = std::max(latency_p50, it->value("p50_ms", 0.0));
+        latency_p99 = std::max(latency_p99, it->value("p99_ms", 0.0));
+      }
       train_s = std::max(train_s, result.value("seconds", 0.0));
       if (result.contains("staleness")) {
         for (const auto& [s, n] : result["staleness"].items()) staleness[s] += n.get<int64_t>();
@@ -577,6 +581,11 @@ class StreamRun {
     summary["gradients"] = gradients;
     summary["events_trained"] = trained;
     summary["events_frozen"] = frozen;  // scored and not trained (stream.freeze_at_event)
+    if (latency_p99 > 0) {
+      // Production to training over each replica's latest 100,000 events, the worst replica's.
+      summary["latency_p50_ms"] = latency_p50;
+      summary["latency_p99_ms"] = latency_p99;
+    }
     summary["malformed"] = malformed;
     summary["acknowledged"] = acknowledged;
     summary["apply_once"] = apply_once;

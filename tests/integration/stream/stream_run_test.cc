@@ -185,6 +185,12 @@ TEST_F(StreamRunTest, APredictStreamAsksAShareOfTheEventsAndRecordsEveryAnswer) 
     EXPECT_GT(r["predictions"]["answered"].get<int64_t>(), 50) << r["predictions"].dump();
   }
   EXPECT_THAT(Slurp(run + "/metrics.jsonl"), HasSubstr("\"predict_p99_ms\""));
+  // `strata status` shows the predict stream and the production-to-training latency.
+  std::string status;
+  ASSERT_EQ(Strata({"status", run}, "status.log", &status), 0) << status;
+  EXPECT_THAT(status, HasSubstr(absl::StrCat("predict:   ", p["answered"].get<int64_t>(), " of ",
+                                             p["sent"].get<int64_t>(), " questions answered")));
+  EXPECT_THAT(status, HasSubstr("latency:   production to training p50 "));
 }
 
 // The same drift with stream.freeze_at_event at the drift: from there on the replicas score every
