@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The sustainable throughput of stream replicas (docs/benchmarks.md, "Sustainable throughput"):
+# The sustainable throughput of stream replicas (docs/benchmarks.md, "Stream: sustainable
+# throughput and Predict under load"):
 # the highest event rate R replicas take without the time from an event's production to its
 # training rising, for R = 1, 2 and 4, each replica held to QUOTA of a core (cgroup v1, as in
 # replicas.sh; the broker and the producer run outside the quota).
