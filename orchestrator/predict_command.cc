@@ -1,8 +1,9 @@
 // `strata predict RUN_DIR --input X.npy [--replica R] [--out SCORES.npy]`: the model's outputs
-// for the examples in X.npy. A stream job that is still running answers from a replica's live
-// weights: the request goes through the orchestrator's control socket (which only the run's user
-// can reach), and the orchestrator, which holds the run token, passes it on to the replica
-// (StreamReplica.Predict). A finished run answers from its final model (a stream replica's final
+// for the examples in X.npy. A running job answers from its live model: the request goes through
+// the orchestrator's control socket (which only the run's user can reach), and the orchestrator,
+// which holds the run token, passes it on: to a stream job's replica (StreamReplica.Predict), or,
+// for any other strategy, to the evaluator, which fetches the model where the run keeps it now
+// (Evaluator.Predict). A finished run answers from its final model (a stream replica's final
 // weights, or checkpoints/final.ckpt), which strata-evaluator loads, since the orchestrator has no
 // LibTorch. docs/user-guide.md, "Predictions".
 //
@@ -113,6 +114,7 @@ absl::StatusOr<Predictions> PredictLive(const std::string& socket, const NpyArra
       kBytesPerRequest / std::max<int64_t>(1, row_floats * 4), 1, kExamplesPerRequest);
   uint64_t lowest = UINT64_MAX, highest = 0;
   uint32_t answered_by = 0;
+  std::string evaluator_source;  // a job of another strategy: the evaluator says where from
   for (int64_t first = 0; first < x.rows(); first += per_request) {
     const int64_t n = std::min(per_request, x.rows() - first);
     const std::vector<float> floats = ExamplesAsFloat(x, first, n);
@@ -140,13 +142,16 @@ absl::StatusOr<Predictions> PredictLive(const std::string& socket, const NpyArra
     p.scores.resize(at + static_cast<size_t>(n * *per));
     std::memcpy(p.scores.data() + at, reply.scores().data().data(), reply.scores().data().size());
     answered_by = reply.replica();
+    evaluator_source = reply.source();
     lowest = std::min<uint64_t>(lowest, reply.model_version());
     highest = std::max<uint64_t>(highest, reply.model_version());
   }
   // The replica named is the one that says it answered.
-  p.source = absl::StrCat("replica ", answered_by, ", live weights, model version ", lowest,
-                          highest != lowest ? absl::StrCat(" to ", highest) : "",
-                          " (gradients applied)");
+  p.source = !evaluator_source.empty()
+                 ? absl::StrCat("the live model of ", evaluator_source, " (by the evaluator)")
+                 : absl::StrCat("replica ", answered_by, ", live weights, model version ", lowest,
+                                highest != lowest ? absl::StrCat(" to ", highest) : "",
+                                " (gradients applied)");
   return p;
 }
 
@@ -262,12 +267,6 @@ int RunPredict(const PredictArgs& args) {
                            OrchestratorLiveness::kGone;
   absl::StatusOr<Predictions> p;
   if (running && args.checkpoint.empty()) {
-    if (!stream) {
-      return fail(absl::StrCat(
-          "the run is still training (strategy ", status.value("strategy", "?"),
-          "): only a stream job's replicas answer while it trains; ask once it has finished "
-          "(its final model answers), or give --checkpoint"));
-    }
     if (socket.empty()) {
       return fail("the run publishes no control socket (its orchestrator runs elsewhere)");
     }
@@ -302,8 +301,9 @@ int RunPredict(const PredictArgs& args) {
 void AddPredictCommand(CLI::App& app, int* exit_code) {
   CLI::App* cmd = app.add_subcommand(
       "predict",
-      "the model's outputs for examples in a .npy file: a running stream job answers from a "
-      "replica's live weights, a finished run from its final model");
+      "the model's outputs for examples in a .npy file: a running job answers from its live "
+      "model (a stream replica's, or the one its evaluator fetches), a finished run from its "
+      "final model");
   auto args = std::make_shared<PredictArgs>();
   cmd->add_option("run_dir", args->run_dir, "the run directory")->required();
   cmd->add_option("--input", args->input,

@@ -23,7 +23,9 @@
 #include "services/common/config/job_spec.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/process/interrupt.h"
+#include "services/common/wire/rpc.h"
 #include "services/common/wire/rpc_auth.h"
+#include "strata/v1/evaluator.grpc.pb.h"
 #include "services/common/wire/shard_index.h"
 #include "services/common/wire/tls_certificates.h"
 
@@ -59,7 +61,11 @@ void RunDriver::StartControlServer() {
   // host, so it publishes none and they use the files (docs/architecture.md, "The control
   // channel").
   if (attached()) return;
-  auto control = RunControlServer::Start(paths_.root, [this] { return RunInfoNow(); });
+  auto control = RunControlServer::Start(
+      paths_.root, [this] { return RunInfoNow(); },
+      [this](const v1::RunPredictRequest& request, v1::PredictReply* reply) {
+        return PredictNow(request, reply);
+      });
   if (!control.ok()) {
     console_.Say(absl::StrFormat("%s: no control socket (%s); `strata switch` falls back to %s",
                                  command(), control.status().message(), paths_.switch_request));
@@ -86,6 +92,27 @@ void RunDriver::StartRunMetrics() {
     return;
   }
   run_metrics_ = std::move(*served);
+}
+
+grpc::Status RunDriver::PredictNow(const v1::RunPredictRequest& request,
+                                   v1::PredictReply* reply) const {
+  v1::EvaluatorPredictRequest forwarded;
+  std::string evaluator;
+  {
+    std::lock_guard<std::mutex> lock(run_info_mu_);
+    evaluator = evaluator_address_;
+    *forwarded.mutable_source() = model_source_;
+  }
+  if (evaluator.empty() || (forwarded.source().worker().empty() &&
+                            forwarded.source().parameter_servers().empty())) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the run has no evaluator or no model to answer from yet");
+  }
+  *forwarded.mutable_request() = request.request();
+  grpc::ClientContext context;
+  // The evaluator fetches the model (seconds on a loaded machine) and may be scoring one first.
+  context.set_deadline(DeadlineAfter(std::chrono::seconds(60)));
+  return v1::Evaluator::NewStub(MakeChannel(evaluator))->Predict(&context, forwarded, reply);
 }
 
 v1::RunInfo RunDriver::RunInfoNow() const {

@@ -28,6 +28,7 @@
 #include "services/common/base/run_directory.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/wire/tls.h"
+#include "strata/v1/evaluator.pb.h"
 
 namespace strata {
 
@@ -86,6 +87,9 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   // Serves the orchestrator's own /metrics (metrics.enabled, local runs); a run without it goes on.
   void StartRunMetrics();
   v1::RunInfo RunInfoNow() const;
+  // RunControl.Predict (`strata predict` while the run trains): the evaluator answers from the
+  // model where the run keeps it now (worker 0, or the servers after the switch). On a gRPC thread.
+  grpc::Status PredictNow(const v1::RunPredictRequest& request, v1::PredictReply* reply) const;
   bool attached() const { return options_.attached.has_value(); }
   const char* command() const {
     return attached() ? "strata supervise" : resume_ ? "strata resume" : "strata run";
@@ -134,6 +138,10 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   // What the control channel answers, refreshed with status.json: it is read on gRPC's threads.
   mutable std::mutex run_info_mu_;
   v1::RunInfo run_info_;
+  // Under run_info_mu_ too, refreshed with status.json: where the evaluator is and where the model
+  // is now, for PredictNow.
+  std::string evaluator_address_;
+  v1::EvaluateModelRequest model_source_;
   std::unique_ptr<RunControlServer> control_;
   std::unique_ptr<RunMetrics> run_metrics_;  // fed where status.json is written
 };

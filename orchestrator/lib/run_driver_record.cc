@@ -104,6 +104,25 @@ void RunDriver::WriteStatus() {
   run_info_.set_switch_job(job_.strategy().kind() == v1::STRATEGY_KIND_SWITCH);
   run_info_.set_switched(s.switched || switched_before_resume());
   run_info_.set_switch_in_progress(switcher_ && switcher_->in_progress());
+  // Where the model is now, as the next evaluation would fetch it.
+  evaluator_address_.clear();
+  model_source_.Clear();
+  std::vector<std::string> servers;
+  for (const ProcessSnapshot& p : s.processes) {
+    if (!p.running || p.address.empty()) continue;
+    if (p.name == "evaluator") evaluator_address_ = p.address;
+    if (p.name == "worker-0" && phase_.name != "ps") model_source_.set_worker(p.address);
+    if (p.name.rfind("ps-", 0) == 0) servers.push_back(p.name + " " + p.address);
+  }
+  if (phase_.name == "ps") {
+    // In partition order: ps-0, ps-1, ... (ps-10 after ps-9).
+    std::sort(servers.begin(), servers.end(), [](const std::string& a, const std::string& b) {
+      return a.size() != b.size() ? a.size() < b.size() : a < b;
+    });
+    for (const std::string& entry : servers) {
+      model_source_.add_parameter_servers(entry.substr(entry.find(' ') + 1));
+    }
+  }
 }
 
 void RunDriver::WriteSummary(const std::string& state) {

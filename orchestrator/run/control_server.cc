@@ -40,9 +40,8 @@ class RunControlServer::Service final : public v1::RunControl::Service {
                        v1::PredictReply* reply) override {
     if (!predict_) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "this run has no replicas that answer predictions while it trains "
-                          "(only strategy.kind: stream has); its final model answers once it "
-                          "has finished");
+                          "this run answers no predictions while it trains; its final model "
+                          "answers once it has finished");
     }
     return predict_(*request, reply);
   }

@@ -36,7 +36,7 @@ class RunControlServer {
  public:
   // `info` answers GetRunInfo; it runs on gRPC's threads, so it must only read state that is
   // safe to read from them (a snapshot under its own lock). Without `predict`, Predict is
-  // FAILED_PRECONDITION: only a stream job's replicas answer predictions while it runs.
+  // FAILED_PRECONDITION (a run that has nothing to answer with).
   static absl::StatusOr<std::unique_ptr<RunControlServer>> Start(
       const std::string& run_dir, std::function<v1::RunInfo()> info,
       RunPredictHandler predict = nullptr);

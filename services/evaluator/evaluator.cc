@@ -21,6 +21,7 @@
 #include "services/common/base/run_directory.h"
 #include "services/common/base/run_paths.h"
 #include "services/common/base/status.h"
+#include "services/common/ml/predict_input.h"
 #include "services/common/ml/trainer.h"
 #include "services/common/wire/npy_file.h"
 #include "services/common/wire/rpc.h"
@@ -100,36 +101,68 @@ class EvaluatorService final : public v1::Evaluator::Service {
   EvaluatorService(const EvaluatorOptions& options, Trainer* trainer, EvaluatorMetrics* metrics)
       : options_(options), trainer_(trainer), metrics_(metrics) {}
 
+  // The model at `request`'s source: a worker, the parameter servers or a checkpoint in the run
+  // directory; *source says which, for the metrics.
+  absl::Status Fetch(const v1::EvaluateModelRequest& request, std::vector<NamedTensor>* tensors,
+                     std::string* source) {
+    if (!request.worker().empty()) {
+      *source = absl::StrCat("worker ", request.worker());
+      return FetchFromWorker(request.worker(), tensors);
+    }
+    if (request.parameter_servers_size() > 0) {
+      *source = absl::StrCat(request.parameter_servers_size(), " parameter server(s)");
+      for (int i = 0; i < request.parameter_servers_size(); ++i) {
+        STRATA_RETURN_IF_ERROR(FetchFromServer(i, request.parameter_servers(i), tensors));
+      }
+      return absl::OkStatus();
+    }
+    if (!request.checkpoint().empty()) {
+      *source = absl::StrCat("checkpoint ", request.checkpoint());
+      STRATA_ASSIGN_OR_RETURN(
+          std::string path,
+          ResolveInRunDir(options_.run_dir, request.checkpoint(), "Evaluate checkpoint"));
+      STRATA_ASSIGN_OR_RETURN(Checkpoint c, ReadCheckpoint(path, options_.run_dir));
+      for (auto& e : c.entries) {
+        if (e.kind != TensorKind::kMomentum) tensors->push_back(std::move(e.tensor));
+      }
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        "Evaluate: name a source (worker, parameter_servers or checkpoint)");
+  }
+
+  // `strata predict` on a running job of a strategy other than stream: the model where the run
+  // keeps it now, fetched as Evaluate fetches it, answers; the request is checked first.
+  grpc::Status Predict(grpc::ServerContext*, const v1::EvaluatorPredictRequest* request,
+                       v1::PredictReply* reply) override {
+    auto input = CheckPredictInput(request->request().input(), trainer_->dataset());
+    if (!input.ok()) return ToGrpcStatus(input.status());
+    std::vector<NamedTensor> tensors;
+    std::string source;
+    if (absl::Status s = Fetch(request->source(), &tensors, &source); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    std::lock_guard<std::mutex> lock(eval_mu_);  // one model in the trainer at a time
+    auto c = TensorsToCheckpoint(std::move(tensors), Names(trainer_->parameters()),
+                                 Names(trainer_->buffers()));
+    if (!c.ok()) return ToGrpcStatus(c.status());
+    if (absl::Status s = Annotate(trainer_->LoadCheckpoint(*c), source); !s.ok()) {
+      return ToGrpcStatus(s);
+    }
+    std::vector<int64_t> shape;
+    auto scores = trainer_->Predict(input->features, input->examples, &shape);
+    if (!scores.ok()) return ToGrpcStatus(scores.status());
+    SetPredictScores(*scores, shape, reply->mutable_scores());
+    reply->set_source(source);
+    return grpc::Status::OK;
+  }
+
   grpc::Status Evaluate(grpc::ServerContext*, const v1::EvaluateModelRequest* request,
                         v1::EvalMetrics* reply) override {
     const auto start = Clock::now();
     std::vector<NamedTensor> tensors;
     std::string source;
-    absl::Status fetched;
-    if (!request->worker().empty()) {
-      source = absl::StrCat("worker ", request->worker());
-      fetched = FetchFromWorker(request->worker(), &tensors);
-    } else if (request->parameter_servers_size() > 0) {
-      source = absl::StrCat(request->parameter_servers_size(), " parameter server(s)");
-      for (int i = 0; i < request->parameter_servers_size() && fetched.ok(); ++i) {
-        fetched = FetchFromServer(i, request->parameter_servers(i), &tensors);
-      }
-    } else if (!request->checkpoint().empty()) {
-      source = absl::StrCat("checkpoint ", request->checkpoint());
-      auto path = ResolveInRunDir(options_.run_dir, request->checkpoint(), "Evaluate checkpoint");
-      if (!path.ok()) return ToGrpcStatus(path.status());
-      auto c = ReadCheckpoint(*path, options_.run_dir);
-      if (!c.ok()) {
-        fetched = c.status();
-      } else {
-        for (auto& e : c->entries) {
-          if (e.kind != TensorKind::kMomentum) tensors.push_back(std::move(e.tensor));
-        }
-      }
-    } else {
-      return ToGrpcStatus(absl::InvalidArgumentError(
-          "Evaluate: name a source (worker, parameter_servers or checkpoint)"));
-    }
+    const absl::Status fetched = Fetch(*request, &tensors, &source);
     if (!fetched.ok()) return ToGrpcStatus(fetched);
     auto metrics =
         Score(std::move(tensors), source, request->epoch() >= options_.job.training().epochs());

@@ -6,7 +6,7 @@
 
 #include <absl/strings/str_cat.h>
 
-#include "services/common/ml/sgd.h"
+#include "services/common/ml/predict_input.h"
 
 namespace strata {
 namespace {
@@ -48,26 +48,10 @@ grpc::Status StreamPredictor::Predict(const v1::PredictRequest& request, v1::Pre
     ++refused_;
     return Refuse(why);
   };
-  const v1::TensorChunk& input = request.input();
-  const v1::TensorHeader& header = input.header();
-  if (!input.has_header() || header.dtype() != v1::DTYPE_FLOAT32) {
-    return refuse("the input must be one float32 tensor (a TensorChunk with its header)");
-  }
-  if (input.offset() != 0) return refuse("the input must come whole, in one chunk (offset 0)");
-  const std::vector<int64_t> shape(header.shape().begin(), header.shape().end());
-  if (absl::Status s = model_->dataset().CheckExampleBatch(shape, kMaxPredictExamples); !s.ok()) {
-    return refuse(std::string(s.message()));
-  }
-  const int64_t n = shape[0];
-  const size_t floats = static_cast<size_t>(n) * model_->dataset().example_floats();
-  if (input.data().size() != floats * sizeof(float)) {
-    return refuse(absl::StrCat(input.data().size(), " bytes of data for ", floats, " floats"));
-  }
-  std::vector<float> features(floats);
-  std::memcpy(features.data(), input.data().data(), input.data().size());
-  if (!std::isfinite(MaxAbsOrInfinity(features.data(), floats))) {
-    return refuse("the input holds a value that is not finite (NaN or infinity)");
-  }
+  auto input = CheckPredictInput(request.input(), model_->dataset());
+  if (!input.ok()) return refuse(std::string(input.status().message()));
+  const int64_t n = input->examples;
+  const std::vector<float>& features = input->features;
   const std::shared_ptr<const Snapshot> snapshot = Latest();
   if (snapshot == nullptr) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the replica has no model yet");
@@ -87,11 +71,7 @@ grpc::Status StreamPredictor::Predict(const v1::PredictRequest& request, v1::Pre
   if (!scores.ok()) {
     return grpc::Status(grpc::StatusCode::INTERNAL, std::string(scores.status().message()));
   }
-  v1::TensorChunk* out = reply->mutable_scores();
-  out->mutable_header()->set_name("scores");
-  out->mutable_header()->set_dtype(v1::DTYPE_FLOAT32);
-  for (int64_t d : out_shape) out->mutable_header()->add_shape(d);
-  out->set_data(reinterpret_cast<const char*>(scores->data()), scores->size() * sizeof(float));
+  SetPredictScores(*scores, out_shape, reply->mutable_scores());
   reply->set_replica(static_cast<uint32_t>(rank_));
   reply->set_model_version(static_cast<uint64_t>(snapshot->version));
   const double ms =

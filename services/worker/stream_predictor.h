@@ -8,10 +8,8 @@
 // training is one copy of the weights per publication, and an answer is never older than the last
 // publication.
 //
-// A request is checked before anything of it is used: one chunk of the tensor wire format,
-// float32, shape [N, the job's example shape] with N from 1 to kMaxPredictExamples, the data's
-// size exactly that, every value finite. Anything else is INVALID_ARGUMENT with what was wrong,
-// and changes nothing.
+// A request is checked before anything of it is used (CheckPredictInput, ml/predict_input.h):
+// anything malformed is INVALID_ARGUMENT with what was wrong, and changes nothing.
 #pragma once
 
 #include <chrono>
@@ -22,12 +20,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "services/common/ml/predict_input.h"
 #include "services/common/ml/trainer.h"
 #include "strata/v1/collective.pb.h"
 
 namespace strata {
 
-inline constexpr int64_t kMaxPredictExamples = 1024;
 inline constexpr std::chrono::milliseconds kPublishEvery{20};
 
 class StreamPredictor {

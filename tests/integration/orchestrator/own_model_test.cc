@@ -71,7 +71,7 @@ class OwnModel : public ::testing::Test {
   std::string dir_;
 };
 
-// The README's four steps, end to end: a scripted model and .npy data, `strata validate`,
+// The README's steps, end to end: a scripted model and .npy data, `strata validate`,
 // `strata run` (the live switch), `strata export`, and PyTorch's own accuracy of the exported
 // model against the one the run's evaluator reported. (Broken on purpose once: with the export
 // writing the initial weights instead of the trained ones, check_export.py printed accuracy

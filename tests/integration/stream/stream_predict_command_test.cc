@@ -2,6 +2,8 @@
 // the orchestrator's control socket (the command has no run token); once it has finished, each
 // replica's final model answers. What the test looked like when broken on purpose is in its
 // comment.
+#include <signal.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -146,6 +148,50 @@ TEST_F(StrataPredictTest, ARunningStreamJobAnswersLiveAndAFinishedOneFromItsFina
   }
   EXPECT_EQ(classes[0], classes[1]) << "the replicas' final models agree";
   EXPECT_GT(Accuracy(classes[0]), 0.6) << "40,000 events of Fashion-MNIST";
+}
+
+// A running job of another strategy (here the ring all-reduce) answers too: through the
+// orchestrator to its evaluator, which fetches the model from worker 0 as an evaluation would and
+// answers from it; the answer names that source, and comes from a model that has trained (above
+// chance). (Broken on purpose once: with the orchestrator refusing Predict for such runs, as it
+// did before, the command exited 2 and the test failed.)
+TEST_F(StrataPredictTest, ARunningJobOfAnotherStrategyAnswersThroughItsEvaluator) {
+  const std::string x = WriteExamples();
+  ASSERT_FALSE(x.empty());
+  const std::string job = dir_ + "/allreduce.yaml";
+  std::ofstream(job) << "name: predict-allreduce\n"
+                     << "dataset: { name: fashion-mnist, max_train: 2000, max_test: 256 }\n"
+                     << "model: { arch: mlp }\n"
+                     << "training: { epochs: 200, batch_size: 64, lr: 0.05 }\n"
+                     << "cluster: { workers: 2 }\n"
+                     << "strategy: { kind: allreduce }\n";
+  const std::string run = dir_ + "/allreduce-run";
+  SpawnOptions o;
+  o.name = "strata-run";
+  o.argv = {STRATA_BIN, "run", job, "--out", run, "--quiet"};
+  o.log_path = dir_ + "/allreduce-run.log";
+  auto child = ChildProcess::Spawn(o);
+  ASSERT_TRUE(child.ok()) << child.status();
+  // Until the run has trained two epochs and publishes its control socket.
+  const auto until = Clock::now() + std::chrono::seconds(240);
+  while (Clock::now() < until && !(*child)->Poll()) {
+    const auto status = nlohmann::json::parse(Slurp(run + "/status.json"), nullptr, false);
+    if (status.is_object() && status.contains("control_socket") &&
+        status["control_socket"].is_string() && status.value("epoch", 0.0) >= 2.0) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a file
+  }
+  ASSERT_FALSE((*child)->Poll()) << Slurp(o.log_path);
+  std::string output;
+  const int code = Strata({"predict", run, "--input", x}, "allreduce-predict.log", &output);
+  (*child)->Signal(SIGINT);  // the run's job is done: stop it rather than wait for 200 epochs
+  ASSERT_TRUE((*child)->WaitFor(std::chrono::seconds(120)));
+  ASSERT_EQ(code, 0) << output;
+  EXPECT_THAT(output, HasSubstr("256 example(s) from the live model of worker 127.0.0.1:"));
+  const std::vector<int> classes = PrintedClasses(output);
+  ASSERT_EQ(classes.size(), static_cast<size_t>(kExamples)) << output;
+  EXPECT_GT(Accuracy(classes), 0.5) << "two epochs of 2,000 examples";
 }
 
 }  // namespace
