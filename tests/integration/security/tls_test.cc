@@ -62,8 +62,10 @@ cluster: { workers: 1, parameter_servers: 1, threads_per_worker: 1 }
 // (0.5, 188 steps in all), a full suite once ran this job to its end with no switch_done, most
 // likely a switch decided so late that its step lay past the last one (skipped), and the test
 // failed; two epochs of slack make that far less likely. The job stays small: with 3,000
-// examples instead of 2,000 the loopback capture once fell behind (a dropped frame) in a full
-// suite.
+// examples instead of 2,000 the loopback capture, then read through recvfrom, once fell behind (a
+// dropped frame) in a full suite; it now reads a 262,144-frame ring (wire_watch.h). Starving the
+// reader on purpose (a 1,024-frame ring, 300 us per frame) fails this test with "the capture fell
+// behind" and first segments not seen.
 constexpr char kRunJob[] =
     R"(dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 500 }
 model: { arch: mlp }

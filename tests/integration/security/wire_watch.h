@@ -11,6 +11,7 @@
 #include <linux/if_packet.h>
 #include <net/if.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -71,38 +72,54 @@ class LoopbackCapture {
                                                       "CAP_NET_RAW (run as root)"));
     }
     std::unique_ptr<LoopbackCapture> c(new LoopbackCapture(fd));
-    // IPv4 TCP only, and only the first 128 bytes of each frame: the headers and the start of the
-    // payload are all this needs, and a short copy keeps up with a training run's traffic.
+    // IPv4 TCP arriving on lo, and only the first 128 bytes of each frame: the headers and the
+    // start of the payload are all this needs. Each loopback frame shows up twice, leaving and
+    // arriving; the filter drops the copy leaving (pkttype OUTGOING), which halves the frames.
     static sock_filter code[] = {
-        {0x28, 0, 0, 12},      // ldh [12]: ethertype
-        {0x15, 0, 3, 0x0800},  // jeq IPv4, else drop
-        {0x30, 0, 0, 23},      // ldb [23]: IP protocol
-        {0x15, 0, 1, 6},       // jeq TCP, else drop
-        {0x06, 0, 0, 128},     // ret 128
-        {0x06, 0, 0, 0},       // ret 0
+        {0x30, 0, 0, static_cast<uint32_t>(SKF_AD_OFF + SKF_AD_PKTTYPE)},  // ldb pkttype
+        {0x15, 5, 0, PACKET_OUTGOING},                                     // jeq OUTGOING: drop
+        {0x28, 0, 0, 12},                                                  // ldh [12]: ethertype
+        {0x15, 0, 3, 0x0800},                                              // jeq IPv4, else drop
+        {0x30, 0, 0, 23},                                                  // ldb [23]: protocol
+        {0x15, 0, 1, 6},                                                   // jeq TCP, else drop
+        {0x06, 0, 0, kSnapBytes},                                          // ret 128
+        {0x06, 0, 0, 0},                                                   // ret 0
     };
     sock_fprog program{static_cast<unsigned short>(sizeof(code) / sizeof(code[0])), code};
     if (::setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &program, sizeof(program)) != 0) {
       return absl::InternalError(absl::StrCat("SO_ATTACH_FILTER: ", std::strerror(errno)));
     }
-    int buffer = 256 << 20;
-    if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &buffer, sizeof(buffer)) != 0) {
-      ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buffer, sizeof(buffer));
+    // A receive ring (TPACKET_V2) rather than recvfrom: the kernel copies the 128 bytes of each
+    // frame into a slot of a 64 MiB ring this process maps, so 262,144 frames can wait while the
+    // reader is starved on a loaded machine. (Through recvfrom each waiting frame is charged its
+    // whole buffer, up to 64 KiB on loopback, against the socket's receive limit: with 256 MiB a
+    // full suite once outran the reader by one frame.)
+    int version = TPACKET_V2;
+    if (::setsockopt(fd, SOL_PACKET, PACKET_VERSION, &version, sizeof(version)) != 0) {
+      return absl::InternalError(absl::StrCat("PACKET_VERSION: ", std::strerror(errno)));
     }
-    sockaddr_ll bound{};
-    bound.sll_family = AF_PACKET;
-    bound.sll_protocol = htons(ETH_P_ALL);
-    bound.sll_ifindex = static_cast<int>(if_nametoindex("lo"));
-    if (bound.sll_ifindex == 0 ||
-        ::bind(fd, reinterpret_cast<sockaddr*>(&bound), sizeof(bound)) != 0) {
-      return absl::InternalError(absl::StrCat("cannot bind to lo: ", std::strerror(errno)));
+    tpacket_req ring{};
+    ring.tp_block_size = kBlockBytes;
+    ring.tp_block_nr = kBlocks;
+    ring.tp_frame_size = kFrameBytes;
+    ring.tp_frame_nr = kBlocks * (kBlockBytes / kFrameBytes);
+    if (::setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &ring, sizeof(ring)) != 0) {
+      return absl::InternalError(absl::StrCat("PACKET_RX_RING: ", std::strerror(errno)));
     }
+    c->frames_ = ring.tp_frame_nr;
+    c->ring_bytes_ = size_t{kBlocks} * kBlockBytes;
+    void* mapped = ::mmap(nullptr, c->ring_bytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (mapped == MAP_FAILED) {
+      return absl::InternalError(absl::StrCat("mmap of the ring: ", std::strerror(errno)));
+    }
+    c->ring_ = static_cast<unsigned char*>(mapped);
     c->thread_ = std::thread([raw = c.get()] { raw->Loop(); });
     return c;
   }
 
   ~LoopbackCapture() {
     Stop();
+    if (ring_ != nullptr) ::munmap(ring_, ring_bytes_);
     ::close(fd_);
   }
 
@@ -136,18 +153,30 @@ class LoopbackCapture {
   using Key =
       std::tuple<uint32_t, uint16_t, uint32_t, uint16_t>;  // client ip, port; server ip, port
 
+  static constexpr uint32_t kSnapBytes = 128;
+  static constexpr uint32_t kFrameBytes = 256;  // the slot header, the address and 128 bytes
+  static constexpr uint32_t kBlockBytes = 1 << 18;
+  static constexpr uint32_t kBlocks = 256;
+
+  // Walks the ring's slots in order: a slot the kernel filled has TP_STATUS_USER set, and is
+  // handed back by writing TP_STATUS_KERNEL once read.
   void Loop() {
-    unsigned char frame[256];
-    while (!stop_) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      sockaddr_ll from{};
-      socklen_t from_len = sizeof(from);
-      const ssize_t n = ::recvfrom(fd_, frame, sizeof(frame), MSG_DONTWAIT,
-                                   reinterpret_cast<sockaddr*>(&from), &from_len);
-      // Each loopback frame shows up twice, leaving and arriving: keep the arrival.
-      if (n <= 0 || from.sll_pkttype == PACKET_OUTGOING) continue;
-      Take(frame, static_cast<size_t>(n));
+    size_t next = 0, read_after_stop = 0;
+    while (true) {
+      auto* slot = reinterpret_cast<tpacket2_hdr*>(ring_ + next * kFrameBytes);
+      const bool filled =
+          (__atomic_load_n(&slot->tp_status, __ATOMIC_ACQUIRE) & TP_STATUS_USER) != 0;
+      // Once stopped it reads what is waiting (at most one ring's worth, since other tests may
+      // keep loopback busy) and returns.
+      if (stop_ && (!filled || ++read_after_stop > frames_)) return;
+      if (!filled) {
+        pollfd p{fd_, POLLIN, 0};
+        ::poll(&p, 1, 50);
+        continue;
+      }
+      Take(reinterpret_cast<const unsigned char*>(slot) + slot->tp_mac, slot->tp_snaplen);
+      __atomic_store_n(&slot->tp_status, TP_STATUS_KERNEL, __ATOMIC_RELEASE);
+      next = (next + 1) % frames_;
     }
   }
 
@@ -207,6 +236,9 @@ class LoopbackCapture {
   }
 
   const int fd_;
+  unsigned char* ring_ = nullptr;
+  size_t ring_bytes_ = 0;
+  size_t frames_ = 0;
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::mutex mu_;
