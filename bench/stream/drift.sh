@@ -16,16 +16,23 @@
 #             the whole stream, all replicas together). A curve that never comes back: "never".
 # A run's figure is the median over its replicas; a configuration's, the median over the seeds.
 #   flock /tmp/strata-bench.lock bench/stream/drift.sh [BUILD_DIR] [SEEDS] [AT] [EVENTS]
+# MODES (default "keep frozen") picks the configurations; two more compare the reactions to a
+# drift with a decaying rate (stream.lr_decay_events = DECAY, default 20000):
+#   decay  keeps training at the decayed rate (stream.on_drift: continue);
+#   reset  restarts the decay when the replica's detector fires (stream.on_drift: reset_lr).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$(realpath "${1:-build}"); seeds=${2:-3}; at=${3:-100000}; events=${4:-240000}
+modes=${MODES:-keep frozen}; decay=${DECAY:-20000}
 out=$(mktemp -d /tmp/strata-drift-bench-XXXXXX)
 trap 'rm -rf "$out"' EXIT
 for seed in $(seq "$seeds"); do
   for r in 1 2; do
-    for mode in keep frozen; do
-      freeze=0
+    for mode in $modes; do
+      freeze=0 lr_decay=0 on_drift=continue
       [ "$mode" = frozen ] && freeze=$at
+      [ "$mode" = decay ] && lr_decay=$decay
+      [ "$mode" = reset ] && lr_decay=$decay on_drift=reset_lr
       name="drift-r$r-$mode-s$seed"
       cat > "$out/$name.yaml" <<YAML
 name: $name
@@ -35,6 +42,7 @@ training: { lr: 0.05, momentum: 0, threads: 1, seed: $seed }
 cluster: { workers: $r }
 strategy: { kind: stream }
 stream: { batch_events: 64, max_grad_buffer: 4, max_events: $events, freeze_at_event: $freeze,
+          lr_decay_events: $lr_decay, on_drift: $on_drift,
           produce: { drift: { at_event: $at, permute_labels: true } } }
 YAML
       "$build/bin/strata" run "$out/$name.yaml" --out "$out/$name" --quiet > "$out/$name.log" 2>&1 \
@@ -68,17 +76,19 @@ print(f"seed={sys.argv[3]} replicas={sys.argv[4]} mode={sys.argv[5]} "
       f"events_to_recover={'never' if rec is None else int(rec)} "
       f"final_accuracy={statistics.median(finals):.4f} "
       f"prequential_accuracy={s['prequential_accuracy']:.4f} "
-      f"drifts_detected={len(s['drifts'])} agree={s['agree']} apply_once={s['apply_once']}")
+      f"drifts_detected={len(s['drifts'])} "
+      f"lr_end={statistics.median(rep.get('lr', 0) for rep in s['per_replica']):.5f} "
+      f"agree={s['agree']} apply_once={s['apply_once']}")
 PY
     done
   done
 done
 echo "medians over $seeds seeds; labels permuted from event $at of $events:"
-python3 - "$out/all.txt" <<'PY'
+python3 - "$out/all.txt" "$modes" <<'PY'
 import re, statistics, sys
 rows = [dict(re.findall(r"(\w+)=(\S+)", line)) for line in open(sys.argv[1])]
 for r in ("1", "2"):
-    for mode in ("keep", "frozen"):
+    for mode in sys.argv[2].split():
         sel = [x for x in rows if x["replicas"] == r and x["mode"] == mode]
         rec = [x["events_to_recover"] for x in sel]
         known = sorted(int(v) for v in rec if v != "never")

@@ -480,11 +480,16 @@ class StreamRun {
     for (size_t i = recorded; i < it->size(); ++i) {
       const nlohmann::json& d = (*it)[i];
       if (!d.is_object()) continue;
-      record_->Event(RunEvent::kDriftDetected, {{"replica", rank},
-                                                {"events", d.value("events", int64_t{0})},
-                                                {"seq", d.value("seq", int64_t{-1})},
-                                                {"error_before", d.value("error_before", 0.0)},
-                                                {"error_after", d.value("error_after", 0.0)}});
+      nlohmann::json event = {{"replica", rank},
+                              {"events", d.value("events", int64_t{0})},
+                              {"seq", d.value("seq", int64_t{-1})},
+                              {"error_before", d.value("error_before", 0.0)},
+                              {"error_after", d.value("error_after", 0.0)}};
+      if (d.value("lr_reset", false)) {  // stream.on_drift reset_lr
+        event["lr_before"] = d.value("lr_before", 0.0);
+        event["lr_after"] = job_.training().lr();
+      }
+      record_->Event(RunEvent::kDriftDetected, event);
     }
     recorded = std::max(recorded, it->size());
   }

@@ -57,6 +57,12 @@ void StreamJobProblems(const v1::ResolvedJob& job, ErrorFn& error) {
     error("stream.max_events",
           "a stream has no end of its own: give stream.max_events or stream.max_seconds");
   }
+  if (job.stream().on_drift() == v1::STREAM_ON_DRIFT_RESET_LR &&
+      job.stream().lr_decay_events() == 0) {
+    error("stream.on_drift", "reset_lr restarts the decay of the learning rate, and with "
+                             "stream.lr_decay_events 0 the rate is constant: give it a number of "
+                             "events, or use continue");
+  }
   if (job.launcher().kind() != v1::LAUNCHER_KIND_LOCAL) {
     error("launcher.kind", absl::StrCat("strategy.kind stream runs on the local launcher; '",
                                         Spelled(job.launcher().kind()),
@@ -225,7 +231,8 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
   }
   if (usable({"strategy.kind", "training.momentum", "training.weight_decay",
               "training.lr_schedule.milestones", "training.loss", "stream.max_events",
-              "stream.max_seconds", "launcher.kind"}) &&
+              "stream.max_seconds", "stream.on_drift", "stream.lr_decay_events",
+              "launcher.kind"}) &&
       strategy.kind() == v1::STRATEGY_KIND_STREAM) {
     StreamJobProblems(job, error);
   }

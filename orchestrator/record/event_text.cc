@@ -322,11 +322,16 @@ std::string DescribeEvent(const json& e) {
       return absl::StrCat("Run ", Text(e, "state"), " after ", FormatSeconds(Number(e, "wall_s")));
     case RunEvent::kDriftDetected:
       if (!e.contains("replica") || !e.contains("events")) return generic();
-      return absl::StrFormat("Drift detected by replica %d after %d of its events: the error went "
-                             "from %.3f to %.3f",
-                             static_cast<int>(Number(e, "replica")),
-                             static_cast<int64_t>(Number(e, "events")), Number(e, "error_before"),
-                             Number(e, "error_after"));
+      return absl::StrCat(
+          absl::StrFormat("Drift detected by replica %d after %d of its events: the error went "
+                          "from %.3f to %.3f",
+                          static_cast<int>(Number(e, "replica")),
+                          static_cast<int64_t>(Number(e, "events")), Number(e, "error_before"),
+                          Number(e, "error_after")),
+          e.contains("lr_after")
+              ? absl::StrFormat("; learning rate back from %.4g to %.4g", Number(e, "lr_before"),
+                                Number(e, "lr_after"))
+              : "");
   }
   return Capitalized(HumanKey(name));
 }

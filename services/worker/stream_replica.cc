@@ -75,6 +75,11 @@ struct ReplicaCounts {
   // What the drift detector (ADWIN on the windows' error) found: when, in this replica's events,
   // and the error before and since.
   nlohmann::json drifts = nlohmann::json::array();
+  // stream.lr_decay_events: the events trained since the decay last started, how often a drift
+  // restarted it (stream.on_drift reset_lr), and the rate of the latest window.
+  int64_t events_since_lr_reset = 0;
+  int64_t lr_resets = 0;
+  double lr = 0;
   double last_loss = 0;
   // Where a replica's time goes (wall seconds on its training thread).
   double read_s = 0, compute_s = 0, send_s = 0, remote_apply_s = 0;
@@ -99,6 +104,8 @@ struct ReplicaCounts {
             {"frozen_windows", frozen_windows},
             {"events_frozen", events_frozen},
             {"drifts", drifts},
+            {"lr", lr},
+            {"lr_resets", lr_resets},
             {"last_loss", last_loss},
             {"read_s", read_s},
             {"compute_s", compute_s},
@@ -330,18 +337,28 @@ class StreamReplica {
                    labels.size(), stats.loss);
       return Acknowledge(ids);
     }
+    // The decayed rate (stream.lr_decay_events) is this replica's own: it goes into the gradient
+    // it buffers, scaled by rate / training.lr, and every replica applies received sums at
+    // training.lr. Each gradient is thus applied at its sender's rate everywhere, and plain SGD's
+    // updates still commute: the replicas agree whatever their decay clocks say.
+    const float scale = LrScale();
+    SgdOptions step = sgd_;
+    step.lr = sgd_.lr * scale;
+    counts_.lr = step.lr;
     // Into the buffer before the step (which leaves the gradient as it is, but the buffer holds
     // what was computed): the sum so far and this gradient's clock.
     if (buffered_ == 0) {
       buffer_first_ = counts_.windows;
-      buffer_sum_.assign(gradient, gradient + n);
+      buffer_sum_.resize(n);
+      for (size_t i = 0; i < n; ++i) buffer_sum_[i] = scale * gradient[i];
       buffer_clocks_.clear();
     } else {
-      for (size_t i = 0; i < n; ++i) buffer_sum_[i] += gradient[i];
+      for (size_t i = 0; i < n; ++i) buffer_sum_[i] += scale * gradient[i];
     }
     buffer_clocks_.insert(buffer_clocks_.end(), counts_.applied.begin(), counts_.applied.end());
     ++buffered_;
-    trainer_->ApplyGradients(sgd_);
+    trainer_->ApplyGradients(step);
+    counts_.events_since_lr_reset += static_cast<int64_t>(labels.size());
     ++counts_.windows;
     ++counts_.applied[static_cast<size_t>(options_.rank)];
     counts_.events_trained += static_cast<int64_t>(labels.size());
@@ -357,6 +374,13 @@ class StreamReplica {
     STRATA_RETURN_IF_ERROR(Acknowledge(ids));
     if (buffered_ >= stream_.max_grad_buffer()) return Flush();
     return absl::OkStatus();
+  }
+
+  // training.lr / (1 + e / stream.lr_decay_events) as a factor of training.lr; 1 without decay.
+  float LrScale() const {
+    if (stream_.lr_decay_events() <= 0) return 1.0f;
+    return static_cast<float>(1.0 / (1.0 + static_cast<double>(counts_.events_since_lr_reset) /
+                                               static_cast<double>(stream_.lr_decay_events())));
   }
 
   // From each event's production (its `t`, the producer's wall clock) to the end of its window's
@@ -448,10 +472,21 @@ class StreamReplica {
       spdlog::info("drift: the error rose from {:.3f} to {:.3f} (ADWIN, after {} events)", before,
                    after, counts_.events_trained);
       metrics_->drifts.Increment();
-      counts_.drifts.push_back({{"events", counts_.events_trained},
-                                {"seq", window_last_seq_},
-                                {"error_before", before},
-                                {"error_after", after}});
+      nlohmann::json drift = {{"events", counts_.events_trained},
+                              {"seq", window_last_seq_},
+                              {"error_before", before},
+                              {"error_after", after}};
+      if (stream_.on_drift() == v1::STREAM_ON_DRIFT_RESET_LR && !Frozen()) {
+        // The next window trains at training.lr again, and the decay starts over from there.
+        drift["lr_before"] = sgd_.lr * LrScale();
+        drift["lr_reset"] = true;
+        counts_.events_since_lr_reset = 0;
+        ++counts_.lr_resets;
+        spdlog::info("drift: the learning rate goes back from {:.5f} to {:.5f} "
+                     "(stream.on_drift reset_lr)",
+                     drift["lr_before"].get<double>(), sgd_.lr);
+      }
+      counts_.drifts.push_back(std::move(drift));
     }
   }
 

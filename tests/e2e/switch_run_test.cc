@@ -98,11 +98,16 @@ strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5, ps_lr_scale: 1e-3
   EXPECT_EQ(decided["trigger"], "at_fraction");
   EXPECT_EQ(decided["switch_epoch"], 2);
   ASSERT_TRUE(done.is_object()) << Slurp(run_dir + "/events.jsonl");
-  // The switch is requested at the end of epoch 2; a request that reaches one worker late moves
-  // it a few steps on (the workers agree on the step by a vote), never earlier.
+  // The switch is requested at the end of epoch 2 or, when the orchestrator saw the workers'
+  // steps late (a loaded machine), where they are by then: never earlier. The workers switch at
+  // the requested step, or a few steps on where the request reached one of them late (they
+  // agree on the step by a vote). (An upper bound on the epoch was a timing threshold: a full
+  // suite once switched this job of 5 ms steps a whole epoch late.)
   const double switch_epoch = done["epoch"].get<double>();
   EXPECT_GE(switch_epoch, 2.0) << done.dump(2);
-  EXPECT_LT(switch_epoch, 2.25) << done.dump(2);
+  EXPECT_GE(done["at_step"].get<int64_t>(), done["requested_at_step"].get<int64_t>());
+  EXPECT_LE(done["at_step"].get<int64_t>(), done["requested_at_step"].get<int64_t>() + 5)
+      << done.dump(2);
   EXPECT_GT(done["handover_s"].get<double>(), 0.0);
   EXPECT_EQ(done["verification"]["weights_equal"], true) << done.dump(2);
   EXPECT_GT(done["verification"]["tensors_compared"].get<int>(), 0);

@@ -455,6 +455,19 @@ std::vector<JobKey> MakeTable() {
           .Doc("The share of the stream's events `strata run` also sends to the replicas' "
                "Predict as they enter the stream, recording each answer's latency and whether "
                "it was right (0 = none)."),
+      Key("stream.lr_decay_events")
+          .Default("0")
+          .AtLeast(0)
+          .EmitOnlyUnlessDefault()
+          .Doc("A replica's learning rate decays as training.lr / (1 + e / this), e the events it "
+               "trained since the start or since stream.on_drift reset it (0 = constant)."),
+      Key("stream.on_drift")
+          .Default("continue")
+          .Allowed({"continue", "reset_lr"})
+          .EmitOnlyUnlessDefault()
+          .Doc("When a replica's drift detector fires: `continue` keeps training as before; "
+               "`reset_lr` restarts the decay of stream.lr_decay_events, so the rate is "
+               "training.lr again."),
       Key("stream.produce.rate")
           .Default("0")
           .AtLeast(0)

@@ -149,6 +149,41 @@ TEST_F(StreamRunTest, ADriftOfTheStreamIsDetectedByEveryReplicaAfterItHappens) {
   }
 }
 
+// The same drift with a decaying learning rate (stream.lr_decay_events) and stream.on_drift
+// reset_lr: each replica restarts its decay when its own detector fires, so the two replicas train
+// at different rates from then on, and their models must still agree (each gradient travels
+// scaled by its sender's rate), and each ends at a higher rate than the decay alone would leave.
+// Broken on purpose: with the buffered gradient left unscaled (the sender stepping at its decayed
+// rate, the receivers at training.lr) the run failed: "apply_once true, agree false", exit 1.
+TEST_F(StreamRunTest, ResetLrRestartsTheDecayOnEachDriftAndTheReplicasStillAgree) {
+  const std::string run = dir_ + "/run";
+  std::string output;
+  ASSERT_EQ(Run(absl::StrCat(kJob, "cluster: { workers: 2 }\n",
+                             "stream: { batch_events: 32, max_events: 24000, lr_decay_events: "
+                             "2000, on_drift: reset_lr, produce: { drift: { at_event: 12000, "
+                             "permute_labels: true } } }\n"),
+                run, &output),
+            0)
+      << output;
+  const nlohmann::json s = Summary(run);
+  ExpectInvariants(s, 2, 24000);
+  for (const auto& r : s["per_replica"]) {
+    EXPECT_GE(r["lr_resets"].get<int64_t>(), 1) << r.dump();
+    // Without a reset the rate after all of this replica's events would be this; with one it is
+    // the decay since the latest reset, higher.
+    const double decayed_only = 0.05 / (1.0 + r["events_trained"].get<double>() / 2000.0);
+    EXPECT_GT(r["lr"].get<double>(), 1.2 * decayed_only) << r.dump();
+    EXPECT_LT(r["lr"].get<double>(), 0.05) << r.dump();
+  }
+  for (const auto& d : s["drifts"]) {
+    EXPECT_GE(d["seq"].get<int64_t>(), 12000) << d.dump();
+    EXPECT_EQ(d.value("lr_reset", false), true) << d.dump();
+    EXPECT_LT(d["lr_before"].get<double>(), 0.05) << d.dump();
+  }
+  const std::string events = Slurp(run + "/events.jsonl");
+  EXPECT_THAT(events, HasSubstr("\"lr_after\":0.05"));
+}
+
 // stream.predict_rate: 5 % of 8,000 events at 2,000 events/s go to the replicas' Predict as they
 // enter the stream, to both replicas in turn; every question is answered, each answer's latency
 // and correctness recorded (summary.json, metrics.jsonl) while training goes on as without it.
@@ -354,12 +389,15 @@ TEST_F(StreamRunTest, AJobTheReplicasCannotAgreeOnIsRefusedNamingTheKey) {
   EXPECT_EQ(Run("name: refused\n"
                 "dataset: { name: fashion-mnist, max_train: 100 }\n"
                 "training: { momentum: 0.9, weight_decay: 0.001 }\n"
-                "strategy: { kind: stream }\n",
+                "strategy: { kind: stream }\n"
+                "stream: { on_drift: reset_lr }\n",
                 run, &output),
             2);
   EXPECT_THAT(output, HasSubstr("training.momentum"));
   EXPECT_THAT(output, HasSubstr("training.weight_decay"));
   EXPECT_THAT(output, HasSubstr("stream.max_events"));
+  // reset_lr with no decay to restart
+  EXPECT_THAT(output, HasSubstr("stream.on_drift: reset_lr restarts the decay"));
   EXPECT_THAT(output, HasSubstr("nothing was launched"));
 }
 

@@ -24,6 +24,8 @@ stream:
   max_grad_buffer: 8
   max_events: 240000
   claim_idle_ms: 5000
+  lr_decay_events: 20000
+  on_drift: reset_lr
   produce: { rate: 20000, drift: { at_event: 100000, permute_labels: true } }
 )",
                            "job.yaml");
@@ -37,6 +39,8 @@ stream:
   EXPECT_EQ(s.max_events(), 240000);
   EXPECT_EQ(s.max_seconds(), 0);
   EXPECT_EQ(s.claim_idle_ms(), 5000);
+  EXPECT_EQ(s.lr_decay_events(), 20000);
+  EXPECT_EQ(s.on_drift(), v1::STREAM_ON_DRIFT_RESET_LR);
   EXPECT_EQ(s.produce().rate(), 20000);
   EXPECT_EQ(s.produce().drift().at_event(), 100000);
   EXPECT_TRUE(s.produce().drift().permute_labels());
@@ -74,6 +78,8 @@ TEST(StreamKeys, OutOfRangeValuesAreRefusedWithKeyAndLine) {
       {"  address: http://x:1", "job.yaml:3: stream.address: 'http://x:1' is not a broker address"},
       {"  address: redis://host:0", "the port must be 1 to 65535"},
       {"  address: relative/redis.sock", "unknown scheme"},
+      {"  lr_decay_events: -1", "job.yaml:3: stream.lr_decay_events: must be >= 0"},
+      {"  on_drift: restart", "job.yaml:3: stream.on_drift"},
       {"  batch_event: 3", "job.yaml:3: stream.batch_event: unknown key"},
   };
   for (const Case& c : cases) {
