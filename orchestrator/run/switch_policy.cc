@@ -42,12 +42,11 @@ std::optional<SwitchTrigger> SwitchPolicy::Observe(const ClusterView& view) cons
   AtFractionSwitchRule rule(strategy_.at_fraction(), epochs_);
   const int64_t target = rule.SwitchEpoch() * view.StepsPerEpoch();
   // Decided ahead of the target, the request names the target step and the workers switch
-  // exactly there; decided late, it lands where the workers are by then. So the lead is
-  // generous: 3 s of steps past the margin, since the orchestrator sees the workers' steps only
-  // as often as it polls them and, on a loaded machine, may not run for a second or more (with
-  // 0.3 s a full suite once switched a job of 5 ms steps a whole epoch late).
+  // exactly there. The lead stays short (0.3 s of steps past the margin): tests and users kill
+  // processes "before the switch", and a 3 s lead once made the recovery tests see the decision
+  // before their kill.
   const int64_t lead =
-      view.SwitchMargin() + static_cast<int64_t>(std::ceil(3.0 / view.StepSeconds()));
+      view.SwitchMargin() + static_cast<int64_t>(std::ceil(0.3 / view.StepSeconds()));
   if (view.MaxStep() + lead < target) return std::nullopt;
   SwitchTrigger t;
   t.kind = TriggerKind::kAtFraction;

@@ -156,7 +156,7 @@ TEST(Lifecycle, KilledMidSwitchThenResumedSwitchesAgainOnce) {
   ASSERT_EQ(::kill(f.run->pid(), SIGKILL), 0);
   EXPECT_EQ(f.run->Wait(seconds(60)), 128 + SIGKILL);
   ExpectAllEnded(pids);
-  // The decision came at least 3 s of steps before the switch step (SwitchPolicy's lead).
+  // The decision came at least 0.3 s of steps before the switch step (SwitchPolicy's lead).
   ASSERT_FALSE(Has(ReadLines(f.run_dir + "/events.jsonl"), "switch_done"))
       << "the switch was over before the kill";
 

@@ -139,7 +139,7 @@ TEST_F(OwnModel, EveryStrategyTrainsABatchNormModelOfTheUsers) {
   const std::string model = dir_ + "/cnn.pt", data = dir_ + "/data";
   ASSERT_NO_FATAL_FAILURE(Make("model", "cnn_bn", model));
   // Enough steps for a switch to be handed over before training ends (the orchestrator leads
-  // the switch step by about 3 s of steps).
+  // the switch step by about 0.3 s of steps).
   ASSERT_NO_FATAL_FAILURE(Make("data", "fmnist", data, "--train 3000 --test 500"));
   const std::vector<std::pair<std::string, std::string>> strategies = {
       {"ring-tcp", "{ kind: allreduce, ring_link: tcp }"},

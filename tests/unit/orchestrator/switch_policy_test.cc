@@ -15,7 +15,7 @@ ClusterView AllReduceAt(int64_t step) {
     v1::WorkerStatus s;
     s.set_step(step);
     s.set_steps_per_epoch(100);
-    s.set_samples_per_s(3200);  // 0.01 s per step: margin 50, lead 50 + 300
+    s.set_samples_per_s(3200);  // 0.01 s per step: margin 50, lead 50 + 30
     v.workers.push_back(s);
   }
   return v;
@@ -31,12 +31,12 @@ v1::ResolvedStrategy AtFraction(double fraction) {
 
 TEST(SwitchPolicy, AtFractionFiresALeadBeforeTheEpochBoundaryAndAimsAtIt) {
   SwitchPolicy policy(AtFraction(0.5), 10, nullptr);  // epoch 5: step 500
-  EXPECT_FALSE(policy.Observe(AllReduceAt(149)).has_value());
-  auto trigger = policy.Observe(AllReduceAt(150));
+  EXPECT_FALSE(policy.Observe(AllReduceAt(419)).has_value());
+  auto trigger = policy.Observe(AllReduceAt(420));
   ASSERT_TRUE(trigger.has_value());
   EXPECT_EQ(trigger->kind, TriggerKind::kAtFraction);
   EXPECT_EQ(trigger->target_step, 500);
-  EXPECT_EQ(trigger->epoch, 1);
+  EXPECT_EQ(trigger->epoch, 4);
   ASSERT_TRUE(trigger->at_fraction.has_value());
   EXPECT_EQ(trigger->at_fraction->switch_epoch, 5);
 }
