@@ -58,6 +58,7 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   absl::StatusOr<std::vector<ServiceExit>> CheckProcesses() override;
   bool TakeSwitchRequest() override;
   void ShowProgress(const ClusterView& view, Clock::time_point now) override;
+  void RecordStatus(Clock::time_point now, bool changed) override;
   void StopAll() override { Shutdown(false); }
 
   // SwitchEvents

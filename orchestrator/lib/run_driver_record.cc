@@ -60,15 +60,17 @@ void RunDriver::ShowProgress(const ClusterView& view, Clock::time_point now) {
                                       Bar(f, 20), phase_.name, metrics, view.SamplesPerSecond(),
                                       Duration(eta)));
   }
-  if (now - last_status_write_ > std::chrono::seconds(1)) {  // status.json about once a second
-    WriteStatus();
-    last_status_write_ = now;
-  }
   // report.html as often as the page reloads itself (best effort: Finish writes the last one).
   if (now - last_report_write_ >= std::chrono::seconds(kReportRefreshSeconds)) {
     WriteRunReport(paths_.root).IgnoreError();
     last_report_write_ = now;
   }
+}
+
+void RunDriver::RecordStatus(Clock::time_point now, bool changed) {
+  if (!changed && now - last_status_write_ < std::chrono::seconds(1)) return;
+  WriteStatus();
+  last_status_write_ = now;
 }
 
 void RunDriver::WriteStatus() {

@@ -41,6 +41,7 @@ absl::Status RunSupervisor::Pass(Clock::time_point now) {
   for (const ServiceExit& exit : exits) STRATA_RETURN_IF_ERROR(TakeExit(exit, now));
   STRATA_RETURN_IF_ERROR(RestartAfterFallBack(now));
   if (run_.recovery != nullptr) STRATA_RETURN_IF_ERROR(run_.recovery->Step(run_.view, now));
+  run_.host.RecordStatus(now, !exits.empty());
   if (!training_end_) {
     const bool held = run_.switcher != nullptr && run_.switcher->holds_cluster();
     if (!held && now >= next_tick_) {

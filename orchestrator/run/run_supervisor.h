@@ -33,8 +33,12 @@ class SupervisorHost {
   virtual absl::StatusOr<std::vector<ServiceExit>> CheckProcesses() = 0;
   // True once for each `strata switch` request; looked at only while no switch is under way.
   virtual bool TakeSwitchRequest() = 0;
-  // The progress line and status.json, from the latest view; called on every tick.
+  // The progress line and the report, from the latest view; called on every tick.
   virtual void ShowProgress(const ClusterView& view, Clock::time_point now) = 0;
+  // status.json and the orchestrator's metrics, which a reader polls. `changed`: a service
+  // exited or started again, written at once; otherwise at most about once a second. Called on
+  // every pass, so that they stay current after training, through the final evaluation.
+  virtual void RecordStatus(Clock::time_point now, bool changed) = 0;
   // Ends every service now: a switch failed half-way and nothing is left to finish cleanly.
   virtual void StopAll() = 0;
 };

@@ -347,7 +347,9 @@ TEST(Metrics, TheOrchestratorsEndpointCountsARestart) {
       << status.output;
 
   // The evaluator is held (SIGSTOP) until Prometheus has seen the restart, so that the run, whose
-  // final evaluation waits for it, cannot end first however fast it trains.
+  // final evaluation waits for it, cannot end first however fast it trains. (An evaluation waits
+  // for its evaluator up to its deadline; it once failed after gRPC's 20 s connect timeout, and
+  // with it the run, before a loaded machine's Prometheus had scraped the restart.)
   int evaluator = 0;
   ASSERT_TRUE(Eventually([&] { return (evaluator = run.PidOf("evaluator")) > 0; },
                          std::chrono::seconds(180)));
