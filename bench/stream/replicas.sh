@@ -10,11 +10,16 @@
 # BUFFER: stream.max_grad_buffer (4). LR_RULE: `fixed` (training.lr 0.05 whatever R) or `scaled`
 # (0.05 x R, the rule TensAIR's authors point to). Each line also gives the mean staleness of the
 # gradients a replica applied from the others (0 for R = 1: it has none).
+# SYNCS (default "mesh") lists the exchanges to run, alternating within each round: `mesh`
+# (TensAIR's protocol) and `allreduce` (stream.sync allreduce: the synchronous baseline, a ring
+# all-reduce of every replica's window gradient each step). With both, the last lines give each
+# count's mesh events/s over the baseline's.
 # Needs root (the cgroup) and redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$(realpath "${1:-build}"); rounds=${2:-3}; events=${3:-60000}; quota=${4:-0.4}; buffer=${5:-4}; lr_rule=${6:-fixed}
 counts=(1 2 4)
+syncs=${SYNCS:-mesh}
 out=$(mktemp -d /tmp/strata-stream-bench-XXXXXX)
 cg=/sys/fs/cgroup/cpu/strata-stream-bench-$$
 cleanup() {
@@ -30,7 +35,8 @@ mkdir -p "$cg"
 period=$(cat "$cg/cpu.cfs_period_us")
 for round in $(seq "$rounds"); do
   for r in "${counts[@]}"; do
-    key="bench-$round-$r"
+   for sync in $syncs; do
+    key="bench-$round-$r-$sync"
     lr=0.05
     [ "$lr_rule" = scaled ] && lr=$(awk -v r="$r" 'BEGIN {print 0.05 * r}')
     cat > "$out/job.yaml" <<YAML
@@ -40,35 +46,47 @@ model: { arch: mlp }
 training: { lr: $lr, momentum: 0, threads: 1, seed: 1 }
 cluster: { workers: $r }
 strategy: { kind: stream }
-stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: $buffer, max_events: $events }
+stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: $buffer, max_events: $events,
+          sync: $sync }
 YAML
     "$build/bin/strata" produce "$out/job.yaml" --max-events "$events" > "$out/produce.log"
     echo "$(awk -v r="$r" -v q="$quota" -v p="$period" 'BEGIN {printf "%d", r * q * p}')" \
       > "$cg/cpu.cfs_quota_us"
     (echo $BASHPID > "$cg/cgroup.procs"; exec "$build/bin/strata" run "$out/job.yaml" \
       --out "$out/run-$key" --quiet > "$out/run-$key.log" 2>&1) || { cat "$out/run-$key.log"; exit 1; }
-    python3 - "$out/run-$key/summary.json" "$round" "$r" <<'PY' | tee -a "$out/all.txt"
+    python3 - "$out/run-$key/summary.json" "$round" "$r" "$sync" <<'PY' | tee -a "$out/all.txt"
 import json, sys
 s = json.load(open(sys.argv[1]))
 remote = [(int(k), n) for k, n in s["staleness"].items()]
 own = s["gradients"]  # each gradient once at its own replica, at staleness 0
 count = sum(n for _, n in remote) - own
 mean = sum(k * n for k, n in remote) / count if count > 0 else 0.0
-print(f"round {sys.argv[2]} replicas={sys.argv[3]} events_per_s={s['events_per_s']:.0f} "
+print(f"round {sys.argv[2]} sync={sys.argv[4]} replicas={sys.argv[3]} events_per_s={s['events_per_s']:.0f} "
       f"remote_staleness_mean={mean:.2f} "
       f"accuracy_before_training={s['prequential_accuracy']:.4f} "
       f"agreement={s['agreement_relative']:.1e} apply_once={s['apply_once']}")
 PY
     [ -n "${KEEP_SUMMARIES:-}" ] && cp "$out/run-$key/summary.json" "$KEEP_SUMMARIES/summary-$key.json"
     redis-cli -s "$out/redis.sock" del "$key" > /dev/null
+   done
   done
 done
 echo "medians over $rounds rounds, $events events, ${quota} cores per replica, buffers of $buffer, lr $lr_rule:"
-base=$(grep "replicas=1 " "$out/all.txt" | sed 's/.*events_per_s=\([0-9.]*\).*/\1/' | median)
-for r in "${counts[@]}"; do
-  m=$(grep "replicas=$r " "$out/all.txt" | sed 's/.*events_per_s=\([0-9.]*\).*/\1/' | median)
-  a=$(grep "replicas=$r " "$out/all.txt" | sed 's/.*accuracy_before_training=\([0-9.]*\).*/\1/' | median)
-  st=$(grep "replicas=$r " "$out/all.txt" | sed 's/.*remote_staleness_mean=\([0-9.]*\).*/\1/' | median)
-  awk -v r="$r" -v m="$m" -v b="$base" -v a="$a" -v st="$st" \
-    'BEGIN {printf "replicas=%d events_per_s=%.0f ratio_to_1=%.2f accuracy_before_training=%.4f remote_staleness_mean=%.2f\n", r, m, m / b, a, st}'
+first=${syncs%% *}
+base=$(grep "sync=$first replicas=1 " "$out/all.txt" | sed 's/.*events_per_s=\([0-9.]*\).*/\1/' | median)
+field() { grep "sync=$1 replicas=$2 " "$out/all.txt" | sed "s/.*$3=\([0-9.]*\).*/\1/" | median; }
+for sync in $syncs; do
+  for r in "${counts[@]}"; do
+    m=$(field "$sync" "$r" events_per_s)
+    a=$(field "$sync" "$r" accuracy_before_training)
+    st=$(field "$sync" "$r" remote_staleness_mean)
+    awk -v s="$sync" -v r="$r" -v m="$m" -v b="$base" -v a="$a" -v st="$st" -v f="$first" \
+      'BEGIN {printf "sync=%s replicas=%d events_per_s=%.0f ratio_to_%s_1=%.2f accuracy_before_training=%.4f remote_staleness_mean=%.2f\n", s, r, m, f, m / b, a, st}'
+  done
 done
+if [[ " $syncs " == *" mesh "* && " $syncs " == *" allreduce "* ]]; then
+  for r in "${counts[@]}"; do
+    awk -v r="$r" -v m="$(field mesh "$r" events_per_s)" -v a="$(field allreduce "$r" events_per_s)" \
+      'BEGIN {printf "replicas=%d mesh_over_allreduce=%.2f\n", r, m / a}'
+  done
+fi

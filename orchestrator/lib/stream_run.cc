@@ -214,11 +214,15 @@ class StreamRun {
 
   absl::Status Execute() {
     const v1::ResolvedStream& stream = job_.stream();
+    const std::string exchange =
+        stream.sync() == v1::STREAM_SYNC_ALLREDUCE
+            ? std::string("gradients summed by a synchronous all-reduce each step")
+            : absl::StrCat(stream.max_grad_buffer(), " gradient(s) per send");
     Say(absl::StrFormat(
-        "strata run: %s: %s on %s, strategy stream, %d replica(s), windows of %d events, %d "
-        "gradient(s) per send; run directory %s",
+        "strata run: %s: %s on %s, strategy stream, %d replica(s), windows of %d events, %s; "
+        "run directory %s",
         job_.name(), ModelText(job_), Spelled(job_.dataset().name()), job_.cluster().workers(),
-        stream.batch_events(), stream.max_grad_buffer(), paths_.root));
+        stream.batch_events(), exchange, paths_.root));
     STRATA_RETURN_IF_ERROR(StartBroker());
     StreamBrokerOptions broker_options;
     broker_options.who = "strata run";
@@ -542,6 +546,9 @@ class StreamRun {
                               {"state", status.ok() ? "succeeded" : "failed"},
                               {"batch_events", job_.stream().batch_events()},
                               {"max_grad_buffer", job_.stream().max_grad_buffer()},
+                              {"sync", job_.stream().sync() == v1::STREAM_SYNC_ALLREDUCE
+                                           ? "allreduce"
+                                           : "mesh"},
                               {"wall_s", Seconds(StreamClock::now())}};
     if (!status.ok()) summary["error"] = std::string(status.message());
     std::vector<nlohmann::json> results;

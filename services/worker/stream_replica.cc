@@ -21,6 +21,7 @@
 #include <spdlog/spdlog.h>
 
 #include "services/collective/gradient_mesh.h"
+#include "services/collective/ring_allreduce.h"
 #include "services/common/base/files.h"
 #include "services/common/base/run_directory.h"
 #include "services/common/base/status.h"
@@ -192,8 +193,14 @@ class StreamReplica {
     mesh_->SetPredictor([this](const v1::PredictRequest& request, v1::PredictReply* reply) {
       return predictor_->Predict(request, reply);
     });
+    std::vector<grpc::Service*> services = {mesh_.get()};
+    if (Synchronous()) {
+      // Over gRPC like the mesh, on the same server and address: the run's token and TLS hold.
+      ring_ = std::make_unique<RingAllReduce>(options_.rank);
+      services.push_back(ring_->service());
+    }
     int port = 0;
-    std::unique_ptr<grpc::Server> server = StartServer(options_.listen, {mesh_.get()}, &port);
+    std::unique_ptr<grpc::Server> server = StartServer(options_.listen, services, &port);
     if (!server || port == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
     }
@@ -202,10 +209,14 @@ class StreamReplica {
     // more arrives that matters.
     server->Shutdown(DeadlineAfter(std::chrono::seconds(2)));
     mesh_.reset();
+    ring_.reset();
     return status;
   }
 
  private:
+  // stream.sync allreduce: the synchronous baseline instead of TensAIR's mesh.
+  bool Synchronous() const { return stream_.sync() == v1::STREAM_SYNC_ALLREDUCE; }
+
   absl::Status Train(int port) {
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream_.key(), stream_.group(), "0"));
     if (!options_.port_file.empty()) {
@@ -264,12 +275,21 @@ class StreamReplica {
         produced_ns.clear();
         window_ids.clear();
       }
-      if (!reading && labels.empty()) break;
+      if (!reading && labels.empty()) {
+        if (!Synchronous()) break;
+        // Nothing left here, but a step needs every replica: this one adds nothing to the
+        // others' until none of them has a window left either.
+        STRATA_ASSIGN_OR_RETURN(const bool others_active,
+                                AllReduceStep(nullptr, 0.0f, /*active=*/false));
+        if (!others_active) break;
+      }
       WriteProgress("training");
     }
-    STRATA_RETURN_IF_ERROR(Flush());
-    STRATA_RETURN_IF_ERROR(Send(EndMessage()));
-    STRATA_RETURN_IF_ERROR(AwaitPeers());
+    if (!Synchronous()) {
+      STRATA_RETURN_IF_ERROR(Flush());
+      STRATA_RETURN_IF_ERROR(Send(EndMessage()));
+      STRATA_RETURN_IF_ERROR(AwaitPeers());
+    }
     predictor_->Publish(*trainer_, AppliedTotal(), /*force=*/true);
     STRATA_RETURN_IF_ERROR(mesh_->Close(ReplicaClock::now() + options_.deadline));
     return WriteResult();
@@ -306,7 +326,8 @@ class StreamReplica {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     spdlog::info("replicas at {}", absl::StrJoin(peers, ", "));
-    return mesh_->Connect(peers);
+    STRATA_RETURN_IF_ERROR(mesh_->Connect(peers));
+    return ring_ ? ring_->Connect(peers) : absl::OkStatus();
   }
 
   // False once the run's limits are reached: the group has been handed stream.max_events events,
@@ -342,33 +363,37 @@ class StreamReplica {
     // training.lr. Each gradient is thus applied at its sender's rate everywhere, and plain SGD's
     // updates still commute: the replicas agree whatever their decay clocks say.
     const float scale = LrScale();
-    SgdOptions step = sgd_;
-    step.lr = sgd_.lr * scale;
-    counts_.lr = step.lr;
-    // Into the buffer before the step (which leaves the gradient as it is, but the buffer holds
-    // what was computed): the sum so far and this gradient's clock.
-    if (buffered_ == 0) {
-      buffer_first_ = counts_.windows;
-      buffer_sum_.resize(n);
-      for (size_t i = 0; i < n; ++i) buffer_sum_[i] = scale * gradient[i];
-      buffer_clocks_.clear();
+    counts_.lr = sgd_.lr * scale;
+    if (Synchronous()) {
+      STRATA_RETURN_IF_ERROR(AllReduceStep(gradient, scale, /*active=*/true).status());
     } else {
-      for (size_t i = 0; i < n; ++i) buffer_sum_[i] += scale * gradient[i];
+      SgdOptions step = sgd_;
+      step.lr = counts_.lr;
+      // Into the buffer before the step (which leaves the gradient as it is, but the buffer
+      // holds what was computed): the sum so far and this gradient's clock.
+      if (buffered_ == 0) {
+        buffer_first_ = counts_.windows;
+        buffer_sum_.resize(n);
+        for (size_t i = 0; i < n; ++i) buffer_sum_[i] = scale * gradient[i];
+        buffer_clocks_.clear();
+      } else {
+        for (size_t i = 0; i < n; ++i) buffer_sum_[i] += scale * gradient[i];
+      }
+      buffer_clocks_.insert(buffer_clocks_.end(), counts_.applied.begin(), counts_.applied.end());
+      ++buffered_;
+      trainer_->ApplyGradients(step);
+      ++counts_.applied[static_cast<size_t>(options_.rank)];
+      ++counts_.staleness[0];  // a local gradient: computed and applied on the same model
+      metrics_->applied.Increment();
     }
-    buffer_clocks_.insert(buffer_clocks_.end(), counts_.applied.begin(), counts_.applied.end());
-    ++buffered_;
-    trainer_->ApplyGradients(step);
     counts_.events_since_lr_reset += static_cast<int64_t>(labels.size());
     ++counts_.windows;
-    ++counts_.applied[static_cast<size_t>(options_.rank)];
     counts_.events_trained += static_cast<int64_t>(labels.size());
     metrics_->events.Increment(static_cast<double>(labels.size()));
-    metrics_->applied.Increment();
     counts_.correct += stats.correct;
     counts_.scored += stats.scored;
     Score(stats.correct, stats.scored);
     counts_.last_loss = stats.loss;
-    ++counts_.staleness[0];  // a local gradient: computed and applied on the same model
     predictor_->Publish(*trainer_, AppliedTotal());
     // Acknowledged only now that its gradient is in the model.
     STRATA_RETURN_IF_ERROR(Acknowledge(ids));
@@ -427,6 +452,9 @@ class StreamReplica {
                    window_last_seq_, stream_.freeze_at_event());
       // What was computed before the freeze goes to the others now, not at the stream's end.
       STRATA_RETURN_IF_ERROR(Flush());
+    }
+    if (Synchronous()) {
+      STRATA_RETURN_IF_ERROR(AllReduceStep(nullptr, 0.0f, /*active=*/true).status());
     }
     ++counts_.frozen_windows;
     counts_.events_frozen += n;
@@ -539,6 +567,49 @@ class StreamReplica {
   }
 
   // Applies what the peers sent, waiting until `until` for the first gradient.
+  // One synchronous step (stream.sync allreduce): the ring sums, over every replica, its window's
+  // gradient (scaled by its rate's factor, as the mesh sends it; none from a replica without a
+  // window), which replicas gave one, and which may give more; every replica then applies the
+  // sum at training.lr. So each step applies the same bits everywhere, every gradient once, on
+  // the model it was computed from (staleness 0). True while some replica may give more.
+  absl::StatusOr<bool> AllReduceStep(const float* gradient, float scale, bool active) {
+    const size_t n = static_cast<size_t>(trainer_->parameters().total_floats());
+    const size_t world = counts_.applied.size();
+    step_sum_.assign(n + world + 1, 0.0f);
+    if (gradient != nullptr) {
+      for (size_t i = 0; i < n; ++i) step_sum_[i] = scale * gradient[i];
+      step_sum_[n + static_cast<size_t>(options_.rank)] = 1.0f;
+    }
+    step_sum_[n + world] = active ? 1.0f : 0.0f;
+    const auto start = ReplicaClock::now();
+    AllReduceOptions all_reduce;
+    all_reduce.deadline = options_.deadline;
+    STRATA_RETURN_IF_ERROR(ring_->AllReduceSum(step_sum_.data(), step_sum_.size(), all_reduce));
+    int64_t contributors = 0;
+    for (size_t r = 0; r < world; ++r) {
+      // Exact: sums of a few ones and zeros.
+      const int64_t gave = static_cast<int64_t>(step_sum_[n + r]);
+      counts_.applied[r] += gave;
+      contributors += gave;
+    }
+    if (contributors > 0) {
+      if (!std::isfinite(MaxAbsOrInfinity(step_sum_.data(), n))) {
+        return absl::DataLossError("the all-reduced gradients hold a value that is not finite");
+      }
+      float* params = trainer_->parameter_data();
+      const float lr = sgd_.lr;
+      for (size_t i = 0; i < n; ++i) params[i] -= lr * step_sum_[i];
+      counts_.staleness[0] += contributors;
+      // The histogram is of remote gradients, as the mesh's.
+      const int64_t remote = contributors - (gradient != nullptr ? 1 : 0);
+      for (int64_t c = 0; c < remote; ++c) metrics_->staleness.Observe(0);
+      metrics_->applied.Increment(static_cast<double>(contributors));
+      predictor_->Publish(*trainer_, AppliedTotal());
+    }
+    counts_.remote_apply_s += SecondsSince(start);
+    return step_sum_[n + world] > 0.5f;
+  }
+
   absl::Status ApplyRemote(ReplicaClock::time_point until) {
     STRATA_ASSIGN_OR_RETURN(auto received, mesh_->Take(until));
     const size_t n = static_cast<size_t>(trainer_->parameters().total_floats());
@@ -659,6 +730,8 @@ class StreamReplica {
   const std::string consumer_;
   const SgdOptions sgd_;
   std::unique_ptr<GradientMesh> mesh_;
+  std::unique_ptr<RingAllReduce> ring_;  // stream.sync allreduce only
+  std::vector<float> step_sum_;          // an all-reduce step's gradient sum and flags
   ReplicaCounts counts_;
   std::deque<std::pair<int64_t, int64_t>> recent_;  // (correct, scored) of the latest windows
   // The highest producer sequence number (`seq`) trained so far: where in the stream a drift was

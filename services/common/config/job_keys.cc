@@ -468,6 +468,15 @@ std::vector<JobKey> MakeTable() {
           .Doc("When a replica's drift detector fires: `continue` keeps training as before; "
                "`reset_lr` restarts the decay of stream.lr_decay_events, so the rate is "
                "training.lr again."),
+      Key("stream.sync")
+          .Default("mesh")
+          .Allowed({"mesh", "allreduce"})
+          .EmitOnlyUnlessDefault()
+          .Doc("How the replicas combine gradients: `mesh` (TensAIR's protocol: each applies its "
+               "own at once and sends it to the others, no barrier) or `allreduce` (the "
+               "synchronous baseline: every replica's window gradient summed by a ring "
+               "all-reduce each step and applied by all together; stream.max_grad_buffer is "
+               "not used)."),
       Key("stream.produce.rate")
           .Default("0")
           .AtLeast(0)

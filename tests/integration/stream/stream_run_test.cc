@@ -149,6 +149,32 @@ TEST_F(StreamRunTest, ADriftOfTheStreamIsDetectedByEveryReplicaAfterItHappens) {
   }
 }
 
+// stream.sync allreduce, the synchronous baseline: each step a ring all-reduce sums every
+// replica's window gradient and all apply the sum, so every replica holds the same bits after
+// every step (agreement exact, not to 1e-5), every gradient is applied on the model it was
+// computed from (staleness 0 only), and the replicas that run out of events first keep taking part
+// in the steps of those that have not, until none has a window left (3 replicas, 2,500 events:
+// their window counts differ). Broken on purpose: with the sum applied twice on replica 1, the
+// run failed "apply_once true, agree false", exit 1.
+TEST_F(StreamRunTest, ASynchronousAllReduceGivesEveryReplicaTheSameBitsAndNoStaleness) {
+  const std::string run = dir_ + "/run";
+  std::string output;
+  ASSERT_EQ(Run(absl::StrCat(kJob, "cluster: { workers: 3 }\n",
+                             "stream: { batch_events: 32, max_events: 2500, sync: allreduce }\n"),
+                run, &output),
+            0)
+      << output;
+  EXPECT_THAT(output, HasSubstr("gradients summed by a synchronous all-reduce each step"));
+  const nlohmann::json s = Summary(run);
+  ExpectInvariants(s, 3, 2500);
+  EXPECT_EQ(s["sync"], "allreduce");
+  EXPECT_EQ(s["agreement_max_abs"].get<double>(), 0.0);
+  for (const auto& r : s["per_replica"]) {
+    ASSERT_EQ(r["staleness"].size(), 1u) << r.dump();
+    EXPECT_EQ(r["staleness"]["0"].get<int64_t>(), s["gradients"].get<int64_t>()) << r.dump();
+  }
+}
+
 // The same drift with a decaying learning rate (stream.lr_decay_events) and stream.on_drift
 // reset_lr: each replica restarts its decay when its own detector fires, so the two replicas train
 // at different rates from then on, and their models must still agree (each gradient travels

@@ -26,6 +26,7 @@ stream:
   claim_idle_ms: 5000
   lr_decay_events: 20000
   on_drift: reset_lr
+  sync: allreduce
   produce: { rate: 20000, drift: { at_event: 100000, permute_labels: true } }
 )",
                            "job.yaml");
@@ -41,6 +42,7 @@ stream:
   EXPECT_EQ(s.claim_idle_ms(), 5000);
   EXPECT_EQ(s.lr_decay_events(), 20000);
   EXPECT_EQ(s.on_drift(), v1::STREAM_ON_DRIFT_RESET_LR);
+  EXPECT_EQ(s.sync(), v1::STREAM_SYNC_ALLREDUCE);
   EXPECT_EQ(s.produce().rate(), 20000);
   EXPECT_EQ(s.produce().drift().at_event(), 100000);
   EXPECT_TRUE(s.produce().drift().permute_labels());
@@ -80,6 +82,7 @@ TEST(StreamKeys, OutOfRangeValuesAreRefusedWithKeyAndLine) {
       {"  address: relative/redis.sock", "unknown scheme"},
       {"  lr_decay_events: -1", "job.yaml:3: stream.lr_decay_events: must be >= 0"},
       {"  on_drift: restart", "job.yaml:3: stream.on_drift"},
+      {"  sync: servers", "job.yaml:3: stream.sync"},
       {"  batch_event: 3", "job.yaml:3: stream.batch_event: unknown key"},
   };
   for (const Case& c : cases) {
