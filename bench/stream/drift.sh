@@ -7,9 +7,8 @@
 # and the permutation). Each run is one `strata run` with its own broker and producer (rate 0: as
 # fast as the broker takes the events; the figures are in events, not seconds).
 #
-# Read from each replica's accuracy curve (summary.json, per_replica[].accuracy_curve: its
-# test-then-train accuracy over its latest 1,000 events, a point every 1,000 events, with the
-# producer's seq of the latest event):
+# Read by the run itself (summary.json's drift_recovery, from each replica's accuracy curve: its
+# test-then-train accuracy over its latest 1,000 events, a point every 1,000 events):
 #   level     the mean of its last 5 points before the drift (its latest 5,000 events);
 #   recovered the first point, after the curve has fallen more than 1 point below the level, that
 #             is back within 1 point of it; events to recover = that point's seq - AT (events of
@@ -50,31 +49,14 @@ YAML
       python3 - "$out/$name/summary.json" "$at" "$seed" "$r" "$mode" <<'PY' | tee -a "$out/all.txt"
 import json, statistics, sys
 s = json.load(open(sys.argv[1]))
-at = int(sys.argv[2])
-levels, recoveries, finals = [], [], []
-for rep in s["per_replica"]:
-    curve = rep["accuracy_curve"]
-    before = [acc for seq, _, acc in curve if seq < at]
-    level = statistics.mean(before[-5:])
-    fell, recovered = False, None
-    for seq, _, acc in curve:
-        if seq < at:
-            continue
-        if not fell:
-            fell = acc < level - 0.01
-        elif acc >= level - 0.01:
-            recovered = seq - at
-            break
-    levels.append(level)
-    recoveries.append(recovered)
-    finals.append(curve[-1][2])
-known = [x for x in recoveries if x is not None]
-# The median over the replicas; "never" when at least half never came back.
-rec = statistics.median(known) if len(known) * 2 > len(recoveries) else None
+# The run's own reading (summary.json's drift_recovery, docs/user-guide.md): medians over the
+# replicas, events_to_recover null when half of them or more never came back.
+d = s["drift_recovery"]
+rec = d["events_to_recover"]
 print(f"seed={sys.argv[3]} replicas={sys.argv[4]} mode={sys.argv[5]} "
-      f"level_before={statistics.median(levels):.4f} "
+      f"level_before={d['level_before']:.4f} "
       f"events_to_recover={'never' if rec is None else int(rec)} "
-      f"final_accuracy={statistics.median(finals):.4f} "
+      f"final_accuracy={d['final_accuracy']:.4f} "
       f"prequential_accuracy={s['prequential_accuracy']:.4f} "
       f"drifts_detected={len(s['drifts'])} "
       f"lr_end={statistics.median(rep.get('lr', 0) for rep in s['per_replica']):.5f} "

@@ -23,9 +23,12 @@
 # says which limit was hit: the share of the quota's periods in which the replicas were throttled
 # (near 1: the quota), and the machine's idle share (near 0: the machine, which the broker and the
 # producer share). Needs root and redis-server.
+# SYNC (default mesh) sets stream.sync: `allreduce` ramps the synchronous baseline instead.
+# COUNTS (default "1 2 4") picks the replica counts; PREDICT_S=0 skips the predict phase.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build=$(realpath "${1:-build}"); quota=${2:-0.4}; step=${3:-2000}; hold=${4:-10}; steps1=${5:-10}
+sync=${SYNC:-mesh}; counts=${COUNTS:-1 2 4}
 out=$(mktemp -d /tmp/strata-sustain-bench-XXXXXX)
 cg=/sys/fs/cgroup/cpu/strata-sustain-bench-$$
 cleanup() {
@@ -48,7 +51,7 @@ model: { arch: mlp }
 training: { lr: 0.05, momentum: 0, threads: 1, seed: 1 }
 cluster: { workers: $2 }
 strategy: { kind: stream }
-stream: { address: $out/redis.sock, batch_events: 64, max_grad_buffer: 4, $3 }
+stream: { address: $out/redis.sock, batch_events: 64, max_grad_buffer: 4, sync: $sync, $3 }
 YAML
 }
 # start_run NAME RUN R: `strata run` of $out/NAME.yaml into $out/RUN, in the cgroup at R x QUOTA
@@ -72,7 +75,7 @@ if [ -n "${SUSTAINED:-}" ]; then
   printf "replicas=1 sustainable_rate=%s\nreplicas=2 sustainable_rate=%s\nreplicas=4 sustainable_rate=%s\n" \
     "$s1" "$s2" "$s4" > "$out/all.txt"
 fi
-for r in 1 2 4; do
+for r in $counts; do
   [ -n "${SUSTAINED:-}" ] && break
   steps=$(( steps1 * r < 30 ? steps1 * r : 30 ))
   seconds=$(( steps * hold + hold / 2 + 2 ))
@@ -148,7 +151,8 @@ done
 # 1 % of the events sent to Predict as they arrive (stream.predict_rate: 0.01); the latency of
 # the answers as the orchestrator, the caller, saw them.
 predict_s=${PREDICT_S:-40}
-for r in 1 2 4; do
+for r in $counts; do
+  [ "$predict_s" -gt 0 ] || break
   sustained=$(grep "replicas=$r sustainable_rate" "$out/all.txt" | sed 's/.*=//')
   rate=$(awk -v s="$sustained" 'BEGIN {printf "%d", 0.8 * s}')
   [ "$rate" -gt 0 ] || continue
@@ -171,10 +175,12 @@ print(f"replicas={sys.argv[2]} rate={sys.argv[3]} predict_answered={p.get('answe
       f"predict_accuracy={p.get('accuracy', 0):.4f} training_latency_p99_ms={lat:.0f}")
 PY
 done
-echo "sustainable rates (quota $quota core per replica, steps of $step events/s held $hold s):"
+echo "sustainable rates (stream.sync $sync, quota $quota core per replica, steps of $step events/s held $hold s):"
 grep sustainable_rate "$out/all.txt"
 base=$(grep "replicas=1 sustainable_rate" "$out/all.txt" | sed 's/.*=//')
-for r in 2 4; do
+[[ " $counts " == *" 1 "* ]] || exit 0
+for r in $counts; do
+  [ "$r" -gt 1 ] || continue
   v=$(grep "replicas=$r sustainable_rate" "$out/all.txt" | sed 's/.*=//')
   awk -v r="$r" -v v="$v" -v b="$base" 'BEGIN {printf "replicas=%d ratio_to_1=%.2f\n", r, (b > 0 ? v / b : 0)}'
 done

@@ -18,6 +18,7 @@
 #include <absl/strings/str_join.h>
 #include <nlohmann/json.hpp>
 
+#include "orchestrator/record/drift_recovery.h"
 #include "orchestrator/record/report.h"
 #include "orchestrator/record/run_record.h"
 #include "orchestrator/record/stream_run_metrics.h"
@@ -615,6 +616,9 @@ class StreamRun {
       }
     }
     summary["drifts"] = drifts;
+    if (auto recovery = ReadDriftRecovery(results, job_.stream().produce().drift().at_event())) {
+      summary["drift_recovery"] = DriftRecoveryJson(*recovery);
+    }
     if (broker_) {
       const v1::ResolvedStream& stream = job_.stream();
       if (auto group = broker_->GroupInfo(stream.key(), stream.group()); group.ok()) {

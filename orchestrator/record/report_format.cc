@@ -109,6 +109,9 @@ std::string HumanKey(const std::string& key) {
       {"samples_per_s_allreduce", "samples/s in all-reduce"},
       {"samples_per_s_ps", "samples/s with parameter servers"},
       {"samples_per_s", "samples/s"},
+      {"events_per_s", "events/s"},
+      {"prequential_accuracy", "accuracy before training"},
+      {"events_to_recover", "events to recover from the drift"},
   };
   for (const auto& [k, label] : kWhole) {
     if (key == k) return label;

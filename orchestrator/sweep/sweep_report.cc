@@ -64,6 +64,32 @@ constexpr ForestView kSwitch = {"switch_epoch",  "Switch epoch: mean and 95% int
                                 "forest-switch", "no switch",
                                 0,               kInf};
 
+// A stream sweep's (strategy stream): its jobs have no validation set, epochs or switch.
+constexpr ForestView kEventsPerS = {"events_per_s",
+                                    "Events trained per second: mean and 95% interval",
+                                    "events/s",
+                                    "",
+                                    "forest-events",
+                                    "no succeeded run",
+                                    0,
+                                    kInf};
+constexpr ForestView kPrequential = {"prequential_accuracy",
+                                     "Accuracy before training: mean and 95% interval",
+                                     "accuracy before training (test-then-train)",
+                                     "",
+                                     "forest-prequential",
+                                     "no succeeded run",
+                                     0,
+                                     1};
+constexpr ForestView kRecovery = {"events_to_recover",
+                                  "Events to recover from the drift: mean and 95% interval",
+                                  "events after the drift",
+                                  "",
+                                  "forest-recovery",
+                                  "never recovered",
+                                  0,
+                                  kInf};
+
 // Decimals for values on an axis of ticks `step` apart: one more than the ticks need, so that
 // 0.855 and 0.863 read apart on an axis of 0.01 steps.
 int ValueDecimals(double step) {
@@ -326,11 +352,24 @@ std::string RenderSweepReportHtml(const SweepSpec& spec, const std::vector<RunRe
       HtmlEscape(spec.baseline),
       spec.target_accuracy ? absl::StrCat(" Target accuracy ", *spec.target_accuracy, ".") : "");
   html += "<h2>Charts</h2><div class='charts'>";
-  html += AccuracyCurves(spec, results);
-  html += ForestChart(spec, results, summary, kAccuracy);
-  html += ForestChart(spec, results, summary, kWall);
-  if (spec.target_accuracy) html += ForestChart(spec, results, summary, kTarget);
-  html += ForestChart(spec, results, summary, kSwitch);
+  const bool stream =
+      std::any_of(results.begin(), results.end(), [](const RunResult& r) { return r.stream; });
+  if (stream) {
+    html += ForestChart(spec, results, summary, kPrequential);
+    html += ForestChart(spec, results, summary, kEventsPerS);
+    html += ForestChart(spec, results, summary, kWall);
+    // Only where the base job produces a drift: a run without one has no recovery to show.
+    if (std::any_of(results.begin(), results.end(),
+                    [](const RunResult& r) { return r.events_to_recover.has_value(); })) {
+      html += ForestChart(spec, results, summary, kRecovery);
+    }
+  } else {
+    html += AccuracyCurves(spec, results);
+    html += ForestChart(spec, results, summary, kAccuracy);
+    html += ForestChart(spec, results, summary, kWall);
+    if (spec.target_accuracy) html += ForestChart(spec, results, summary, kTarget);
+    html += ForestChart(spec, results, summary, kSwitch);
+  }
   html +=
       "</div><p class='note'>Dots: the mean of a cell's succeeded runs; bars: its t-based 95% "
       "confidence interval (none with fewer than 2 runs), cut where the values end (a time below "
@@ -341,7 +380,7 @@ std::string RenderSweepReportHtml(const SweepSpec& spec, const std::vector<RunRe
       "<h2>Summary</h2><table class='summary'><tr><th>metric</th><th>cell</th><th>n</th>"
       "<th>mean</th><th>95% interval of the mean</th><th>sd</th><th>min</th><th>max</th>"
       "<th>ratio to baseline</th></tr>";
-  for (const std::string& metric : MetricNames()) {
+  for (const std::string& metric : summary.metrics) {
     for (const CellMetric& row : summary.rows) {
       if (row.metric != metric) continue;
       const bool n = row.stats.n > 0;
@@ -371,25 +410,38 @@ std::string RenderSweepReportHtml(const SweepSpec& spec, const std::vector<RunRe
     }
     html += "</table>";
   }
-  html +=
-      "<p class='note'>Variance ratio = Var(cell) / Var(baseline) of the final validation "
-      "accuracy; below 1 the cell varies less. With 5 runs per arm a classic F test only flags "
+  absl::StrAppend(
+      &html, "<p class='note'>Variance ratio = Var(cell) / Var(baseline) of the ",
+      stream ? "accuracy before training" : "final validation accuracy",
+      "; below 1 the cell varies less. With 5 runs per arm a classic F test only flags "
       "ratios beyond about 9.6 (F<sub>0.975; 4, 4</sub>); with 10 runs, beyond about 4.0; with "
-      "20, beyond about 2.5.</p>";
+      "20, beyond about 2.5.</p>");
 
-  html +=
-      "<h2>Runs</h2><table class='runs'><tr><th>cell</th><th>seed</th><th>state</th>"
-      "<th>wall time</th><th>final val accuracy</th><th>time to target</th>"
-      "<th>switch epoch</th></tr>";
+  html += "<h2>Runs</h2><table class='runs'><tr><th>cell</th><th>seed</th><th>state</th>"
+          "<th>wall time</th>";
+  html += stream ? "<th>events/s</th><th>accuracy before training</th><th>events to recover</th>"
+                   "</tr>"
+                 : "<th>final val accuracy</th><th>time to target</th><th>switch epoch</th></tr>";
   for (const RunResult& r : results) {
     auto seconds = [](const std::optional<double>& v, const char* none) {
       return v ? FormatSeconds(*v) : std::string(none);
     };
-    absl::StrAppend(
-        &html, "<tr>", Td(CellLabel(spec, r.cell)), Td(absl::StrCat(r.seed), true), Td(r.state),
-        Td(seconds(r.wall_s, "--"), true), Td(Num(r.final_val_acc), true),
-        Td(spec.target_accuracy ? seconds(r.time_to_target_s, "not reached") : "--", true),
-        Td(r.switch_epoch ? FormatFixed(*r.switch_epoch, 2) : "no switch", true), "</tr>");
+    absl::StrAppend(&html, "<tr>", Td(CellLabel(spec, r.cell)), Td(absl::StrCat(r.seed), true),
+                    Td(r.state), Td(seconds(r.wall_s, "--"), true));
+    if (stream) {
+      const bool done = r.state == "succeeded";
+      absl::StrAppend(
+          &html, Td(r.events_per_s ? FormatFixed(*r.events_per_s, 0) : "--", true),
+          Td(Num(r.prequential_accuracy), true),
+          Td(r.events_to_recover ? FormatFixed(*r.events_to_recover, 0) : done ? "never" : "--",
+             true),
+          "</tr>");
+    } else {
+      absl::StrAppend(
+          &html, Td(Num(r.final_val_acc), true),
+          Td(spec.target_accuracy ? seconds(r.time_to_target_s, "not reached") : "--", true),
+          Td(r.switch_epoch ? FormatFixed(*r.switch_epoch, 2) : "no switch", true), "</tr>");
+    }
   }
   html += "</table></body></html>\n";
   return html;

@@ -61,6 +61,12 @@ RunResult ResultFromRunFiles(const std::string& cell, uint64_t seed, const nlohm
     r.final_val_acc = Number(summary, "final_val_acc");
     r.final_val_loss = Number(summary, "final_val_loss");
     r.switch_epoch = Number(summary, "switch_epoch");
+    r.stream = summary.value("strategy", "") == "stream";
+    r.events_per_s = Number(summary, "events_per_s");
+    r.prequential_accuracy = Number(summary, "prequential_accuracy");
+    if (summary.contains("drift_recovery")) {
+      r.events_to_recover = Number(summary["drift_recovery"], "events_to_recover");
+    }
     if (summary.contains("samples_per_s")) {
       r.samples_per_s_allreduce = Number(summary["samples_per_s"], "allreduce");
       r.samples_per_s_ps = Number(summary["samples_per_s"], "ps");
@@ -74,10 +80,21 @@ RunResult ResultFromRunFiles(const std::string& cell, uint64_t seed, const nlohm
   return r;
 }
 
-const std::vector<std::string>& MetricNames() {
-  static const std::vector<std::string> names = {
-      "wall_s",       "time_to_target_s",        "final_val_acc",   "final_val_loss",
-      "switch_epoch", "samples_per_s_allreduce", "samples_per_s_ps"};
+std::vector<std::string> MetricNames(const std::vector<RunResult>& results) {
+  const bool stream =
+      std::any_of(results.begin(), results.end(), [](const RunResult& r) { return r.stream; });
+  // A run that wrote a summary and is not a stream job's: the epoch-based metrics apply.
+  const bool epochs = std::any_of(results.begin(), results.end(), [](const RunResult& r) {
+    return !r.stream && r.state != "pending" && r.state != "incomplete";
+  });
+  std::vector<std::string> names = {"wall_s"};
+  if (epochs || !stream) {
+    names.insert(names.end(), {"time_to_target_s", "final_val_acc", "final_val_loss",
+                               "switch_epoch", "samples_per_s_allreduce", "samples_per_s_ps"});
+  }
+  if (stream) {
+    names.insert(names.end(), {"events_per_s", "prequential_accuracy", "events_to_recover"});
+  }
   return names;
 }
 
@@ -89,6 +106,9 @@ std::optional<double> MetricValue(const RunResult& r, const std::string& metric)
   if (metric == "switch_epoch") return r.switch_epoch;
   if (metric == "samples_per_s_allreduce") return r.samples_per_s_allreduce;
   if (metric == "samples_per_s_ps") return r.samples_per_s_ps;
+  if (metric == "events_per_s") return r.events_per_s;
+  if (metric == "prequential_accuracy") return r.prequential_accuracy;
+  if (metric == "events_to_recover") return r.events_to_recover;
   return std::nullopt;
 }
 
@@ -96,7 +116,8 @@ std::string ResultsCsv(const SweepSpec& spec, const std::vector<RunResult>& resu
   std::vector<std::string> header = {"cell"};
   for (const std::string& k : spec.override_keys) header.push_back(CsvField(k));
   header.insert(header.end(), {"seed", "state"});
-  for (const std::string& m : MetricNames()) header.push_back(m);
+  const std::vector<std::string> metrics = MetricNames(results);
+  for (const std::string& m : metrics) header.push_back(m);
   std::string csv = absl::StrJoin(header, ",") + "\n";
   for (const RunResult& r : results) {
     std::vector<std::string> row = {CsvField(r.cell)};
@@ -115,7 +136,7 @@ std::string ResultsCsv(const SweepSpec& spec, const std::vector<RunResult>& resu
     }
     row.push_back(absl::StrCat(r.seed));
     row.push_back(CsvField(r.state));
-    for (const std::string& m : MetricNames()) row.push_back(Num(MetricValue(r, m)));
+    for (const std::string& m : metrics) row.push_back(Num(MetricValue(r, m)));
     csv += absl::StrJoin(row, ",") + "\n";
   }
   return csv;
@@ -133,8 +154,9 @@ SweepSummary Summarize(const SweepSpec& spec, const std::vector<RunResult>& resu
     return xs;
   };
   SweepSummary out;
+  out.metrics = MetricNames(results);
   for (const Cell& cell : spec.cells) {
-    for (const std::string& metric : MetricNames()) {
+    for (const std::string& metric : out.metrics) {
       CellMetric row;
       row.cell = cell.name;
       row.metric = metric;
@@ -148,7 +170,10 @@ SweepSummary Summarize(const SweepSpec& spec, const std::vector<RunResult>& resu
       out.rows.push_back(row);
     }
   }
-  const std::string metric = "final_val_acc";
+  // A stream job has no validation set: its accuracy is the one before training.
+  const bool stream =
+      std::any_of(results.begin(), results.end(), [](const RunResult& r) { return r.stream; });
+  const std::string metric = stream ? "prequential_accuracy" : "final_val_acc";
   const std::vector<double> base = values(spec.baseline, metric);
   for (const Cell& cell : spec.cells) {
     if (cell.name == spec.baseline) continue;
@@ -227,7 +252,7 @@ std::string SummaryText(const SweepSummary& summary) {
   size_t width = 8;
   for (const CellMetric& row : summary.rows) width = std::max(width, row.cell.size());
   std::string text;
-  for (const std::string& metric : MetricNames()) {
+  for (const std::string& metric : summary.metrics) {
     absl::StrAppendFormat(&text, "%s\n  %-*s %4s %11s %11s %11s %11s %9s\n", metric,
                           static_cast<int>(width), "cell", "n", "mean", "sd", "min", "max",
                           "ratio");

@@ -26,6 +26,11 @@ struct RunResult {
   std::string state;
   std::optional<double> wall_s, time_to_target_s, final_val_acc, final_val_loss, switch_epoch,
       samples_per_s_allreduce, samples_per_s_ps;
+  // A stream job's (strategy stream): its events/s, its accuracy before training, and, with a
+  // drift produced, the events it took to recover (summary.json's drift_recovery; absent when it
+  // never did).
+  bool stream = false;
+  std::optional<double> events_per_s, prequential_accuracy, events_to_recover;
   std::vector<std::pair<double, double>> val_acc_by_wall_s;  // from metrics.jsonl
 };
 
@@ -38,8 +43,10 @@ RunResult ResultFromRunFiles(const std::string& cell, uint64_t seed, const nlohm
 // start-up included), or nullopt if none reached it.
 std::optional<double> TimeToTarget(const std::vector<nlohmann::json>& metrics, double target);
 
-// The metrics summarised, in column order of results.csv.
-const std::vector<std::string>& MetricNames();
+// The metrics summarised, in column order of results.csv: the wall time; those of epoch-based
+// jobs unless every run that wrote a summary is a stream job's; the stream's when some run is
+// (a stream job has no validation set, epochs or switch).
+std::vector<std::string> MetricNames(const std::vector<RunResult>& results);
 std::optional<double> MetricValue(const RunResult& r, const std::string& metric);
 
 std::string ResultsCsv(const SweepSpec& spec, const std::vector<RunResult>& results);
@@ -66,8 +73,11 @@ struct VarianceComparison {
 inline constexpr int kVarianceMinRuns = 10;
 
 struct SweepSummary {
-  std::vector<CellMetric> rows;              // cells in order, metrics in MetricNames() order
-  std::vector<VarianceComparison> variance;  // final_val_acc, each cell but the baseline
+  std::vector<std::string> metrics;          // MetricNames of the results
+  std::vector<CellMetric> rows;              // cells in order, metrics in `metrics` order
+  // Of the accuracy (final_val_acc; a stream sweep's prequential_accuracy), each cell but the
+  // baseline.
+  std::vector<VarianceComparison> variance;
 };
 
 SweepSummary Summarize(const SweepSpec& spec, const std::vector<RunResult>& results,

@@ -324,6 +324,12 @@ class SweepLoop {
       }
       finished_s_.push_back(took);
       ++done_;
+      if (summary.value("strategy", "") == "stream") {
+        std::printf("done  %s in %s: %.0f events/s, accuracy before training %.4f\n",
+                    run.name.c_str(), FormatDuration(took).c_str(),
+                    summary.value("events_per_s", 0.0), summary.value("prequential_accuracy", 0.0));
+        return;
+      }
       std::printf(
           "done  %s in %s: final val_acc %s\n", run.name.c_str(), FormatDuration(took).c_str(),
           summary.contains("final_val_acc") ? summary["final_val_acc"].dump().c_str() : "--");
@@ -351,8 +357,11 @@ class SweepLoop {
       std::string where = "starting";
       if (!metrics.empty()) {
         const nlohmann::json& m = metrics.back();
-        where = absl::StrFormat("epoch %s/%d", m.contains("epoch") ? m["epoch"].dump() : "?",
-                                epochs_[run.cell]);
+        // A stream run's lines count events, not epochs.
+        where = m.contains("events_trained")
+                    ? absl::StrFormat("%s events", m["events_trained"].dump())
+                    : absl::StrFormat("epoch %s/%d", m.contains("epoch") ? m["epoch"].dump() : "?",
+                                      epochs_[run.cell]);
         if (m.contains("val_acc") && m["val_acc"].is_number()) {
           absl::StrAppendFormat(&where, " val_acc %.4f", m["val_acc"].get<double>());
         }

@@ -1,5 +1,7 @@
 // `strata sweep` refuses a bad sweep file before anything runs: exit 2, every problem as
 // FILE:LINE: key: message, including overrides that make an invalid job.
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "tests/integration/orchestrator/cli_test_util.h"
@@ -88,6 +90,25 @@ TEST(SweepCli, TheExampleSweepChecksWithoutRunning) {
       << r.output;
   EXPECT_FALSE(Exists(dir + "/out"));
   RunCommand("rm -rf " + dir);
+}
+
+// Every sweep the docs point to (each file of configs/experiments with a `base:`) checks as
+// shipped: its base job and every cell's overrides pass `strata validate`.
+TEST(SweepCli, EveryShippedSweepChecks) {
+  const std::string experiments = std::string(STRATA_TEST_SOURCE_DIR) + "/configs/experiments";
+  int sweeps = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(experiments)) {
+    if (entry.path().extension() != ".yaml") continue;
+    if (Slurp(entry.path().string()).find("\nbase: ") == std::string::npos) continue;
+    ++sweeps;
+    const std::string dir = MakeTempDir("sweep-shipped");
+    CommandResult r = RunCommand(Strata() + " sweep " + entry.path().string() + " --check --out " +
+                                 dir + "/out");
+    EXPECT_EQ(r.exit_code, 0) << entry.path() << "\n" << r.output;
+    EXPECT_NE(r.output.find("ok: "), std::string::npos) << entry.path() << "\n" << r.output;
+    RunCommand("rm -rf " + dir);
+  }
+  EXPECT_GE(sweeps, 8);
 }
 
 }  // namespace

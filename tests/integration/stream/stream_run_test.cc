@@ -210,6 +210,41 @@ TEST_F(StreamRunTest, ResetLrRestartsTheDecayOnEachDriftAndTheReplicasStillAgree
   EXPECT_THAT(events, HasSubstr("\"lr_after\":0.05"));
 }
 
+// `strata sweep` runs stream studies as it runs the others: two cells (on_drift continue and
+// reset_lr) of a drifting stream, one seed each. Every run's summary.json reads its own recovery
+// from the drift (drift_recovery), and results.csv and summary.csv carry the stream's figures
+// per run and per cell. (Broken on purpose once: with the stream metrics left out of
+// MetricNames, the events_per_s column was missing and the test failed.)
+TEST_F(StreamRunTest, ASweepOfStreamJobsSummarisesEachCellsEventsAccuracyAndRecovery) {
+  std::ofstream(dir_ + "/job.yaml") << absl::StrCat(
+      kJob, "cluster: { workers: 1 }\n",
+      "stream: { batch_events: 32, max_events: 16000, lr_decay_events: 2000, produce: { drift: "
+      "{ at_event: 8000, permute_labels: true } } }\n");
+  std::ofstream(dir_ + "/sweep.yaml") << "name: stream-sweep\nbase: job.yaml\n"
+                                         "grid: { stream.on_drift: [continue, reset_lr] }\n"
+                                         "seeds: [1]\n";
+  std::string output;
+  ASSERT_EQ(Strata({"sweep", dir_ + "/sweep.yaml", "--out", dir_ + "/out", "--report"},
+                   "sweep.log", &output),
+            0)
+      << output;
+  EXPECT_THAT(output, HasSubstr("events/s, accuracy before training"));
+  for (const char* cell : {"on_drift=continue", "on_drift=reset_lr"}) {
+    const nlohmann::json s = Summary(absl::StrCat(dir_, "/out/runs/", cell, "/seed-1"));
+    ASSERT_TRUE(s.contains("drift_recovery")) << cell << " " << s.dump();
+    const nlohmann::json& d = s["drift_recovery"];
+    EXPECT_EQ(d["at_event"], 8000);
+    EXPECT_GT(d["level_before"].get<double>(), 0.3) << d.dump();
+    EXPECT_EQ(d["per_replica"].size(), 1u);
+  }
+  const std::string results = Slurp(dir_ + "/out/results.csv");
+  EXPECT_THAT(results, HasSubstr(",events_per_s,prequential_accuracy,events_to_recover\n"));
+  const std::string summary = Slurp(dir_ + "/out/summary.csv");
+  EXPECT_THAT(summary, HasSubstr("on_drift=reset_lr,events_per_s,1,"));
+  EXPECT_THAT(summary, HasSubstr("on_drift=reset_lr,prequential_accuracy,1,"));
+  EXPECT_THAT(Slurp(dir_ + "/out/report.html"), HasSubstr("forest-prequential"));
+}
+
 // stream.predict_rate: 5 % of 8,000 events at 2,000 events/s go to the replicas' Predict as they
 // enter the stream, to both replicas in turn; every question is answered, each answer's latency
 // and correctness recorded (summary.json, metrics.jsonl) while training goes on as without it.

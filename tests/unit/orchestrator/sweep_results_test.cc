@@ -223,6 +223,72 @@ TEST(SweepReport, DrawsEveryChartWithMeansIntervalsAndTheBaseline) {
   EXPECT_EQ(html.find(" to --"), std::string::npos);
 }
 
+// A sweep of stream jobs: no validation set, epochs or switch, so its metrics are the stream's
+// (events/s, accuracy before training, events to recover from the produced drift), its
+// variance comparison is of the accuracy before training, and its report draws those.
+TEST(SweepResults, AStreamSweepSummarisesTheStreamsFigures) {
+  auto spec = ParseSweepSpec(R"(base: job.yaml
+grid: { stream.on_drift: [continue, reset_lr] }
+seeds: [1, 2, 3]
+)",
+                             "sweep.yaml", {.cores = 2});
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  auto stream = [](double events_per_s, double accuracy, std::optional<double> recover) {
+    nlohmann::json j = {{"state", "succeeded"},       {"strategy", "stream"},
+                        {"wall_s", 20.0},             {"events_per_s", events_per_s},
+                        {"prequential_accuracy", accuracy}};
+    j["drift_recovery"] = {{"events_to_recover",
+                            recover ? nlohmann::json(*recover) : nlohmann::json(nullptr)}};
+    return j;
+  };
+  const std::vector<RunResult> results = {
+      ResultFromRunFiles("on_drift=continue", 1, stream(30000, 0.80, 60000), {}, {}),
+      ResultFromRunFiles("on_drift=continue", 2, stream(32000, 0.81, 50000), {}, {}),
+      ResultFromRunFiles("on_drift=continue", 3, stream(31000, 0.79, std::nullopt), {}, {}),
+      ResultFromRunFiles("on_drift=reset_lr", 1, stream(30500, 0.83, 20000), {}, {}),
+      ResultFromRunFiles("on_drift=reset_lr", 2, stream(31500, 0.84, 22000), {}, {}),
+      ResultFromRunFiles("on_drift=reset_lr", 3, stream(30000, 0.83, 21000), {}, {}),
+  };
+  EXPECT_TRUE(results[0].stream);
+  EXPECT_EQ(results[0].events_to_recover, 60000);
+  EXPECT_FALSE(results[2].events_to_recover.has_value());  // never recovered
+  const std::string csv = ResultsCsv(*spec, results);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')),
+            "cell,stream.on_drift,seed,state,wall_s,events_per_s,prequential_accuracy,"
+            "events_to_recover");
+  EXPECT_NE(csv.find("\non_drift=reset_lr,reset_lr,1,succeeded,20,30500,0.83,20000\n"),
+            std::string::npos)
+      << csv;
+  const SweepSummary s = Summarize(*spec, results);
+  bool found = false;
+  for (const CellMetric& row : s.rows) {
+    if (row.cell != "on_drift=reset_lr" || row.metric != "events_to_recover") continue;
+    found = true;
+    EXPECT_EQ(row.stats.n, 3);
+    EXPECT_DOUBLE_EQ(row.stats.mean, 21000);
+    ASSERT_TRUE(row.ratio_to_baseline.has_value());
+    EXPECT_DOUBLE_EQ(*row.ratio_to_baseline, 21000.0 / 55000.0);  // the baseline's 2 recoveries
+  }
+  EXPECT_TRUE(found);
+  ASSERT_EQ(s.variance.size(), 1u);
+  EXPECT_EQ(s.variance[0].metric, "prequential_accuracy");
+  EXPECT_EQ(s.variance[0].n, 3);
+  EXPECT_NE(SummaryText(s).find("events_to_recover"), std::string::npos);
+  EXPECT_EQ(SummaryText(s).find("final_val_acc"), std::string::npos);  // no validation set
+  const std::string html = RenderSweepReportHtml(*spec, results, s);
+  for (const char* kind : {"forest-prequential", "forest-events", "forest-wall", "forest-recovery"}) {
+    EXPECT_EQ(Count(html, absl::StrCat("class='chart forest ", kind, "'")), 1u) << kind;
+  }
+  EXPECT_EQ(Count(html, "class='chart forest forest-accuracy'"), 0u);
+  EXPECT_NE(html.find("of the accuracy before training"), std::string::npos);
+  // The runs table says what a stream run has: its events/s, accuracy and recovery.
+  EXPECT_NE(html.find("<th>events to recover</th>"), std::string::npos);
+  EXPECT_NE(html.find(">never<"), std::string::npos);  // continue, seed 3
+  EXPECT_EQ(html.find("no switch"), std::string::npos);
+  // A sweep of other jobs has none of the stream's columns.
+  EXPECT_EQ(ResultsCsv(Spec(), Results()).find("events_per_s"), std::string::npos);
+}
+
 TEST(SweepReport, ACellOfOneRunHasNoIntervalAndSaysSo) {
   const SweepSpec spec = Spec();
   std::vector<RunResult> results = Results();
