@@ -83,18 +83,11 @@ Node Service(const ContainerSpec& c, const RenderOptions& options, const Contain
   }
   if (!depends.empty()) s.Add("depends_on", std::move(depends));
   if (c.serves) {
-    // Generous: the probe runs inside the container, under its CPU limit (a straggler may have
-    // a tenth of a core), on a machine that may be busy; one unhealthy verdict before the
-    // orchestrator starts fails the whole project.
+    // Generous (HealthProbeCommand): one unhealthy verdict before the orchestrator starts fails
+    // the whole project.
     Node health = Node::Map();
-    std::vector<std::string> probe = {"CMD", kHealthProbe, absl::StrCat("127.0.0.1:", kContainerPort),
-                                      "--deadline-s", "8"};
-    if (TlsOn(plan.job)) {
-      // The service speaks nothing but TLS: the probe is a client of the run's CA like the rest.
-      const v1::ResolvedSecurity& security = plan.job.security();
-      probe.insert(probe.end(), {"--tls", Spelled(security.tls()), "--tls-dir", security.tls_dir(),
-                                 "--tls-server-name", security.tls_server_name()});
-    }
+    std::vector<std::string> probe = {"CMD"};
+    for (std::string& word : HealthProbeCommand(plan.job)) probe.push_back(std::move(word));
     health.Add("test", Node::Strs(probe).Flow());
     health.Add("interval", Node::Str("5s"));
     health.Add("timeout", Node::Str("10s"));

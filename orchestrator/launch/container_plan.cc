@@ -47,9 +47,10 @@ v1::ResolvedJob ContainerJobOf(const v1::ResolvedJob& job, v1::LauncherKind laun
     j.mutable_dataset()->set_path(kContainerData);
   }
   // Every container, `strata supervise` included, reads the certificates from the one place.
-  // (Kubernetes jobs with TLS are refused before they get here: job_checks.cc.)
-  if (TlsOn(j) && launcher == v1::LAUNCHER_KIND_COMPOSE) {
-    if (!j.security().tls_dir().empty()) {
+  // (A Kubernetes job naming its own security.tls_dir is refused before it gets here: a
+  // directory of this machine does not reach the pods. Its certificates are the run's.)
+  if (TlsOn(j)) {
+    if (!j.security().tls_dir().empty() && launcher == v1::LAUNCHER_KIND_COMPOSE) {
       inputs->push_back({Absolute(j.security().tls_dir()), kContainerUserTlsDir});
       j.mutable_security()->set_tls_dir(kContainerUserTlsDir);
     } else {
@@ -61,6 +62,7 @@ v1::ResolvedJob ContainerJobOf(const v1::ResolvedJob& job, v1::LauncherKind laun
 
 
 std::string ListenAddress() { return absl::StrCat("0.0.0.0:", kContainerPort); }
+
 
 // "BINARY", then one line per flag with its value, joined by backslash-newlines.
 std::string CommandLine(const std::string& binary, const std::vector<std::string>& args) {
@@ -398,6 +400,19 @@ ContainerPlan PlanKubernetesContainers(const v1::ResolvedJob& job, const Kuberne
   plan.containers.push_back(OrchestratorContainer(
       loops, SuperviseExec(servers_arg, "$workers", names.evaluator() + port, extra)));
   return plan;
+}
+
+std::vector<std::string> HealthProbeCommand(const v1::ResolvedJob& job) {
+  // Generous: the probe runs inside the container, under its CPU limit (a straggler may have a
+  // tenth of a core), on a machine that may be busy.
+  std::vector<std::string> probe = {kHealthProbe, absl::StrCat("127.0.0.1:", kContainerPort),
+                                    "--deadline-s", "8"};
+  if (TlsOn(job)) {
+    const v1::ResolvedSecurity& security = job.security();
+    probe.insert(probe.end(), {"--tls", Spelled(security.tls()), "--tls-dir", security.tls_dir(),
+                               "--tls-server-name", security.tls_server_name()});
+  }
+  return probe;
 }
 
 }  // namespace strata

@@ -112,6 +112,11 @@ const std::vector<TemplatedFlag>& KubernetesTemplatedFlags();
 // else single-quoted.
 std::string ShellWord(const std::string& word);
 
+// The health probe as a container runs it against its own service: `strata-health` on the
+// container's port, a client of the run's CA with the job's TLS mode when security.tls is on (a
+// service under TLS speaks nothing else, and Kubernetes' own gRPC probes speak no TLS).
+std::vector<std::string> HealthProbeCommand(const v1::ResolvedJob& job);
+
 // A CPU quantity as Kubernetes writes it: "2", "500m".
 std::string CpuQuantity(double cpus);
 

@@ -162,13 +162,20 @@ class Builder {
     return n;
   }
 
-  Node GrpcProbe(int period, int failures) const {
+  // The kubelet's own gRPC probe; under security.tls, which it does not speak, `strata-health`
+  // run in the container as a client of the run's CA (HealthProbeCommand).
+  Node HealthProbe(int period, int failures) const {
     Node p = Node::Map();
-    p.Add("grpc", Node::Map().Add("port", Node::Int(kContainerPort)));
+    if (TlsOn(plan_.job)) {
+      p.Add("exec", Node::Map().Add("command", Node::Strs(HealthProbeCommand(plan_.job)).Flow()));
+    } else {
+      p.Add("grpc", Node::Map().Add("port", Node::Int(kContainerPort)));
+    }
     p.Add("periodSeconds", Node::Int(period));
     // Not the default 1 s: a server busy training (or throttled to a small CPU limit) may take
-    // longer to answer, and a liveness failure restarts the container.
-    p.Add("timeoutSeconds", Node::Int(5));
+    // longer to answer, and a liveness failure restarts the container. The exec probe's own
+    // deadline is 8 s.
+    p.Add("timeoutSeconds", Node::Int(TlsOn(plan_.job) ? 10 : 5));
     p.Add("failureThreshold", Node::Int(failures));
     return p;
   }
@@ -229,10 +236,10 @@ class Builder {
       // Servers and workers wait for the shard plan before they listen: the startup probe
       // gives them the sharder's time (30 minutes) before liveness counts.
       n.Add(
-          "startupProbe", GrpcProbe(5, 360),
+          "startupProbe", HealthProbe(5, 360),
           "The standard gRPC health check (grpc.health.v1.Health), no token: see docs/deploy.md.");
-      n.Add("readinessProbe", GrpcProbe(5, 3));
-      n.Add("livenessProbe", GrpcProbe(10, 6));
+      n.Add("readinessProbe", HealthProbe(5, 3));
+      n.Add("livenessProbe", HealthProbe(10, 6));
     }
     return n;
   }

@@ -23,13 +23,12 @@ namespace strata {
 
 namespace {
 
-// Why a job with TLS cannot run on Kubernetes yet; `carrier` names what refuses it.
-std::string TlsOnKubernetesRefusal(const std::string& mode, const std::string& carrier) {
+// Why a Kubernetes job cannot bring its own certificates; `carrier` names what refuses it.
+std::string TlsDirOnKubernetesRefusal(const std::string& carrier) {
   return absl::StrCat(
-      "'", mode, "' is not carried by ", carrier,
-      " yet: the pods would need the certificates as a Secret and the probes a TLS client "
-      "(Kubernetes' gRPC probes speak no TLS); use launcher.kind local or compose, or "
-      "security.tls off on a network only the job's pods reach (docs/deploy.md)");
+      "a directory of this machine does not reach the pods, so ", carrier,
+      " takes no certificates of the user's: leave security.tls_dir empty and the job's one-shot "
+      "step makes the run's own in the run volume (docs/deploy.md, \"TLS on Kubernetes\")");
 }
 
 // In containers every service listens on kContainerPort; a metrics endpoint there could not bind.
@@ -217,11 +216,10 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
     }
   }
   const v1::LauncherKind launcher = job.launcher().kind();
-  if (usable({"launcher.kind", "security.tls"}) && launcher == v1::LAUNCHER_KIND_KUBERNETES &&
-      TlsOn(job)) {
-    error("security.tls",
-          TlsOnKubernetesRefusal(Spelled(security.tls()),
-                                 absl::StrCat("launcher.kind ", Spelled(launcher))));
+  if (usable({"launcher.kind", "security.tls", "security.tls_dir"}) &&
+      launcher == v1::LAUNCHER_KIND_KUBERNETES && TlsOn(job) && !security.tls_dir().empty()) {
+    error("security.tls_dir",
+          TlsDirOnKubernetesRefusal(absl::StrCat("launcher.kind ", Spelled(launcher))));
   }
   if (usable({"metrics.port", "metrics.enabled", "launcher.kind"}) &&
       launcher != v1::LAUNCHER_KIND_LOCAL) {
@@ -267,11 +265,10 @@ absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
     return absl::InvalidArgumentError(absl::StrJoin(reading.errors, "\n"));
   }
   const v1::ResolvedJob& job = reading.job;
-  if (TlsOn(job) && target == v1::LAUNCHER_KIND_KUBERNETES) {
+  if (TlsOn(job) && target == v1::LAUNCHER_KIND_KUBERNETES && !job.security().tls_dir().empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(reading.Where("security.tls"), ": security.tls: ",
-                     TlsOnKubernetesRefusal(Spelled(job.security().tls()),
-                                            "the Kubernetes renderer")));
+        absl::StrCat(reading.Where("security.tls_dir"), ": security.tls_dir: ",
+                     TlsDirOnKubernetesRefusal("the Kubernetes renderer")));
   }
   // Compose binds them into every container from here.
   if (TlsOn(job) && !job.security().tls_dir().empty()) {

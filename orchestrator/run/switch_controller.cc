@@ -110,7 +110,11 @@ absl::Status SwitchController::Decide(const ClusterView& view, Clock::time_point
   }
   source_ = ranks_.empty() ? 0 : ranks_.front();
   int64_t at_step = view.MaxStep() + view.SwitchMargin();
-  if (trigger_.target_step) at_step = std::max(at_step, *trigger_.target_step);
+  // The workers hold before the at_fraction target until this request comes
+  // (training_loop.cc), so a target not yet passed is asked for exactly, however late this pass.
+  if (trigger_.target_step && view.MaxStep() < *trigger_.target_step) {
+    at_step = *trigger_.target_step;
+  }
   if (fallback()) at_step = 0;  // the survivors have stopped already: at once
   const int64_t last_step = view.LastStep();
   events_.SwitchDecided({trigger_, at_step, SecondsBetween(options_.run_start, now)});

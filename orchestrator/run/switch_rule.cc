@@ -5,6 +5,8 @@
 
 #include <absl/strings/str_format.h>
 
+#include "services/common/config/resolved_job.h"
+
 namespace strata {
 
 std::optional<double> EmpiricalSwitchRule::MeanRelativeChangePercent(
@@ -43,9 +45,7 @@ SwitchDecision EmpiricalSwitchRule::Decide(const std::vector<double>& val_losses
 }
 
 int64_t AtFractionSwitchRule::SwitchEpoch() const {
-  // A small epsilon keeps 0.3 * 10 (= 3.0000000000000004 in binary) at epoch 3.
-  const double at = std::ceil(fraction_ * total_epochs_ - 1e-9);
-  return std::max<int64_t>(1, static_cast<int64_t>(at));
+  return AtFractionSwitchEpoch(fraction_, total_epochs_);
 }
 
 SwitchDecision AtFractionSwitchRule::Decide(int64_t completed_epochs) const {

@@ -1,5 +1,6 @@
 #include "services/worker/switch_participant.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace strata {
@@ -31,6 +32,7 @@ absl::StatusOr<SwitchParticipant::Ticket> SwitchParticipant::Request(
   }
   state_ = SwitchState::kPending;
   request_ = request;
+  requested_.notify_all();
   answer_ = std::make_shared<std::promise<Outcome>>();
   withdrawal_pending_ = false;
   return Ticket{++request_id_, answer_->get_future().share()};
@@ -95,6 +97,24 @@ void SwitchParticipant::EndWith(Outcome outcome, SwitchState next) {
   request_.reset();
   withdrawal_pending_ = false;
   state_ = next;
+}
+
+bool SwitchParticipant::AwaitRequest(std::chrono::milliseconds timeout,
+                                     std::chrono::milliseconds poll,
+                                     const std::function<bool()>& stop) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock<std::mutex> lock(mu_);
+  while (state_ == SwitchState::kIdle) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= until) return false;
+    // Not only a notification: `stop` is another thread's flag.
+    lock.unlock();
+    if (stop()) return false;
+    lock.lock();
+    if (state_ != SwitchState::kIdle) break;
+    requested_.wait_until(lock, std::min(until, now + poll));
+  }
+  return true;
 }
 
 }  // namespace strata

@@ -15,7 +15,10 @@
 //   EndOfTraining return to idle, answering the caller.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <future>
 #include <memory>
 #include <mutex>
@@ -69,10 +72,16 @@ class SwitchParticipant {
 
   SwitchState state() const;
 
+  // Training thread: waits up to `timeout` while no request has come (state idle), waking at
+  // least every `poll` to ask `stop` whether to give up. True once a request is there.
+  bool AwaitRequest(std::chrono::milliseconds timeout, std::chrono::milliseconds poll,
+                    const std::function<bool()>& stop);
+
  private:
   void EndWith(Outcome outcome, SwitchState next);  // with mu_ held
 
   mutable std::mutex mu_;
+  std::condition_variable requested_;  // a request came (AwaitRequest)
   SwitchState state_ = SwitchState::kIdle;
   std::optional<v1::SwitchRequest> request_;
   std::shared_ptr<std::promise<Outcome>> answer_;

@@ -16,6 +16,7 @@
 #include "services/common/base/run_directory.h"
 #include "services/common/base/run_paths.h"
 #include "services/common/base/status.h"
+#include "services/common/config/resolved_job.h"
 #include "services/common/wire/checkpoint.h"
 #include "services/worker/switch_participant.h"
 
@@ -341,6 +342,40 @@ class TrainingLoop::Runner {
     return step;
   }
 
+  // strategy.kind switch with the at_fraction rule: the step count after which the orchestrator
+  // will ask the workers to switch (the rule's epoch x steps per epoch), when the ring starts
+  // before it and training goes past it; 0 otherwise.
+  int64_t AtFractionHoldStep(const v1::StartRequest& start, int64_t steps_per_epoch) const {
+    const v1::ResolvedStrategy& strategy = options_.job.strategy();
+    if (strategy.kind() != v1::STRATEGY_KIND_SWITCH ||
+        strategy.rule() != v1::SWITCH_RULE_AT_FRACTION || start.mode() != v1::SYNC_MODE_ALLREDUCE) {
+      return 0;
+    }
+    const int64_t epochs = options_.job.training().epochs();
+    const int64_t target = AtFractionSwitchEpoch(strategy.at_fraction(), epochs) * steps_per_epoch;
+    return target < epochs * steps_per_epoch ? target : 0;
+  }
+
+  // Before the step that completes `hold_at` steps, while no switch request has come: wait for it
+  // (up to the worker's deadline). The orchestrator decides from the workers' reported steps, once
+  // a tick; a ring of fast steps can pass the target between two ticks, and a request for a step
+  // already passed switches later than the rule says, or not at all when training ends first.
+  // Held here, every rank of the ring waits at the same step, and the switch lands on it.
+  void HoldForTheSwitch(int64_t step, int64_t hold_at) {
+    if (hold_at == 0 || step + 1 != hold_at) return;
+    if (state_->switch_participant.state() != SwitchState::kIdle) return;
+    spdlog::info("holding before step {}: the at_fraction switch is due after it", hold_at);
+    const auto began = Clock::now();
+    const bool came = state_->switch_participant.AwaitRequest(
+        options_.deadline, std::chrono::milliseconds(100), [this] { return state_->stopping(); });
+    const double waited = std::chrono::duration<double>(Clock::now() - began).count();
+    if (came) {
+      spdlog::info("the switch request came after {:.3f} s", waited);
+    } else if (!state_->stopping()) {
+      spdlog::warn("no switch request within {:.0f} s at step {}: training on", waited, hold_at);
+    }
+  }
+
   // What GetStatus answers once a step is done.
   void PublishStep(int64_t step, double train_loss, int64_t phase_samples,
                    Clock::time_point phase_start, bool switch_begins) {
@@ -366,6 +401,7 @@ class TrainingLoop::Runner {
                  ModeName(start.mode()), sync->name(), trainer.shard_size(), steps_per_epoch,
                  options_.job.training().epochs());
     int64_t step = FirstStep(start, steps_per_epoch);
+    const int64_t hold_at = AtFractionHoldStep(start, steps_per_epoch);
     const int64_t first_epoch = step / steps_per_epoch;
     const int64_t first_batch = step % steps_per_epoch;
     auto phase_start = Clock::now();
@@ -391,6 +427,7 @@ class TrainingLoop::Runner {
         state_->RunTasks(trainer);
         if (state_->stopping()) return absl::CancelledError("stopped");
         const auto step_began = Clock::now();
+        HoldForTheSwitch(step, hold_at);
         STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer.ComputeGradients(b));
         StepContext context{epoch, step, stats.examples, stats.loss};
         // Vote to switch after this step if a request is due; once voted it cannot be withdrawn

@@ -219,6 +219,12 @@ std::string ModelText(const v1::ResolvedJob& job) {
   return absl::StrCat(slash == std::string::npos ? file : file.substr(slash + 1), " (TorchScript)");
 }
 
+int64_t AtFractionSwitchEpoch(double fraction, int64_t epochs) {
+  // A small epsilon keeps 0.3 * 10 (= 3.0000000000000004 in binary) at epoch 3.
+  const double at = std::ceil(fraction * static_cast<double>(epochs) - 1e-9);
+  return std::max<int64_t>(1, static_cast<int64_t>(at));
+}
+
 std::string StrategyText(const v1::ResolvedStrategy& s) {
   switch (s.kind()) {
     case v1::STRATEGY_KIND_PS:

@@ -69,5 +69,8 @@ std::optional<int> BuiltinModelTensors(v1::ModelArch arch);
 std::string ModelText(const v1::ResolvedJob& job);
 // The strategy as the run's first line and status.json say it: "switch (at_fraction 0.5)".
 std::string StrategyText(const v1::ResolvedStrategy& strategy);
+// The at_fraction rule's switch point in completed epochs: ceil(fraction * epochs), at least 1.
+// The orchestrator decides by it and the workers hold before it (so both read it from here).
+int64_t AtFractionSwitchEpoch(double fraction, int64_t epochs);
 
 }  // namespace strata

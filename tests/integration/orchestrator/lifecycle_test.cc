@@ -114,6 +114,54 @@ INSTANTIATE_TEST_SUITE_P(Signals, InterruptedRun,
 // plan, and `strata resume` shards again before it starts anything. (Seen to fail before
 // RunDriver::ShardData took this case: the resumed run stopped at once, "strata resume: failed:
 // cannot open .../shards/shard-0.idx: No such file or directory".)
+// The at_fraction switch lands on its target step however late the orchestrator decides: with
+// `strata run` stopped (SIGSTOP) from the start of training, both workers hold before the step
+// the rule switches after (epoch 2 of 4, 63 steps an epoch: step 126) instead of training on;
+// released, the orchestrator asks for that step and the run switches there. Broken on purpose:
+// without the hold the workers trained all 252 steps while the orchestrator was stopped, no
+// worker logged the hold, and the released orchestrator asked for step 846: the switch was
+// skipped and every check below failed. (Seen in a suite run before the
+// hold: a decision one 100 ms tick late asked for step 195 of a 189-step run, and the switch was
+// skipped.)
+TEST(Lifecycle, AnAtFractionSwitchLandsOnItsTargetHoweverLateTheOrchestrator) {
+  RunFixture f(R"(name: at-fraction-hold
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 2000, max_test: 200 }
+model: { arch: mlp }
+training: { epochs: 4, batch_size: 32, lr: 0.02, momentum: 0.9, seed: 1 }
+cluster: { workers: 2, parameter_servers: 1 }
+sharding: { method: stratified }
+strategy: { kind: switch, rule: at_fraction, at_fraction: 0.5 }
+)");
+  ASSERT_TRUE(AwaitEvents(f, [](const auto& e) { return Has(e, "training_started"); }))
+      << f.run->Output();
+  ASSERT_EQ(::kill(f.run->pid(), SIGSTOP), 0);
+  struct Resume {
+    int pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{f.run->pid()};
+  const bool held = Eventually(
+      [&] {
+        for (const char* w : {"worker-0", "worker-1"}) {
+          const std::string log = Slurp(f.run_dir + "/logs/" + w + ".log");
+          if (log.find("holding before step 126") == std::string::npos) return false;
+        }
+        return true;
+      },
+      seconds(120));
+  ::kill(f.run->pid(), SIGCONT);
+  EXPECT_TRUE(held) << Slurp(f.run_dir + "/logs/worker-0.log");
+  ASSERT_EQ(f.run->Wait(seconds(600)), 0) << f.run->Output();
+  const nlohmann::json summary = ReadJson(f.run_dir + "/summary.json");
+  EXPECT_EQ(summary["switch_step"], 126) << summary.dump(2);
+  EXPECT_EQ(summary["switch_epoch"], 2) << summary.dump(2);
+  for (const auto& e : ReadLines(f.run_dir + "/events.jsonl")) {
+    if (e.value("event", "") == "switch_decided") {
+      EXPECT_EQ(e["at_step"], 126) << e.dump();
+    }
+    EXPECT_NE(e.value("event", ""), "switch_skipped") << e.dump();
+  }
+}
+
 TEST(Lifecycle, KilledWhileShardingThenResumedShardsAgainAndTrains) {
   // The whole training set, split by k-means: the sharder runs for a second or more.
   RunFixture f(R"(name: lifecycle-sharding

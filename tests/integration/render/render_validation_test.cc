@@ -128,9 +128,9 @@ TEST(RenderKubernetes, KustomizeBuildsTheBaseAndBothOverlaysAndTheSchemaAccepts)
   }
   const bool schema = HaveSchemaCheck();
   // With --service-monitor too: its Services, policy and ServiceMonitor (the operator's CRD types,
-  // scripts/k8s-validate) in the base and both overlays.
+  // scripts/k8s-validate) in the base and both overlays; and with TLS (exec probes).
   for (const std::string& job : Jobs())
-    for (const std::string flags : {"", "--service-monitor"}) {
+    for (const std::string flags : {"", "--service-monitor", "--set security.tls=mutual"}) {
       const ScopedDir scoped("render-kubernetes");
       const std::string dir = Render(job, "kubernetes", scoped.path, flags);
       // The token the user creates before applying (a test value; never rendered).
@@ -148,7 +148,7 @@ TEST(RenderKubernetes, KustomizeBuildsTheBaseAndBothOverlaysAndTheSchemaAccepts)
       const CommandResult v = RunCommand("node " + Validator() + "/validate.mjs" + built_files);
       EXPECT_EQ(v.exit_code, 0) << job << " " << flags << "\n" << v.output;
       EXPECT_NE(v.output.find("object(s) valid"), std::string::npos) << v.output;
-      if (!flags.empty()) {
+      if (flags == "--service-monitor") {
         EXPECT_NE(Slurp(dir + "/base.built.yaml").find("kind: ServiceMonitor"), std::string::npos);
       }
     }

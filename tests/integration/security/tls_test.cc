@@ -3,8 +3,8 @@
 // certificate it signed (and still want the run token); under --tls on they need no client
 // certificate but still prove who they are; a service given a bad or missing certificate exits 2
 // naming the file; whole `strata run`s train with security.tls mutual (certificates made by the
-// run) and on (a directory of the user's); the Kubernetes renderer refuses TLS (compose carries it:
-// tests/e2e/compose_run_test.cc).
+// run) and on (a directory of the user's); the Kubernetes renderer carries TLS with the run's own
+// certificates and TLS probes (compose runs it for real: tests/e2e/compose_run_test.cc).
 #include <sys/stat.h>
 
 #include <atomic>
@@ -622,7 +622,7 @@ TEST_F(TlsTest, AJobTrainsEndToEndWithTlsOnAndTheUsersCertificates) {
   EXPECT_FALSE(testing::Exists(run_dir + "/tls"));
 }
 
-TEST_F(TlsTest, ValidationRefusesCertificatesThatWouldFailAndKubernetesRefusesTls) {
+TEST_F(TlsTest, ValidationRefusesCertificatesThatWouldFailAndKubernetesMakesItsOwn) {
   const std::string garbage = Variant(tls_dir_, "garbage", "client.key", "not a key\n");
   testing::WriteText(dir_ + "/bad.yaml", std::string("name: tls-bad\n") + kRunJob +
                                              "security:\n  tls: mutual\n  tls_dir: " + garbage +
@@ -639,8 +639,9 @@ TEST_F(TlsTest, ValidationRefusesCertificatesThatWouldFailAndKubernetesRefusesTl
   }
   EXPECT_FALSE(testing::Exists(dir_ + "/never"));
 
-  // Compose carries TLS (the one-shot step makes the run's certificates in the run volume, or the
-  // user's directory is bound read-only); Kubernetes does not yet, and says so.
+  // Compose and Kubernetes carry TLS: the one-shot step makes the run's certificates in the run
+  // volume (compose may bind the user's directory read-only instead; a directory of this machine
+  // does not reach Kubernetes' pods, so there it is refused, naming the key).
   testing::WriteText(dir_ + "/compose.yaml", std::string("name: tls-compose\n") + kRunJob +
                                                  "launcher: { kind: compose }\n"
                                                  "security: { tls: on }\n");
@@ -648,20 +649,37 @@ TEST_F(TlsTest, ValidationRefusesCertificatesThatWouldFailAndKubernetesRefusesTl
   EXPECT_EQ(v.exit_code, 0) << v.output;
   const CommandResult k = RunCommand(Strata() + " validate " + dir_ + "/compose.yaml" +
                                      " --set launcher.kind=kubernetes");
-  EXPECT_EQ(k.exit_code, 2) << k.output;
-  EXPECT_TRUE(absl::StrContains(k.output, "security.tls: 'on' is not carried by launcher.kind "
-                                          "kubernetes"))
-      << k.output;
+  EXPECT_EQ(k.exit_code, 0) << k.output;
+  const CommandResult own = RunCommand(Strata() + " validate " + dir_ + "/compose.yaml" +
+                                       " --set launcher.kind=kubernetes --set security.tls_dir=" +
+                                       tls_dir_);
+  EXPECT_EQ(own.exit_code, 2) << own.output;
+  EXPECT_TRUE(absl::StrContains(own.output, "security.tls_dir: a directory of this machine does "
+                                            "not reach the pods"))
+      << own.output;
   testing::WriteText(dir_ + "/run.yaml", std::string("name: tls-render\n") + kRunJob);
   const CommandResult kubernetes =
       RunCommand(Strata() + " render " + dir_ + "/run.yaml --launcher kubernetes --out " + dir_ +
-                 "/rendered --set security.tls=mutual");
-  EXPECT_EQ(kubernetes.exit_code, 2) << kubernetes.output;
-  EXPECT_TRUE(absl::StrContains(kubernetes.output,
-                                "security.tls: 'mutual' is not carried by the Kubernetes renderer"))
-      << kubernetes.output;
-  EXPECT_TRUE(absl::StrContains(kubernetes.output, "docs/deploy.md")) << kubernetes.output;
-  EXPECT_FALSE(testing::Exists(dir_ + "/rendered"));
+                 "/rendered-k8s --set security.tls=mutual");
+  ASSERT_EQ(kubernetes.exit_code, 0) << kubernetes.output;
+  // Every service's pod serves TLS only and is probed by a TLS client of the run's CA (the
+  // kubelet's gRPC probe speaks no TLS); the one-shot step makes the certificates first.
+  const std::string base = dir_ + "/rendered-k8s/base/";
+  for (const std::string file : {"parameter-servers.yaml", "workers.yaml", "evaluator.yaml"}) {
+    const std::string text = testing::Slurp(base + file);
+    EXPECT_TRUE(absl::StrContains(text, "--tls mutual")) << file << "\n" << text;
+    EXPECT_TRUE(absl::StrContains(text, "exec:")) << file;
+    EXPECT_TRUE(absl::StrContains(text, "command: [strata-health, \"127.0.0.1:50051\", "
+                                        "--deadline-s, \"8\", --tls, mutual, --tls-dir, "
+                                        "/run/strata/tls, --tls-server-name, strata]"))
+        << file << "\n" << text;
+    EXPECT_FALSE(absl::StrContains(text, "grpc:\n")) << file;
+  }
+  const std::string orchestrator = testing::Slurp(base + "orchestrator.yaml");
+  EXPECT_TRUE(absl::StrContains(orchestrator, "strata certificates")) << orchestrator;
+  // `strata supervise` reads TLS from the job spec every pod mounts, with the run's directory.
+  const std::string spec = testing::Slurp(base + "job.yaml");
+  EXPECT_TRUE(absl::StrContains(spec, "  tls: mutual\n  tls_dir: /run/strata/tls\n")) << spec;
   // The user's directory is checked on the machine that renders, before anything is written.
   const CommandResult bad = RunCommand(Strata() + " render " + dir_ +
                                        "/run.yaml --launcher compose --out " + dir_ +

@@ -438,6 +438,33 @@ TEST_F(SwitchControllerTest, ARuleTargetLaterThanTheMarginIsKept) {
   EXPECT_EQ(decided["at_step"], 300);
 }
 
+// The workers hold before the at_fraction target until the request comes, so a decision made
+// within the margin of the target (here: workers at 298 of a target of 300, a margin of 50)
+// still asks for the target itself; one made after the workers passed it (a restarted run) asks
+// for the margin past where they are. (Seen in a suite run: a decision one tick late asked for
+// step 195 of a 189-step run with the target at 63, and the switch was skipped.)
+TEST_F(SwitchControllerTest, AnAtFractionTargetNotYetPassedIsAskedForExactly) {
+  SwitchTrigger t;
+  t.kind = TriggerKind::kAtFraction;
+  t.target_step = 300;
+  t.at_fraction = AtFractionTriggerDetails{0.3, 3};
+  for (auto& w : view_.workers) w.set_step(298);
+  ASSERT_TRUE(controller_->Offer(t));
+  ASSERT_TRUE(Step().ok());
+  EXPECT_EQ(client_.switch_requests.at(0).at_step(), 300);
+}
+
+TEST_F(SwitchControllerTest, AnAtFractionTargetAlreadyPassedIsAskedForPastTheWorkers) {
+  SwitchTrigger t;
+  t.kind = TriggerKind::kAtFraction;
+  t.target_step = 300;
+  t.at_fraction = AtFractionTriggerDetails{0.3, 3};
+  for (auto& w : view_.workers) w.set_step(310);
+  ASSERT_TRUE(controller_->Offer(t));
+  ASSERT_TRUE(Step().ok());
+  EXPECT_GT(client_.switch_requests.at(0).at_step(), 310);
+}
+
 TEST_F(SwitchControllerTest, AsksForPassesOftenOnlyWhileSwitching) {
   EXPECT_FALSE(controller_->StepWithin().has_value());
   ASSERT_TRUE(controller_->Offer(Manual()));
