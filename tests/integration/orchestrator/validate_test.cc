@@ -93,8 +93,9 @@ std::vector<BadSpec> BadSpecs() {
        "security.tls_dir", 17},
       {"TLS certificates that are not there",
        v + "security: { tls: mutual, tls_dir: /nonexistent/tls }\n", "security.tls_dir", 17},
-      {"TLS on Kubernetes", v + "launcher: { kind: kubernetes }\nsecurity: { tls: on }\n",
-       "security.tls", 18},
+      {"a TLS directory on Kubernetes",
+       v + "launcher: { kind: kubernetes }\nsecurity: { tls: on, tls_dir: /etc/strata/tls }\n",
+       "security.tls_dir", 18},
       {"a metrics port on the containers' gRPC port",
        v + "launcher: { kind: compose }\nmetrics: { port: 50051 }\n", "metrics.port", 18},
   };

@@ -423,11 +423,17 @@ TEST_F(SwitchControllerTest, ASwitchStepPastTheEndIsSkipped) {
   EXPECT_TRUE(controller_->settled());
 }
 
-TEST_F(SwitchControllerTest, ARuleTargetLaterThanTheMarginIsKept) {
+// The at_fraction rule's trigger for a switch after step 300 (epoch 3 of 10 at 100 steps).
+SwitchTrigger AtFractionTarget300() {
   SwitchTrigger t;
   t.kind = TriggerKind::kAtFraction;
   t.target_step = 300;
   t.at_fraction = AtFractionTriggerDetails{0.3, 3};
+  return t;
+}
+
+TEST_F(SwitchControllerTest, ARuleTargetLaterThanTheMarginIsKept) {
+  const SwitchTrigger t = AtFractionTarget300();
   ASSERT_TRUE(controller_->Offer(t));
   ASSERT_TRUE(Step().ok());
   EXPECT_EQ(client_.switch_requests.at(0).at_step(), 300);
@@ -444,10 +450,7 @@ TEST_F(SwitchControllerTest, ARuleTargetLaterThanTheMarginIsKept) {
 // for the margin past where they are. (Seen in a suite run: a decision one tick late asked for
 // step 195 of a 189-step run with the target at 63, and the switch was skipped.)
 TEST_F(SwitchControllerTest, AnAtFractionTargetNotYetPassedIsAskedForExactly) {
-  SwitchTrigger t;
-  t.kind = TriggerKind::kAtFraction;
-  t.target_step = 300;
-  t.at_fraction = AtFractionTriggerDetails{0.3, 3};
+  const SwitchTrigger t = AtFractionTarget300();
   for (auto& w : view_.workers) w.set_step(298);
   ASSERT_TRUE(controller_->Offer(t));
   ASSERT_TRUE(Step().ok());
@@ -455,10 +458,7 @@ TEST_F(SwitchControllerTest, AnAtFractionTargetNotYetPassedIsAskedForExactly) {
 }
 
 TEST_F(SwitchControllerTest, AnAtFractionTargetAlreadyPassedIsAskedForPastTheWorkers) {
-  SwitchTrigger t;
-  t.kind = TriggerKind::kAtFraction;
-  t.target_step = 300;
-  t.at_fraction = AtFractionTriggerDetails{0.3, 3};
+  const SwitchTrigger t = AtFractionTarget300();
   for (auto& w : view_.workers) w.set_step(310);
   ASSERT_TRUE(controller_->Offer(t));
   ASSERT_TRUE(Step().ok());
