@@ -377,6 +377,8 @@ absl::Status RunDriver::WaitForPorts() {
   addresses.workers = Addresses(ServiceRole::kWorker);
   addresses.servers = Addresses(ServiceRole::kParameterServer);
   addresses.evaluator = Addresses(ServiceRole::kEvaluator).front();
+  // Local processes: a dead evaluator is an exit the supervisor sees, so waiting is safe.
+  addresses.wait_for_evaluator = !attached();
   client_ = MakeGrpcClusterClient(addresses);
   console_.Say(absl::StrFormat("%d %s after %.1f s", endpoints_.size(),
                                attached() ? "service(s) serving" : "process(es) listening",

@@ -12,6 +12,7 @@
 #include "orchestrator/launch/container_plan.h"
 #include "orchestrator/run/switch_rule.h"
 #include "services/common/base/files.h"
+#include "services/common/base/run_directory.h"
 #include "services/common/config/job_keys.h"
 #include "services/common/config/job_spec.h"
 #include "services/common/config/resolved_job.h"
@@ -216,8 +217,11 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
     }
   }
   const v1::LauncherKind launcher = job.launcher().kind();
+  // The rendered job names the run volume's own directory, which `strata supervise` reads in its
+  // pod: only another directory is the user's.
   if (usable({"launcher.kind", "security.tls", "security.tls_dir"}) &&
-      launcher == v1::LAUNCHER_KIND_KUBERNETES && TlsOn(job) && !security.tls_dir().empty()) {
+      launcher == v1::LAUNCHER_KIND_KUBERNETES && TlsOn(job) && !security.tls_dir().empty() &&
+      security.tls_dir() != RunPaths(kContainerRunDir).tls) {
     error("security.tls_dir",
           TlsDirOnKubernetesRefusal(absl::StrCat("launcher.kind ", Spelled(launcher))));
   }

@@ -1,6 +1,8 @@
 #include "orchestrator/record/drift_recovery.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <utility>
 
 namespace strata {
@@ -44,9 +46,10 @@ std::optional<ReplicaDriftRecovery> OfReplica(const nlohmann::json& result, int6
   for (size_t i = from; i < before.size(); ++i) r.level_before += before[i];
   r.level_before /= static_cast<double>(before.size() - from);
   r.final_accuracy = curve.back().second;
-  bool fell = false;
+  bool fell = false, after = false;
   for (const auto& [seq, accuracy] : curve) {
     if (seq < at_event) continue;
+    after = true;
     if (!fell) {
       fell = accuracy < r.level_before - kMargin;
     } else if (accuracy >= r.level_before - kMargin) {
@@ -54,6 +57,8 @@ std::optional<ReplicaDriftRecovery> OfReplica(const nlohmann::json& result, int6
       break;
     }
   }
+  // Never more than a point below its level after the drift: it cost nothing to come back from.
+  if (after && !fell) r.events_to_recover = 0;
   return r;
 }
 
@@ -68,15 +73,17 @@ std::optional<DriftRecovery> ReadDriftRecovery(const std::vector<nlohmann::json>
     if (auto r = OfReplica(result, at_event)) out.replicas.push_back(*r);
   }
   if (out.replicas.empty()) return std::nullopt;
-  std::vector<double> levels, finals, known;
+  std::vector<double> levels, finals, recoveries;
   for (const ReplicaDriftRecovery& r : out.replicas) {
     levels.push_back(r.level_before);
     finals.push_back(r.final_accuracy);
-    if (r.events_to_recover) known.push_back(static_cast<double>(*r.events_to_recover));
+    // "Never" ranks after every number: the median is never when half or more never came back.
+    recoveries.push_back(r.events_to_recover ? static_cast<double>(*r.events_to_recover)
+                                             : std::numeric_limits<double>::infinity());
   }
   out.level_before = Median(levels);
   out.final_accuracy = Median(finals);
-  if (known.size() * 2 > out.replicas.size()) out.events_to_recover = Median(known);
+  if (const double m = Median(recoveries); std::isfinite(m)) out.events_to_recover = m;
   return out;
 }
 

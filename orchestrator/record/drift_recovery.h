@@ -5,8 +5,9 @@
 // before the drift; it has recovered at the first point after the drift that is back within 1
 // point of that level once it had fallen more than 1 point below it; the events to recover are
 // that point's event number minus the drift's (events of the whole stream, all replicas
-// together). The run's figures are medians over its replicas; its events to recover are "never"
-// when half of the replicas or more never came back. summary.json's `drift_recovery`; the same
+// together), 0 for a replica that never fell that far. The run's figures are medians over its
+// replicas, "never" ranking after every number: its events to recover are "never" when half of
+// the replicas or more never came back. summary.json's `drift_recovery`; the same
 // reading docs/results.md and `strata sweep` use.
 #pragma once
 
@@ -20,7 +21,7 @@ namespace strata {
 
 struct ReplicaDriftRecovery {
   double level_before = 0;
-  std::optional<int64_t> events_to_recover;  // nullopt: never came back (or never fell)
+  std::optional<int64_t> events_to_recover;  // nullopt: never came back; 0: never fell
   double final_accuracy = 0;                 // the curve's last point
 };
 

@@ -162,12 +162,12 @@ class GrpcClusterClient final : public ClusterClient {
   std::unique_ptr<PendingReply<v1::EvalMetrics>> BeginEvaluate(
       const v1::EvaluateModelRequest& request, Timeout timeout) override {
     v1::Evaluator::Stub* stub = evaluator_.get();
+    const bool wait = addresses_.wait_for_evaluator;
     return std::make_unique<ThreadedReply<v1::EvalMetrics>>(
-        [stub, request](grpc::ClientContext* c, v1::EvalMetrics* r) {
+        [stub, request, wait](grpc::ClientContext* c, v1::EvalMetrics* r) {
           // An evaluator slow to answer the connection (a loaded machine, a stopped process)
-          // is waited for up to the evaluation's deadline, not gRPC's 20 s connect timeout; one
-          // that dies is an exit the supervisor sees and restarts or names.
-          c->set_wait_for_ready(true);
+          // is waited for up to the evaluation's deadline (ClusterAddresses).
+          c->set_wait_for_ready(wait);
           return stub->Evaluate(c, request, r);
         },
         timeout, absl::StrCat("evaluation of epoch ", request.epoch()));

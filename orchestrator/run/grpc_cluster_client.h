@@ -15,6 +15,11 @@ struct ClusterAddresses {
   std::vector<std::string> workers;  // host:port by rank
   std::vector<std::string> servers;  // host:port by partition
   std::string evaluator;
+  // An evaluation waits for its evaluator up to its deadline (gRPC's wait_for_ready) instead of
+  // failing after gRPC's 20 s connect timeout. Only where the launcher sees a dead evaluator's
+  // exit (local processes): attached services (containers) die unseen, and an evaluation would
+  // then wait its whole deadline.
+  bool wait_for_evaluator = false;
 };
 
 std::unique_ptr<ClusterClient> MakeGrpcClusterClient(const ClusterAddresses& addresses);

@@ -433,7 +433,9 @@ std::string RenderSweepReportHtml(const SweepSpec& spec, const std::vector<RunRe
       absl::StrAppend(
           &html, Td(r.events_per_s ? FormatFixed(*r.events_per_s, 0) : "--", true),
           Td(Num(r.prequential_accuracy), true),
-          Td(r.events_to_recover ? FormatFixed(*r.events_to_recover, 0) : done ? "never" : "--",
+          Td(r.events_to_recover ? FormatFixed(*r.events_to_recover, 0)
+             : done && r.drift  ? "never"
+                                : "--",
              true),
           "</tr>");
     } else {

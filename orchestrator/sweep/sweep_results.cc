@@ -65,6 +65,7 @@ RunResult ResultFromRunFiles(const std::string& cell, uint64_t seed, const nlohm
     r.events_per_s = Number(summary, "events_per_s");
     r.prequential_accuracy = Number(summary, "prequential_accuracy");
     if (summary.contains("drift_recovery")) {
+      r.drift = true;
       r.events_to_recover = Number(summary["drift_recovery"], "events_to_recover");
     }
     if (summary.contains("samples_per_s")) {

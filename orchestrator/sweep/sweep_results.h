@@ -30,6 +30,7 @@ struct RunResult {
   // drift produced, the events it took to recover (summary.json's drift_recovery; absent when it
   // never did).
   bool stream = false;
+  bool drift = false;  // its summary reads a recovery (the job's producer made a drift)
   std::optional<double> events_per_s, prequential_accuracy, events_to_recover;
   std::vector<std::pair<double, double>> val_acc_by_wall_s;  // from metrics.jsonl
 };

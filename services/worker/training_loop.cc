@@ -154,8 +154,13 @@ class TrainingLoop::Runner {
     }
     auto request = AwaitAfterBrokenRing<v1::SwitchRequest>(
         trainer, why, "Switch", [&]() -> std::optional<v1::SwitchRequest> {
-          // Due at once (the orchestrator asks for step 0); no ring to vote over.
-          if (!state_->switch_participant.VoteForStep(step + 1)) return std::nullopt;
+          // Due at once (the orchestrator asks for step 0); no ring to vote over. A worker that
+          // had voted in the step that broke (a request that woke it from the at_fraction hold
+          // just before a peer died) carries that vote.
+          if (state_->switch_participant.state() != SwitchState::kVoted &&
+              !state_->switch_participant.VoteForStep(step + 1)) {
+            return std::nullopt;
+          }
           return state_->switch_participant.SettleStep(true, true);
         });
     if (!request.ok()) return request.status();
@@ -361,13 +366,17 @@ class TrainingLoop::Runner {
   // a tick; a ring of fast steps can pass the target between two ticks, and a request for a step
   // already passed switches later than the rule says, or not at all when training ends first.
   // Held here, every rank of the ring waits at the same step, and the switch lands on it.
-  void HoldForTheSwitch(int64_t step, int64_t hold_at) {
+  void HoldForTheSwitch(Trainer& trainer, int64_t step, int64_t hold_at) {
     if (hold_at == 0 || step + 1 != hold_at) return;
     if (state_->switch_participant.state() != SwitchState::kIdle) return;
     spdlog::info("holding before step {}: the at_fraction switch is due after it", hold_at);
     const auto began = Clock::now();
+    // Meanwhile the training thread's tasks (the evaluator's model fetches) still run.
     const bool came = state_->switch_participant.AwaitRequest(
-        options_.deadline, std::chrono::milliseconds(100), [this] { return state_->stopping(); });
+        options_.deadline, std::chrono::milliseconds(100), [&] {
+          state_->RunTasks(trainer);
+          return state_->stopping();
+        });
     const double waited = std::chrono::duration<double>(Clock::now() - began).count();
     if (came) {
       spdlog::info("the switch request came after {:.3f} s", waited);
@@ -426,8 +435,8 @@ class TrainingLoop::Runner {
            b < steps_per_epoch && !outcome.budget_spent; ++b) {
         state_->RunTasks(trainer);
         if (state_->stopping()) return absl::CancelledError("stopped");
+        HoldForTheSwitch(trainer, step, hold_at);
         const auto step_began = Clock::now();
-        HoldForTheSwitch(step, hold_at);
         STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer.ComputeGradients(b));
         StepContext context{epoch, step, stats.examples, stats.loss};
         // Vote to switch after this step if a request is due; once voted it cannot be withdrawn

@@ -680,6 +680,13 @@ TEST_F(TlsTest, ValidationRefusesCertificatesThatWouldFailAndKubernetesMakesItsO
   // `strata supervise` reads TLS from the job spec every pod mounts, with the run's directory.
   const std::string spec = testing::Slurp(base + "job.yaml");
   EXPECT_TRUE(absl::StrContains(spec, "  tls: mutual\n  tls_dir: /run/strata/tls\n")) << spec;
+  // ... which its checks accept: only another directory is a user's. (As first written, the
+  // refusal of a user's directory refused this one too, and supervise would have exited 2 in
+  // its pod. Here the certificates themselves are missing, which is all it may say.)
+  const CommandResult supervised = RunCommand(Strata() + " validate " + base + "job.yaml");
+  EXPECT_FALSE(absl::StrContains(supervised.output, "does not reach the pods"))
+      << supervised.output;
+  EXPECT_TRUE(absl::StrContains(supervised.output, "/run/strata/tls")) << supervised.output;
   // The user's directory is checked on the machine that renders, before anything is written.
   const CommandResult bad = RunCommand(Strata() + " render " + dir_ +
                                        "/run.yaml --launcher compose --out " + dir_ +

@@ -38,7 +38,6 @@ TEST(DriftRecovery, NeverWhenHalfTheReplicasNeverCameBackOtherwiseTheMedian) {
     return Replica({{9000, 0.85}, {11000, 0.10}, {back, 0.85}});
   };
   const nlohmann::json never = Replica({{9000, 0.85}, {11000, 0.10}, {20000, 0.50}});
-  // A replica that never fell is not "recovered" either: it has nothing to come back from.
   const nlohmann::json never_fell = Replica({{9000, 0.85}, {11000, 0.85}});
   auto two = ReadDriftRecovery({fell_and_back(13000), never}, 10000);
   ASSERT_TRUE(two.has_value());
@@ -48,10 +47,12 @@ TEST(DriftRecovery, NeverWhenHalfTheReplicasNeverCameBackOtherwiseTheMedian) {
   auto three = ReadDriftRecovery({fell_and_back(13000), never, fell_and_back(17000)}, 10000);
   ASSERT_TRUE(three.has_value());
   ASSERT_TRUE(three->events_to_recover.has_value());
-  EXPECT_EQ(*three->events_to_recover, 5000);  // the median of 3,000 and 7,000
+  EXPECT_EQ(*three->events_to_recover, 7000);  // 3,000, 7,000 and never: the middle one
+  // A replica that never fell a point has nothing to come back from: 0 events.
   auto steady = ReadDriftRecovery({never_fell}, 10000);
   ASSERT_TRUE(steady.has_value());
-  EXPECT_FALSE(steady->events_to_recover.has_value());
+  ASSERT_TRUE(steady->events_to_recover.has_value());
+  EXPECT_EQ(*steady->events_to_recover, 0);
 }
 
 TEST(DriftRecovery, NothingToReadWithoutADriftOrAPointBeforeIt) {
