@@ -55,6 +55,7 @@ TEST(Checkpoint, RoundTrip) {
     ++files;
   }
   EXPECT_EQ(files, 1);
+  std::filesystem::remove_all(std::filesystem::path(path).parent_path());
 }
 
 TEST(Checkpoint, DetectsTruncationAnywhere) {
