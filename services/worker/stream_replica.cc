@@ -566,7 +566,15 @@ class StreamReplica {
     return end;
   }
 
-  // Applies what the peers sent, waiting until `until` for the first gradient.
+  // p -= training.lr * sum: how a replica applies gradients it did not compute itself (a peer's
+  // buffer, or an all-reduced step), each already scaled by its sender's rate.
+  void ApplySum(const float* sum) {
+    const size_t n = static_cast<size_t>(trainer_->parameters().total_floats());
+    float* params = trainer_->parameter_data();
+    const float lr = sgd_.lr;
+    for (size_t i = 0; i < n; ++i) params[i] -= lr * sum[i];
+  }
+
   // One synchronous step (stream.sync allreduce): the ring sums, over every replica, its window's
   // gradient (scaled by its rate's factor, as the mesh sends it; none from a replica without a
   // window), which replicas gave one, and which may give more; every replica then applies the
@@ -575,11 +583,14 @@ class StreamReplica {
   absl::StatusOr<bool> AllReduceStep(const float* gradient, float scale, bool active) {
     const size_t n = static_cast<size_t>(trainer_->parameters().total_floats());
     const size_t world = counts_.applied.size();
-    step_sum_.assign(n + world + 1, 0.0f);
+    step_sum_.resize(n + world + 1);
     if (gradient != nullptr) {
       for (size_t i = 0; i < n; ++i) step_sum_[i] = scale * gradient[i];
-      step_sum_[n + static_cast<size_t>(options_.rank)] = 1.0f;
+    } else {
+      std::fill(step_sum_.begin(), step_sum_.begin() + static_cast<std::ptrdiff_t>(n), 0.0f);
     }
+    std::fill(step_sum_.begin() + static_cast<std::ptrdiff_t>(n), step_sum_.end(), 0.0f);
+    if (gradient != nullptr) step_sum_[n + static_cast<size_t>(options_.rank)] = 1.0f;
     step_sum_[n + world] = active ? 1.0f : 0.0f;
     const auto start = ReplicaClock::now();
     AllReduceOptions all_reduce;
@@ -596,9 +607,7 @@ class StreamReplica {
       if (!std::isfinite(MaxAbsOrInfinity(step_sum_.data(), n))) {
         return absl::DataLossError("the all-reduced gradients hold a value that is not finite");
       }
-      float* params = trainer_->parameter_data();
-      const float lr = sgd_.lr;
-      for (size_t i = 0; i < n; ++i) params[i] -= lr * step_sum_[i];
+      ApplySum(step_sum_.data());
       counts_.staleness[0] += contributors;
       // The histogram is of remote gradients, as the mesh's.
       const int64_t remote = contributors - (gradient != nullptr ? 1 : 0);
@@ -610,10 +619,10 @@ class StreamReplica {
     return step_sum_[n + world] > 0.5f;
   }
 
+  // Applies what the peers sent, waiting until `until` for the first gradient.
   absl::Status ApplyRemote(ReplicaClock::time_point until) {
     STRATA_ASSIGN_OR_RETURN(auto received, mesh_->Take(until));
     const size_t n = static_cast<size_t>(trainer_->parameters().total_floats());
-    float* params = trainer_->parameter_data();
     const auto start = ReplicaClock::now();
     for (const auto& g : received) {
       const size_t sender = g->sender();
@@ -640,8 +649,7 @@ class StreamReplica {
         metrics_->staleness.Observe(static_cast<double>(stale));
       }
       metrics_->applied.Increment(g->count());
-      const float lr = sgd_.lr;
-      for (size_t i = 0; i < n; ++i) params[i] -= lr * values[i];
+      ApplySum(values);
       counts_.applied[sender] += g->count();
     }
     counts_.remote_apply_s += std::chrono::duration<double>(ReplicaClock::now() - start).count();
