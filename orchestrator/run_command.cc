@@ -1,6 +1,9 @@
-// `strata run JOB.yaml [--out DIR] [--set key=value ...] [--quiet] [--image IMAGE]`: one training
-// run, end to end, with the launcher the job names: child processes on this machine (`local`) or
-// a docker-compose project on this machine's Docker daemon (`compose`).
+// `strata run JOB.yaml [--out DIR] [--set key=value ...] [--quiet] [--image IMAGE] [--hosts FILE]`:
+// one training run, end to end, with the launcher the job names: child processes on this machine
+// (`local`, on emulated hosts with --hosts) or a docker-compose project on this machine's Docker
+// daemon (`compose`).
+#include <cstdio>
+
 #include "orchestrator/commands.h"
 #include "orchestrator/lib/compose_run.h"
 #include "orchestrator/lib/local_run.h"
@@ -22,13 +25,35 @@ void AddRunCommand(CLI::App& app, int* exit_code) {
   auto image = std::make_shared<std::string>("strata:latest");
   cmd->add_option("--image", *image,
                   "launcher.kind compose: the image the containers run (built if missing)");
-  cmd->callback([options, bin_dir, image, exit_code] {
+  auto hosts_file = std::make_shared<std::string>();
+  cmd->add_option("--hosts", *hosts_file,
+                  "launcher.kind local: spread the services over the emulated hosts this file "
+                  "lists (bench/network/emulated_hosts.sh hosts-file)");
+  cmd->callback([options, bin_dir, image, hosts_file, exit_code] {
     options->bin_dir = bin_dir->empty() ? ExecutableDir() : *bin_dir;
     // The launcher decides the path; a job that does not load is reported by RunLocalJob.
     JobCheckOptions check;
     check.overrides = options->overrides;
     auto job = LoadAndCheckJob(options->job_path, check);
-    if (job.ok() && job->launcher().kind() == v1::LAUNCHER_KIND_COMPOSE) {
+    const bool compose_job = job.ok() && job->launcher().kind() == v1::LAUNCHER_KIND_COMPOSE;
+    if (!hosts_file->empty()) {
+      if (compose_job) {
+        std::fprintf(stderr,
+                     "strata run: --hosts places the processes of the local launcher; this job "
+                     "runs on docker-compose (launcher.kind compose); nothing was launched\n");
+        *exit_code = 2;
+        return;
+      }
+      auto hosts = HostPlacement::Load(*hosts_file);
+      if (!hosts.ok()) {
+        std::fprintf(stderr, "strata run: %s; nothing was launched\n",
+                     std::string(hosts.status().message()).c_str());
+        *exit_code = 2;
+        return;
+      }
+      options->hosts = std::move(*hosts);
+    }
+    if (compose_job) {
       ComposeRunOptions compose;
       compose.job_path = options->job_path;
       compose.overrides = options->overrides;

@@ -14,6 +14,7 @@
 #   emulated_hosts.sh exec HOST CMD [ARGS...]  run CMD inside HOST (h0 or 0), in its CPU group
 #   emulated_hosts.sh addr HOST                print HOST's address
 #   emulated_hosts.sh hosts                    print the hosts that exist, one a line
+#   emulated_hosts.sh hosts-file               print them as `strata run --hosts FILE` reads them
 #   emulated_hosts.sh down                     remove every namespace and CPU group made by `up`
 # `up` removes what it made if it fails or is interrupted. Environment: STRATA_NET_PREFIX (default
 # "strata": namespaces PREFIX-br, PREFIX-h0, ...; give each concurrent user its own) and
@@ -159,6 +160,19 @@ up() {
   echo "emulated_hosts: $n hosts up (prefix $prefix, $subnet.1-$subnet.$n/24, $rate each way${cpu:+, $cpu% of a core each}); only the /24 and lo are routable"
 }
 
+# One line a host, NAME NETNS ADDRESS CPU_GROUP ("-" without one); h0 first: the head, where
+# `strata run --hosts` itself runs.
+hosts_file() {
+  local h
+  [[ -n $(hosts) ]] || die "no hosts with prefix $prefix (run: $0 up N RATE)"
+  echo "# emulated hosts $prefix ($subnet.0/24): NAME NETNS ADDRESS CPU_GROUP; the first is the head"
+  for h in $(hosts); do
+    local group=-
+    [[ -d $(cgroup_dir "$h") ]] && group=$(cgroup_dir "$h")
+    echo "$h /run/netns/$(host_ns "$h") $(host_addr "$h") $group"
+  done
+}
+
 exec_in() {
   local host=$1
   shift
@@ -178,6 +192,7 @@ case $cmd in
   down) down ;;
   check) check ;;
   hosts) hosts ;;
+  hosts-file) hosts_file ;;
   addr) [[ $# -eq 1 ]] || die "usage: $0 addr HOST"; host_addr "$1" ;;
   exec) [[ $# -ge 2 ]] || die "usage: $0 exec HOST CMD [ARGS...]"; exec_in "$@" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;

@@ -14,6 +14,11 @@
 # (TensAIR's protocol) and `allreduce` (stream.sync allreduce: the synchronous baseline, a ring
 # all-reduce of every replica's window gradient each step). With both, the last lines give each
 # count's mesh events/s over the baseline's.
+# HOSTS_RATE (e.g. 1gbit) runs every count on emulated hosts instead (bench/network/
+# emulated_hosts.sh: a network namespace per host, a tbf limit of HOSTS_RATE each way on each
+# host's link): `strata run --hosts` on the head h0, replica r alone on host r+1, every host with
+# a CPU quota of QUOTA cores, so that the gradients cross the links and the replicas keep their
+# speed; the broker's socket is shared (the events do not cross the links).
 # Needs root (the cgroup) and redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,8 +27,12 @@ counts=(1 2 4)
 syncs=${SYNCS:-mesh}
 out=$(mktemp -d /tmp/strata-stream-bench-XXXXXX)
 cg=/sys/fs/cgroup/cpu/strata-stream-bench-$$
+hosts_rate=${HOSTS_RATE:-}
+emulated=bench/network/emulated_hosts.sh
+export STRATA_NET_PREFIX=strata-sb$$
 cleanup() {
   if [ -n "${redis_pid:-}" ]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
+  [ -n "$hosts_rate" ] && "$emulated" down
   rmdir "$cg" 2>/dev/null || true
   rm -rf "$out"
 }
@@ -33,6 +42,11 @@ median() { sort -n | awk '{a[NR]=$1} END {if (NR == 0) print "nan"; else print (
 start_private_redis "$out"
 mkdir -p "$cg"
 period=$(cat "$cg/cpu.cfs_period_us")
+if [ -n "$hosts_rate" ]; then
+  # The head and one host per replica of the largest count.
+  "$emulated" up $((${counts[-1]} + 1)) "$hosts_rate" "$(awk -v q="$quota" 'BEGIN {printf "%d", q * 100}')"
+  "$emulated" hosts-file > "$out/hosts.txt"
+fi
 for round in $(seq "$rounds"); do
   for r in "${counts[@]}"; do
    for sync in $syncs; do
@@ -50,10 +64,16 @@ stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer
           sync: $sync }
 YAML
     "$build/bin/strata" produce "$out/job.yaml" --max-events "$events" > "$out/produce.log"
-    echo "$(awk -v r="$r" -v q="$quota" -v p="$period" 'BEGIN {printf "%d", r * q * p}')" \
-      > "$cg/cpu.cfs_quota_us"
-    (echo $BASHPID > "$cg/cgroup.procs"; exec "$build/bin/strata" run "$out/job.yaml" \
-      --out "$out/run-$key" --quiet > "$out/run-$key.log" 2>&1) || { cat "$out/run-$key.log"; exit 1; }
+    if [ -n "$hosts_rate" ]; then
+      "$emulated" check
+      "$emulated" exec h0 "$build/bin/strata" run "$out/job.yaml" --hosts "$out/hosts.txt" \
+        --out "$out/run-$key" --quiet > "$out/run-$key.log" 2>&1 || { cat "$out/run-$key.log"; exit 1; }
+    else
+      echo "$(awk -v r="$r" -v q="$quota" -v p="$period" 'BEGIN {printf "%d", r * q * p}')" \
+        > "$cg/cpu.cfs_quota_us"
+      (echo $BASHPID > "$cg/cgroup.procs"; exec "$build/bin/strata" run "$out/job.yaml" \
+        --out "$out/run-$key" --quiet > "$out/run-$key.log" 2>&1) || { cat "$out/run-$key.log"; exit 1; }
+    fi
     python3 - "$out/run-$key/summary.json" "$round" "$r" "$sync" <<'PY' | tee -a "$out/all.txt"
 import json, sys
 s = json.load(open(sys.argv[1]))
@@ -71,7 +91,7 @@ PY
    done
   done
 done
-echo "medians over $rounds rounds, $events events, ${quota} cores per replica, buffers of $buffer, lr $lr_rule:"
+echo "medians over $rounds rounds, $events events, ${quota} cores per replica, buffers of $buffer, lr $lr_rule${hosts_rate:+, one emulated host per replica at $hosts_rate}:"
 first=${syncs%% *}
 base=$(grep "sync=$first replicas=1 " "$out/all.txt" | sed 's/.*events_per_s=\([0-9.]*\).*/\1/' | median)
 field() { grep "sync=$1 replicas=$2 " "$out/all.txt" | sed "s/.*$3=\([0-9.]*\).*/\1/" | median; }

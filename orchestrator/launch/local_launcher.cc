@@ -22,21 +22,28 @@ using Clock = std::chrono::steady_clock;
 }  // namespace
 
 LocalLauncher::LocalLauncher(std::string bin_dir, std::string run_dir, RunRecord& record,
-                             RunConsole& console, RunFailure& failure)
+                             RunConsole& console, RunFailure& failure,
+                             std::optional<HostPlacement> hosts)
     : bin_dir_(std::move(bin_dir)),
       paths_(std::move(run_dir)),
       record_(record),
       console_(console),
-      failure_(failure) {}
+      failure_(failure),
+      hosts_(std::move(hosts)) {}
 
 LocalLauncher::~LocalLauncher() = default;
 
 absl::StatusOr<std::unique_ptr<ChildProcess>> LocalLauncher::Spawn(const std::string& name,
-                                                                   std::vector<std::string> argv) {
+                                                                   std::vector<std::string> argv,
+                                                                   const EmulatedHost* host) {
   SpawnOptions o;
   o.name = name;
   o.argv = std::move(argv);
   o.log_path = paths_.ServiceLog(name);
+  if (host != nullptr) {
+    o.network_namespace = host->network_namespace;
+    o.cpu_group = host->cpu_group;
+  }
   auto child = ChildProcess::Spawn(o);
   if (!child.ok()) return failure_.Fail(name, child.status());
   return child;
@@ -76,7 +83,13 @@ absl::Status LocalLauncher::Start(const ServiceSpec& service) {
   if (service.metrics) {
     c.metrics_port_file = paths_.MetricsPortFile(service.name);
   }
-  absl::Status launched = Launch(c, "127.0.0.1:0");  // a free loopback port, reported in port_file
+  if (hosts_) {
+    // The evaluator stays with the orchestrator on the head; servers and workers spread out.
+    c.host =
+        service.role == ServiceRole::kEvaluator ? &hosts_->head() : &hosts_->ForService(placed_++);
+  }
+  // A free port, reported in port_file.
+  absl::Status launched = Launch(c, absl::StrCat(ListenHost(c), ":0"));
   // Kept even when the quota failed, so that stopping the run ends this process too.
   if (c.process != nullptr) children_.push_back(std::move(c));
   return launched;
@@ -89,14 +102,16 @@ absl::Status LocalLauncher::Launch(Child& c, const std::string& listen) {
   if (!c.metrics_port_file.empty()) {
     // A free loopback port each time: a restarted process need not get its old one back, as
     // nothing but a scraper reading status.json dials it.
-    argv.insert(argv.end(),
-                {"--metrics-listen", "127.0.0.1:0", "--metrics-port-file", c.metrics_port_file});
+    argv.insert(argv.end(), {"--metrics-listen", absl::StrCat(ListenHost(c), ":0"),
+                             "--metrics-port-file", c.metrics_port_file});
   }
   argv.insert(argv.end(), service.args.begin(), service.args.end());
   const std::string command = absl::StrJoin(argv, " ");
-  STRATA_ASSIGN_OR_RETURN(c.process, Spawn(service.name, std::move(argv)));
-  record_.Event(RunEvent::kLaunched,
-                {{"process", service.name}, {"pid", c.process->pid()}, {"command", command}});
+  STRATA_ASSIGN_OR_RETURN(c.process, Spawn(service.name, std::move(argv), c.host));
+  nlohmann::json launched = {
+      {"process", service.name}, {"pid", c.process->pid()}, {"command", command}};
+  if (c.host != nullptr) launched["host"] = c.host->name;
+  record_.Event(RunEvent::kLaunched, std::move(launched));
   absl::Status limited = absl::OkStatus();
   for (double fraction : service.cpu_fractions) {
     if (limited.ok()) limited = SlowDown(c, fraction);
@@ -176,7 +191,7 @@ bool LocalLauncher::ReadPorts() {
     auto text = ReadFile(c.port_file);
     int port = 0;
     if (text.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &port) && port > 0) {
-      c.address = absl::StrCat("127.0.0.1:", port);
+      c.address = absl::StrCat(ListenHost(c), ":", port);
       record_.Event(RunEvent::kListening, {{"process", c.spec.name}, {"address", c.address}});
     } else {
       all = false;
@@ -268,7 +283,7 @@ std::vector<ProcessSnapshot> LocalLauncher::Snapshot() {
   for (Child& c : children_) {
     if (c.metrics_url.empty() && !c.metrics_port_file.empty()) {
       if (std::optional<int> port = ReadPortFile(c.metrics_port_file)) {
-        c.metrics_url = absl::StrCat("http://127.0.0.1:", *port, "/metrics");
+        c.metrics_url = absl::StrCat("http://", ListenHost(c), ":", *port, "/metrics");
       }
     }
     ProcessSnapshot p;
@@ -282,6 +297,10 @@ std::vector<ProcessSnapshot> LocalLauncher::Snapshot() {
     out.push_back(std::move(p));
   }
   return out;
+}
+
+std::string LocalLauncher::ListenHost(const Child& c) {
+  return c.host != nullptr ? c.host->address : "127.0.0.1";
 }
 
 std::string LocalLauncher::LastLogLine(const ChildProcess& process) {

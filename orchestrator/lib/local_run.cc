@@ -80,6 +80,11 @@ int RunLocalJob(const LocalRunOptions& options) {
     std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());
     return 2;
   }
+  if (options.hosts) {
+    // An abstract socket exists only in its own network namespace: between hosts the ring runs
+    // over TCP, as between containers.
+    job->mutable_launcher()->set_ring_transport(v1::RING_TRANSPORT_TCP);
+  }
   if (job->strategy().kind() == v1::STRATEGY_KIND_STREAM) {
     return RunStreamJob(options, std::move(*job), dir);
   }

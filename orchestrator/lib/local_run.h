@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "orchestrator/launch/attached_launcher.h"
+#include "orchestrator/launch/host_placement.h"
 
 namespace strata {
 
@@ -34,6 +35,9 @@ struct LocalRunOptions {
   // Set by SuperviseJob: the services already run at these addresses; nothing is launched, and
   // the run token is the one in this process's environment (the services were given the same).
   std::optional<AttachedServices> attached;
+  // `strata run --hosts`: the services run on these emulated hosts (launch/host_placement.h);
+  // unset, every process runs in this machine's own network namespace, on 127.0.0.1.
+  std::optional<HostPlacement> hosts;
 };
 
 // Returns the process exit code: 0 success, 1 the run failed, 2 the job spec or the command line

@@ -221,7 +221,7 @@ absl::Status RunDriver::Prepare() {
     launcher_ = std::make_unique<AttachedLauncher>(*options_.attached, *record_);
   } else {
     launcher_ = std::make_unique<LocalLauncher>(options_.bin_dir, paths_.root, *record_, console_,
-                                                failure_);
+                                                failure_, options_.hosts);
   }
   nlohmann::json started = {{"name", job_.name()},
                             {"job", options_.job_path},

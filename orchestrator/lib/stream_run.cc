@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include <absl/strings/match.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_format.h>
 #include <absl/strings/str_join.h>
@@ -210,7 +211,13 @@ class StreamRun {
     STRATA_ASSIGN_OR_RETURN(std::string port,
                             ReadFile(paths_.PortFile(absl::StrCat("worker-", r))));
     while (!port.empty() && port.back() == '\n') port.pop_back();
-    return absl::StrCat("127.0.0.1:", port);
+    return absl::StrCat(ReplicaListenHost(r), ":", port);
+  }
+
+  // Where replica r's servers listen: its emulated host's address (strata run --hosts), or
+  // loopback. Replicas take the hosts after the head in turn, as a local run's services do.
+  std::string ReplicaListenHost(int r) const {
+    return options_.hosts ? options_.hosts->ForService(r).address : std::string("127.0.0.1");
   }
 
   absl::Status Execute() {
@@ -243,6 +250,14 @@ class StreamRun {
   absl::Status StartBroker() {
     if (!job_.stream().address().empty()) {
       STRATA_ASSIGN_OR_RETURN(address_, ParseBrokerAddress(job_.stream().address()));
+      if (options_.hosts && address_.unix_path.empty() &&
+          (absl::StartsWith(address_.host, "127.") || address_.host == "localhost")) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "stream.address ", job_.stream().address(),
+            " is this host's loopback, which the replicas on the other emulated hosts cannot "
+            "reach; give the broker an address of the hosts' network, or leave stream.address "
+            "out (the run's own broker serves every host through its socket)"));
+      }
       Say(absl::StrCat("broker: ", address_.Describe()));
       return absl::OkStatus();
     }
@@ -293,21 +308,32 @@ class StreamRun {
     for (int r = 0; r < job_.cluster().workers(); ++r) {
       SpawnOptions o;
       o.name = absl::StrCat("worker-", r);
+      const std::string listen_host = ReplicaListenHost(r);
       o.argv = {worker,          "--rank",         std::to_string(r),
                 "--job",         paths_.job_resolved, "--run-dir",
-                paths_.root,     "--listen",       "127.0.0.1:0",
+                paths_.root,     "--listen",       absl::StrCat(listen_host, ":0"),
                 "--port-file",   paths_.PortFile(o.name), "--stream-address",
                 address_.unix_path.empty() ? absl::StrCat("redis://", address_.host, ":",
                                                           address_.port)
                                            : address_.unix_path,
                 "--stream-run",  nonce_};
       if (job_.metrics().enabled()) {
-        o.argv.insert(o.argv.end(), {"--metrics-listen", "127.0.0.1:0", "--metrics-port-file",
-                                     paths_.MetricsPortFile(o.name)});
+        o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
+                                     "--metrics-port-file", paths_.MetricsPortFile(o.name)});
       }
       o.log_path = paths_.ServiceLog(o.name);
+      nlohmann::json launched = {{"process", o.name}};
+      if (options_.hosts) {
+        // The broker's socket is a file of the shared file system: the events reach a replica
+        // without crossing the emulated links, the gradients between replicas cross them.
+        const EmulatedHost& host = options_.hosts->ForService(r);
+        o.network_namespace = host.network_namespace;
+        o.cpu_group = host.cpu_group;
+        launched["host"] = host.name;
+      }
       STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(o));
-      record_->Event(RunEvent::kLaunched, {{"process", o.name}, {"pid", child->pid()}});
+      launched["pid"] = child->pid();
+      record_->Event(RunEvent::kLaunched, std::move(launched));
       replicas_.push_back(std::move(child));
     }
     return absl::OkStatus();

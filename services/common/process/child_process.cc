@@ -1,6 +1,7 @@
 #include "services/common/process/child_process.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -80,11 +81,41 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
   for (const std::string& e : env_strings) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   const pid_t parent = ::getpid();
+  // An emulated host: its namespace and CPU group are opened here, entered by the child.
+  int netns_fd = -1, cgroup_fd = -1;
+  auto close_host_fds = [&] {
+    if (netns_fd >= 0) ::close(netns_fd);
+    if (cgroup_fd >= 0) ::close(cgroup_fd);
+  };
+  if (!options.network_namespace.empty()) {
+    netns_fd = ::open(options.network_namespace.c_str(), O_RDONLY | O_CLOEXEC);
+    if (netns_fd < 0) {
+      const int err = errno;
+      close_fds();
+      return absl::NotFoundError(absl::StrCat(options.name, ": cannot open network namespace ",
+                                              options.network_namespace, ": ", std::strerror(err)));
+    }
+  }
+  if (!options.cpu_group.empty()) {
+    const std::string procs = absl::StrCat(options.cpu_group, "/cgroup.procs");
+    cgroup_fd = ::open(procs.c_str(), O_WRONLY | O_CLOEXEC);
+    if (cgroup_fd < 0) {
+      const int err = errno;
+      close_fds();
+      close_host_fds();
+      return absl::NotFoundError(
+          absl::StrCat(options.name, ": cannot join CPU group ", procs, ": ", std::strerror(err)));
+    }
+  }
+  const std::string host_failure =
+      absl::StrCat(options.name, ": could not enter its host (", options.network_namespace, " ",
+                   options.cpu_group, ")\n");
 
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
     close_fds();
+    close_host_fds();
     return absl::InternalError(absl::StrCat(options.name, ": fork failed: ", std::strerror(err)));
   }
   if (pid == 0) {
@@ -101,10 +132,19 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
     if (null_fd >= 0) ::dup2(null_fd, STDIN_FILENO);
     ::dup2(out_fd, STDOUT_FILENO);
     ::dup2(log_fd, STDERR_FILENO);
+    // "0" moves the writing process (cgroup v1 and v2). The group before the namespace: nothing
+    // of the child runs outside its host's CPU share.
+    if ((cgroup_fd >= 0 && ::write(cgroup_fd, "0", 1) != 1) ||
+        (netns_fd >= 0 && ::setns(netns_fd, CLONE_NEWNET) != 0)) {
+      const ssize_t ignored = ::write(STDERR_FILENO, host_failure.data(), host_failure.size());
+      (void)ignored;
+      ::_exit(127);
+    }
     ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   close_fds();
+  close_host_fds();
   // Also from the parent, so that a signal sent right after Spawn already finds the group.
   ::setpgid(pid, pid);
   return std::unique_ptr<ChildProcess>(new ChildProcess(options.name, options.log_path, pid));

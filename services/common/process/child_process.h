@@ -31,6 +31,12 @@ struct SpawnOptions {
   // The child's whole environment ("NAME=value" entries); unset: ChildEnvironment(). For a test
   // that starts a program without the run token, or with settings of its own.
   std::optional<std::vector<std::string>> env;
+  // Where the child runs, when not where this process runs: a network namespace (a path such as
+  // /run/netns/strata-h1) and a cgroup-v1 directory whose cgroup.procs it joins, both entered
+  // after fork and before exec (an emulated host, orchestrator/launch/host_placement.h). Both
+  // are opened before fork, so that a wrong path is an error here, not a child that exits.
+  std::string network_namespace;
+  std::string cpu_group;
 };
 
 class ChildProcess {
