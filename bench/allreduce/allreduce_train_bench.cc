@@ -2,6 +2,8 @@
 // synchroniser, N processes on loopback, set up like ../shared/peers/ddp_train.py: ResNet-20 on
 // random 28x28x1 inputs, global batch 128 (128/N per process), SGD lr 0.1 momentum 0.9,
 // max(1, 2/N) threads per process, 3 warm-up steps. Last line: samples_per_s=<value>.
+// With --rank, --dir and --host it runs one rank listening on --host, as strata-bench-allreduce
+// does: started once per emulated host (bench/network/compare_ddp_emulated.sh).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -27,7 +29,8 @@ struct RunOptions {
   std::string arch = "resnet20", transport = "tcp";
   size_t segment_bytes = strata::AllReduceOptions{}.segment_bytes;
   double bucket_mb = 0;
-  std::string dir;  // port exchange between the ranks
+  std::string dir;                 // port exchange between the ranks
+  std::string host = "127.0.0.1";  // where this rank listens and which address it publishes
 };
 
 int RunRank(int rank, const RunOptions& o) {
@@ -43,11 +46,11 @@ int RunRank(int rank, const RunOptions& o) {
   std::unique_ptr<strata::Synchroniser> sync;
   if (world > 1) {
     strata::bench::DieWithParent();
-    auto made_ring = strata::bench::MakeRing(rank, o.transport);
+    auto made_ring = strata::bench::MakeRing(rank, o.transport, o.host);
     if (!made_ring.ok()) return Fail(rank, made_ring.status());
     ring = std::move(*made_ring);
     if (absl::Status s = strata::bench::JoinRing(ring.get(), o.transport, o.dir, rank, world,
-                                                 std::chrono::seconds(120), &server);
+                                                 std::chrono::seconds(120), &server, o.host);
         !s.ok()) {
       return Fail(rank, s);
     }
@@ -117,6 +120,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1024.0));
   app.add_option("--rank", rank, "internal: run one rank")->group("");
   app.add_option("--dir", o.dir, "internal: port exchange directory")->group("");
+  app.add_option("--host", o.host,
+                 "with --rank: the address this rank listens on and publishes (its host's on an "
+                 "emulated network)");
   CLI11_PARSE(app, argc, argv);
   if (o.global_batch % o.world != 0) {
     std::fprintf(stderr, "--global-batch %d is not divisible by --world %d\n", o.global_batch,

@@ -328,10 +328,17 @@ std::string DescribeEvent(const json& e) {
                           static_cast<int>(Number(e, "replica")),
                           static_cast<int64_t>(Number(e, "events")), Number(e, "error_before"),
                           Number(e, "error_after")),
-          e.contains("lr_after")
-              ? absl::StrFormat("; learning rate back from %.4g to %.4g", Number(e, "lr_before"),
-                                Number(e, "lr_after"))
-              : "");
+          e.contains("lr_after") ? absl::StrFormat("; learning rate back from %.4g to %.4g",
+                                                   Number(e, "lr_before"), Number(e, "lr_after"))
+                                 : "");
+    case RunEvent::kServerLinks: {
+      if (!e.contains("links") || !e["links"].is_array()) return generic();
+      std::vector<std::string> links;
+      for (const auto& l : e["links"]) {
+        if (l.is_string()) links.push_back(l.get<std::string>());
+      }
+      return absl::StrCat(process, " reaches ", absl::StrJoin(links, "; "));
+    }
   }
   return Capitalized(HumanKey(name));
 }

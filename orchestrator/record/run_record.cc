@@ -11,7 +11,7 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::array<std::pair<RunEvent, const char*>, 23> kEventNames = {{
+constexpr std::array<std::pair<RunEvent, const char*>, 24> kEventNames = {{
     {RunEvent::kRunStarted, "run_started"},
     {RunEvent::kResumed, "resumed"},
     {RunEvent::kLaunched, "launched"},
@@ -35,6 +35,7 @@ constexpr std::array<std::pair<RunEvent, const char*>, 23> kEventNames = {{
     {RunEvent::kRunFailed, "run_failed"},
     {RunEvent::kRunFinished, "run_finished"},
     {RunEvent::kDriftDetected, "drift_detected"},
+    {RunEvent::kServerLinks, "server_links"},
 }};
 
 // The keys every event line carries.

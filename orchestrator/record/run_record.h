@@ -44,6 +44,7 @@ enum class RunEvent {
   kRunFailed,
   kRunFinished,
   kDriftDetected,  // a stream replica's drift detector fired (replica, events, error before/after)
+  kServerLinks,    // how a worker's tensors travel to each server (process, links), when it changes
 };
 
 // The name in events.jsonl ("switch_done").

@@ -14,6 +14,7 @@ RunSupervisor::RunSupervisor(SupervisorOptions options, SupervisedRun run)
   const size_t n = static_cast<size_t>(run_.client.worker_count());
   last_answer_.assign(n, Clock::now());
   error_since_.assign(n, std::nullopt);
+  links_recorded_.assign(n, {});
   run_.view.workers.resize(n);
   run_.view.loss_by_epoch.resize(n);
 }
@@ -90,6 +91,13 @@ absl::Status RunSupervisor::PollWorkers(Clock::time_point now) {
     }
     last_answer_[r] = now;
     run_.view.Record(r, *status);
+    std::vector<std::string> links(status->server_links().begin(), status->server_links().end());
+    if (!links.empty() && links != links_recorded_[r]) {
+      // Whether a worker reaches its servers through shared memory or over TCP (and why) is
+      // decided in the worker; the run's record says it once per change.
+      run_.record.Event(RunEvent::kServerLinks, {{"process", name}, {"links", links}});
+      links_recorded_[r] = std::move(links);
+    }
     if (!status->error().empty()) {
       // Often the error reports a peer that died (the ring broke): then the dead process is the
       // cause to name. A killed process's sockets close before its exit can be collected, so the
@@ -183,9 +191,9 @@ absl::Status RunSupervisor::StepSwitch(Clock::time_point now) {
 
 void RunSupervisor::SleepUntilNextPass(Clock::time_point now) const {
   Clock::time_point next = training_end_ ? now + options_.tick : next_tick_;
-  for (const Controller* c : {static_cast<const Controller*>(&run_.eval),
-                              static_cast<const Controller*>(run_.switcher),
-                              static_cast<const Controller*>(run_.recovery)}) {
+  for (const Controller* c :
+       {static_cast<const Controller*>(&run_.eval), static_cast<const Controller*>(run_.switcher),
+        static_cast<const Controller*>(run_.recovery)}) {
     if (c == nullptr) continue;
     if (auto within = c->StepWithin()) next = std::min(next, now + *within);
   }

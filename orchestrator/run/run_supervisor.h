@@ -97,6 +97,8 @@ class RunSupervisor {
   SupervisedRun run_;
   std::vector<Clock::time_point> last_answer_;
   std::vector<std::optional<Clock::time_point>> error_since_;
+  // Per rank: the server links last recorded (`server_links` events).
+  std::vector<std::vector<std::string>> links_recorded_;
   std::vector<ServiceExit> awaiting_fallback_;  // dead workers, until the survivors hand over
   Clock::time_point next_tick_;
   std::optional<Clock::time_point> training_end_;

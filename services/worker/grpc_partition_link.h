@@ -26,6 +26,7 @@ class GrpcPartitionLink final : public PartitionLink {
                                       const PartitionCallOptions& call) override;
   absl::StatusOr<int64_t> Push(const PushFields& fields, const float* gradients,
                                const float* buffers, const PartitionCallOptions& call) override;
+  std::string Path() const override { return "gRPC"; }
 
  private:
   // Reads a reply (a PullHeader, then the partition's tensors) into `parameters` and `buffers`.

@@ -23,6 +23,7 @@ namespace {
 
 class InMemoryPartitionLink final : public PartitionLink {
  public:
+  std::string Path() const override { return "in memory"; }
   InMemoryPartitionLink(std::shared_ptr<InMemoryPartitionServers::State> state,
                         PartitionLinkOptions options)
       : state_(std::move(state)), options_(std::move(options)), block_(options_.tensors) {}

@@ -72,6 +72,15 @@ absl::Status PartitionClients::ForEachServer(const std::function<absl::Status(Se
   return absl::OkStatus();
 }
 
+std::vector<std::string> PartitionClients::LinkPaths() const {
+  std::vector<std::string> paths;
+  for (const ServerLink& s : servers_) {
+    paths.push_back(
+        absl::StrCat("parameter server ", s.index, " (", s.address, "): ", s.link->Path()));
+  }
+  return paths;
+}
+
 void PartitionClients::MarkInstalled() {
   for (ServerLink& s : servers_) s.installed_version = s.version;
 }

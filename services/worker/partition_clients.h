@@ -92,6 +92,9 @@ class PartitionClients {
 
   // Every partition's installed_version becomes its pulled version.
   void MarkInstalled();
+  // How the tensors travel to each server (PartitionLink::Path), one line per server:
+  // "parameter server 0 (host:port): tcp (...)". Between calls only.
+  std::vector<std::string> LinkPaths() const;
   // The job's sample budget as the last replies reported it: any partition that has reached it
   // ends the job. `has_budget`: some partition has one.
   void ReadBudget(bool* has_budget, bool* budget_spent) const;

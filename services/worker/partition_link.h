@@ -98,6 +98,9 @@ class PartitionLink {
   // A push alone (PDP and APDP's round update); returns the version that will reflect it.
   virtual absl::StatusOr<int64_t> Push(const PushFields& fields, const float* gradients,
                                        const float* buffers, const PartitionCallOptions& call) = 0;
+  // How the tensors travel once a call has been made ("gRPC", "tcp", "shared memory", with the
+  // reason for a fallback): for the worker's status and the run's events. Read between calls.
+  virtual std::string Path() const = 0;
 };
 
 using PartitionLinkFactory =

@@ -26,6 +26,7 @@ class PushPullSynchroniser final : public Synchroniser {
   }
 
   std::string name() const override { return options_.pipeline ? "push-pull (pipelined)" : "push-pull"; }
+  std::vector<std::string> ServerLinks() const override { return clients_->LinkPaths(); }
 
   absl::Status Start(Trainer& trainer) override {
     STRATA_RETURN_IF_ERROR(clients_->ForEachServer([&](ServerLink& s) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
@@ -47,6 +48,9 @@ class Synchroniser {
   // When training ends: completes whatever exchange is still travelling (a pipelined
   // synchroniser) so that the trainer holds the latest model.
   virtual absl::Status Drain(Trainer& trainer) { return absl::OkStatus(); }
+  // After Start: how the tensors travel to each server, one line per server
+  // (PartitionClients::LinkPaths); empty for a synchroniser without servers.
+  virtual std::vector<std::string> ServerLinks() const { return {}; }
 };
 
 }  // namespace strata

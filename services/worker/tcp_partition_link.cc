@@ -58,6 +58,7 @@ absl::StatusOr<bool> TcpPartitionLink::Open(const PartitionCallOptions& call) {
   }
   auto decline = [&](absl::string_view why) {
     declined_ = true;
+    SetPath(absl::StrCat("gRPC (no data plane: ", why, ")"));
     spdlog::warn("{}: {}; push/pull with it goes over gRPC", options_.Describe("the data plane of"),
                  std::string(why));
     return false;
@@ -111,6 +112,7 @@ absl::StatusOr<bool> TcpPartitionLink::Open(const PartitionCallOptions& call) {
                                 ")"));
   }
   data_fd_ = *fd;
+  SetPath("tcp");
   socket_deadline_ = std::chrono::milliseconds(0);
   SetSocketDeadline(call.deadline);
   region_.reset();
@@ -144,6 +146,7 @@ absl::Status TcpPartitionLink::AttachSharedRegion(const PartitionCallOptions& ca
   STRATA_RETURN_IF_ERROR(ReceiveReply(data_fd_, &reply, &refused));
   if (!refused.ok()) {
     // Refused (nothing loaded yet, say): the tensors stay on the socket.
+    SetPath(absl::StrCat("tcp (the server shared no memory: code ", reply.code, ")"));
     spdlog::info("{} shares no memory (code {}); tensors go over TCP",
                  options_.Describe("the data plane of"), reply.code);
     return absl::OkStatus();
@@ -158,14 +161,26 @@ absl::Status TcpPartitionLink::AttachSharedRegion(const PartitionCallOptions& ca
       SharedRegion::Attach(wire::DecodeShareOffer(offer), block_.bytes());
   if (!region.ok()) {
     // Another host, container or pid namespace: the usual case between machines.
+    SetPath(absl::StrCat("tcp (not on this host: ", region.status().message(), ")"));
     spdlog::info("{} is not on this host ({}); tensors go over TCP",
                  options_.Describe("the data plane of"), std::string(region.status().message()));
     return absl::OkStatus();
   }
   region_ = std::move(*region);
+  SetPath("shared memory");
   spdlog::info("{} is on this host; tensors move through shared memory",
                options_.Describe("the data plane of"));
   return absl::OkStatus();
+}
+
+std::string TcpPartitionLink::Path() const {
+  std::lock_guard<std::mutex> lock(path_mu_);
+  return path_;
+}
+
+void TcpPartitionLink::SetPath(std::string path) {
+  std::lock_guard<std::mutex> lock(path_mu_);
+  path_ = std::move(path);
 }
 
 absl::StatusOr<PartitionReply> TcpPartitionLink::Call(const PushFields* fields,

@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include <grpcpp/channel.h>
@@ -50,6 +51,7 @@ class TcpPartitionLink final : public PartitionLink {
   // Always over gRPC: PDP's round update is rare, and the data plane has no push alone.
   absl::StatusOr<int64_t> Push(const PushFields& fields, const float* gradients,
                                const float* buffers, const PartitionCallOptions& call) override;
+  std::string Path() const override;
 
  private:
   // Connects (once; false when the server is to be served over gRPC instead).
@@ -67,6 +69,7 @@ class TcpPartitionLink final : public PartitionLink {
                                       const PartitionCallOptions& call);
   // The socket's timeouts follow the call's deadline (set again only when it changes).
   void SetSocketDeadline(std::chrono::milliseconds deadline);
+  void SetPath(std::string path);
 
   const PartitionLinkOptions options_;
   const bool shared_memory_;
@@ -79,6 +82,10 @@ class TcpPartitionLink final : public PartitionLink {
   std::chrono::milliseconds socket_deadline_{0};
   std::unique_ptr<SharedRegion> region_;  // set while the connection moves tensors through it
   bool share_asked_ = false;              // this connection has asked for a region
+  // Path(): what the last connection decided. Its own lock: a pipelined push/pull reads it on the
+  // training thread while the partition's thread may be connecting.
+  mutable std::mutex path_mu_;
+  std::string path_ = "not connected yet";
   // The iovecs of one request (header, then the runs), kept so a step allocates none.
   std::vector<iovec> send_parts_;
 };

@@ -386,9 +386,17 @@ class TrainingLoop::Runner {
   }
 
   // What GetStatus answers once a step is done.
-  void PublishStep(int64_t step, double train_loss, int64_t phase_samples,
-                   Clock::time_point phase_start, bool switch_begins) {
+  void PublishStep(const Synchroniser& sync, int64_t step, double train_loss,
+                   int64_t phase_samples, Clock::time_point phase_start, bool switch_begins) {
+    // How the tensors travel to each server is decided by the first exchanges (a shared region
+    // is asked for before the first push), so it is read after a step; a few strings per step.
+    std::vector<std::string> links = sync.ServerLinks();
     std::lock_guard<std::mutex> lock(state_->mu);
+    if (!std::equal(links.begin(), links.end(), state_->status.server_links().begin(),
+                    state_->status.server_links().end())) {
+      state_->status.clear_server_links();
+      for (std::string& l : links) state_->status.add_server_links(std::move(l));
+    }
     state_->status.set_step(step);
     state_->status.set_train_loss(train_loss);
     const double secs = std::chrono::duration<double>(Clock::now() - phase_start).count();
@@ -466,7 +474,8 @@ class TrainingLoop::Runner {
         phase_samples += stats.examples;
         const std::optional<v1::SwitchRequest> switch_now = state_->switch_participant.SettleStep(
             context.ready_to_switch, outcome.all_ready_to_switch);
-        PublishStep(step, loss_sum / seen, phase_samples, phase_start, switch_now.has_value());
+        PublishStep(*sync, step, loss_sum / seen, phase_samples, phase_start,
+                    switch_now.has_value());
         MaybeSaveRingCheckpoint(trainer, step, steps_per_epoch);
         if (switch_now) {
           STRATA_RETURN_IF_ERROR(

@@ -8,8 +8,9 @@
 #   - the bytes the kernel counted on h1's and h2's links (tc's counters of their eth0 qdiscs)
 #     grew by at least what the gradients of each run must have carried: the processes really
 #     talked across the emulated links, not over a loopback of their own;
-#   - the services listened on their hosts' addresses, and a worker on another host than its
-#     server used TCP, not the shared-memory path (the server's region is not reachable there);
+#   - the services listened on their hosts' addresses, and the run recorded that the worker on
+#     another host than its server sent its tensors over TCP (the server's shared region is not
+#     reachable from there) while the worker on the server's host used shared memory;
 #   - `strata run --hosts` outside the head, and a malformed hosts file, are refused (exit 2)
 #     before anything is launched.
 # Seen failing on purpose: with stream_run.cc's replicas spawned without their hosts (no
@@ -138,8 +139,19 @@ for line in open(f"{run}/events.jsonl"):
         seen[e["process"]] = e["address"].split(":")[0]
 assert seen == hosts, seen
 PY
-grep -q "is not on this host .*tensors go over TCP" "$work/switch/logs/worker-0.log" ||
-  fail "worker-0 (on h2) did not fall back to TCP for the server on h1"
+# How each worker's tensors reached the server, as the run recorded it (`server_links`): worker-0
+# on h2 over TCP (the region's socket is not in its namespace), worker-1 on the server's host h1
+# through shared memory.
+python3 - "$work/switch/events.jsonl" <<'PY' || fail "the server links the switch run recorded"
+import json, sys
+links = {}
+for line in open(sys.argv[1]):
+    e = json.loads(line)
+    if e.get("event") == "server_links":
+        links[e["process"]] = e["links"]
+assert len(links.get("worker-0", [])) == 1 and "tcp (not on this host" in links["worker-0"][0], links
+assert links.get("worker-1") == [links["worker-1"][0]] and links["worker-1"][0].endswith(": shared memory"), links
+PY
 
 "$hosts_sh" down
 if [[ $failures -gt 0 ]]; then
