@@ -1,5 +1,5 @@
-// `strata sweep SWEEP.yaml [--out DIR] [--report]`: every cell x seed of a sweep file as one
-// `strata run`, resumable, with results.csv, summary.csv and (--report) report.html in DIR.
+// `strata sweep SWEEP.yaml [--out DIR] [--report] [--hosts FILE]`: every cell x seed of a sweep
+// file as one `strata run` (on emulated hosts with --hosts), resumable, with results.csv, summary.csv and (--report) report.html in DIR.
 // `strata sweep --report OUT` rewrites the tables and the report of an existing sweep directory.
 #include <sys/stat.h>
 
@@ -18,6 +18,8 @@ void AddSweepCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--out", options->out_dir,
                   "output directory (default: the file's out:, else runs/sweep-<name>)");
   cmd->add_flag("--report", options->report, "also write OUT/report.html (charts)");
+  cmd->add_option("--hosts", options->hosts_file,
+                  "run every job on the emulated hosts this file lists (strata run --hosts)");
   cmd->add_flag("--check", options->check_only,
                 "check the sweep file and every cell's job, list the runs, run nothing");
   cmd->callback([options, exit_code] {

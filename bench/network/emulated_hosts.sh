@@ -9,12 +9,14 @@
 #
 # Usage (as root):
 #   emulated_hosts.sh up N RATE [CPU_PERCENT]  make hosts h0..h(N-1); RATE as tc takes it (100mbit,
-#                                              1gbit, 10gbit); CPU_PERCENT: share of one core each
+#                                              1gbit, 10gbit); CPU_PERCENT: share of one core each,
+#                                              at least 10 (a quota per 10 ms period)
 #   emulated_hosts.sh check                    verify that only the /24 and lo are routable
 #   emulated_hosts.sh exec HOST CMD [ARGS...]  run CMD inside HOST (h0 or 0), in its CPU group
 #   emulated_hosts.sh addr HOST                print HOST's address
 #   emulated_hosts.sh hosts                    print the hosts that exist, one a line
 #   emulated_hosts.sh hosts-file               print them as `strata run --hosts FILE` reads them
+#   emulated_hosts.sh rate HOST RATE           give HOST's link another rate (both directions)
 #   emulated_hosts.sh down                     remove every namespace and CPU group made by `up`
 # `up` removes what it made if it fails or is interrupted. Environment: STRATA_NET_PREFIX (default
 # "strata": namespaces PREFIX-br, PREFIX-h0, ...; give each concurrent user its own) and
@@ -49,9 +51,14 @@ down() {
   local dir
   for dir in "$cgroup_root/$prefix"-h*; do
     [[ -d $dir ]] || continue
-    # Processes still in the group (a run that was killed) would keep it busy.
-    while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done <"$dir/cgroup.procs"
-    rmdir "$dir" 2>/dev/null || { sleep 0.2; rmdir "$dir"; }
+    # Processes still in the group or in a service's quota nested in it (a run that was killed)
+    # would keep it busy.
+    local group
+    for group in "$dir"/*/ "$dir"; do
+      [[ -f $group/cgroup.procs ]] || continue
+      while read -r pid; do kill -KILL "$pid" 2>/dev/null || true; done <"$group/cgroup.procs"
+      rmdir "$group" 2>/dev/null || { sleep 0.2; rmdir "$group"; }
+    done
   done
 }
 
@@ -110,13 +117,33 @@ no_ipv6() {
     net.ipv6.conf.default.disable_ipv6=1 net.ipv6.conf.lo.disable_ipv6=1 >/dev/null
 }
 
+# The tbf arguments for RATE (BYTES per second). The bucket holds 1 ms of traffic (at least
+# 64 KiB, so that one TSO segment of a veth fits): a deeper bucket lets a short burst run faster
+# than the rate.
+tbf_shape() {
+  local rate=$1 bytes=$2
+  echo "tbf rate $rate burst $((bytes / 1000 > 65536 ? bytes / 1000 : 65536)) latency 50ms"
+}
+
+# A slower (or faster) link for one host, both directions, while the hosts are up.
+set_rate() {
+  local host=$1 rate=$2 bytes shape
+  [[ $host =~ ^h?[0-9]+$ ]] || die "HOST must be h<i> or <i>, not '$host'"
+  [[ -e /run/netns/$(host_ns "$host") ]] || die "no host $host (namespace $(host_ns "$host"))"
+  bytes=$(rate_bytes "$rate") || die "RATE must look like 100mbit, 1gbit or 10gbit, not '$rate'"
+  read -ra shape <<<"$(tbf_shape "$rate" "$bytes")"
+  tc -n "$(host_ns "$host")" qdisc replace dev eth0 root "${shape[@]}"
+  tc -n "$bridge_ns" qdisc replace dev "h${host#h}" root "${shape[@]}"
+  echo "emulated_hosts: $host's link is now $rate each way"
+}
+
 up() {
   local n=$1 rate=$2 cpu=${3:-}
   [[ $n =~ ^[0-9]+$ && $n -ge 1 && $n -le 250 ]] || die "N must be 1..250, not '$n'"
   local bytes
   bytes=$(rate_bytes "$rate") || die "RATE must look like 100mbit, 1gbit or 10gbit, not '$rate'"
   if [[ -n $cpu ]]; then
-    [[ $cpu =~ ^[0-9]+$ && $cpu -ge 1 ]] || die "CPU_PERCENT must be a positive integer, not '$cpu'"
+    [[ $cpu =~ ^[0-9]+$ && $cpu -ge 10 ]] || die "CPU_PERCENT must be an integer of at least 10, not '$cpu'"
     [[ -w $cgroup_root ]] || die "no writable cgroup v1 cpu controller at $cgroup_root"
   fi
   [[ $EUID -eq 0 ]] || die "needs root (network namespaces)"
@@ -126,10 +153,8 @@ up() {
   # From here on, a failure or an interrupt removes what was made.
   trap 'down' EXIT
   trap 'exit 130' INT TERM
-  # The bucket holds 1 ms of traffic (at least 64 KiB, so that one TSO segment of a veth fits):
-  # a deeper bucket lets a short burst run faster than the rate.
-  local burst=$((bytes / 1000 > 65536 ? bytes / 1000 : 65536))
-  local shape=(tbf rate "$rate" burst "$burst" latency 50ms)
+  local shape
+  read -ra shape <<<"$(tbf_shape "$rate" "$bytes")"
   ip netns add "$bridge_ns"
   no_ipv6 "$bridge_ns"
   ip -n "$bridge_ns" link add br0 type bridge
@@ -151,8 +176,11 @@ up() {
     tc -n "$bridge_ns" qdisc add dev "h$i" root "${shape[@]}"  # its receiving side
     if [[ -n $cpu ]]; then
       mkdir "$(cgroup_dir "$i")"
-      echo 100000 >"$(cgroup_dir "$i")/cpu.cfs_period_us"
-      echo $((cpu * 1000)) >"$(cgroup_dir "$i")/cpu.cfs_quota_us"
+      # A 10 ms period: a host that used its share waits at most the rest of 10 ms, not of the
+      # default 100 ms, which would add tens of milliseconds to every request and reply that
+      # arrives while it is throttled (the kernel's smallest quota, 1 ms, is 10% of a core).
+      echo 10000 >"$(cgroup_dir "$i")/cpu.cfs_period_us"
+      echo $((cpu * 100)) >"$(cgroup_dir "$i")/cpu.cfs_quota_us"
     fi
   done
   check
@@ -193,6 +221,7 @@ case $cmd in
   check) check ;;
   hosts) hosts ;;
   hosts-file) hosts_file ;;
+  rate) [[ $# -eq 2 ]] || die "usage: $0 rate HOST RATE"; set_rate "$@" ;;
   addr) [[ $# -eq 1 ]] || die "usage: $0 addr HOST"; host_addr "$1" ;;
   exec) [[ $# -ge 2 ]] || die "usage: $0 exec HOST CMD [ARGS...]"; exec_in "$@" ;;
   *) sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//' >&2; exit 2 ;;

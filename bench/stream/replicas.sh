@@ -43,6 +43,8 @@ start_private_redis "$out"
 mkdir -p "$cg"
 period=$(cat "$cg/cpu.cfs_period_us")
 if [ -n "$hosts_rate" ]; then
+  awk -v q="$quota" 'BEGIN {exit !(q >= 0.1)}' ||
+    { echo "with HOSTS_RATE every host's CPU quota is QUOTA cores, at least 0.1 (not $quota)" >&2; exit 2; }
   # The head and one host per replica of the largest count.
   "$emulated" up $((${counts[-1]} + 1)) "$hosts_rate" "$(awk -v q="$quota" 'BEGIN {printf "%d", q * 100}')"
   "$emulated" hosts-file > "$out/hosts.txt"

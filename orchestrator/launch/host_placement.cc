@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <absl/strings/str_cat.h>
@@ -13,11 +14,18 @@
 namespace strata {
 namespace {
 
+// The file system of namespace files (/proc/PID/ns/*, and the bind mounts under /run/netns).
+constexpr long kNamespaceFsMagic = 0x6e736673;  // NSFS_MAGIC
+
 // The identity of a namespace file: the same (device, inode) is the same namespace.
 absl::StatusOr<std::pair<dev_t, ino_t>> NamespaceId(const std::string& path) {
   struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
+  struct statfs fs {};
+  if (::stat(path.c_str(), &st) != 0 || ::statfs(path.c_str(), &fs) != 0) {
     return absl::NotFoundError(absl::StrCat("no network namespace at ", path));
+  }
+  if (static_cast<long>(fs.f_type) != kNamespaceFsMagic) {
+    return absl::InvalidArgumentError(absl::StrCat(path, " is not a namespace file"));
   }
   return std::make_pair(st.st_dev, st.st_ino);
 }
@@ -30,6 +38,7 @@ absl::StatusOr<HostPlacement> HostPlacement::Load(const std::string& path) {
     return absl::NotFoundError(absl::StrCat("--hosts ", path, ": ", text.status().message()));
   }
   HostPlacement placement;
+  std::vector<std::pair<dev_t, ino_t>> ids;  // per host so far
   int number = 0;
   for (absl::string_view line : absl::StrSplit(*text, '\n')) {
     ++number;
@@ -47,10 +56,21 @@ absl::StatusOr<HostPlacement> HostPlacement::Load(const std::string& path) {
                               " field(s)"));
     }
     EmulatedHost host{fields[0], fields[1], fields[2], fields[3] == "-" ? "" : fields[3]};
-    if (!NamespaceId(host.network_namespace).ok()) {
-      return bad(absl::StrCat("no network namespace at ", host.network_namespace,
-                              " (are the hosts up? bench/network/emulated_hosts.sh up N RATE)"));
+    auto id = NamespaceId(host.network_namespace);
+    if (!id.ok()) {
+      return bad(
+          id.status().code() == absl::StatusCode::kNotFound
+              ? absl::StrCat("no network namespace at ", host.network_namespace,
+                             " (are the hosts up? bench/network/emulated_hosts.sh up N RATE)")
+              : std::string(id.status().message()));
     }
+    for (size_t i = 0; i < placement.hosts_.size(); ++i) {
+      if (ids[i] == *id) {
+        return bad(absl::StrCat("host ", host.name, " has the network namespace of host ",
+                                placement.hosts_[i].name, ": every host needs its own"));
+      }
+    }
+    ids.push_back(*id);
     in_addr parsed{};
     if (::inet_pton(AF_INET, host.address.c_str(), &parsed) != 1) {
       return bad(absl::StrCat("'", host.address, "' is not an IPv4 address"));

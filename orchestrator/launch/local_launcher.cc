@@ -162,8 +162,13 @@ bool LocalLauncher::Listening(const std::string& service) {
 // A real slow-down where cgroups allow it; otherwise the run is refused, saying why.
 absl::Status LocalLauncher::SlowDown(const Child& c, double fraction) {
   const std::string& name = c.spec.name;
+  // On an emulated host with a CPU group, the service's own quota nests inside the host's: a
+  // process sits in one group of the hierarchy, and leaving the host's would free it of the
+  // host's share.
+  const bool nested = c.host != nullptr && !c.host->cpu_group.empty();
   auto limit =
-      CpuLimit::Apply(c.process->pid(), fraction, absl::StrCat("strata-", ::getpid(), "-", name));
+      CpuLimit::Apply(c.process->pid(), fraction, absl::StrCat("strata-", ::getpid(), "-", name),
+                      nested ? c.host->cpu_group : std::string("/sys/fs/cgroup/cpu"));
   if (limit.ok()) {
     record_.Event(RunEvent::kStraggler,
                   {{"process", name}, {"cpu_fraction", fraction}, {"cgroup", (*limit)->path()}});

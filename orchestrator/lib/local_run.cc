@@ -80,9 +80,14 @@ int RunLocalJob(const LocalRunOptions& options) {
     std::fprintf(stderr, "strata run: %s already holds a run; choose another --out\n", dir.c_str());
     return 2;
   }
-  if (options.hosts) {
+  if (options.hosts && job->launcher().ring_transport() != v1::RING_TRANSPORT_TCP &&
+      job->strategy().kind() != v1::STRATEGY_KIND_STREAM) {
     // An abstract socket exists only in its own network namespace: between hosts the ring runs
     // over TCP, as between containers.
+    if (!options.quiet) {
+      std::printf("strata run: on emulated hosts the ring runs over TCP (launcher.ring_transport "
+                  "tcp): an abstract socket is not reachable from another host\n");
+    }
     job->mutable_launcher()->set_ring_transport(v1::RING_TRANSPORT_TCP);
   }
   if (job->strategy().kind() == v1::STRATEGY_KIND_STREAM) {

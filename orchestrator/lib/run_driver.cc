@@ -79,7 +79,8 @@ void RunDriver::StartRunMetrics() {
   // watch the containers; the orchestrator's figures are those of the runs it launches itself.
   if (attached() || !job_.metrics().enabled()) return;
   MetricsEndpointOptions endpoint;
-  endpoint.listen = "127.0.0.1:0";  // a free loopback port, as the services get
+  // A free port where the services listen: loopback, or the head's address on emulated hosts.
+  endpoint.listen = absl::StrCat(options_.hosts ? options_.hosts->head().address : "127.0.0.1", ":0");
   endpoint.port_file = paths_.OrchestratorMetricsPortFile();
   // The run's clock in Unix time: a resumed run's start_ lies before this process began.
   const double run_start_unix =

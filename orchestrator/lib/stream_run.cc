@@ -153,7 +153,8 @@ class StreamRun {
   void StartRunMetrics() {
     if (!job_.metrics().enabled()) return;
     MetricsEndpointOptions endpoint;
-    endpoint.listen = "127.0.0.1:0";
+    endpoint.listen =
+        absl::StrCat(options_.hosts ? options_.hosts->head().address : "127.0.0.1", ":0");
     endpoint.port_file = paths_.OrchestratorMetricsPortFile();
     auto served = StreamRunMetrics::Start(endpoint);
     if (!served.ok()) {
@@ -214,6 +215,13 @@ class StreamRun {
     return absl::StrCat(ReplicaListenHost(r), ":", port);
   }
 
+  bool OnAnEmulatedHost(const std::string& address) const {
+    for (const EmulatedHost& h : options_.hosts->hosts()) {
+      if (h.address == address) return true;
+    }
+    return false;
+  }
+
   // Where replica r's servers listen: its emulated host's address (strata run --hosts), or
   // loopback. Replicas take the hosts after the head in turn, as a local run's services do.
   std::string ReplicaListenHost(int r) const {
@@ -250,13 +258,12 @@ class StreamRun {
   absl::Status StartBroker() {
     if (!job_.stream().address().empty()) {
       STRATA_ASSIGN_OR_RETURN(address_, ParseBrokerAddress(job_.stream().address()));
-      if (options_.hosts && address_.unix_path.empty() &&
-          (absl::StartsWith(address_.host, "127.") || address_.host == "localhost")) {
+      if (options_.hosts && address_.unix_path.empty() && !OnAnEmulatedHost(address_.host)) {
         return absl::FailedPreconditionError(absl::StrCat(
             "stream.address ", job_.stream().address(),
-            " is this host's loopback, which the replicas on the other emulated hosts cannot "
-            "reach; give the broker an address of the hosts' network, or leave stream.address "
-            "out (the run's own broker serves every host through its socket)"));
+            " is not the address of one of the emulated hosts, and the replicas there reach "
+            "nothing else; run the broker on a host and give its address, or leave "
+            "stream.address out (the run's own broker serves every host through its socket)"));
       }
       Say(absl::StrCat("broker: ", address_.Describe()));
       return absl::OkStatus();

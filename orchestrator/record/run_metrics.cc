@@ -131,7 +131,7 @@ RunMetrics::~RunMetrics() = default;
 void RunMetrics::Update(const RunStatusSnapshot& status) { figures_->Update(status); }
 
 std::string RunMetrics::url() const {
-  return absl::StrCat("http://127.0.0.1:", endpoint_->port(), "/metrics");
+  return endpoint_->url();
 }
 
 }  // namespace strata

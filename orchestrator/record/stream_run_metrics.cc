@@ -80,7 +80,7 @@ StreamRunMetrics::~StreamRunMetrics() = default;
 void StreamRunMetrics::Update(const nlohmann::json& line) { gauges_->Update(line); }
 
 std::string StreamRunMetrics::url() const {
-  return absl::StrCat("http://127.0.0.1:", endpoint_->port(), "/metrics");
+  return endpoint_->url();
 }
 
 }  // namespace strata

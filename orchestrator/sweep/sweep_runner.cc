@@ -289,6 +289,9 @@ class SweepLoop {
     spawn.argv = {options_.strata_exe, "run", spec_.base_path};
     for (const std::string& a : run.assignments) spawn.argv.insert(spawn.argv.end(), {"--set", a});
     spawn.argv.insert(spawn.argv.end(), {"--out", run.dir});
+    if (!options_.hosts_file.empty()) {
+      spawn.argv.insert(spawn.argv.end(), {"--hosts", options_.hosts_file});
+    }
     std::unique_ptr<ChildProcess> child;
     if (s.ok()) {
       auto spawned = ChildProcess::Spawn(spawn);

@@ -18,6 +18,9 @@ struct SweepOptions {
   bool report = false;      // also write OUT/report.html
   bool check_only = false;  // check the file and every cell's job, list the runs, run nothing
   std::string strata_exe;   // the `strata` binary the runs use (this one: /proc/self/exe)
+  // `--hosts FILE` for every run: each spreads its processes over these emulated hosts
+  // (docs/user-guide.md, "On emulated hosts"); the sweep runs on the head, as `strata run` must.
+  std::string hosts_file;
   // How long a run may take to stop after Ctrl-C has been forwarded before it is killed.
   std::chrono::milliseconds stop_grace{120000};
 };

@@ -93,7 +93,8 @@ class PartitionClients {
   // Every partition's installed_version becomes its pulled version.
   void MarkInstalled();
   // How the tensors travel to each server (PartitionLink::Path), one line per server:
-  // "parameter server 0 (host:port): tcp (...)". Between calls only.
+  // "parameter server 0 (host:port): tcp (...)". Safe while calls are in flight (each link
+  // guards its own).
   std::vector<std::string> LinkPaths() const;
   // The job's sample budget as the last replies reported it: any partition that has reached it
   // ends the job. `has_budget`: some partition has one.

@@ -46,6 +46,10 @@ std::string Refusal(int status, const char* reason, const std::string& extra_hea
 
 }  // namespace
 
+std::string MetricsEndpoint::url() const {
+  return absl::StrCat("http://", host_, ":", port_, "/metrics");
+}
+
 absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const MetricsEndpointOptions& options) {
   std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
@@ -59,6 +63,7 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
                                                    "' is not host:port (port 0 to 65535)"));
   }
   std::string host = options.listen.substr(0, colon);
+  endpoint->host_ = host;
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }

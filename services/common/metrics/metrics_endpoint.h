@@ -51,6 +51,8 @@ class MetricsEndpoint {
   // keeps under its own lock. Call before the first scrape matters; kept alive by the endpoint.
   void Serve(std::shared_ptr<prometheus::Collectable> collectable);
   int port() const { return port_; }  // 0: not served
+  // http://<listen host>:<port>/metrics, what a scraper on the listening host dials.
+  std::string url() const;
 
   // The exposition a scrape gets now.
   std::string Exposition() const;
@@ -65,6 +67,7 @@ class MetricsEndpoint {
   mutable std::mutex collectables_mu_;
   int listen_fd_ = -1;
   int port_ = 0;
+  std::string host_;  // as `listen` gave it ("[::1]" for IPv6)
   int request_timeout_ms_ = 5000;
   std::atomic<bool> stop_{false};
   std::thread thread_;

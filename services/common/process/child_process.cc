@@ -18,6 +18,7 @@
 #include <absl/strings/match.h>
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 #include <absl/strings/string_view.h>
 #include <absl/strings/strip.h>
@@ -107,9 +108,13 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
           absl::StrCat(options.name, ": cannot join CPU group ", procs, ": ", std::strerror(err)));
     }
   }
-  const std::string host_failure =
-      absl::StrCat(options.name, ": could not enter its host (", options.network_namespace, " ",
-                   options.cpu_group, ")\n");
+  // What the child says before it gives up on entering its host (errno appended, as digits).
+  std::vector<std::string> host_parts;
+  for (const std::string* part : {&options.network_namespace, &options.cpu_group}) {
+    if (!part->empty()) host_parts.push_back(*part);
+  }
+  const std::string host_failure = absl::StrCat(options.name, ": could not enter its host (",
+                                                absl::StrJoin(host_parts, ", "), "): errno ");
 
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -136,7 +141,16 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(const SpawnOpt
     // of the child runs outside its host's CPU share.
     if ((cgroup_fd >= 0 && ::write(cgroup_fd, "0", 1) != 1) ||
         (netns_fd >= 0 && ::setns(netns_fd, CLONE_NEWNET) != 0)) {
-      const ssize_t ignored = ::write(STDERR_FILENO, host_failure.data(), host_failure.size());
+      const int err = errno;
+      char digits[12];  // formatted by hand: no library call that may allocate after fork
+      int n = 0;
+      for (int e = err > 0 ? err : 0; n == 0 || e > 0; e /= 10)
+        digits[n++] = static_cast<char>('0' + e % 10);
+      char text[13];
+      for (int k = 0; k < n; ++k) text[k] = digits[n - 1 - k];
+      text[n++] = '\n';
+      ssize_t ignored = ::write(STDERR_FILENO, host_failure.data(), host_failure.size());
+      ignored = ::write(STDERR_FILENO, text, static_cast<size_t>(n));
       (void)ignored;
       ::_exit(127);
     }

@@ -69,6 +69,13 @@ for h in 0 1; do
 done
 "$hosts_sh" check || fail "emulated_hosts.sh check"
 
+# One host's link made slower, both directions; the other keeps its rate.
+"$hosts_sh" rate h1 25mbit >/dev/null || fail "emulated_hosts.sh rate h1 25mbit"
+tc -n "$STRATA_NET_PREFIX-h1" qdisc show dev eth0 | grep -q "tbf .*rate 25Mbit" || fail "h1's eth0 is not at 25mbit"
+tc -n "$STRATA_NET_PREFIX-br" qdisc show dev h1 | grep -q "tbf .*rate 25Mbit" || fail "h1's bridge port is not at 25mbit"
+tc -n "$STRATA_NET_PREFIX-h0" qdisc show dev eth0 | grep -q "tbf .*rate 100Mbit" || fail "h0's rate changed with h1's"
+"$hosts_sh" rate h1 100mbit >/dev/null
+
 # Host 0 reaches host 1 over TCP: a ring of two ranks, one per host, on their own addresses.
 token=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')
 mkdir "$work/rendezvous"

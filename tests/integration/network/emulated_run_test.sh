@@ -47,11 +47,15 @@ fail() {
   failures=$((failures + 1))
 }
 
-cpu=()
-[[ -w /sys/fs/cgroup/cpu ]] && cpu=(100)  # a CPU group per host, where cgroup v1 allows it
-"$hosts_sh" up 3 1gbit "${cpu[@]}"
+# A CPU group per host (a whole core: the quota is not what is tested, only that the processes
+# run in their host's group).
+[[ -w /sys/fs/cgroup/cpu ]] || unavailable "no writable cgroup v1 cpu controller for the hosts' CPU groups"
+"$hosts_sh" up 3 1gbit 100
 "$hosts_sh" hosts-file >"$work/hosts.txt"
 
+# CPU periods host H's group has been active in so far (cpu.stat): grows only while a process
+# of the group runs.
+periods() { awk '/^nr_periods/ {print $2}' "/sys/fs/cgroup/cpu/$STRATA_NET_PREFIX-h$1/cpu.stat"; }
 # Bytes sent by host H's interface so far, as its tbf qdisc counted them.
 sent() { tc -s -n "$STRATA_NET_PREFIX-h$1" qdisc show dev eth0 | awk '/Sent/ {print $2; exit}'; }
 # The `launched` event of PROCESS in RUN's events.jsonl, its host field.
@@ -81,6 +85,8 @@ if out=$("$hosts_sh" exec h0 "$strata" run "$repo/configs/stream-fmnist.yaml" \
   --hosts "$work/bad-hosts.txt" --out "$work/bad" 2>&1); then
   fail "a malformed hosts file was accepted"
 else
+  rc=$?
+  [[ $rc -eq 2 ]] || fail "a malformed hosts file: exit $rc, not 2"
   grep -q "line 3: 'not-an-address' is not an IPv4 address" <<<"$out" ||
     fail "the malformed hosts file, the message: $out"
 fi
@@ -88,12 +94,17 @@ fi
 # 2. A stream job: replica 0 on h1, replica 1 on h2, the broker's socket shared.
 h1_before=$(sent 1)
 h2_before=$(sent 2)
+p1_before=$(periods 1)
+p2_before=$(periods 2)
 if ! "$hosts_sh" exec h0 "$strata" run "$repo/configs/stream-fmnist.yaml" --hosts "$work/hosts.txt" \
   --out "$work/stream" --quiet --set stream.max_events=8000 --set stream.produce.rate=0 \
   >"$work/stream.out" 2>&1; then
   fail "the stream run on emulated hosts"
   cat "$work/stream.out"
 fi
+# The replicas ran in their hosts' CPU groups: each group was busy for periods of its own.
+[[ $(($(periods 1) - p1_before)) -ge 10 ]] || fail "h1's CPU group ran nothing of the stream run"
+[[ $(($(periods 2) - p2_before)) -ge 10 ]] || fail "h2's CPU group ran nothing of the stream run"
 h1_stream=$(($(sent 1) - h1_before))
 h2_stream=$(($(sent 2) - h2_before))
 # 8,000 events in windows of 64, a sum of 4 windows' gradients (the MLP's 235,146 floats,

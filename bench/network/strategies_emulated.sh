@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Push/pull against all-reduce on an emulated network (docs/benchmarks.md, "Push/pull against
+# all-reduce on emulated hosts"): the same job (the quickstart's MLP on Fashion-MNIST, 4 workers,
+# EPOCHS epochs of MAX_TRAIN examples) run by `strata run --hosts` in five forms: all-reduce,
+# and push/pull (ASP) with 1 or 2 parameter servers, each with strategy.ps_pipeline 0 and 1. The
+# hosts (emulated_hosts.sh): the head h0 (orchestrator, sharder, evaluator), then the servers,
+# then one host per worker, every one at RATE each way and CPU_PERCENT of a core. The forms
+# alternate within each of ROUNDS rounds; prints every run, then medians of the training
+# throughput (summary.json's samples_per_s of the run's phase), the training time and the final
+# accuracy, and each form's throughput over all-reduce's. Needs root:
+#   flock /tmp/strata-build.lock flock /tmp/strata-bench.lock \
+#     bench/network/strategies_emulated.sh RATE ROUNDS [CPU_PERCENT] [BUILD_DIR]
+# Environment: EPOCHS (3), MAX_TRAIN (30000), MOMENTUM (0: with the quickstart's 0.9 on the
+# servers, the pipelined forms' extra staleness makes ASP with 4 workers diverge to NaN).
+set -euo pipefail
+rate=${1:?usage: $0 RATE ROUNDS [CPU_PERCENT] [BUILD_DIR]}
+rounds=${2:-3}
+cpu=${3:-28}
+build=$(cd "${4:-build}" && pwd)
+epochs=${EPOCHS:-3}
+max_train=${MAX_TRAIN:-30000}
+momentum=${MOMENTUM:-0}
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+hosts_sh="$here/emulated_hosts.sh"
+export STRATA_NET_PREFIX=strata-st$$
+work=$(mktemp -d /tmp/strata-netstrat-XXXXXX)
+cleanup() {
+  "$hosts_sh" down
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+# The head, 2 servers, 4 workers.
+"$hosts_sh" up 7 "$rate" "$cpu"
+"$hosts_sh" hosts-file >"$work/hosts.txt"
+
+forms=("allreduce" "ps1-pipe0" "ps1-pipe1" "ps2-pipe0" "ps2-pipe1")
+settings() {
+  case $1 in
+    allreduce) echo "--set strategy.kind=allreduce" ;;
+    ps*) local servers=${1:2:1} pipe=${1: -1}
+      echo "--set strategy.kind=ps --set strategy.consistency=asp --set cluster.parameter_servers=$servers --set strategy.ps_pipeline=$pipe" ;;
+  esac
+}
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'): mlp on fashion-mnist ($max_train examples, $epochs epochs, momentum $momentum), 4 workers, one host each, $rate each way and $cpu% of a core per host, $rounds rounds"
+for round in $(seq "$rounds"); do
+  for form in "${forms[@]}"; do
+    out="$work/run-$round-$form"
+    "$hosts_sh" check
+    # shellcheck disable=SC2046
+    if ! "$hosts_sh" exec h0 "$build/bin/strata" run "$repo/configs/quickstart.yaml" \
+      --hosts "$work/hosts.txt" --out "$out" --quiet \
+      --set cluster.workers=4 --set training.epochs="$epochs" --set dataset.max_train="$max_train" \
+      --set training.lr_schedule.milestones=[] --set training.momentum="$momentum" \
+      $(settings "$form") >"$work/$form.log" 2>&1; then
+      cat "$work/$form.log" "$out"/logs/*.log 2>/dev/null | tail -40
+      exit 1
+    fi
+    python3 - "$out/summary.json" "$round" "$form" <<'PY' | tee -a "$work/all.txt"
+import json, sys
+s = json.load(open(sys.argv[1]))
+rate = max(s["samples_per_s"].values())  # the run's one phase
+print(f"round {sys.argv[2]} form={sys.argv[3]} samples_per_s={rate:.0f} "
+      f"training_s={s['training_s']:.1f} final_val_acc={s['final_val_acc']:.4f}")
+PY
+  done
+done
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+field() { grep "form=$1 " "$work/all.txt" | sed "s/.*$2=\([0-9.]*\).*/\1/" | median; }
+base=$(field allreduce samples_per_s)
+echo
+echo "| link | form | samples/s | x all-reduce | training s | final accuracy |"
+echo "|---|---|---|---|---|---|"
+for form in "${forms[@]}"; do
+  awk -v r="$rate" -v f="$form" -v m="$(field "$form" samples_per_s)" -v b="$base" \
+    -v t="$(field "$form" training_s)" -v a="$(field "$form" final_val_acc)" \
+    'BEGIN {printf "| %s | %s | %.0f | %.2f | %.1f | %.4f |\n", r, f, m, m / b, t, a}'
+done
