@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ring all-reduce bandwidth on an emulated network: Strata's ring on its plain-TCP link
 # (strata-bench-allreduce --transport plain-tcp, the path between machines) against PyTorch's gloo,
-# world 4, one rank per emulated host (emulated_hosts.sh: a namespace each, a bridge, a tbf limit of
+# world 4 (or WORLD), one rank per emulated host (emulated_hosts.sh: a namespace each, a bridge, a tbf limit of
 # RATE each way), buffers of 1, 4 and 25 MiB. The two alternate RUNS times; prints every run, then
 # the medians of busbw (MB/s, algbw * 2(n-1)/n), their ratio, and each one's share of the link's
 # rate (busbw cannot exceed the rate of one host's link: every rank sends and receives
@@ -13,7 +13,7 @@ rate=${1:?usage: $0 RATE RUNS ITERS [BUILD_DIR]}
 runs=${2:-3}
 iters=${3:-20}
 build=${4:-build}
-world=4
+world=${WORLD:-4}
 here=$(cd "$(dirname "$0")" && pwd)
 hosts_sh="$here/emulated_hosts.sh"
 bench="$(cd "$build" && pwd)/bin/strata-bench-allreduce"
