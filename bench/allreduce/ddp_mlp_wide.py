@@ -25,16 +25,9 @@ def wide_mlp():
                          nn.ReLU(), nn.Linear(2048, 10))
 
 
-def train(rank, world, steps, port):
-    torch.set_num_threads(max(1, 2 // world))
-    if world > 1:
-        os.environ["MASTER_ADDR"] = "127.0.0.1"
-        os.environ["MASTER_PORT"] = str(port)
-        dist.init_process_group("gloo", rank=rank, world_size=world)
-    torch.manual_seed(1)  # the same initial model on every rank, as DDP also broadcasts it
-    model = wide_mlp()
-    if world > 1:
-        model = nn.parallel.DistributedDataParallel(model)
+def timed_steps(model, rank, world, steps):
+    """SGD lr 0.1 momentum 0.9 on this rank's share of the global batch of random inputs: 3
+    untimed warm-up steps, then `steps` timed ones; returns their seconds."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     per_rank = GLOBAL_BATCH // world
     generator = torch.Generator().manual_seed(1 + rank)
@@ -46,7 +39,20 @@ def train(rank, world, steps, port):
         optimizer.zero_grad()
         F.cross_entropy(model(inputs), labels).backward()
         optimizer.step()
-    seconds = time.time() - began
+    return time.time() - began
+
+
+def train(rank, world, steps, port):
+    torch.set_num_threads(max(1, 2 // world))
+    if world > 1:
+        os.environ["MASTER_ADDR"] = "127.0.0.1"
+        os.environ["MASTER_PORT"] = str(port)
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.manual_seed(1)  # the same initial model on every rank, as DDP also broadcasts it
+    model = wide_mlp()
+    if world > 1:
+        model = nn.parallel.DistributedDataParallel(model)
+    seconds = timed_steps(model, rank, world, steps)
     if rank == 0:
         print(f"ddp arch=mlp_wide world={world} global_batch={GLOBAL_BATCH} steps={steps} "
               f"samples_per_s={GLOBAL_BATCH * steps / seconds:.0f}")

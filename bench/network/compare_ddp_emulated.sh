@@ -22,42 +22,11 @@ buckets=(${BUCKETS:-0 4})
 world=4
 here=$(cd "$(dirname "$0")" && pwd)
 hosts_sh="$here/emulated_hosts.sh"
-bench="$(cd "$build" && pwd)/bin/strata-bench-allreduce-train"
-[[ -x $bench ]] || { echo "no $bench (build the target strata-bench-allreduce-train)" >&2; exit 1; }
-/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null ||
-  { echo "PyTorch is missing (apt-get install python3-torch)" >&2; exit 1; }
-export STRATA_NET_PREFIX=strata-ddp$$
-
-work=$(mktemp -d /tmp/strata-netddp-XXXXXX)
-cleanup() {
-  # The ranks run under timeout(1), each in a process group of its own: their pids reach them.
-  if [[ -f $work/pids ]]; then xargs -r kill <"$work/pids" 2>/dev/null || true; fi
-  "$hosts_sh" down
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$here/emulated_bench.sh"
+bench=$(peer_benchmark "$build" strata-bench-allreduce-train)
+emulated_bench_setup netddp
 "$hosts_sh" up "$world" "$rate" "$cpu"
 "$hosts_sh" check  # again, right before anything runs in the hosts
-
-# One process per host (its command line from $1, a function of the rank); prints rank 0's
-# samples/s, or every rank's output and fails.
-run_ranks() {
-  local make_cmd=$1 tag=$2 r pids=() rc=0
-  for ((r = 0; r < world; r++)); do
-    # shellcheck disable=SC2046
-    timeout 900 "$hosts_sh" exec "$r" $($make_cmd "$r") >"$work/$tag.$r.out" 2>&1 &
-    pids+=($!)
-    echo $! >>"$work/pids"
-  done
-  for r in "${!pids[@]}"; do wait "${pids[$r]}" || rc=1; done
-  : >"$work/pids"
-  if [[ $rc -ne 0 ]] || ! grep -q 'samples_per_s=' "$work/$tag.0.out"; then
-    for ((r = 0; r < world; r++)); do echo "--- $tag rank $r" >&2; cat "$work/$tag.$r.out" >&2; done
-    return 1
-  fi
-  sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' "$work/$tag.0.out" | tail -1
-}
 
 strata_cmd() {
   echo "$bench --rank $1 --world $world --dir $rendezvous --host $("$hosts_sh" addr "$1")" \
@@ -68,14 +37,11 @@ ddp_cmd() { echo "/usr/bin/python3 $here/ddp_rank.py $arch $1 $world $steps"; }
 ours() {
   bucket=$1
   rendezvous=$(mktemp -d "$work/rendezvous-XXXXXX")
-  STRATA_RUN_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n') run_ranks strata_cmd "strata-$bucket"
+  STRATA_RUN_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n') run_ranks strata_cmd "strata-$bucket" samples_per_s
 }
 theirs() {
-  local port
-  port=$("$hosts_sh" exec 0 /usr/bin/python3 -c \
-    'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' \
-    "$("$hosts_sh" addr 0)")
-  MASTER_ADDR=$("$hosts_sh" addr 0) MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 run_ranks ddp_cmd ddp
+  MASTER_ADDR=$("$hosts_sh" addr 0) MASTER_PORT=$(free_port_on_h0) GLOO_SOCKET_IFNAME=eth0 \
+    run_ranks ddp_cmd ddp samples_per_s
 }
 
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }

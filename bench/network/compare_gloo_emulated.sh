@@ -16,46 +16,15 @@ build=${4:-build}
 world=${WORLD:-4}
 here=$(cd "$(dirname "$0")" && pwd)
 hosts_sh="$here/emulated_hosts.sh"
-bench="$(cd "$build" && pwd)/bin/strata-bench-allreduce"
-[[ -x $bench ]] || { echo "no $bench (build the target strata-bench-allreduce)" >&2; exit 1; }
-/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null ||
-  { echo "PyTorch is missing (apt-get install python3-torch)" >&2; exit 1; }
-
-work=$(mktemp -d /tmp/strata-netem-XXXXXX)
-cleanup() {
-  # The ranks run under timeout(1), each in a process group of its own, and inside command
-  # substitutions: neither this shell's jobs nor its process group reach them, their pids do.
-  if [[ -f $work/pids ]]; then xargs -r kill <"$work/pids" 2>/dev/null || true; fi
-  "$hosts_sh" down
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$here/emulated_bench.sh"
+bench=$(peer_benchmark "$build" strata-bench-allreduce)
+emulated_bench_setup netem
 "$hosts_sh" up "$world" "$rate"
 "$hosts_sh" check  # again, right before anything runs in the hosts
 link_MBps=$(awk -v b="$rate" 'BEGIN {
   r = tolower(b); n = r + 0; u = substr(r, length(n "") + 1)
   m = (u == "bit") ? 1 : (u == "kbit") ? 1e3 : (u == "mbit") ? 1e6 : (u == "gbit") ? 1e9 : 0
   printf "%.0f\n", n * m / 8 / 1e6 }')
-
-# Starts one process per host (its command line from $1, a function of the rank), waits for all,
-# and prints rank 0's busbw; on a failure prints every rank's output and fails.
-run_ranks() {
-  local make_cmd=$1 tag=$2 r pids=() rc=0
-  for ((r = 0; r < world; r++)); do
-    # shellcheck disable=SC2046
-    timeout 600 "$hosts_sh" exec "$r" $($make_cmd "$r") >"$work/$tag.$r.out" 2>&1 &
-    pids+=($!)
-    echo $! >>"$work/pids"
-  done
-  for r in "${!pids[@]}"; do wait "${pids[$r]}" || rc=1; done
-  : >"$work/pids"  # all reaped: these pids may be reused from now on
-  if [[ $rc -ne 0 ]] || ! grep -q 'busbw_MBps=' "$work/$tag.0.out"; then
-    for ((r = 0; r < world; r++)); do echo "--- $tag rank $r" >&2; cat "$work/$tag.$r.out" >&2; done
-    return 1
-  fi
-  sed -n 's/.*busbw_MBps=\([0-9.]*\).*/\1/p' "$work/$tag.0.out" | tail -1
-}
 
 strata_cmd() {
   echo "$bench --rank $1 --world $world --dir $rendezvous --host $("$hosts_sh" addr "$1")" \
@@ -66,16 +35,11 @@ gloo_cmd() { echo "/usr/bin/python3 $here/gloo_rank.py $1 $world $floats $iters"
 ours() {
   rendezvous=$(mktemp -d "$work/rendezvous-XXXXXX")
   # The ranks are started one by one, so they share a run token through the environment.
-  STRATA_RUN_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n') run_ranks strata_cmd strata
+  STRATA_RUN_TOKEN=$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n') run_ranks strata_cmd strata busbw_MBps
 }
 theirs() {
-  local port
-  # Any port is free in a namespace of our own; ask the kernel for one all the same.
-  port=$("$hosts_sh" exec 0 /usr/bin/python3 -c \
-    'import socket,sys; s=socket.socket(); s.bind((sys.argv[1],0)); print(s.getsockname()[1])' \
-    "$("$hosts_sh" addr 0)")
-  MASTER_ADDR=$("$hosts_sh" addr 0) MASTER_PORT=$port GLOO_SOCKET_IFNAME=eth0 \
-    run_ranks gloo_cmd gloo
+  MASTER_ADDR=$("$hosts_sh" addr 0) MASTER_PORT=$(free_port_on_h0) GLOO_SOCKET_IFNAME=eth0 \
+    run_ranks gloo_cmd gloo busbw_MBps
 }
 
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }

@@ -15,16 +15,12 @@ ranks through env:// at rank 0's address, as gloo_rank.py does.
 import importlib.util
 import os
 import sys
-import time
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WARMUP_STEPS = 3
-GLOBAL_BATCH = 128
 
 
 def load(path, name):
@@ -34,39 +30,27 @@ def load(path, name):
     return module
 
 
-def model(arch):
-    if arch == "resnet20":
-        return load(os.path.join(HERE, "../../../shared/peers/ddp_train.py"), "ddp_train").ResNet20()
-    if arch == "mlp_wide":
-        return load(os.path.join(HERE, "../allreduce/ddp_mlp_wide.py"), "ddp_mlp_wide").wide_mlp()
-    sys.exit(f"ddp_rank.py: ARCH must be resnet20 or mlp_wide, not {arch}")
-
-
 def main():
     arch = sys.argv[1]
     rank, world, steps = (int(a) for a in sys.argv[2:5])
     for key in ("MASTER_ADDR", "MASTER_PORT"):
         if key not in os.environ:
             sys.exit(f"ddp_rank.py: {key} is not set")
+    # The loopback comparison's model and training loop (one rank of it).
+    wide = load(os.path.join(HERE, "../allreduce/ddp_mlp_wide.py"), "ddp_mlp_wide")
+    if arch == "resnet20":
+        make = load(os.path.join(HERE, "../../../shared/peers/ddp_train.py"), "ddp_train").ResNet20
+    elif arch == "mlp_wide":
+        make = wide.wide_mlp
+    else:
+        sys.exit(f"ddp_rank.py: ARCH must be resnet20 or mlp_wide, not {arch}")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world)
     torch.manual_seed(1)
-    net = nn.parallel.DistributedDataParallel(model(arch))
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
-    per_rank = GLOBAL_BATCH // world
-    generator = torch.Generator().manual_seed(1 + rank)
-    inputs = torch.randn(per_rank, 1, 28, 28, generator=generator)
-    labels = torch.randint(0, 10, (per_rank,), generator=generator)
-    for step in range(WARMUP_STEPS + steps):
-        if step == WARMUP_STEPS:
-            began = time.time()
-        optimizer.zero_grad()
-        F.cross_entropy(net(inputs), labels).backward()
-        optimizer.step()
-    seconds = time.time() - began
+    seconds = wide.timed_steps(nn.parallel.DistributedDataParallel(make()), rank, world, steps)
     if rank == 0:
-        print(f"ddp arch={arch} world={world} global_batch={GLOBAL_BATCH} steps={steps} "
-              f"samples_per_s={GLOBAL_BATCH * steps / seconds:.0f}", flush=True)
+        print(f"ddp arch={arch} world={world} global_batch={wide.GLOBAL_BATCH} steps={steps} "
+              f"samples_per_s={wide.GLOBAL_BATCH * steps / seconds:.0f}", flush=True)
     dist.destroy_process_group()
 
 

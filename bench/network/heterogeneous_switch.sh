@@ -16,14 +16,8 @@ build=$(cd "${4:-build}" && pwd)
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 hosts_sh="$here/emulated_hosts.sh"
-export STRATA_NET_PREFIX=strata-hs$$
-work=$(mktemp -d /tmp/strata-nethet-XXXXXX)
-cleanup() {
-  "$hosts_sh" down
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$here/emulated_bench.sh"
+emulated_bench_setup nethet
 "$hosts_sh" up 6 "$rate"
 "$hosts_sh" rate h2 "$slow"
 "$hosts_sh" hosts-file >"$work/hosts.txt"

@@ -23,14 +23,8 @@ momentum=${MOMENTUM:-0}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 hosts_sh="$here/emulated_hosts.sh"
-export STRATA_NET_PREFIX=strata-st$$
-work=$(mktemp -d /tmp/strata-netstrat-XXXXXX)
-cleanup() {
-  "$hosts_sh" down
-  rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+. "$here/emulated_bench.sh"
+emulated_bench_setup netstrat
 # The head, 2 servers, 4 workers.
 "$hosts_sh" up 7 "$rate" "$cpu"
 "$hosts_sh" hosts-file >"$work/hosts.txt"

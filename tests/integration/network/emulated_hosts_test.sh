@@ -13,24 +13,9 @@
 # left namespaces behind: strata-t...-br" failed.
 # Usage: emulated_hosts_test.sh BENCH_ALLREDUCE_BINARY
 set -euo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-hosts_sh="$repo/bench/network/emulated_hosts.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/netns_test_lib.sh"
 bench=${1:?usage: $0 PATH_TO_strata-bench-allreduce}
-# A prefix of its own, so that a benchmark running at the same time keeps its hosts.
-export STRATA_NET_PREFIX="strata-t$$"
-
-unavailable() {
-  if [[ ${CI:-} == true ]]; then
-    echo "FAILED: $* (CI=true: the network namespace tests must run)"
-    exit 1
-  fi
-  echo "SKIPPED: $*"
-  exit 77
-}
-[[ $EUID -eq 0 ]] || unavailable "not root: network namespaces need root"
-probe="$STRATA_NET_PREFIX-probe"
-ip netns add "$probe" 2>/dev/null || unavailable "cannot create a network namespace (ip netns add)"
-ip netns delete "$probe"
+netns_test_begin t
 
 work=$(mktemp -d /tmp/strata-netns-test-XXXXXX)
 pids=()
@@ -38,12 +23,6 @@ trap 'if [[ ${#pids[@]} -gt 0 ]]; then kill "${pids[@]}" 2>/dev/null || true; fi
 veths_before=$(ip -o link show type veth | wc -l)
 cpu=()
 [[ -w /sys/fs/cgroup/cpu ]] && cpu=(50)  # a CPU group per host too, where cgroup v1 allows it
-
-failures=0
-fail() {
-  echo "FAILED: $*"
-  failures=$((failures + 1))
-}
 
 "$hosts_sh" up 2 100mbit "${cpu[@]}"
 [[ $("$hosts_sh" hosts | tr '\n' ' ') == "h0 h1 " ]] || fail "hosts are not h0 h1"
@@ -102,8 +81,4 @@ left=$(ip netns list | awk '{print $1}' | grep "^$STRATA_NET_PREFIX-" || true)
 [[ $(ip -o link show type veth | wc -l) -eq $veths_before ]] || fail "down left a veth in the root namespace"
 ls -d /sys/fs/cgroup/cpu/"$STRATA_NET_PREFIX"-* >/dev/null 2>&1 && fail "down left CPU groups behind"
 
-if [[ $failures -gt 0 ]]; then
-  echo "$failures check(s) failed"
-  exit 1
-fi
-echo "PASSED"
+netns_test_end

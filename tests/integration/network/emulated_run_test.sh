@@ -21,31 +21,12 @@
 # Skips (77) without root or namespaces, except under CI=true, where it fails.
 # Usage: emulated_run_test.sh PATH_TO_strata
 set -euo pipefail
-repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)
-hosts_sh="$repo/bench/network/emulated_hosts.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/netns_test_lib.sh"
 strata=${1:?usage: $0 PATH_TO_strata}
-export STRATA_NET_PREFIX="strata-r$$"
-
-unavailable() {
-  if [[ ${CI:-} == true ]]; then
-    echo "FAILED: $* (CI=true: the network namespace tests must run)"
-    exit 1
-  fi
-  echo "SKIPPED: $*"
-  exit 77
-}
-[[ $EUID -eq 0 ]] || unavailable "not root: network namespaces need root"
-probe="$STRATA_NET_PREFIX-probe"
-ip netns add "$probe" 2>/dev/null || unavailable "cannot create a network namespace (ip netns add)"
-ip netns delete "$probe"
+netns_test_begin r
 
 work=$(mktemp -d /tmp/strata-netns-run-XXXXXX)
 trap '"$hosts_sh" down; rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "FAILED: $*"
-  failures=$((failures + 1))
-}
 
 # A CPU group per host (a whole core: the quota is not what is tested, only that the processes
 # run in their host's group).
@@ -165,8 +146,4 @@ assert links.get("worker-1") == [links["worker-1"][0]] and links["worker-1"][0].
 PY
 
 "$hosts_sh" down
-if [[ $failures -gt 0 ]]; then
-  echo "$failures check(s) failed"
-  exit 1
-fi
-echo "PASSED"
+netns_test_end
