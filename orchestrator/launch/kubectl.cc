@@ -84,6 +84,10 @@ absl::Status Kubectl::Exec(const std::vector<std::string>& args) const {
   for (std::string& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
   std::fflush(stdout);
+  // The process becomes kubectl: no destructor will run, so the scratch directory (which only
+  // Run's captured output uses) goes now.
+  std::error_code ignored;
+  std::filesystem::remove_all(scratch_, ignored);
   ::execv(options_.path.c_str(), argv.data());
   return absl::FailedPreconditionError(
       absl::StrCat("cannot run ", options_.path, ": ", std::strerror(errno)));

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "services/common/process/child_process.h"
@@ -44,14 +46,39 @@ inline void WriteText(const std::string& path, const std::string& text) {
   out << text;
 }
 
+// The directories MakeTempDir made in this test process. Removed when the process ends if every
+// test passed; after a failure they are kept for a look at the run, and named on stderr.
+// STRATA_KEEP_TEST_DIRS=1 keeps them always.
+inline std::vector<std::string>& TempDirsOfThisProcess() {
+  static auto* dirs = new std::vector<std::string>();  // never destroyed: read at exit
+  return *dirs;
+}
+
+inline void RemoveTempDirsAtExit() {
+  if (std::getenv("STRATA_KEEP_TEST_DIRS") != nullptr) return;
+  const bool passed = ::testing::UnitTest::GetInstance()->Passed();
+  for (const std::string& dir : TempDirsOfThisProcess()) {
+    if (!passed) {
+      std::fprintf(stderr, "kept %s (a test failed)\n", dir.c_str());
+      continue;
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(dir, ignored);
+  }
+}
+
 inline std::string MakeTempDir(const std::string& tag) {
+  static const bool registered = std::atexit(RemoveTempDirsAtExit) == 0;
+  (void)registered;
   std::string tmpl =
       (std::getenv("TMPDIR") ? std::string(std::getenv("TMPDIR")) : std::string("/tmp")) +
       "/strata-" + tag + "-XXXXXX";
   std::vector<char> buf(tmpl.begin(), tmpl.end());
   buf.push_back('\0');
   const char* dir = ::mkdtemp(buf.data());
-  return dir ? std::string(dir) : std::string();
+  if (dir == nullptr) return std::string();
+  TempDirsOfThisProcess().push_back(dir);
+  return dir;
 }
 
 struct CommandResult {
