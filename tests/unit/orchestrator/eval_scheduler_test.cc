@@ -8,6 +8,7 @@
 
 #include "services/common/base/metrics.h"
 
+#include "tests/support/temp_dir_test.h"
 #include "tests/unit/orchestrator/fake_cluster_client.h"
 
 namespace strata {
@@ -15,11 +16,11 @@ namespace {
 
 using testing::FakeClusterClient;
 
-class EvalSchedulerTest : public ::testing::Test {
+class EvalSchedulerTest : public testing::TempDirTest {
  protected:
-  EvalSchedulerTest() : client_(2, 1), console_(/*quiet=*/true) {
-    std::string dir_template = ::testing::TempDir() + "/eval-scheduler-XXXXXX";
-    dir_ = ::mkdtemp(dir_template.data());
+  EvalSchedulerTest()
+      : testing::TempDirTest("eval-scheduler"), client_(2, 1), console_(/*quiet=*/true) {
+    dir_ = temp_dir();
     record_ = *RunRecord::Open(dir_, now_);
     view_.planned_steps_per_epoch = 100;
     view_.epochs = 4;

@@ -10,6 +10,8 @@
 #include <regex>
 
 #include <absl/strings/str_format.h>
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "orchestrator/plan/job_checks.h"
@@ -479,6 +481,7 @@ TEST(RunReport, WriteRunReportRefusesARecordItCannotReadNamingTheRun) {
   const absl::Status s = WriteRunReport(dir);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(s.message().find(dir), std::string::npos) << s.message();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

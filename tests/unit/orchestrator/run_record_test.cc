@@ -3,6 +3,8 @@
 
 #include <unistd.h>
 
+#include <filesystem>
+
 #include <gtest/gtest.h>
 
 #include "services/common/base/metrics.h"
@@ -97,6 +99,8 @@ TEST(RunRecord, WritesEventLinesWithTheirNameTimeAndWallClock) {
   EXPECT_TRUE((*lines)[0]["time"].is_number());
   EXPECT_TRUE((*lines)[0]["wall_s"].is_number());
   EXPECT_EQ((*lines)[1]["wall_s"], 1.5);  // a payload's own wall_s is kept
+  record->reset();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include "services/common/base/metrics.h"
 #include "services/common/base/run_directory.h"
+#include "tests/support/temp_dir_test.h"
 #include "tests/unit/orchestrator/fake_cluster_client.h"
 
 namespace strata {
@@ -62,11 +63,11 @@ class NoSwitchEvents final : public SwitchEvents {
   std::vector<SwitchFailedEvent> failed;
 };
 
-class RunSupervisorTest : public ::testing::Test {
+class RunSupervisorTest : public testing::TempDirTest {
  protected:
-  RunSupervisorTest() : client_(2, 1), console_(true), host_(failure_) {
-    std::string dir_template = ::testing::TempDir() + "/run-supervisor-XXXXXX";
-    dir_ = ::mkdtemp(dir_template.data());
+  RunSupervisorTest()
+      : testing::TempDirTest("run-supervisor"), client_(2, 1), console_(true), host_(failure_) {
+    dir_ = temp_dir();
     record_ = *RunRecord::Open(dir_, Clock::now());
     view_.planned_steps_per_epoch = 100;
     view_.worker_batch = 32;

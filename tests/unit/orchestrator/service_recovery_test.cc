@@ -15,6 +15,7 @@
 #include "orchestrator/run/run_supervisor.h"
 #include "services/common/base/metrics.h"
 #include "services/common/base/run_directory.h"
+#include "tests/support/temp_dir_test.h"
 #include "tests/unit/orchestrator/fake_cluster_client.h"
 
 namespace strata {
@@ -70,11 +71,11 @@ void FakeLauncher::Kill(const std::string& service, ServiceRole role) {
 }
 
 // A recovery over the fake launcher and cluster client, with a run record in a scratch folder.
-class RecoveryTestBase : public ::testing::Test {
+class RecoveryTestBase : public testing::TempDirTest {
  protected:
-  RecoveryTestBase(int workers, int servers) : client_(workers, servers) {
-    std::string dir_template = ::testing::TempDir() + "/service-recovery-XXXXXX";
-    dir_ = ::mkdtemp(dir_template.data());
+  RecoveryTestBase(int workers, int servers)
+      : testing::TempDirTest("service-recovery"), client_(workers, servers) {
+    dir_ = temp_dir();
     record_ = *RunRecord::Open(dir_, Clock::now());
     view_.workers.resize(workers);
     options_.max_restarts = 2;

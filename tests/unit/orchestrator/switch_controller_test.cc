@@ -9,6 +9,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "services/common/wire/checkpoint.h"
+#include "tests/support/temp_dir_test.h"
 #include "tests/unit/orchestrator/fake_cluster_client.h"
 
 namespace strata {
@@ -39,14 +40,13 @@ NamedTensor Tensor(const std::string& name, std::vector<float> values) {
   return t;
 }
 
-class SwitchControllerTest : public ::testing::Test {
+class SwitchControllerTest : public testing::TempDirTest {
  protected:
   static constexpr int64_t kStepsPerEpoch = 100;
   static constexpr milliseconds kTimeout{300000};
 
-  SwitchControllerTest() : client_(2, 1) {
-    std::string dir_template = ::testing::TempDir() + "/switch-controller-XXXXXX";
-    checkpoint_dir_ = ::mkdtemp(dir_template.data());
+  SwitchControllerTest() : testing::TempDirTest("switch-controller"), client_(2, 1) {
+    checkpoint_dir_ = temp_dir();
     // Two workers in all-reduce at step 200 of 10 epochs of 100 steps; 3200 samples/s at 32 per
     // step is 0.01 s per step, so the switch margin is 50 steps.
     view_.planned_steps_per_epoch = kStepsPerEpoch;

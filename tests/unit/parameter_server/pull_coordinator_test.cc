@@ -1,6 +1,8 @@
 // PDP's decision of when to update, in process: the K* search on synthetic gain curves, the
 // probe gain's sign, and the coordinator driven by hand-made reports (no gRPC, no training). No
 // assertion depends on timing: a pull is made due by reports that already reach K*.
+#include <unistd.h>
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -139,7 +141,9 @@ CountReportView Update(int worker, int64_t round, int64_t points, int64_t gap) {
 }
 
 TEST(PullCoordinatorTest, PullsOnceTheReportsReachKStarAndRecordsTheRound) {
-  const std::string file = ::testing::TempDir() + "/pdp-rounds.jsonl";
+  // A name of this process's own: two suites on one machine must not share the file.
+  const std::string file =
+      ::testing::TempDir() + "/pdp-rounds-" + std::to_string(::getpid()) + ".jsonl";
   std::filesystem::remove(file);
   PullCoordinatorOptions o = Fixed(2, 100);
   o.rounds_file = file;
@@ -185,6 +189,8 @@ TEST(PullCoordinatorTest, PullsOnceTheReportsReachKStarAndRecordsTheRound) {
   EXPECT_EQ(record["count"], 110);
   EXPECT_NEAR(record["shares"][0].get<double>(), 80.0 / 110, 1e-12);
   EXPECT_EQ(record["version_gaps"], nlohmann::json({0, 1}));
+  in.close();
+  std::filesystem::remove(file);
 }
 
 TEST(PullCoordinatorTest, BadReportsAreRefusedAndChangeNothing) {
