@@ -59,7 +59,11 @@ inline void RemoveTempDirsAtExit() {
   const bool passed = ::testing::UnitTest::GetInstance()->Passed();
   for (const std::string& dir : TempDirsOfThisProcess()) {
     if (!passed) {
-      std::fprintf(stderr, "kept %s (a test failed)\n", dir.c_str());
+      // A fixture may have removed its own already (RunFixture does).
+      std::error_code ignored;
+      if (std::filesystem::exists(dir, ignored)) {
+        std::fprintf(stderr, "kept %s (a test failed)\n", dir.c_str());
+      }
       continue;
     }
     std::error_code ignored;
