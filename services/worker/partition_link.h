@@ -99,7 +99,8 @@ class PartitionLink {
   virtual absl::StatusOr<int64_t> Push(const PushFields& fields, const float* gradients,
                                        const float* buffers, const PartitionCallOptions& call) = 0;
   // How the tensors travel once a call has been made ("gRPC", "tcp", "shared memory", with the
-  // reason for a fallback): for the worker's status and the run's events. Read between calls.
+  // reason for a fallback): for the worker's status and the run's events. Safe to read while
+  // a call is in flight (a pipelined push/pull reads it after each step).
   virtual std::string Path() const = 0;
 };
 

@@ -48,7 +48,8 @@ class Synchroniser {
   // When training ends: completes whatever exchange is still travelling (a pipelined
   // synchroniser) so that the trainer holds the latest model.
   virtual absl::Status Drain(Trainer& trainer) { return absl::OkStatus(); }
-  // After Start: how the tensors travel to each server, one line per server
+  // Once Start has run (and again after each step, since a shared region is decided by the
+  // first exchange): how the tensors travel to each server, one line per server
   // (PartitionClients::LinkPaths); empty for a synchroniser without servers.
   virtual std::vector<std::string> ServerLinks() const { return {}; }
 };
