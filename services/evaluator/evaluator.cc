@@ -107,7 +107,14 @@ class EvaluatorService final : public v1::Evaluator::Service {
                      std::string* source) {
     if (!request.worker().empty()) {
       *source = absl::StrCat("worker ", request.worker());
-      return FetchFromWorker(request.worker(), tensors);
+      // An epoch of all-reduce is scored on the model the worker kept at its end; the live model
+      // only if it no longer holds that one, and the source says so.
+      if (request.phase() == "allreduce" && request.epoch() > 0) {
+        const absl::Status held = FetchFromWorker(request.worker(), request.epoch(), tensors);
+        if (!absl::IsFailedPrecondition(held)) return held;
+        absl::StrAppend(source, " (its live model: ", held.message(), ")");
+      }
+      return FetchFromWorker(request.worker(), 0, tensors);
     }
     if (request.parameter_servers_size() > 0) {
       *source = absl::StrCat(request.parameter_servers_size(), " parameter server(s)");
@@ -237,11 +244,14 @@ class EvaluatorService final : public v1::Evaluator::Service {
   }
 
  private:
-  absl::Status FetchFromWorker(const std::string& address, std::vector<NamedTensor>* out) {
+  // The worker's model at the end of `epoch`, or its live model for epoch 0 (v1::ModelRequest).
+  absl::Status FetchFromWorker(const std::string& address, int64_t epoch,
+                               std::vector<NamedTensor>* out) {
     auto stub = v1::Worker::NewStub(MakeChannel(address));
     grpc::ClientContext context;
     context.set_deadline(DeadlineAfter(options_.fetch_deadline));
     v1::ModelRequest request;
+    request.set_epoch(epoch);
     auto reader = stub->GetModel(&context, request);
     std::vector<v1::TensorChunk> chunks;
     v1::TensorChunk chunk;
@@ -387,21 +397,22 @@ absl::Status CheckDataAndModelUnkeyed(const v1::ResolvedJob& job, std::string* k
                                  ? std::string(kNpyTrainTargets)
                                  : Spelled(job.dataset().name());
   if (dataset.test.size() == 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        job.dataset().path(), ": no held-out examples (", kNpyTestFeatures, " and ",
-        kNpyTestTargets, "): every job evaluates its model on them after each epoch"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(job.dataset().path(), ": no held-out examples (", kNpyTestFeatures, " and ",
+                     kNpyTestTargets, "): every job evaluates its model on them after each epoch"));
   }
   const v1::Loss loss = job.training().loss();
   *key = "training.loss";
   if (loss == v1::LOSS_CROSS_ENTROPY && !dataset.class_labels()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        origin, ": float targets, but training.loss cross_entropy needs class labels (an integer "
-                "array); use training.loss mse or bce_with_logits"));
+        origin,
+        ": float targets, but training.loss cross_entropy needs class labels (an integer "
+        "array); use training.loss mse or bce_with_logits"));
   }
   if (loss != v1::LOSS_CROSS_ENTROPY && dataset.class_labels()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        origin, ": class labels, but training.loss ", Spelled(loss),
-        " needs float targets; use training.loss cross_entropy"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(origin, ": class labels, but training.loss ", Spelled(loss),
+                     " needs float targets; use training.loss cross_entropy"));
   }
   *key = "dataset.path";
   if (loss == v1::LOSS_BCE_WITH_LOGITS) {
@@ -409,9 +420,9 @@ absl::Status CheckDataAndModelUnkeyed(const v1::ResolvedJob& job, std::string* k
       for (size_t i = 0; i < split->targets.size(); ++i) {
         const float t = split->targets[i];
         if (t < 0 || t > 1) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              origin, ": example ", i / dataset.target_floats(), " holds the target ", t,
-              "; bce_with_logits needs targets in [0, 1]"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(origin, ": example ", i / dataset.target_floats(), " holds the target ",
+                           t, "; bce_with_logits needs targets in [0, 1]"));
         }
       }
     }
@@ -429,22 +440,23 @@ absl::Status CheckDataAndModelUnkeyed(const v1::ResolvedJob& job, std::string* k
   auto shape = [](const std::vector<int64_t>& s) { return absl::StrJoin(s, "x"); };
   if (loss == v1::LOSS_CROSS_ENTROPY) {
     if (out.size() != 2 || out[0] != 1 || out[1] < 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          model, ": outputs ", shape(out), " for one example; cross_entropy needs logits [1, C] "
-                 "with C >= 2 classes"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(model, ": outputs ", shape(out),
+                       " for one example; cross_entropy needs logits [1, C] "
+                       "with C >= 2 classes"));
     }
     if (classes_seen > out[1]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          origin, ": labels up to ", classes_seen - 1, ", but ", model, " outputs ", out[1],
-          " logits: every label must lie in [0, ", out[1], ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(origin, ": labels up to ", classes_seen - 1, ", but ", model, " outputs ",
+                       out[1], " logits: every label must lie in [0, ", out[1], ")"));
     }
   } else {
     int64_t values = 1;
     for (int64_t d : out) values *= d;
     if (values != static_cast<int64_t>(shared->target_floats())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          model, ": outputs ", shape(out), " for one example, but each target holds ",
-          shared->target_floats(), " value(s) (", origin, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(model, ": outputs ", shape(out), " for one example, but each target holds ",
+                       shared->target_floats(), " value(s) (", origin, ")"));
     }
   }
   return absl::OkStatus();
@@ -462,10 +474,10 @@ absl::Status CheckDataAndModel(const v1::ResolvedJob& job) {
 absl::Status ExportModel(const v1::ResolvedJob& job, const std::string& checkpoint,
                          const std::string& out) {
   if (job.model().torchscript().empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the job trains the built-in model ", Spelled(job.arch()),
-        ", which has no TorchScript module to write back into; its weights are in ", checkpoint,
-        " (docs/data-and-models.md, \"Checkpoints\")"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job trains the built-in model ", Spelled(job.arch()),
+                     ", which has no TorchScript module to write back into; its weights are in ",
+                     checkpoint, " (docs/data-and-models.md, \"Checkpoints\")"));
   }
   STRATA_ASSIGN_OR_RETURN(Checkpoint c, ReadCheckpoint(checkpoint));
   return ExportTorchScript(job.model().torchscript(), c, out);

@@ -372,11 +372,11 @@ class TrainingLoop::Runner {
     spdlog::info("holding before step {}: the at_fraction switch is due after it", hold_at);
     const auto began = Clock::now();
     // Meanwhile the training thread's tasks (the evaluator's model fetches) still run.
-    const bool came = state_->switch_participant.AwaitRequest(
-        options_.deadline, std::chrono::milliseconds(100), [&] {
-          state_->RunTasks(trainer);
-          return state_->stopping();
-        });
+    const bool came = state_->switch_participant.AwaitRequest(options_.deadline,
+                                                              std::chrono::milliseconds(100), [&] {
+                                                                state_->RunTasks(trainer);
+                                                                return state_->stopping();
+                                                              });
     const double waited = std::chrono::duration<double>(Clock::now() - began).count();
     if (came) {
       spdlog::info("the switch request came after {:.3f} s", waited);
@@ -386,8 +386,8 @@ class TrainingLoop::Runner {
   }
 
   // What GetStatus answers once a step is done.
-  void PublishStep(const Synchroniser& sync, int64_t step, double train_loss,
-                   int64_t phase_samples, Clock::time_point phase_start, bool switch_begins) {
+  void PublishStep(const Synchroniser& sync, int64_t step, double train_loss, int64_t phase_samples,
+                   Clock::time_point phase_start, bool switch_begins) {
     // How the tensors travel to each server is decided by the first exchanges (a shared region
     // is asked for before the first push), so it is read after a step; a few strings per step.
     std::vector<std::string> links = sync.ServerLinks();
@@ -472,6 +472,10 @@ class TrainingLoop::Runner {
         loss_sum += stats.loss * stats.examples;
         seen += stats.examples;
         phase_samples += stats.examples;
+        // Before the step is published, so that an evaluation of this epoch finds its model.
+        if (step % steps_per_epoch == 0 && InAllReduce()) {
+          state_->KeepEpochModel(step / steps_per_epoch, trainer);
+        }
         const std::optional<v1::SwitchRequest> switch_now = state_->switch_participant.SettleStep(
             context.ready_to_switch, outcome.all_ready_to_switch);
         PublishStep(*sync, step, loss_sum / seen, phase_samples, phase_start,
@@ -520,14 +524,18 @@ class TrainingLoop::Runner {
     return AfterBrokenRing{step, false, true};  // this batch's gradients went down with the ring
   }
 
+  bool InAllReduce() {
+    std::lock_guard<std::mutex> lock(state_->mu);
+    return state_->status.mode() == v1::SYNC_MODE_ALLREDUCE;
+  }
+
   // The ring of an all-reduce job can be re-formed when recovery is on.
   bool MayReform() {
     const v1::ResolvedJob& job = options_.job;
     if (job.strategy().kind() != v1::STRATEGY_KIND_ALLREDUCE || job.recovery().restarts() == 0) {
       return false;
     }
-    std::lock_guard<std::mutex> lock(state_->mu);
-    return state_->status.mode() == v1::SYNC_MODE_ALLREDUCE;
+    return InAllReduce();
   }
 
   // The ring of an all-reduce job broke under this worker after `step` completed steps (a peer

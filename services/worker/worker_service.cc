@@ -158,45 +158,76 @@ grpc::Status WorkerService::SaveCheckpoint(grpc::ServerContext* context,
   auto confined = ResolveInRunDir(run_dir_, request->path(), "SaveCheckpoint path");
   if (!confined.ok()) return ToGrpcStatus(confined.status());
   const std::string path = *confined;
-  auto saved = OnTrainingThread<int64_t>(*state_, context,
-                                         [this, path](Trainer& trainer) -> absl::StatusOr<int64_t> {
-                                           int64_t epoch, step;
-                                           {
-                                             std::lock_guard<std::mutex> lock(state_->mu);
-                                             epoch = state_->status.epoch();
-                                             step = state_->status.step();
-                                           }
-                                           Checkpoint c = trainer.ToCheckpoint(epoch, step, step);
-                                           STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c, run_dir_));
-                                           return step;
-                                         });
+  auto saved = OnTrainingThread<int64_t>(
+      *state_, context, [this, path](Trainer& trainer) -> absl::StatusOr<int64_t> {
+        int64_t epoch, step;
+        {
+          std::lock_guard<std::mutex> lock(state_->mu);
+          epoch = state_->status.epoch();
+          step = state_->status.step();
+        }
+        Checkpoint c = trainer.ToCheckpoint(epoch, step, step);
+        STRATA_RETURN_IF_ERROR(WriteCheckpoint(path, c, run_dir_));
+        return step;
+      });
   if (!saved.ok()) return ToGrpcStatus(saved.status());
   reply->set_path(path);
   reply->set_version(*saved);
   return grpc::Status::OK;
 }
 
-grpc::Status WorkerService::GetModel(grpc::ServerContext* context, const v1::ModelRequest*,
+namespace {
+
+// The model of `epoch` (see ModelRequest): waits while the worker is still in all-reduce short of
+// that epoch, until the RPC's deadline.
+absl::StatusOr<std::shared_ptr<const std::vector<NamedTensor>>> EpochModelOf(
+    WorkerState& state, grpc::ServerContext* context, int64_t epoch) {
+  std::unique_lock<std::mutex> lock(state.mu);
+  for (;;) {
+    for (const EpochModel& m : state.epoch_models) {
+      if (m.epoch == epoch) return m.tensors;
+    }
+    const v1::WorkerStatus& s = state.status;
+    const bool may_still_get_there =
+        !state.stop && !s.finished() && s.mode() == v1::SYNC_MODE_ALLREDUCE &&
+        s.ring_broken().empty() &&
+        (s.steps_per_epoch() == 0 || s.step() < epoch * s.steps_per_epoch());
+    if (!may_still_get_there) {
+      std::string held;
+      for (const EpochModel& m : state.epoch_models)
+        absl::StrAppend(&held, held.empty() ? "" : ", ", m.epoch);
+      return absl::FailedPreconditionError(absl::StrCat(
+          "GetModel: this worker does not hold the model of epoch ", epoch, " (it holds epochs [",
+          held, "], is at step ", s.step(), ", mode ", v1::SyncMode_Name(s.mode()), ")"));
+    }
+    if (context->IsCancelled()) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("GetModel: the worker did not reach the end of epoch ", epoch, " in time"));
+    }
+    state.cv.wait_for(lock, std::chrono::milliseconds(100));
+  }
+}
+
+}  // namespace
+
+grpc::Status WorkerService::GetModel(grpc::ServerContext* context, const v1::ModelRequest* request,
                                      grpc::ServerWriter<v1::TensorChunk>* writer) {
-  auto model = OnTrainingThread<std::vector<NamedTensor>>(
-      *state_, context, [](Trainer& trainer) -> absl::StatusOr<std::vector<NamedTensor>> {
-        std::vector<NamedTensor> tensors;
-        const float* params = trainer.parameter_data();
-        for (const FlatEntry& e : trainer.parameters().entries()) {
-          NamedTensor t = NamedTensor::Zeros(e.spec);
-          std::memcpy(t.data.data(), params + e.offset, e.numel * sizeof(float));
-          tensors.push_back(std::move(t));
-        }
-        std::vector<float> buffers(trainer.buffers().total_floats());
-        trainer.CopyBuffersTo(buffers.data());
-        for (const FlatEntry& e : trainer.buffers().entries()) {
-          NamedTensor t = NamedTensor::Zeros(e.spec);
-          std::memcpy(t.data.data(), buffers.data() + e.offset, e.numel * sizeof(float));
-          tensors.push_back(std::move(t));
-        }
-        return tensors;
-      });
-  if (!model.ok()) return ToGrpcStatus(model.status());
+  std::shared_ptr<const std::vector<NamedTensor>> model;
+  if (request->epoch() < 0) {
+    return ToGrpcStatus(absl::InvalidArgumentError("GetModel: epoch must be >= 0"));
+  }
+  if (request->epoch() > 0) {
+    auto held = EpochModelOf(*state_, context, request->epoch());
+    if (!held.ok()) return ToGrpcStatus(held.status());
+    model = *std::move(held);
+  } else {
+    auto live = OnTrainingThread<std::vector<NamedTensor>>(
+        *state_, context, [](Trainer& trainer) -> absl::StatusOr<std::vector<NamedTensor>> {
+          return trainer.ModelTensors();
+        });
+    if (!live.ok()) return ToGrpcStatus(live.status());
+    model = std::make_shared<const std::vector<NamedTensor>>(*std::move(live));
+  }
   for (const NamedTensor& t : *model) {
     absl::Status s = EncodeTensor({&t.spec, t.data.data()}, {},
                                   [&](const v1::TensorChunk& c) { return writer->Write(c); });

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -24,6 +25,12 @@ namespace strata {
 
 // Work handed to the training thread; runs at the next step boundary (or at once when idle).
 using Task = std::function<void(Trainer&)>;
+
+// The model at the end of one epoch of the all-reduce phase, for GetModel with an epoch.
+struct EpochModel {
+  int64_t epoch = 0;
+  std::shared_ptr<const std::vector<NamedTensor>> tensors;
+};
 
 class WorkerState {
  public:
@@ -44,6 +51,23 @@ class WorkerState {
   // The new ring a ReformRing brought, for the training thread, which waits for it while the
   // status says ring_broken.
   std::optional<v1::ReformRingRequest> reform;
+  // The models of the last kHeldEpochModels epochs ended in all-reduce, oldest first: the
+  // evaluator scores epoch E on the model of epoch E even when training has moved on by the time
+  // its request arrives, so the losses the switch rule reads do not depend on timing.
+  static constexpr size_t kHeldEpochModels = 3;
+  std::deque<EpochModel> epoch_models;
+
+  // Called by the training thread after the step that ended `epoch` in all-reduce, before the
+  // step is published (a request for the epoch then finds its model).
+  void KeepEpochModel(int64_t epoch, const Trainer& trainer) {
+    auto tensors = std::make_shared<const std::vector<NamedTensor>>(trainer.ModelTensors());
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      epoch_models.push_back({epoch, std::move(tensors)});
+      while (epoch_models.size() > kHeldEpochModels) epoch_models.pop_front();
+    }
+    cv.notify_all();
+  }
 
   void Post(Task task) {
     {

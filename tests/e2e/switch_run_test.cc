@@ -1,9 +1,12 @@
 // End to end: short `switch` jobs through `strata run`, then the run directory
 // (docs/user-guide.md, "The run directory"), with each switch rule the user can pick.
 #include <cmath>
+#include <map>
 #include <sstream>
 #include <utility>
+#include <vector>
 
+#include <absl/strings/str_cat.h>
 #include <gtest/gtest.h>
 
 #include "tests/integration/orchestrator/cli_test_util.h"
@@ -266,6 +269,47 @@ TEST(EndToEnd, TheQuickstartJobAsShippedSwitchesByItsRuleAndEndsEveryProcess) {
   for (const auto& p : summary["processes"]) {
     EXPECT_TRUE(ProcessEnded(p["pid"].get<int>())) << p.dump() << " outlived the run";
   }
+  RunCommand("rm -rf " + dir);
+}
+
+// An all-reduce epoch is scored on the model of that epoch's last step, which the worker keeps
+// (ModelRequest.epoch), not on wherever training has got to when the evaluator's request
+// arrives: so the validation losses, which the switch rule reads, do not depend on timing. The
+// witness is a second run of the same job: its processes start, step and get asked at other
+// moments, yet every epoch both runs evaluated has the same loss to the bit. Seen to fail: with
+// the evaluator asking for the live model (epoch 0), the two runs' losses differed from epoch 1
+// on. (On CI's faster machine the quickstart job's losses, scored on a model some steps into
+// the next epoch, once kept the rule from firing at all.)
+TEST(EndToEnd, AnAllReduceEpochIsScoredOnItsOwnModelWhateverTheTiming) {
+  const std::string dir = MakeTempDir("e2e-epoch-model");
+  WriteText(dir + "/job.yaml", R"(name: e2e-epoch-model
+dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist, max_train: 6000, max_test: 1000 }
+model: { arch: mlp }
+training: { epochs: 4, batch_size: 32, lr: 0.05, momentum: 0.9, seed: 1 }
+cluster: { workers: 2 }
+strategy: { kind: allreduce }
+)");
+  std::vector<std::map<int, double>> losses(2);
+  for (int run = 0; run < 2; ++run) {
+    const std::string run_dir = absl::StrCat(dir, "/run", run);
+    CommandResult r = RunCommand(Strata() + " run " + dir + "/job.yaml --out " + run_dir);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    for (const auto& m : ReadLines(run_dir + "/metrics.jsonl")) {
+      if (!m.contains("val_loss")) continue;
+      EXPECT_EQ(m["source"].get<std::string>().find("live model"), std::string::npos) << m.dump();
+      losses[run][m["epoch"].get<int>()] = m["val_loss"].get<double>();
+    }
+  }
+  // An epoch may go unscored when its evaluation starts late (the scheduler takes the newest);
+  // the last is always scored.
+  int common = 0;
+  for (const auto& [epoch, loss] : losses[0]) {
+    if (losses[1].count(epoch) == 0) continue;
+    ++common;
+    EXPECT_EQ(loss, losses[1][epoch]) << "epoch " << epoch;
+  }
+  EXPECT_GE(common, 2);
+  EXPECT_EQ(losses[0].count(4), 1u);
   RunCommand("rm -rf " + dir);
 }
 

@@ -189,18 +189,19 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainerOptions& o
   torch::manual_seed(options.seed);
   // A user's model brings its own initial weights (every replica loads the same file); a
   // built-in one is initialised from the seed.
-  auto model = options.torchscript.empty()
-                   ? MakeTrainableModel(options.arch, {d.channels, d.height, d.width, d.num_classes})
-                   : LoadTorchScriptModel(options.torchscript);
+  auto model =
+      options.torchscript.empty()
+          ? MakeTrainableModel(options.arch, {d.channels, d.height, d.width, d.num_classes})
+          : LoadTorchScriptModel(options.torchscript);
   if (!model.ok()) return model.status();
   impl->model = *std::move(model);
 
   std::vector<TensorSpec> param_specs, buffer_specs;
   for (const auto& [name, tensor] : impl->model->Parameters()) {
     if (tensor.scalar_type() != torch::kFloat32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parameter '", name, "' is ", c10::toString(tensor.scalar_type()),
-          "; Strata trains float32 models (call model.float() before saving it)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter '", name, "' is ", c10::toString(tensor.scalar_type()),
+                       "; Strata trains float32 models (call model.float() before saving it)"));
     }
     param_specs.push_back({name, Shape(tensor), DType::kFloat32});
     impl->params.push_back(tensor);
@@ -308,7 +309,7 @@ absl::StatusOr<StepStats> Trainer::ComputeGradientsOn(const std::vector<int64_t>
 }
 
 absl::StatusOr<StepStats> Trainer::ComputeGradientsFrom(const std::vector<float>& features,
-                                                         const std::vector<int32_t>& labels) {
+                                                        const std::vector<int32_t>& labels) {
   const Dataset& d = *impl_->dataset;
   if (!d.class_labels() || labels.empty() ||
       features.size() != labels.size() * d.example_floats()) {
@@ -323,8 +324,8 @@ absl::StatusOr<std::vector<float>> Trainer::Predict(const std::vector<float>& fe
                                                     std::vector<int64_t>* shape) {
   const Dataset& d = *impl_->dataset;
   if (n <= 0 || features.size() != static_cast<size_t>(n) * d.example_floats()) {
-    return absl::InvalidArgumentError(absl::StrCat(features.size(), " features for ", n,
-                                                   " examples of ", d.example_floats()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(features.size(), " features for ", n, " examples of ", d.example_floats()));
   }
   impl_->model->SetTraining(false);
   torch::NoGradGuard no_grad;
@@ -436,13 +437,27 @@ absl::StatusOr<std::vector<int64_t>> Trainer::ProbeOutputShape() {
   return Shape(*out);
 }
 
+std::vector<NamedTensor> Trainer::ModelTensors() const {
+  std::vector<NamedTensor> tensors;
+  auto add = [&](const FlatEntry& e, const float* base) {
+    NamedTensor t = NamedTensor::Zeros(e.spec);
+    std::memcpy(t.data.data(), base + e.offset, e.numel * sizeof(float));
+    tensors.push_back(std::move(t));
+  };
+  for (const auto& e : impl_->param_layout.entries()) add(e, impl_->params_flat.data_ptr<float>());
+  std::vector<float> buffers(impl_->buffer_layout.total_floats());
+  CopyBuffersTo(buffers.data());
+  for (const auto& e : impl_->buffer_layout.entries()) add(e, buffers.data());
+  return tensors;
+}
+
 Checkpoint Trainer::ToCheckpoint(int64_t epoch, int64_t step, int64_t version) const {
   Checkpoint c;
   c.epoch = epoch;
   c.step = step;
   c.version = version;
   c.extra = {{"arch", impl_->options.torchscript.empty() ? Spelled(impl_->options.arch)
-                                                        : std::string("torchscript")},
+                                                         : std::string("torchscript")},
              {"dataset", impl_->dataset->name}};
   auto add = [&](TensorKind kind, const FlatEntry& e, const float* base) {
     CheckpointEntry entry{kind, NamedTensor::Zeros(e.spec)};
@@ -509,8 +524,8 @@ absl::Status ExportTorchScript(const std::string& model_path, const Checkpoint& 
   absl::Status status = CatchTorch("reading the trained weights", [&] {
     for (const CheckpointEntry& e : checkpoint.entries) {
       if (e.kind == TensorKind::kMomentum || e.tensor.spec.dtype != DType::kFloat32) continue;
-      torch::Tensor t = torch::from_blob(const_cast<float*>(e.tensor.floats()),
-                                         e.tensor.spec.shape, torch::kFloat32)
+      torch::Tensor t = torch::from_blob(const_cast<float*>(e.tensor.floats()), e.tensor.spec.shape,
+                                         torch::kFloat32)
                             .clone();
       weights.emplace_back(e.tensor.name(), std::move(t));
     }

@@ -137,6 +137,8 @@ class Trainer {
   // what `strata validate` compares with the labels and the loss.
   absl::StatusOr<std::vector<int64_t>> ProbeOutputShape();
 
+  // The parameters then the buffers, copied: the model an evaluator scores (Worker.GetModel).
+  std::vector<NamedTensor> ModelTensors() const;
   Checkpoint ToCheckpoint(int64_t epoch, int64_t step, int64_t version) const;
   // Loads parameters and buffers (and velocity, if present); every tensor must match.
   absl::Status LoadCheckpoint(const Checkpoint& checkpoint);
