@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Push/pull against all-reduce on an emulated network (docs/benchmarks.md, "Push/pull against
 # all-reduce on emulated hosts"): the same job (the quickstart's MLP on Fashion-MNIST, 4 workers,
-# EPOCHS epochs of MAX_TRAIN examples) run by `strata run --hosts` in five forms: all-reduce,
-# and push/pull (ASP) with 1 or 2 parameter servers, each with strategy.ps_pipeline 0 and 1. The
+# EPOCHS epochs of MAX_TRAIN examples) run by `strata run --hosts` in several forms: all-reduce,
+# and push/pull (ASP) with 1 or 2 parameter servers, each with strategy.ps_pipeline 0 and 1, and
+# with 2 servers also with whole tensors (strategy.ps_split false: form ps2-pipe0-whole). The
 # hosts (emulated_hosts.sh): the head h0 (orchestrator, sharder, evaluator), then the servers,
 # then one host per worker, every one at RATE each way and CPU_PERCENT of a core. The forms
 # alternate within each of ROUNDS rounds; prints every run, then medians of the training
@@ -11,7 +12,8 @@
 #   flock /tmp/strata-build.lock flock /tmp/strata-bench.lock \
 #     bench/network/strategies_emulated.sh RATE ROUNDS [CPU_PERCENT] [BUILD_DIR]
 # Environment: EPOCHS (3), MAX_TRAIN (30000), MOMENTUM (0: with the quickstart's 0.9 on the
-# servers, the pipelined forms' extra staleness makes ASP with 4 workers diverge to NaN).
+# servers, the pipelined forms' extra staleness makes ASP with 4 workers diverge to NaN), FORMS
+# (the forms to run, space-separated: allreduce or ps<servers>-pipe<0|1>[-whole]).
 set -euo pipefail
 rate=${1:?usage: $0 RATE ROUNDS [CPU_PERCENT] [BUILD_DIR]}
 rounds=${2:-3}
@@ -29,12 +31,13 @@ emulated_bench_setup netstrat
 "$hosts_sh" up 7 "$rate" "$cpu"
 "$hosts_sh" hosts-file >"$work/hosts.txt"
 
-forms=("allreduce" "ps1-pipe0" "ps1-pipe1" "ps2-pipe0" "ps2-pipe1")
+read -r -a forms <<<"${FORMS:-allreduce ps1-pipe0 ps1-pipe1 ps2-pipe0 ps2-pipe1 ps2-pipe0-whole}"
 settings() {
   case $1 in
     allreduce) echo "--set strategy.kind=allreduce" ;;
-    ps*) local servers=${1:2:1} pipe=${1: -1}
-      echo "--set strategy.kind=ps --set strategy.consistency=asp --set cluster.parameter_servers=$servers --set strategy.ps_pipeline=$pipe" ;;
+    ps*) local servers=${1:2:1} pipe=${1:8:1} split=true
+      [[ $1 == *-whole ]] && split=false
+      echo "--set strategy.kind=ps --set strategy.consistency=asp --set cluster.parameter_servers=$servers --set strategy.ps_pipeline=$pipe --set strategy.ps_split=$split" ;;
   esac
 }
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'): mlp on fashion-mnist ($max_train examples, $epochs epochs, momentum $momentum), 4 workers, one host each, $rate each way and $cpu% of a core per host, $rounds rounds"

@@ -32,7 +32,7 @@
 #include "services/common/config/job_spec.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/wire/checkpoint.h"
-#include "services/common/wire/flat_layout.h"
+#include "services/common/wire/partition_plan.h"
 #include "services/common/wire/rpc.h"
 #include "services/parameter_server/ps_process.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
@@ -78,13 +78,13 @@ struct RoundTripOptions {
 
 // A partition's push, encoded once and re-sent every iteration (the bench measures transport and
 // server work, not the client's encoding).
-std::vector<v1::PushRequest> EncodePush(int worker, const std::vector<TensorSpec>& tensors,
-                                        const std::vector<size_t>& mine, size_t chunk_bytes) {
+std::vector<v1::PushRequest> EncodePush(int worker, const std::vector<TensorPiece>& mine,
+                                        size_t chunk_bytes) {
   std::vector<v1::PushRequest> out(1);
   out[0].mutable_header()->set_worker(worker);
   out[0].mutable_header()->set_samples(1);
-  for (size_t i : mine) {
-    const TensorSpec& spec = tensors[i];
+  for (const TensorPiece& piece : mine) {
+    const TensorSpec& spec = piece.spec;
     std::string bytes(spec.bytes(), '\0');
     std::vector<float> grad(spec.numel(), 1e-7f);
     std::memcpy(bytes.data(), grad.data(), bytes.size());
@@ -162,7 +162,7 @@ absl::Status RunRoundTrip(const RoundTripOptions& o) {
     std::vector<int64_t> versions(o.partitions, 0);
     for (int p = 0; p < o.partitions; ++p) {
       stubs.push_back(v1::ParameterServer::NewStub(MakeChannel(servers[p]->address())));
-      pushes.push_back(EncodePush(c, tensors, plan.tensors_of[p], o.chunk_bytes));
+      pushes.push_back(EncodePush(c, plan.pieces_of[p], o.chunk_bytes));
     }
     std::vector<double> mine;
     for (int it = 0; it < o.warmup + o.iterations; ++it) {

@@ -104,6 +104,14 @@ absl::StatusOr<HostPlacement> HostPlacement::Load(const std::string& path) {
   return placement;
 }
 
+std::string ListenHostOf(const EmulatedHost* host) {
+  return host != nullptr ? host->address : "127.0.0.1";
+}
+
+std::string HeadListenHost(const std::optional<HostPlacement>& hosts) {
+  return ListenHostOf(hosts ? &hosts->head() : nullptr);
+}
+
 const EmulatedHost& HostPlacement::ForService(int index) const {
   const size_t others = hosts_.size() - 1;
   return hosts_[1 + static_cast<size_t>(index) % others];

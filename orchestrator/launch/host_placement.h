@@ -9,6 +9,7 @@
 // files). docs/benchmarks.md, "On an emulated network", says what such hosts are and are not.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,5 +40,10 @@ class HostPlacement {
  private:
   std::vector<EmulatedHost> hosts_;
 };
+
+// Where a service listens: its emulated host's address, or loopback without emulated hosts.
+std::string ListenHostOf(const EmulatedHost* host);
+// The same for the head (the orchestrator's own endpoints) of `hosts`, if any.
+std::string HeadListenHost(const std::optional<HostPlacement>& hosts);
 
 }  // namespace strata

@@ -88,8 +88,13 @@ absl::Status LocalLauncher::Start(const ServiceSpec& service) {
     c.host =
         service.role == ServiceRole::kEvaluator ? &hosts_->head() : &hosts_->ForService(placed_++);
   }
-  // A free port, reported in port_file.
-  absl::Status launched = Launch(c, absl::StrCat(ListenHost(c), ":0"));
+  // A free port, held for the service until the run ends (port_reservation.h); the service
+  // reports it in port_file once it listens.
+  auto reserved =
+      PortReservation::Reserve(ListenHost(c), c.host != nullptr ? c.host->network_namespace : "");
+  if (!reserved.ok()) return failure_.Fail(service.name, reserved.status());
+  c.reserved_port = std::move(*reserved);
+  absl::Status launched = Launch(c, absl::StrCat(ListenHost(c), ":", c.reserved_port->port()));
   // Kept even when the quota failed, so that stopping the run ends this process too.
   if (c.process != nullptr) children_.push_back(std::move(c));
   return launched;
@@ -129,9 +134,9 @@ absl::Status LocalLauncher::Restart(const std::string& service) {
       return absl::FailedPreconditionError(
           absl::StrCat(service, " never listened; there is no address to restart it at"));
     }
-    // The same port: the workers, the servers and this process know the service by its address.
-    // The old process is gone, so the port is free unless another program took it meanwhile;
-    // then the new process fails to bind and its exit says so.
+    // The same port: the workers, the servers and this process know the service by its address,
+    // and the launcher has held it since the first start, so no other program can have taken it
+    // meanwhile (port_reservation.h).
     std::remove(c.port_file.c_str());
     if (!c.metrics_port_file.empty()) std::remove(c.metrics_port_file.c_str());
     c.metrics_url.clear();
@@ -305,7 +310,7 @@ std::vector<ProcessSnapshot> LocalLauncher::Snapshot() {
 }
 
 std::string LocalLauncher::ListenHost(const Child& c) {
-  return c.host != nullptr ? c.host->address : "127.0.0.1";
+  return ListenHostOf(c.host);
 }
 
 std::string LocalLauncher::LastLogLine(const ChildProcess& process) {

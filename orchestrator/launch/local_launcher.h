@@ -1,6 +1,8 @@
 // The launcher of `strata run` on one machine: every service is a child process on 127.0.0.1 (or,
 // with emulated hosts, on its host's address inside its host's network namespace:
-// launch/host_placement.h) that binds a free port and reports it in a port file under ports/ (and,
+// launch/host_placement.h) that listens on a port the launcher holds for it until the run ends
+// (launch/port_reservation.h, so that a restart gets it back) and reports it in a port file under
+// ports/ (and,
 // with metrics.enabled, its Prometheus endpoint's free port in ports/<name>.metrics.port); output
 // goes to logs/<name>.log; services with a CPU share get a cgroup quota, and the run is refused
 // where the machine does not allow it. Children die with the orchestrator (ChildProcess), and
@@ -18,6 +20,7 @@
 #include "orchestrator/launch/cpu_limit.h"
 #include "orchestrator/launch/host_placement.h"
 #include "orchestrator/launch/launcher.h"
+#include "orchestrator/launch/port_reservation.h"
 #include "orchestrator/record/run_console.h"
 #include "orchestrator/record/run_failure.h"
 #include "orchestrator/record/run_record.h"
@@ -52,9 +55,10 @@ class LocalLauncher final : public Launcher {
     ServiceSpec spec;
     std::string port_file;
     const EmulatedHost* host = nullptr;  // null: this machine's own namespace, on 127.0.0.1
-    std::string address;                 // <listen host>:port once known
-    std::string metrics_port_file;       // empty: the service serves no metrics
-    std::string metrics_url;             // http://<listen host>:port/metrics once known
+    std::optional<PortReservation> reserved_port;  // the port `address` will have
+    std::string address;                           // <listen host>:port once known
+    std::string metrics_port_file;                 // empty: the service serves no metrics
+    std::string metrics_url;                       // http://<listen host>:port/metrics once known
     std::unique_ptr<ChildProcess> process;
     bool exit_reported = false;
     int restarts = 0;

@@ -25,9 +25,9 @@
 #include "services/common/process/interrupt.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/rpc_auth.h"
-#include "strata/v1/evaluator.grpc.pb.h"
 #include "services/common/wire/shard_index.h"
 #include "services/common/wire/tls_certificates.h"
+#include "strata/v1/evaluator.grpc.pb.h"
 
 namespace strata {
 namespace {
@@ -80,7 +80,7 @@ void RunDriver::StartRunMetrics() {
   if (attached() || !job_.metrics().enabled()) return;
   MetricsEndpointOptions endpoint;
   // A free port where the services listen: loopback, or the head's address on emulated hosts.
-  endpoint.listen = absl::StrCat(options_.hosts ? options_.hosts->head().address : "127.0.0.1", ":0");
+  endpoint.listen = absl::StrCat(HeadListenHost(options_.hosts), ":0");
   endpoint.port_file = paths_.OrchestratorMetricsPortFile();
   // The run's clock in Unix time: a resumed run's start_ lies before this process began.
   const double run_start_unix =
@@ -104,8 +104,8 @@ grpc::Status RunDriver::PredictNow(const v1::RunPredictRequest& request,
     evaluator = evaluator_address_;
     *forwarded.mutable_source() = model_source_;
   }
-  if (evaluator.empty() || (forwarded.source().worker().empty() &&
-                            forwarded.source().parameter_servers().empty())) {
+  if (evaluator.empty() ||
+      (forwarded.source().worker().empty() && forwarded.source().parameter_servers().empty())) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE,
                         "the run has no evaluator or no model to answer from yet");
   }

@@ -89,10 +89,10 @@ class StreamRun {
     nlohmann::json summary = Summarise(status);
     const bool checks = summary.value("apply_once", false) && summary.value("agree", false);
     if (status.ok() && !checks) {
-      status = absl::InternalError(absl::StrCat(
-          "the replicas' checks failed: apply_once ",
-          summary.value("apply_once", false) ? "true" : "false", ", agree ",
-          summary.value("agree", false) ? "true" : "false", " (summary.json)"));
+      status = absl::InternalError(
+          absl::StrCat("the replicas' checks failed: apply_once ",
+                       summary.value("apply_once", false) ? "true" : "false", ", agree ",
+                       summary.value("agree", false) ? "true" : "false", " (summary.json)"));
       summary["state"] = "failed";
       summary["error"] = std::string(status.message());
     }
@@ -116,8 +116,7 @@ class StreamRun {
         "strata run: %s finished: %lld events trained by %d replica(s) in %.1f s (%.0f events/s), "
         "%lld gradients applied on every replica, parameters agree to %.1e; summary in %s\n",
         job_.name().c_str(), static_cast<long long>(summary.value("events_trained", int64_t{0})),
-        job_.cluster().workers(), summary.value("train_s", 0.0),
-        summary.value("events_per_s", 0.0),
+        job_.cluster().workers(), summary.value("train_s", 0.0), summary.value("events_per_s", 0.0),
         static_cast<long long>(summary.value("gradients", int64_t{0})),
         summary.value("agreement_relative", 0.0), paths_.summary.c_str());
     return 0;
@@ -153,13 +152,12 @@ class StreamRun {
   void StartRunMetrics() {
     if (!job_.metrics().enabled()) return;
     MetricsEndpointOptions endpoint;
-    endpoint.listen =
-        absl::StrCat(options_.hosts ? options_.hosts->head().address : "127.0.0.1", ":0");
+    endpoint.listen = absl::StrCat(HeadListenHost(options_.hosts), ":0");
     endpoint.port_file = paths_.OrchestratorMetricsPortFile();
     auto served = StreamRunMetrics::Start(endpoint);
     if (!served.ok()) {
-      Say(absl::StrCat("strata run: the orchestrator serves no metrics (", served.status().message(),
-                       "); the run goes on"));
+      Say(absl::StrCat("strata run: the orchestrator serves no metrics (",
+                       served.status().message(), "); the run goes on"));
       return;
     }
     run_metrics_ = std::move(*served);
@@ -225,7 +223,7 @@ class StreamRun {
   // Where replica r's servers listen: its emulated host's address (strata run --hosts), or
   // loopback. Replicas take the hosts after the head in turn, as a local run's services do.
   std::string ReplicaListenHost(int r) const {
-    return options_.hosts ? options_.hosts->ForService(r).address : std::string("127.0.0.1");
+    return ListenHostOf(options_.hosts ? &options_.hosts->ForService(r) : nullptr);
   }
 
   absl::Status Execute() {
@@ -277,7 +275,8 @@ class StreamRun {
     options.directory = broker_dir_;
     STRATA_ASSIGN_OR_RETURN(embedded_, EmbeddedBroker::Start(options));
     address_ = embedded_->address();
-    record_->Event(RunEvent::kLaunched, {{"process", "broker"}, {"socket", embedded_->socket_path()}});
+    record_->Event(RunEvent::kLaunched,
+                   {{"process", "broker"}, {"socket", embedded_->socket_path()}});
     Say(absl::StrCat("broker: the run's own redis-server on ", embedded_->socket_path()));
     return absl::OkStatus();
   }
@@ -316,14 +315,23 @@ class StreamRun {
       SpawnOptions o;
       o.name = absl::StrCat("worker-", r);
       const std::string listen_host = ReplicaListenHost(r);
-      o.argv = {worker,          "--rank",         std::to_string(r),
-                "--job",         paths_.job_resolved, "--run-dir",
-                paths_.root,     "--listen",       absl::StrCat(listen_host, ":0"),
-                "--port-file",   paths_.PortFile(o.name), "--stream-address",
-                address_.unix_path.empty() ? absl::StrCat("redis://", address_.host, ":",
-                                                          address_.port)
-                                           : address_.unix_path,
-                "--stream-run",  nonce_};
+      o.argv = {worker,
+                "--rank",
+                std::to_string(r),
+                "--job",
+                paths_.job_resolved,
+                "--run-dir",
+                paths_.root,
+                "--listen",
+                absl::StrCat(listen_host, ":0"),
+                "--port-file",
+                paths_.PortFile(o.name),
+                "--stream-address",
+                address_.unix_path.empty()
+                    ? absl::StrCat("redis://", address_.host, ":", address_.port)
+                    : address_.unix_path,
+                "--stream-run",
+                nonce_};
       if (job_.metrics().enabled()) {
         o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
                                      "--metrics-port-file", paths_.MetricsPortFile(o.name)});
@@ -562,28 +570,26 @@ class StreamRun {
     line["orchestrator_pid"] = ::getpid();
     if (control_ && state == "running") line["control_socket"] = control_->socket_path();
     if (run_metrics_ && state == "running") line["orchestrator_metrics"] = run_metrics_->url();
-    line["updated"] = std::chrono::duration<double>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
+    line["updated"] =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     record_->WriteStatus(line);
   }
 
   // The apply-once and agreement checks over what the replicas wrote, and the run's figures.
   nlohmann::json Summarise(const absl::Status& status) {
     const int world = job_.cluster().workers();
-    nlohmann::json summary = {{"name", job_.name()},
-                              {"strategy", "stream"},
-                              {"arch", ModelText(job_)},
-                              {"dataset", Spelled(job_.dataset().name())},
-                              {"workers", world},
-                              {"replicas", world},
-                              {"state", status.ok() ? "succeeded" : "failed"},
-                              {"batch_events", job_.stream().batch_events()},
-                              {"max_grad_buffer", job_.stream().max_grad_buffer()},
-                              {"sync", job_.stream().sync() == v1::STREAM_SYNC_ALLREDUCE
-                                           ? "allreduce"
-                                           : "mesh"},
-                              {"wall_s", Seconds(StreamClock::now())}};
+    nlohmann::json summary = {
+        {"name", job_.name()},
+        {"strategy", "stream"},
+        {"arch", ModelText(job_)},
+        {"dataset", Spelled(job_.dataset().name())},
+        {"workers", world},
+        {"replicas", world},
+        {"state", status.ok() ? "succeeded" : "failed"},
+        {"batch_events", job_.stream().batch_events()},
+        {"max_grad_buffer", job_.stream().max_grad_buffer()},
+        {"sync", job_.stream().sync() == v1::STREAM_SYNC_ALLREDUCE ? "allreduce" : "mesh"},
+        {"wall_s", Seconds(StreamClock::now())}};
     if (!status.ok()) summary["error"] = std::string(status.message());
     std::vector<nlohmann::json> results;
     int64_t gradients = 0, trained = 0, malformed = 0, acknowledged = 0, correct = 0, scored = 0,

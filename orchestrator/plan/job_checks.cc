@@ -39,8 +39,9 @@ void StreamJobProblems(const v1::ResolvedJob& job, ErrorFn& error) {
   const v1::ResolvedTraining& training = job.training();
   // Every replica applies every gradient once, in the order it arrives: plain SGD's updates
   // commute, so the replicas end on the same model; momentum's and weight decay's do not.
-  const char* order = "every replica applies the others' gradients in the order they arrive, and "
-                      "with it the replicas would no longer agree: set 0 for strategy.kind stream";
+  const char* order =
+      "every replica applies the others' gradients in the order they arrive, and "
+      "with it the replicas would no longer agree: set 0 for strategy.kind stream";
   if (training.momentum() != 0) error("training.momentum", absl::StrCat("momentum: ", order));
   if (training.weight_decay() != 0) {
     error("training.weight_decay", absl::StrCat("weight decay: ", order));
@@ -50,8 +51,9 @@ void StreamJobProblems(const v1::ResolvedJob& job, ErrorFn& error) {
           "a stream has no epochs to count milestones in; strategy.kind stream keeps training.lr");
   }
   if (training.loss() != v1::LOSS_CROSS_ENTROPY) {
-    error("training.loss", "a stream event carries a class label: strategy.kind stream trains "
-                           "cross_entropy");
+    error("training.loss",
+          "a stream event carries a class label: strategy.kind stream trains "
+          "cross_entropy");
   }
   if (job.stream().max_events() == 0 && job.stream().max_seconds() == 0) {
     error("stream.max_events",
@@ -59,9 +61,10 @@ void StreamJobProblems(const v1::ResolvedJob& job, ErrorFn& error) {
   }
   if (job.stream().on_drift() == v1::STREAM_ON_DRIFT_RESET_LR &&
       job.stream().lr_decay_events() == 0) {
-    error("stream.on_drift", "reset_lr restarts the decay of the learning rate, and with "
-                             "stream.lr_decay_events 0 the rate is constant: give it a number of "
-                             "events, or use continue");
+    error("stream.on_drift",
+          "reset_lr restarts the decay of the learning rate, and with "
+          "stream.lr_decay_events 0 the rate is constant: give it a number of "
+          "events, or use continue");
   }
   if (job.launcher().kind() != v1::LAUNCHER_KIND_LOCAL) {
     error("launcher.kind", absl::StrCat("strategy.kind stream runs on the local launcher; '",
@@ -164,21 +167,25 @@ absl::StatusOr<v1::ResolvedJob> LoadAndCheckJob(const std::string& path,
       error("model.torchscript", std::string(problem.status().message()));
     } else if (!problem->empty()) {
       const size_t colon = problem->find(": ");
-      const std::string key = colon == std::string::npos ? "dataset.path" : problem->substr(0, colon);
+      const std::string key =
+          colon == std::string::npos ? "dataset.path" : problem->substr(0, colon);
       const bool known = FindJobKey(key) != nullptr;
       error(known ? key : "dataset.path", known ? problem->substr(colon + 2) : *problem);
     }
   }
 
-  // Parameter servers own whole tensors: one more server than tensors would own nothing.
+  // Without splitting, parameter servers own whole tensors: one more server than tensors would own
+  // nothing. (With it, the pieces depend on the shapes, which the workers' and servers' plan
+  // checks; services/common/wire/partition_plan.h.)
   if (auto tensors = BuiltinModelTensors(job.arch());
-      usable({"model.arch", "cluster.parameter_servers"}) && job.model().torchscript().empty() &&
-      tensors &&
+      usable({"model.arch", "cluster.parameter_servers", "strategy.ps_split"}) &&
+      job.model().torchscript().empty() && tensors && !job.strategy().ps_split() &&
       job.cluster().parameter_servers() > *tensors) {
     error("cluster.parameter_servers",
           absl::StrCat(job.cluster().parameter_servers(), " parameter servers but model '",
                        Spelled(job.arch()), "' has only ", *tensors,
-                       " tensors to partition (each server owns whole tensors)"));
+                       " tensors to partition (with strategy.ps_split false each server owns "
+                       "whole tensors)"));
   }
 
   const v1::ResolvedStrategy& strategy = job.strategy();
@@ -271,14 +278,14 @@ absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
   const v1::ResolvedJob& job = reading.job;
   if (TlsOn(job) && target == v1::LAUNCHER_KIND_KUBERNETES && !job.security().tls_dir().empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(reading.Where("security.tls_dir"), ": security.tls_dir: ",
-                     TlsDirOnKubernetesRefusal("the Kubernetes renderer")));
+        absl::StrCat(reading.Where("security.tls_dir"),
+                     ": security.tls_dir: ", TlsDirOnKubernetesRefusal("the Kubernetes renderer")));
   }
   // Compose binds them into every container from here.
   if (TlsOn(job) && !job.security().tls_dir().empty()) {
     if (absl::Status s = CheckUsersCertificates(job.security()); !s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(reading.Where("security.tls_dir"),
-                                                     ": security.tls_dir: ", s.message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(reading.Where("security.tls_dir"), ": security.tls_dir: ", s.message()));
     }
   }
   // The user's own files go into the containers from where the spec names them (compose binds

@@ -24,6 +24,7 @@
 #include "services/common/ml/predict_input.h"
 #include "services/common/ml/trainer.h"
 #include "services/common/wire/npy_file.h"
+#include "services/common/wire/partition_plan.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/tensor_codec.h"
 #include "strata/v1/evaluator.grpc.pb.h"
@@ -118,9 +119,13 @@ class EvaluatorService final : public v1::Evaluator::Service {
     }
     if (request.parameter_servers_size() > 0) {
       *source = absl::StrCat(request.parameter_servers_size(), " parameter server(s)");
+      std::vector<NamedTensor> pieces;
       for (int i = 0; i < request.parameter_servers_size(); ++i) {
-        STRATA_RETURN_IF_ERROR(FetchFromServer(i, request.parameter_servers(i), tensors));
+        STRATA_RETURN_IF_ERROR(FetchFromServer(i, request.parameter_servers(i), &pieces));
       }
+      // Tensors split over the servers come back whole (partition_plan.h).
+      STRATA_ASSIGN_OR_RETURN(std::vector<NamedTensor> joined, JoinPieces(std::move(pieces)));
+      for (NamedTensor& t : joined) tensors->push_back(std::move(t));
       return absl::OkStatus();
     }
     if (!request.checkpoint().empty()) {

@@ -9,23 +9,38 @@
 
 #include "services/common/base/status.h"
 #include "services/common/config/resolved_job.h"
-#include "services/common/wire/flat_layout.h"
+#include "services/common/wire/partition_plan.h"
 #include "services/common/wire/push_pull_frame.h"
 
 namespace strata {
 namespace {
 
-// Which entries of `c` are this partition's: a partition checkpoint holds exactly this
-// partition; a whole-model checkpoint is cut by the same plan the workers compute.
-absl::StatusOr<std::vector<const CheckpointEntry*>> OwnedEntries(const Checkpoint& c,
-                                                                 const PartitionConfig& config,
-                                                                 const std::string& origin) {
+// A tensor's bytes as its spec says, before anything is cut from them.
+absl::Status CheckWhole(const NamedTensor& t, const std::string& origin) {
+  if (t.spec.dtype != DType::kFloat32) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": tensor '", t.name(), "' is ",
+                                                   DTypeName(t.spec.dtype), ", expected float32"));
+  }
+  if (t.data.size() != t.spec.bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(origin, ": tensor '", t.name(), "' holds ",
+                                                   t.data.size(), " bytes, its shape needs ",
+                                                   t.spec.bytes()));
+  }
+  return absl::OkStatus();
+}
+
+// This partition's part of `c`: a partition checkpoint holds exactly this partition and is taken
+// as it is (*owned points into it, and *from is `c`); a whole-model checkpoint is cut by the plan
+// the workers compute, each piece with its momentum, into *cut (*owned points into it, *from is
+// `cut`). Momentum is then looked up in *from under the owned entries' names.
+absl::Status OwnedEntries(const Checkpoint& c, const PartitionConfig& config,
+                          const std::string& origin, Checkpoint* cut,
+                          std::vector<const CheckpointEntry*>* owned, const Checkpoint** from) {
   std::vector<const CheckpointEntry*> params, buffers;
   for (const auto& e : c.entries) {
     if (e.kind == TensorKind::kParameter) params.push_back(&e);
     if (e.kind == TensorKind::kBuffer) buffers.push_back(&e);
   }
-  std::vector<const CheckpointEntry*> owned;
   const bool is_partition = c.extra.is_object() && c.extra.value("kind", "") == "partition";
   if (is_partition) {
     const int part = c.extra.value("partition", -1), parts = c.extra.value("partitions", -1);
@@ -34,21 +49,44 @@ absl::StatusOr<std::vector<const CheckpointEntry*>> OwnedEntries(const Checkpoin
                                                      parts, "; this server is partition ",
                                                      config.partition, " of ", config.partitions));
     }
-    owned = params;
-    owned.insert(owned.end(), buffers.begin(), buffers.end());
+    *owned = params;
+    owned->insert(owned->end(), buffers.begin(), buffers.end());
+    *from = &c;
   } else {
-    std::vector<TensorSpec> model;
-    for (const auto* e : params) model.push_back(e->tensor.spec);
-    for (const auto* e : buffers) model.push_back(e->tensor.spec);
-    auto plan = PlanPartitions(model, config.partitions);
+    std::vector<const CheckpointEntry*> model = params;
+    model.insert(model.end(), buffers.begin(), buffers.end());
+    std::vector<TensorSpec> specs;
+    for (const auto* e : model) specs.push_back(e->tensor.spec);
+    auto plan = PlanPartitions(specs, config.partitions, config.split_tensors);
     if (!plan.ok()) return Annotate(plan.status(), origin);
-    for (size_t i : plan->tensors_of[config.partition]) {
-      owned.push_back(i < params.size() ? params[i] : buffers[i - params.size()]);
+    const std::vector<TensorPiece>& mine = plan->pieces_of[config.partition];
+    for (const TensorPiece& piece : mine) {
+      const CheckpointEntry& e = *model[piece.tensor];
+      STRATA_RETURN_IF_ERROR(CheckWhole(e.tensor, origin));
+      cut->entries.push_back({e.kind, SlicePiece(e.tensor, piece)});
     }
+    for (const TensorPiece& piece : mine) {
+      const CheckpointEntry& e = *model[piece.tensor];
+      const CheckpointEntry* m = e.kind == TensorKind::kParameter
+                                     ? c.Find(TensorKind::kMomentum, e.tensor.name())
+                                     : nullptr;
+      if (m == nullptr) continue;
+      if (m->tensor.spec.shape != e.tensor.spec.shape) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            origin, ": momentum of '", e.tensor.name(), "' has shape ",
+            ShapeString(m->tensor.spec.shape), ", expected ", ShapeString(e.tensor.spec.shape)));
+      }
+      STRATA_RETURN_IF_ERROR(CheckWhole(m->tensor, origin));
+      cut->entries.push_back({TensorKind::kMomentum, SlicePiece(m->tensor, piece)});
+    }
+    for (const CheckpointEntry& e : cut->entries) {
+      if (e.kind != TensorKind::kMomentum) owned->push_back(&e);
+    }
+    *from = cut;
   }
-  if (owned.empty())
+  if (owned->empty())
     return absl::InvalidArgumentError(absl::StrCat(origin, " holds no model tensors"));
-  return owned;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<PartitionLayout>> LayoutOf(
@@ -102,6 +140,7 @@ absl::StatusOr<PartitionConfig> PartitionConfigFor(const v1::ResolvedJob& job, i
   config.lr_gamma = t.lr_gamma();
   config.lr_scale = job.strategy().server_lr_scale();
   config.train_examples = train_examples;
+  config.split_tensors = job.strategy().ps_split();
   config.sample_budget = job.training().epochs() * train_examples;
   return config;
 }
@@ -136,8 +175,10 @@ absl::Status PartitionStore::CheckUsable() const {
 }
 
 absl::Status PartitionStore::Load(const Checkpoint& c, const std::string& origin) {
-  STRATA_ASSIGN_OR_RETURN(std::vector<const CheckpointEntry*> owned,
-                          OwnedEntries(c, config_, origin));
+  Checkpoint cut;
+  std::vector<const CheckpointEntry*> owned;
+  const Checkpoint* from = nullptr;
+  STRATA_RETURN_IF_ERROR(OwnedEntries(c, config_, origin, &cut, &owned, &from));
   STRATA_ASSIGN_OR_RETURN(std::shared_ptr<PartitionLayout> layout, LayoutOf(owned, origin));
   std::vector<float> values(layout->total_floats), velocity(layout->total_floats, 0.0f);
   for (size_t i = 0; i < owned.size(); ++i) {
@@ -145,7 +186,7 @@ absl::Status PartitionStore::Load(const Checkpoint& c, const std::string& origin
     std::memcpy(values.data() + e.offset, owned[i]->tensor.data.data(),
                 owned[i]->tensor.data.size());
     if (e.is_buffer) continue;
-    if (const CheckpointEntry* m = c.Find(TensorKind::kMomentum, e.spec.name)) {
+    if (const CheckpointEntry* m = from->Find(TensorKind::kMomentum, e.spec.name)) {
       if (m->tensor.spec.shape != e.spec.shape || m->tensor.spec.dtype != DType::kFloat32 ||
           m->tensor.data.size() != e.spec.bytes()) {
         return absl::InvalidArgumentError(absl::StrCat(

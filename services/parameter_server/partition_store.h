@@ -46,6 +46,9 @@ struct PartitionConfig {
   // reached, pushes are discarded and every wait ends, so workers learn from their next reply
   // that the job is done. 0: no budget (each worker decides when it has trained enough).
   int64_t sample_budget = 0;
+  // strategy.ps_split: a whole-model checkpoint is cut by the plan of partition_plan.h with
+  // large tensors split into pieces (the workers compute the same plan).
+  bool split_tensors = true;
 };
 
 // Partition `partition` of a resolved job, given the training-set size the sharder counted. The

@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "services/common/base/status.h"
-#include "services/common/wire/flat_layout.h"
+#include "services/common/wire/partition_plan.h"
 #include "services/common/wire/rpc.h"
 #include "services/worker/grpc_partition_link.h"
 #include "services/worker/tcp_partition_link.h"
@@ -37,8 +37,9 @@ absl::StatusOr<std::unique_ptr<PartitionClients>> PartitionClients::Create(
   for (const auto& e : trainer.parameters().entries()) model.push_back({e.spec, false, e.offset});
   for (const auto& e : trainer.buffers().entries()) model.push_back({e.spec, true, e.offset});
   for (const auto& t : model) specs.push_back(t.spec);
-  STRATA_ASSIGN_OR_RETURN(PartitionPlan plan,
-                          PlanPartitions(specs, static_cast<int>(options.servers.size())));
+  STRATA_ASSIGN_OR_RETURN(
+      PartitionPlan plan,
+      PlanPartitions(specs, static_cast<int>(options.servers.size()), options.split_tensors));
   std::vector<ServerLink> servers(options.servers.size());
   for (size_t i = 0; i < servers.size(); ++i) {
     servers[i].index = static_cast<int>(i);
@@ -48,7 +49,11 @@ absl::StatusOr<std::unique_ptr<PartitionClients>> PartitionClients::Create(
     link.address = options.servers[i];
     link.rank = options.rank;
     link.chunk_bytes = options.chunk_bytes;
-    for (size_t k : plan.tensors_of[i]) link.tensors.push_back(model[k]);
+    // A piece is a contiguous range of its tensor's floats in the trainer's buffers.
+    for (const TensorPiece& piece : plan.pieces_of[i]) {
+      const ModelTensor& whole = model[piece.tensor];
+      link.tensors.push_back({piece.spec, whole.is_buffer, whole.offset + piece.float_offset});
+    }
     if (options.make_link) {
       STRATA_ASSIGN_OR_RETURN(servers[i].link, options.make_link(link));
     } else {

@@ -37,6 +37,9 @@ struct PartitionClientsOptions {
   // shared_region.h) and, where the server runs on this host, move the tensors through it; the
   // socket then carries only the headers. Servers elsewhere are served over TCP as before.
   bool shared_memory = false;
+  // strategy.ps_split: large tensors are split into pieces over the servers by the plan of
+  // services/common/wire/partition_plan.h, which the servers compute too.
+  bool split_tensors = true;
   // Makes the link to each server instead of the two flags above: the in-memory link of the
   // tests (in_memory_partition_link.h). Empty: gRPC or the data plane, as the flags say.
   PartitionLinkFactory make_link;

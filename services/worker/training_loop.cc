@@ -389,17 +389,24 @@ class TrainingLoop::Runner {
   void PublishStep(const Synchroniser& sync, int64_t step, double train_loss, int64_t phase_samples,
                    Clock::time_point phase_start, bool switch_begins) {
     // How the tensors travel to each server is decided by the first exchanges (a shared region
-    // is asked for before the first push), so it is read after a step; a few strings per step.
-    std::vector<std::string> links = sync.ServerLinks();
+    // is asked for before the first push) and changes only when a link reconnects: read after a
+    // synchroniser's first step, then at most once a second, not a few strings every step.
+    std::optional<std::vector<std::string>> links;
+    const auto now = Clock::now();
+    if (&sync != links_read_for_ || now >= next_links_read_) {
+      links = sync.ServerLinks();
+      links_read_for_ = &sync;
+      next_links_read_ = now + std::chrono::seconds(1);
+    }
     std::lock_guard<std::mutex> lock(state_->mu);
-    if (!std::equal(links.begin(), links.end(), state_->status.server_links().begin(),
-                    state_->status.server_links().end())) {
+    if (links && !std::equal(links->begin(), links->end(), state_->status.server_links().begin(),
+                             state_->status.server_links().end())) {
       state_->status.clear_server_links();
-      for (std::string& l : links) state_->status.add_server_links(std::move(l));
+      for (std::string& l : *links) state_->status.add_server_links(std::move(l));
     }
     state_->status.set_step(step);
     state_->status.set_train_loss(train_loss);
-    const double secs = std::chrono::duration<double>(Clock::now() - phase_start).count();
+    const double secs = std::chrono::duration<double>(now - phase_start).count();
     state_->status.set_samples_per_s(static_cast<double>(phase_samples) / std::max(secs, 1e-9));
     if (switch_begins) state_->status.set_switch_began_at_step(step);
   }
@@ -604,6 +611,9 @@ class TrainingLoop::Runner {
   SynchroniserFactory* synchronisers_;
   WorkerMetrics* const metrics_;              // may be null
   Clock::time_point next_ring_checkpoint_{};  // the first completed step saves at once
+  // PublishStep's last read of ServerLinks: of which synchroniser, and when to read again.
+  const Synchroniser* links_read_for_ = nullptr;
+  Clock::time_point next_links_read_{};
 };
 
 TrainingLoop::TrainingLoop(const WorkerOptions& options, WorkerState* state,

@@ -68,6 +68,7 @@ class WorkerSynchronisers final : public SynchroniserFactory {
     clients.tcp_data_plane =
         (link == v1::DATA_LINK_TCP || link == v1::DATA_LINK_SHARED_MEMORY) && !ChannelsUseTls();
     clients.shared_memory = clients.tcp_data_plane && link == v1::DATA_LINK_SHARED_MEMORY;
+    clients.split_tensors = options_.job.strategy().ps_split();
     const v1::Consistency mode = options_.job.strategy().consistency();
     if (ServerDecidesPulls(mode)) {
       PointRoundOptions rounds;

@@ -49,8 +49,8 @@ std::string NotEmpty(const std::string& v, double) {
 // A host name as a certificate's subject alternative name holds it (base/host_name.h).
 std::string DnsName(const std::string& v, double) {
   if (IsDnsHostName(v)) return "";
-  return absl::StrCat("'", v,
-                      "' is not a host name (labels of letters, digits and '-', separated by dots)");
+  return absl::StrCat(
+      "'", v, "' is not a host name (labels of letters, digits and '-', separated by dots)");
 }
 
 std::string NeverOrSeconds(const std::string&, double v) {
@@ -119,10 +119,10 @@ std::string ForBuiltinModel(const v1::ResolvedJob& job) {
 
 // The built-in data sets hold class labels only: other losses need targets of the user's own.
 std::string ForLossOfTheData(const v1::ResolvedJob& job) {
-  return job.training().loss() == v1::LOSS_CROSS_ENTROPY ||
-                 job.dataset().name() == v1::DATASET_NPY
+  return job.training().loss() == v1::LOSS_CROSS_ENTROPY || job.dataset().name() == v1::DATASET_NPY
              ? ""
-             : absl::StrCat(Spelled(job.training().loss()), " needs targets of your own (dataset.name npy); '",
+             : absl::StrCat(Spelled(job.training().loss()),
+                            " needs targets of your own (dataset.name npy); '",
                             Spelled(job.dataset().name()), "' holds class labels only");
 }
 
@@ -220,8 +220,11 @@ std::vector<JobKey> MakeTable() {
       Key("cluster.parameter_servers")
           .Default("1")
           .AtLeast(1)
-          .Doc("Parameter servers (`strata-ps`) for strategies `ps` and `switch`; each owns whole "
-               "tensors, so there can be no more servers than model tensors."),
+          .Doc(
+              "Parameter servers (`strata-ps`) for strategies `ps` and `switch`; each owns a share "
+              "of the model's tensors (large ones cut into pieces, `strategy.ps_split`); with "
+              "`ps_split: false` each owns whole tensors, so there can be no more servers than "
+              "model tensors."),
       Key("cluster.threads_per_worker")
           .Field("training.threads_per_worker")
           .Default("1")
@@ -353,6 +356,14 @@ std::vector<JobKey> MakeTable() {
           .Applies(ForServers, {"strategy.kind"})
           .EmitOnlyUnlessDefault()
           .Doc("How the per-step push/pull with the parameter servers travels."),
+      Key("strategy.ps_split")
+          .Default("true")
+          .TypeDoc("`true` or `false`")
+          .Applies(ForServers, {"strategy.kind"})
+          .EmitOnlyUnlessDefault()
+          .Doc("With more than one parameter server: a tensor larger than an even share of the "
+               "model is cut by rows into pieces dealt out over the servers, so that each carries "
+               "about as many bytes; `false` deals out whole tensors."),
 
       Key("launcher.kind").Default("local").Doc("Where the job's processes run."),
       Key("launcher.ring_transport")

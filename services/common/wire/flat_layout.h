@@ -1,7 +1,6 @@
 // The fused view of a model: every float tensor at a named offset in one contiguous buffer, so
-// that communication sends one buffer instead of one message per tensor. And the partition plan
-// that assigns whole tensors to parameter servers; every party computes the same plan from the
-// same tensor list.
+// that communication sends one buffer instead of one message per tensor. (Which server holds
+// which tensors: partition_plan.h.)
 #pragma once
 
 #include <string>
@@ -35,18 +34,5 @@ class FlatLayout {
   absl::flat_hash_map<std::string, size_t> index_;
   size_t total_ = 0;
 };
-
-struct PartitionPlan {
-  int partitions = 0;
-  std::vector<int> owner;                       // per tensor of the input list
-  std::vector<std::vector<size_t>> tensors_of;  // per partition: indices into the input list
-  std::vector<size_t> bytes_of;                 // per partition
-};
-
-// Greedy by size (largest tensor to the least loaded partition; ties by input order), which keeps
-// partitions within one tensor's size of each other. Fails if there are fewer tensors than
-// partitions (a server would own nothing).
-absl::StatusOr<PartitionPlan> PlanPartitions(const std::vector<TensorSpec>& tensors,
-                                             int partitions);
 
 }  // namespace strata

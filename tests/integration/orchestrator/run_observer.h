@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <sys/types.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
@@ -29,6 +30,7 @@
 #include "services/common/wire/tls.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 #include "tests/integration/orchestrator/cli_test_util.h"
+#include "tests/support/server_pieces.h"
 
 namespace strata::testing {
 
@@ -144,10 +146,11 @@ inline absl::StatusOr<v1::ServerStatus> ServerStatusOf(const std::string& addres
 }
 
 // Every parameter and buffer of `checkpoint` must be on exactly one server, byte for byte, and the
-// servers hold nothing else. Returns what is not so, one line each (empty: they hold it exactly).
-// The test's own loop: it shares no code with the orchestrator's handover check.
-// With `buffers` false, buffers (BatchNorm's running statistics, which every push replaces) are
-// left out on both sides.
+// servers hold nothing else. A tensor split over the servers comes back as pieces named
+// "<tensor>[<first row>:<end row>]", each compared with those rows. Returns what is not so, one
+// line each (empty: they hold it exactly). The test's own loop: it shares no code with the
+// orchestrator's handover check or the product's piece names. With `buffers` false, buffers
+// (BatchNorm's running statistics, which every push replaces) are left out on both sides.
 inline std::vector<std::string> DifferencesFromCheckpoint(
     const std::vector<ObservedPartition>& servers, const Checkpoint& checkpoint,
     bool buffers = true) {
@@ -162,27 +165,45 @@ inline std::vector<std::string> DifferencesFromCheckpoint(
     expected[e.tensor.spec.name] = &e.tensor;
   }
   std::vector<std::string> differences;
-  std::set<std::string> seen;
+  std::map<std::string, std::vector<int>> rows_seen;  // per tensor: how often each row came
   for (size_t p = 0; p < servers.size(); ++p) {
     for (const NamedTensor& t : servers[p].tensors) {
-      if (skipped.count(t.spec.name)) continue;
+      const ServerPiece piece = ReadServerTensorName(t.spec.name);
+      const std::string& name = piece.tensor;
+      if (skipped.count(name)) continue;
       const std::string where = "ps-" + std::to_string(p) + " " + t.spec.name;
-      auto it = expected.find(t.spec.name);
+      auto it = expected.find(name);
       if (it == expected.end()) {
         differences.push_back(where + ": not in the checkpoint");
-      } else if (!seen.insert(t.spec.name).second) {
-        differences.push_back(where + ": on a second server");
-      } else if (t.spec.shape != it->second->spec.shape) {
+        continue;
+      }
+      const NamedTensor& whole = *it->second;
+      const int64_t rows = whole.spec.shape.empty() ? 1 : whole.spec.shape[0];
+      const int64_t first = piece.piece ? piece.first_row : 0;
+      const int64_t end = piece.piece ? piece.end_row : rows;
+      std::vector<int64_t> shape = whole.spec.shape;
+      if (!shape.empty()) shape[0] = end - first;
+      std::vector<int>& seen = rows_seen[name];
+      seen.resize(static_cast<size_t>(rows), 0);
+      bool twice = false;
+      for (int64_t r = first; r < std::min(end, rows); ++r) twice |= ++seen[r] > 1;
+      if (end > rows || t.spec.shape != shape) {
         differences.push_back(where + ": another shape");
-      } else if (t.data != it->second->data) {
-        size_t first = 0;
-        while (first < t.data.size() && t.data[first] == it->second->data[first]) ++first;
-        differences.push_back(where + ": bytes differ from byte " + std::to_string(first));
+      } else if (twice) {
+        differences.push_back(where + ": on a second server");
+      } else if (const std::vector<uint8_t> want = BytesFor(whole, piece); t.data != want) {
+        size_t byte = 0;
+        while (byte < t.data.size() && byte < want.size() && t.data[byte] == want[byte]) ++byte;
+        differences.push_back(where + ": bytes differ from byte " + std::to_string(byte));
       }
     }
   }
   for (const auto& [name, tensor] : expected) {
-    if (!seen.count(name)) differences.push_back(name + ": on no server");
+    const auto seen = rows_seen.find(name);
+    if (seen == rows_seen.end() ||
+        std::find(seen->second.begin(), seen->second.end(), 0) != seen->second.end()) {
+      differences.push_back(name + ": on no server");
+    }
   }
   return differences;
 }

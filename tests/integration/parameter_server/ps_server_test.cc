@@ -19,7 +19,7 @@
 #include "services/common/config/job_spec.h"
 #include "services/common/config/resolved_job.h"
 #include "services/common/ml/sgd.h"
-#include "services/common/wire/flat_layout.h"
+#include "services/common/wire/partition_plan.h"
 #include "services/common/wire/rpc_auth.h"
 #include "services/parameter_server/ps_process.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
@@ -348,24 +348,30 @@ TEST_F(PsServerTest, IdleServerRefusesUntilLoadedThenKeepsOnlyItsPartitionWithMo
   auto plan = PlanPartitions(model_.Specs(), 2);
   ASSERT_TRUE(plan.ok());
   std::vector<std::string> expected;
-  for (size_t i : plan->tensors_of[1]) expected.push_back(model_.Specs()[i].name);
+  for (const TensorPiece& piece : plan->pieces_of[1]) expected.push_back(piece.spec.name);
   const v1::ServerStatus s = GetStatus(*stub);
   EXPECT_TRUE(s.loaded());
   EXPECT_EQ(std::vector<std::string>(s.tensors().begin(), s.tensors().end()), expected);
 
-  // Push gradients for exactly that partition: the loaded momentum continues.
+  // Push gradients for exactly that partition (whole tensors or pieces of rows): the loaded
+  // momentum continues.
   std::vector<NamedTensor> all = Gradients(0.5f), mine;
-  for (size_t i : plan->tensors_of[1]) mine.push_back(all[i]);
+  for (const TensorPiece& piece : plan->pieces_of[1]) {
+    mine.push_back(SlicePiece(all[piece.tensor], piece));
+  }
   Pulled after = RawPushPull(*stub, PushOf(0, 5, mine));
   ASSERT_TRUE(after.status.ok()) << after.status.error_message();
   const SgdOptions sgd{0.1f, 0.9f, 0.01f};  // 1 worker: lr scale 1
-  for (size_t i : plan->tensors_of[1]) {
+  for (const TensorPiece& piece : plan->pieces_of[1]) {
+    const size_t i = piece.tensor;
     if (i >= model_.params.size()) continue;
     NamedTensor p = model_.params[i], v = model_.momentum[i];
     SgdStep(p.floats(), all[i].floats(), v.floats(), p.spec.numel(), sgd);
-    const NamedTensor* got = after.Find(p.name());
-    ASSERT_NE(got, nullptr);
-    for (int64_t k = 0; k < p.spec.numel(); ++k) EXPECT_FLOAT_EQ(got->floats()[k], p.floats()[k]);
+    const NamedTensor* got = after.Find(piece.spec.name);
+    ASSERT_NE(got, nullptr) << piece.spec.name;
+    for (int64_t k = 0; k < piece.spec.numel(); ++k) {
+      EXPECT_FLOAT_EQ(got->floats()[k], p.floats()[piece.float_offset + k]);
+    }
   }
 }
 

@@ -13,6 +13,7 @@
 #include "services/parameter_server/ps_process.h"
 #include "strata/v1/worker.grpc.pb.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
+#include "tests/support/server_pieces.h"
 
 namespace strata::testing {
 namespace {
@@ -198,9 +199,10 @@ TEST_F(PsWorkerProcessTest, TwoWorkersTrainAsynchronouslyAgainstTwoServers) {
     const Pulled model = RawPull(*stub);
     ASSERT_TRUE(model.status.ok());
     ASSERT_FALSE(model.tensors.empty());
-    const CheckpointEntry* before = initial->Find(TensorKind::kParameter, model.tensors[0].name());
-    ASSERT_NE(before, nullptr);
-    EXPECT_NE(before->tensor.data, model.tensors[0].data);
+    const ServerPiece piece = ReadServerTensorName(model.tensors[0].name());
+    const CheckpointEntry* before = initial->Find(TensorKind::kParameter, piece.tensor);
+    ASSERT_NE(before, nullptr) << model.tensors[0].name();
+    EXPECT_NE(BytesFor(before->tensor, piece), model.tensors[0].data);
   }
   StopAll();
 }

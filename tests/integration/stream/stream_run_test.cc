@@ -318,7 +318,10 @@ TEST_F(StreamRunTest, AModelFrozenAtTheDriftScoresEveryLaterWindowAndLearnsNothi
   for (const auto& r : s["per_replica"]) {
     ASSERT_FALSE(r["accuracy_curve"].empty()) << r.dump();
     const auto& last = r["accuracy_curve"].back();
-    EXPECT_GE(last[0].get<int64_t>(), 20000) << "the curve goes on past the freeze";
+    // A point every 1,000 events the replica scored: its last lies more than a window past the
+    // freeze however the broker spread the events (it once spread them so unevenly that one
+    // replica's last point came at event 19,903 of 24,000).
+    EXPECT_GT(last[0].get<int64_t>(), 13000) << "the curve goes on past the freeze";
     EXPECT_LT(last[2].get<double>(), 0.3) << r["accuracy_curve"].dump();
   }
 }

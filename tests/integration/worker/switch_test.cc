@@ -16,6 +16,7 @@
 #include "services/common/wire/tensor_codec.h"
 #include "strata/v1/parameter_server.grpc.pb.h"
 #include "strata/v1/worker.grpc.pb.h"
+#include "tests/support/server_pieces.h"
 
 namespace strata {
 namespace {
@@ -308,11 +309,14 @@ TEST_F(SwitchTest, AllReduceWorkersSwitchToParameterServersWithTheSameWeights) {
     }
   }
   size_t compared = 0;
+  // A tensor split over the servers comes as pieces "<tensor>[<first row>:<end row>]", each
+  // compared with its rows of the file's tensor.
   for (const NamedTensor& t : PullAsObserver(witness.address)) {
-    const CheckpointEntry* e = file->Find(TensorKind::kParameter, t.name());
-    if (e == nullptr) e = file->Find(TensorKind::kBuffer, t.name());
+    const testing::ServerPiece piece = testing::ReadServerTensorName(t.name());
+    const CheckpointEntry* e = file->Find(TensorKind::kParameter, piece.tensor);
+    if (e == nullptr) e = file->Find(TensorKind::kBuffer, piece.tensor);
     ASSERT_NE(e, nullptr) << t.name();
-    EXPECT_EQ(e->tensor.data, t.data) << t.name();
+    EXPECT_EQ(testing::BytesFor(e->tensor, piece), t.data) << t.name();
     ++compared;
   }
   EXPECT_GT(compared, 0u);

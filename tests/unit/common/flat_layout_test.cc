@@ -31,25 +31,5 @@ TEST(FlatLayout, RefusesDuplicatesAndNonFloat) {
   EXPECT_FALSE(FlatLayout::Create(ints).ok());
 }
 
-TEST(PartitionPlan, BalancedDeterministicAndComplete) {
-  auto specs = Specs({100, 90, 80, 10, 10, 5, 5, 1});
-  auto plan = PlanPartitions(specs, 3);
-  ASSERT_TRUE(plan.ok());
-  size_t assigned = 0;
-  for (const auto& tensors : plan->tensors_of) assigned += tensors.size();
-  EXPECT_EQ(assigned, specs.size());
-  const auto [lo, hi] = std::minmax_element(plan->bytes_of.begin(), plan->bytes_of.end());
-  EXPECT_LE(*hi - *lo, 100u * 4);  // within one tensor's size
-  auto again = PlanPartitions(specs, 3);
-  EXPECT_EQ(plan->owner, again->owner);
-}
-
-TEST(PartitionPlan, RefusesMoreServersThanTensors) {
-  auto plan = PlanPartitions(Specs({1, 2}), 3);
-  ASSERT_FALSE(plan.ok());
-  EXPECT_NE(plan.status().message().find("would own nothing"), std::string::npos);
-  EXPECT_FALSE(PlanPartitions(Specs({1}), 0).ok());
-}
-
 }  // namespace
 }  // namespace strata
