@@ -13,7 +13,8 @@
 #     bench/network/strategies_emulated.sh RATE ROUNDS [CPU_PERCENT] [BUILD_DIR]
 # Environment: EPOCHS (3), MAX_TRAIN (30000), MOMENTUM (0: with the quickstart's 0.9 on the
 # servers, the pipelined forms' extra staleness makes ASP with 4 workers diverge to NaN), FORMS
-# (the forms to run, space-separated: allreduce or ps<servers>-pipe<0|1>[-whole]).
+# (the forms to run, space-separated: allreduce, allreduce-fp16 (strategy.ring_compression fp16)
+# or ps<servers>-pipe<0|1>[-whole]).
 set -euo pipefail
 rate=${1:?usage: $0 RATE ROUNDS [CPU_PERCENT] [BUILD_DIR]}
 rounds=${2:-3}
@@ -35,6 +36,7 @@ read -r -a forms <<<"${FORMS:-allreduce ps1-pipe0 ps1-pipe1 ps2-pipe0 ps2-pipe1 
 settings() {
   case $1 in
     allreduce) echo "--set strategy.kind=allreduce" ;;
+    allreduce-fp16) echo "--set strategy.kind=allreduce --set strategy.ring_compression=fp16" ;;
     ps*) local servers=${1:2:1} pipe=${1:8:1} split=true
       [[ $1 == *-whole ]] && split=false
       echo "--set strategy.kind=ps --set strategy.consistency=asp --set cluster.parameter_servers=$servers --set strategy.ps_pipeline=$pipe --set strategy.ps_split=$split" ;;

@@ -40,8 +40,8 @@ Profile LargeProfile(const v1::ResolvedJob& job) {
   Profile p = BaseProfile(job);
   p.workers = job.cluster().workers() * 2;
   p.parameter_servers = job.cluster().parameter_servers() * 2;
-  // No more servers than tensors to partition (job_checks.h).
-  if (auto tensors = BuiltinModelTensors(job.arch())) {
+  // No more servers than tensors to partition where tensors are dealt out whole (job_checks.h).
+  if (auto tensors = BuiltinModelTensors(job.arch()); tensors && !job.strategy().ps_split()) {
     p.parameter_servers = std::min(p.parameter_servers, *tensors);
   }
   p.worker = WorkerResources(job.training().threads_per_worker(), "2Gi", "4Gi");

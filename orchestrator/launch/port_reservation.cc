@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -50,18 +51,24 @@ absl::StatusOr<PortReservation> PortReservation::Reserve(const std::string& host
     bound = BindReserved(host);
   } else {
     // setns moves only the calling thread; a socket keeps the namespace it was made in.
-    std::thread([&] {
-      const int ns = ::open(network_namespace.c_str(), O_RDONLY | O_CLOEXEC);
-      if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
-        const int err = errno;
-        if (ns >= 0) ::close(ns);
-        bound = absl::FailedPreconditionError(absl::StrCat(
-            "cannot enter the network namespace ", network_namespace, ": ", std::strerror(err)));
-        return;
-      }
-      ::close(ns);
-      bound = BindReserved(host);
-    }).join();
+    try {
+      std::thread([&] {
+        const int ns = ::open(network_namespace.c_str(), O_RDONLY | O_CLOEXEC);
+        if (ns < 0 || ::setns(ns, CLONE_NEWNET) != 0) {
+          const int err = errno;
+          if (ns >= 0) ::close(ns);
+          bound = absl::FailedPreconditionError(absl::StrCat(
+              "cannot enter the network namespace ", network_namespace, ": ", std::strerror(err)));
+          return;
+        }
+        ::close(ns);
+        bound = BindReserved(host);
+      }).join();
+    } catch (const std::system_error& e) {
+      return absl::ResourceExhaustedError(absl::StrCat("cannot reserve a port on ", host,
+                                                       ": no thread to enter its namespace (",
+                                                       e.what(), ")"));
+    }
   }
   if (!bound.ok()) return bound.status();
   return PortReservation(bound->first, bound->second);

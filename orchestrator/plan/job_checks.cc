@@ -305,7 +305,8 @@ absl::StatusOr<v1::ResolvedJob> LoadContainerJob(const std::string& path,
     return absl::InvalidArgumentError(
         absl::StrCat(reading.Where("metrics.port"), ": metrics.port: ", problem));
   }
-  if (UsesServers(job) && job.model().torchscript().empty()) {
+  // Whole tensors only without splitting (strategy.ps_split; the validate check above).
+  if (UsesServers(job) && job.model().torchscript().empty() && !job.strategy().ps_split()) {
     const auto tensors = BuiltinModelTensors(job.arch());
     if (tensors && job.cluster().parameter_servers() > *tensors) {
       return absl::InvalidArgumentError(

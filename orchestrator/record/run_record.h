@@ -56,6 +56,7 @@ std::optional<RunEvent> RunEventOf(const nlohmann::json& line);
 struct HandoverVerification {
   bool weights_equal = false;
   std::optional<std::string> error;  // the comparison could not be made
+  // What the servers sent: whole tensors, and pieces of a tensor split over them, one each.
   int64_t tensors_compared = 0;
   int64_t tensors_differing = 0;
   // A worker's first push reached a server before the read-back: the servers' copy says nothing,
@@ -64,7 +65,7 @@ struct HandoverVerification {
   double workers_max_abs_diff = 0;
   std::string checked_by;  // "servers" | "workers"
   // Where the servers' copy differs, as "ps-P: tensor" (at most kMaxDiffering named), and the
-  // checkpoint tensors that no server sent back.
+  // checkpoint tensors that no server sent back (whole, or some of their rows).
   std::vector<std::string> differing;
   int64_t tensors_missing = 0;
 

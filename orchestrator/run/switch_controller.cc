@@ -278,7 +278,7 @@ absl::Status SwitchController::FailHandover() {
     error = absl::StrCat(
         "the parameter servers do not hold the handed-over model of step ", switch_step_, ": ",
         verification_.tensors_differing, " of ", verification_.tensors_compared,
-        " tensor(s) differ, ", verification_.tensors_missing, " missing",
+        " tensor(s) or pieces of one differ, ", verification_.tensors_missing, " missing",
         verification_.differing.empty() ? "" : " (", absl::StrJoin(verification_.differing, ", "),
         verification_.differing.empty() ? "" : ")");
   } else {

@@ -10,6 +10,7 @@
 
 #include "services/collective/grpc_ring_link.h"
 #include "services/common/base/status.h"
+#include "services/common/wire/half_float.h"
 
 namespace strata {
 namespace {
@@ -135,6 +136,7 @@ struct RingAllReduce::Impl {
     Schedule plan;
     float* data;
     bool average;
+    bool half;             // AllReduceOptions::half_precision
     SegmentHeader header;  // of the segment sent last
     Clock::time_point deadline;
     std::chrono::milliseconds timeout, grace;
@@ -172,6 +174,7 @@ absl::Status RingAllReduce::Impl::Run(float* data, size_t n, const AllReduceOpti
                Schedule{n, rank, world, std::max<size_t>(1, segment_bytes / sizeof(float))},
                data,
                average,
+               options.half_precision,
                SegmentHeader{},
                Clock::now() + options.deadline,
                options.deadline,
@@ -193,10 +196,25 @@ absl::Status RingAllReduce::Impl::Exchange(Operation& op) {
   // A link may add and copy the payloads into place as they arrive (InPlacePlan, ring_link.h).
   op.link.ApplyInPlace(InPlacePlan{op.data, plan.n, static_cast<uint32_t>(world - 1),
                                    op.average ? static_cast<float>(world) : 0.0f});
+  if (op.half) op.link.SendInHalfPrecision();
+  // What is sent is rounded where it lies first: the rank that owns a chunk's average then keeps
+  // the very values the others receive (a range is sent only once it is complete here).
+  // A value beyond a half's range would reach every rank as infinity: the operation fails.
+  const auto send = [&](size_t offset, size_t floats) -> absl::Status {
+    if (op.half && RoundToHalves(op.data + offset, floats) > 0) {
+      return absl::OutOfRangeError(
+          absl::StrCat(op.name, ": a value beyond 65,504, the largest 16-bit float, in floats ",
+                       offset, " to ", offset + floats,
+                       " (strategy.ring_compression fp16 cannot carry it; lower training.lr "
+                       "or use none)"));
+    }
+    op.header.offset = offset;
+    op.link.Send(op.header, op.data + offset, floats);
+    return absl::OkStatus();
+  };
   op.header.step = 0;
   for (size_t b = plan.ChunkBegin(rank), e = plan.ChunkBegin(rank + 1); b < e; b += seg) {
-    op.header.offset = b;
-    op.link.Send(op.header, op.data + b, std::min(seg, e - b));
+    STRATA_RETURN_IF_ERROR(send(b, std::min(seg, e - b)));
   }
   for (int step = 0; step < plan.steps(); ++step) {
     const int chunk = plan.ReceivedChunk(step);
@@ -207,8 +225,7 @@ absl::Status RingAllReduce::Impl::Exchange(Operation& op) {
       if (!segment.in_place) ApplySegment(segment, op.data + b, mode, static_cast<float>(world));
       if (step + 1 < plan.steps()) {
         op.header.step = static_cast<uint32_t>(step + 1);
-        op.header.offset = b;
-        op.link.Send(op.header, op.data + b, len);
+        STRATA_RETURN_IF_ERROR(send(b, len));
       }
     }
   }

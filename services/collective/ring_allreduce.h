@@ -39,6 +39,11 @@ struct AllReduceOptions {
   // Payload per message; 0 picks it from the buffer's size (AutoSegmentBytes). Smaller segments
   // overlap sending, receiving and adding better but cost per-message overhead.
   size_t segment_bytes = 0;
+  // Every value a rank sends is first rounded, in its own buffer, to the nearest 16-bit float, so
+  // that a link may send it in 16 bits (TcpRingLink does) and every rank still ends with the same
+  // values; the result is the average of the ranks' values with the rounding of each partial sum
+  // on the way (strategy.ring_compression: fp16).
+  bool half_precision = false;
 };
 
 // The segment size of an operation on `floats` floats over `world` ranks when the options leave

@@ -109,6 +109,9 @@ class RingLink {
     // out their payload to apply; such a segment comes back with in_place set (see InPlacePlan).
     // The buffer must stay valid until Finish() or Abandon() returns. A link may ignore this.
     virtual void ApplyInPlace(const InPlacePlan& plan) {}
+    // Every value this operation sends is a 16-bit float's (AllReduceOptions::half_precision): a
+    // link may send them in 16 bits, losing nothing; one that ignores this sends the floats.
+    virtual void SendInHalfPrecision() {}
 
     // Waits until `until` for the previous rank's next segment of this operation, in send order.
     virtual Received Receive(RingClock::time_point until, RingSegment* out) = 0;

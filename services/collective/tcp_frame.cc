@@ -51,7 +51,7 @@ absl::Status DecodeFrame(const uint8_t in[kFrameHeaderBytes], Frame* frame) {
   }
   const uint32_t kind = Get32(in + kKindAt);
   if (kind < static_cast<uint32_t>(FrameKind::kData) ||
-      kind > static_cast<uint32_t>(FrameKind::kAck)) {
+      kind > static_cast<uint32_t>(FrameKind::kHalfData)) {
     return absl::InvalidArgumentError(absl::StrCat("ring frame of unknown kind ", kind));
   }
   frame->kind = static_cast<FrameKind>(kind);
@@ -64,15 +64,17 @@ absl::Status DecodeFrame(const uint8_t in[kFrameHeaderBytes], Frame* frame) {
   frame->payload_bytes = Get64(in + kPayloadAt);
   const uint64_t bytes = frame->payload_bytes;
   switch (frame->kind) {
-    case FrameKind::kData: {
+    case FrameKind::kData:
+    case FrameKind::kHalfData: {
       const uint64_t count = frame->header.count, offset = frame->header.offset;
-      if (bytes == 0 || bytes % sizeof(float) != 0 || bytes > kMaxDataBytes || offset > count ||
-          bytes / sizeof(float) > count - offset) {
+      const uint64_t value = ValueBytes(frame->kind);
+      // The receiver holds the values as floats: a half frame may carry no more of them.
+      if (bytes == 0 || bytes % value != 0 || bytes / value > kMaxDataBytes / sizeof(float) ||
+          offset > count || bytes / value > count - offset) {
         return absl::InvalidArgumentError(absl::StrCat(
             "ring data frame of ", bytes, " bytes at offset ", offset, " of a buffer of ", count,
-            " floats: not a whole number of floats "
-            "inside the buffer, or over ",
-            kMaxDataBytes, " bytes"));
+            " floats: not a whole number of ", value == 2 ? "half " : "",
+            "floats inside the buffer, or over ", kMaxDataBytes, " bytes"));
       }
       break;
     }

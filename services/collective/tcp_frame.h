@@ -7,6 +7,7 @@
 // receiver's gRPC service can feed it segments. Then frames follow, each a fixed 56-byte
 // little-endian header and a payload:
 //   data   the segment's floats (SegmentHeader says where they go)       sender -> receiver
+//   half   the same as 16-bit floats (the ring's half-precision wire)    sender -> receiver
 //   abort  why the sender gave up on the operation (at most 64 KiB)      sender -> receiver
 //   end    the sender has sent all of the operation                      sender -> receiver
 //   ack    the receiver has read the operation's end                     receiver -> sender
@@ -25,11 +26,14 @@
 
 namespace strata::tcp_ring {
 
-enum class FrameKind : uint32_t { kData = 1, kAbort = 2, kEnd = 3, kAck = 4 };
+enum class FrameKind : uint32_t { kData = 1, kAbort = 2, kEnd = 3, kAck = 4, kHalfData = 5 };
+
+// Bytes per value in a data frame's payload: 4 for kData, 2 for kHalfData.
+inline size_t ValueBytes(FrameKind kind) { return kind == FrameKind::kHalfData ? 2 : 4; }
 
 constexpr size_t kFrameHeaderBytes = 56;
 // Bounds on what a header may announce, checked before anything is allocated for it.
-constexpr uint64_t kMaxDataBytes = uint64_t{1} << 30;  // one segment
+constexpr uint64_t kMaxDataBytes = uint64_t{1} << 30;  // one segment, as floats
 constexpr uint64_t kMaxAbortBytes = 64 << 10;
 
 struct Frame {

@@ -110,11 +110,14 @@ class TcpOperation final : public NetworkOperation {
   ~TcpOperation() override { AbandonIfOpen(); }
 
   void Send(const SegmentHeader& header, const float* data, size_t floats) override {
-    OutFrame frame = MakeFrame(FrameKind::kData, header, floats * sizeof(float));
+    OutFrame frame = halves_ ? MakeFrame(FrameKind::kHalfData, header, floats * sizeof(uint16_t))
+                             : MakeFrame(FrameKind::kData, header, floats * sizeof(float));
     frame.lent = reinterpret_cast<const uint8_t*>(data);
     frame.lent_bytes = floats * sizeof(float);
+    frame.half = halves_;
     Queue(std::move(frame));
   }
+  void SendInHalfPrecision() override { halves_ = true; }
   void SendAbort(const SegmentHeader& header, const std::string& reason) override {
     std::string text = reason.substr(0, tcp_ring::kMaxAbortBytes);
     if (text.size() < reason.size()) {  // cut on a character boundary: the receiver wants UTF-8
@@ -249,6 +252,7 @@ class TcpOperation final : public NetworkOperation {
   const std::chrono::milliseconds grace_;
   const Clock::time_point until_;
   uint64_t epoch_ = 0;
+  bool halves_ = false;    // SendInHalfPrecision
   QueuedSegment current_;  // owns the bytes of the segment last handed out by Receive
 };
 

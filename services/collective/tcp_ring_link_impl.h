@@ -74,6 +74,7 @@ struct OutFrame {
   uint8_t header[kFrameHeaderBytes];
   const uint8_t* lent = nullptr;  // a data frame's floats, the caller's until written
   size_t lent_bytes = 0;
+  bool half = false;  // the floats go out as 16-bit floats (a kHalfData frame)
   std::string owned;  // an abort's reason
   uint64_t operation = 0;
   uint64_t epoch = 0;           // the connection it must go on (TcpRingLink::Impl::epoch)
@@ -176,7 +177,8 @@ struct TcpRingLink::Impl {
   std::thread acker;  // reads the next rank's acks on out_fd
   grpc::ClientContext* dialling = nullptr;
   std::deque<OutFrame> queue;
-  std::map<uint64_t, int> lent;  // per operation: data frames queued or being written
+  std::vector<uint16_t> half_out;  // the writer thread's: a kHalfData frame's values
+  std::map<uint64_t, int> lent;    // per operation: data frames queued or being written
   std::set<uint64_t> acked;
   std::thread writer;
 
@@ -204,7 +206,8 @@ struct TcpRingLink::Impl {
     bool carrying = false;  // an operation has begun on this connection and not ended
     uint64_t operation = 0;
     bool ended = false;
-    std::vector<float> scratch;  // a data frame applied in place is read through it, in pieces
+    std::vector<float> scratch;    // a data frame applied in place is read through it, in pieces
+    std::vector<uint16_t> halves;  // a kHalfData frame's values, read in pieces
   };
   absl::Status Receive(int fd, uint32_t sender, Incoming* in);
   // Whether frames of `rank` may be taken now (with `mu` held): the previous rank of the ring as

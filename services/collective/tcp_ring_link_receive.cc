@@ -15,6 +15,7 @@
 #include "services/collective/segment_codec.h"
 #include "services/collective/tcp_ring_link_impl.h"
 #include "services/common/base/status.h"
+#include "services/common/wire/half_float.h"
 
 namespace strata {
 namespace {
@@ -98,7 +99,8 @@ void TcpRingLink::Impl::ReceiveLoop(int fd, uint32_t sender) {
 absl::Status TcpRingLink::Impl::ReceiveData(int fd, const Frame& frame, Incoming* in,
                                             QueuedSegment* out) {
   const SegmentHeader& h = frame.header;
-  const size_t floats = frame.payload_bytes / sizeof(float);
+  const bool half = frame.kind == FrameKind::kHalfData;
+  const size_t floats = frame.payload_bytes / tcp_ring::ValueBytes(frame.kind);
   InPlacePlan plan;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -108,12 +110,26 @@ absl::Status TcpRingLink::Impl::ReceiveData(int fd, const Frame& frame, Incoming
       ++place_writers;
       place_fd = fd;
     } else {
-      out->payload = TakeBuffer(frame.payload_bytes);
+      out->payload = TakeBuffer(floats * sizeof(float));
     }
   }
   out->has_data = true;
+  // Reads `n` values of the payload as floats into `to`: straight, or as halves through a small
+  // buffer and converted.
+  const auto read_floats = [&](float* to, size_t n) {
+    if (!half) return tcp::ReceiveExact(fd, to, n * sizeof(float));
+    in->halves.resize(std::min(kScratchFloats, floats));
+    absl::Status read;
+    for (size_t done = 0; done < n && read.ok();) {
+      const size_t k = std::min(in->halves.size(), n - done);
+      read = tcp::ReceiveExact(fd, in->halves.data(), k * sizeof(uint16_t));
+      if (read.ok()) HalvesToFloats(in->halves.data(), k, to + done);
+      done += k;
+    }
+    return read;
+  };
   if (plan.buffer == nullptr) {
-    absl::Status read = tcp::ReceiveExact(fd, out->payload.bytes.get(), out->payload.size);
+    absl::Status read = read_floats(reinterpret_cast<float*>(out->payload.bytes.get()), floats);
     if (!read.ok()) {
       std::lock_guard<std::mutex> lock(mu);
       GiveBack(std::move(out->payload));
@@ -121,18 +137,18 @@ absl::Status TcpRingLink::Impl::ReceiveData(int fd, const Frame& frame, Incoming
     return read;
   }
   out->in_place = true;
-  out->in_place_bytes = frame.payload_bytes;
+  out->in_place_bytes = floats * sizeof(float);
   float* dst = plan.buffer + h.offset;
   absl::Status read;
   if (h.step >= plan.copy_from_step) {
-    read = tcp::ReceiveExact(fd, dst, frame.payload_bytes);
+    read = read_floats(dst, floats);
   } else {
     // Through a small buffer that stays in cache between the read and the addition.
     const float divisor = h.step + 1 == plan.copy_from_step ? plan.divisor : 0.0f;
     in->scratch.resize(kScratchFloats);
     for (size_t done = 0; done < floats && read.ok();) {
       const size_t n = std::min(kScratchFloats, floats - done);
-      read = tcp::ReceiveExact(fd, in->scratch.data(), n * sizeof(float));
+      read = read_floats(in->scratch.data(), n);
       if (read.ok()) AddInto(dst + done, in->scratch.data(), n, divisor);
       done += n;
     }
@@ -170,7 +186,7 @@ absl::Status TcpRingLink::Impl::Receive(int fd, uint32_t sender, Incoming* in) {
   }
   QueuedSegment r;
   r.header = frame.header;
-  if (frame.kind == FrameKind::kData) {
+  if (frame.kind == FrameKind::kData || frame.kind == FrameKind::kHalfData) {
     STRATA_RETURN_IF_ERROR(ReceiveData(fd, frame, in, &r));
   } else if (frame.kind == FrameKind::kAbort) {
     r.abort.resize(frame.payload_bytes);

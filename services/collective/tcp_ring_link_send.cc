@@ -11,6 +11,7 @@
 
 #include "services/collective/tcp_ring_link_impl.h"
 #include "services/common/base/status.h"
+#include "services/common/wire/half_float.h"
 #include "services/common/wire/rpc.h"
 
 namespace strata {
@@ -38,8 +39,17 @@ void TcpRingLink::Impl::WriterLoop() {
     const int fd = out_fd;
     const void* payload = frame.lent != nullptr ? static_cast<const void*>(frame.lent)
                                                 : static_cast<const void*>(frame.owned.data());
-    const size_t bytes = frame.lent != nullptr ? frame.lent_bytes : frame.owned.size();
+    size_t bytes = frame.lent != nullptr ? frame.lent_bytes : frame.owned.size();
     lock.unlock();
+    if (frame.half) {
+      // Lent floats stay the caller's until the frame is returned; only this thread uses
+      // half_out.
+      const size_t floats = frame.lent_bytes / sizeof(float);
+      half_out.resize(floats);
+      FloatsToHalves(reinterpret_cast<const float*>(frame.lent), floats, half_out.data());
+      payload = half_out.data();
+      bytes = floats * sizeof(uint16_t);
+    }
     absl::Status sent = tcp::SendAll(fd, frame.header, kFrameHeaderBytes, payload, bytes);
     lock.lock();
     if (!sent.ok()) MarkBroken(frame.epoch, std::move(sent));

@@ -49,6 +49,14 @@ absl::Status OwnedEntries(const Checkpoint& c, const PartitionConfig& config,
                                                      parts, "; this server is partition ",
                                                      config.partition, " of ", config.partitions));
     }
+    // Saved before splitting existed: whole tensors.
+    const bool split = c.extra.value("split", false);
+    if (config.partitions > 1 && split != config.split_tensors) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          origin, " was cut ", split ? "with" : "without",
+          " large tensors split into pieces; this server's job has strategy.ps_split ",
+          config.split_tensors ? "true" : "false", " (set it as the run that saved it had it)"));
+    }
     *owned = params;
     owned->insert(owned->end(), buffers.begin(), buffers.end());
     *from = &c;
@@ -63,7 +71,9 @@ absl::Status OwnedEntries(const Checkpoint& c, const PartitionConfig& config,
     for (const TensorPiece& piece : mine) {
       const CheckpointEntry& e = *model[piece.tensor];
       STRATA_RETURN_IF_ERROR(CheckWhole(e.tensor, origin));
-      cut->entries.push_back({e.kind, SlicePiece(e.tensor, piece)});
+      absl::StatusOr<NamedTensor> sliced = SlicePiece(e.tensor, piece);
+      if (!sliced.ok()) return Annotate(sliced.status(), origin);
+      cut->entries.push_back({e.kind, *std::move(sliced)});
     }
     for (const TensorPiece& piece : mine) {
       const CheckpointEntry& e = *model[piece.tensor];
@@ -77,7 +87,9 @@ absl::Status OwnedEntries(const Checkpoint& c, const PartitionConfig& config,
             ShapeString(m->tensor.spec.shape), ", expected ", ShapeString(e.tensor.spec.shape)));
       }
       STRATA_RETURN_IF_ERROR(CheckWhole(m->tensor, origin));
-      cut->entries.push_back({TensorKind::kMomentum, SlicePiece(m->tensor, piece)});
+      absl::StatusOr<NamedTensor> sliced = SlicePiece(m->tensor, piece);
+      if (!sliced.ok()) return Annotate(sliced.status(), origin);
+      cut->entries.push_back({TensorKind::kMomentum, *std::move(sliced)});
     }
     for (const CheckpointEntry& e : cut->entries) {
       if (e.kind != TensorKind::kMomentum) owned->push_back(&e);
@@ -233,6 +245,7 @@ Checkpoint PartitionStore::ToCheckpoint() const {
   c.extra = {{"kind", "partition"},
              {"partition", config_.partition},
              {"partitions", config_.partitions},
+             {"split", config_.split_tensors},
              {"samples", samples_},
              {"consistency", Spelled(policy_->mode())}};
   if (layout_ == nullptr) return c;

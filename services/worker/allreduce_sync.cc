@@ -65,8 +65,10 @@ class AllReduceSynchroniser final : public Synchroniser {
       std::memcpy(model.data() + p, trainer.velocity_data(), p * sizeof(float));
       trainer.CopyBuffersTo(model.data() + 2 * p);
     }
+    AllReduceOptions exact = options_;  // the model itself, not a gradient: never rounded
+    exact.half_precision = false;
     STRATA_RETURN_IF_ERROR(
-        Annotate(ring_->AllReduceSum(model.data(), model.size(), options_),
+        Annotate(ring_->AllReduceSum(model.data(), model.size(), exact),
                  absl::StrCat("all-reduce start: broadcasting rank ", source_rank_, "'s model")));
     std::memcpy(trainer.parameter_data(), model.data(), p * sizeof(float));
     std::memcpy(trainer.velocity_data(), model.data() + p, p * sizeof(float));

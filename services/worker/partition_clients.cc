@@ -1,5 +1,6 @@
 #include "services/worker/partition_clients.h"
 
+#include <algorithm>
 #include <thread>
 
 #include <absl/strings/str_cat.h>
@@ -84,6 +85,12 @@ std::vector<std::string> PartitionClients::LinkPaths() const {
         absl::StrCat("parameter server ", s.index, " (", s.address, "): ", s.link->Path()));
   }
   return paths;
+}
+
+uint64_t PartitionClients::LinkPathStamp() const {
+  uint64_t newest = 0;
+  for (const ServerLink& s : servers_) newest = std::max(newest, s.link->path_stamp());
+  return newest;
 }
 
 void PartitionClients::MarkInstalled() {

@@ -99,6 +99,8 @@ class PartitionClients {
   // "parameter server 0 (host:port): tcp (...)". Safe while calls are in flight (each link
   // guards its own).
   std::vector<std::string> LinkPaths() const;
+  // The newest of the links' path stamps: moves whenever LinkPaths() may have.
+  uint64_t LinkPathStamp() const;
   // The job's sample budget as the last replies reported it: any partition that has reached it
   // ends the job. `has_budget`: some partition has one.
   void ReadBudget(bool* has_budget, bool* budget_spent) const;

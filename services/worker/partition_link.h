@@ -16,6 +16,7 @@
 // (PartitionLinkOptions::Describe).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -83,6 +84,12 @@ struct PartitionCallOptions {
   std::chrono::milliseconds deadline{60000};
 };
 
+// A stamp no other change of any link's Path() in this process has had (PartitionLink::path_stamp).
+inline uint64_t NextPathStamp() {
+  static std::atomic<uint64_t> last{0};
+  return ++last;
+}
+
 class PartitionLink {
  public:
   virtual ~PartitionLink() = default;
@@ -102,6 +109,16 @@ class PartitionLink {
   // reason for a fallback): for the worker's status and the run's events. Safe to read while
   // a call is in flight (a pipelined push/pull reads it after each step).
   virtual std::string Path() const = 0;
+  // Changes whenever Path() may have (a value of NextPathStamp, so never the same for two links
+  // or two changes): the training loop reads the paths only when some stamp moved, not every step.
+  uint64_t path_stamp() const { return path_stamp_.load(std::memory_order_acquire); }
+
+ protected:
+  // For a link whose Path() changes after construction: call after each change.
+  void PathChanged() { path_stamp_.store(NextPathStamp(), std::memory_order_release); }
+
+ private:
+  std::atomic<uint64_t> path_stamp_{NextPathStamp()};
 };
 
 using PartitionLinkFactory =

@@ -64,6 +64,7 @@ class PointRoundSynchroniser final : public Synchroniser {
 
   std::string name() const override { return options_.asynchronous ? "apdp" : "pdp"; }
   std::vector<std::string> ServerLinks() const override { return clients_->LinkPaths(); }
+  uint64_t ServerLinksStamp() const override { return clients_->LinkPathStamp(); }
 
   // May be called again while the servers are still loading a handed-over model (the worker
   // retries): the subscription is made once, after the first model is in.

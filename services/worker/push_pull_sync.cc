@@ -25,8 +25,11 @@ class PushPullSynchroniser final : public Synchroniser {
     }
   }
 
-  std::string name() const override { return options_.pipeline ? "push-pull (pipelined)" : "push-pull"; }
+  std::string name() const override {
+    return options_.pipeline ? "push-pull (pipelined)" : "push-pull";
+  }
   std::vector<std::string> ServerLinks() const override { return clients_->LinkPaths(); }
+  uint64_t ServerLinksStamp() const override { return clients_->LinkPathStamp(); }
 
   absl::Status Start(Trainer& trainer) override {
     STRATA_RETURN_IF_ERROR(clients_->ForEachServer([&](ServerLink& s) {

@@ -52,6 +52,8 @@ class Synchroniser {
   // first exchange): how the tensors travel to each server, one line per server
   // (PartitionClients::LinkPaths); empty for a synchroniser without servers.
   virtual std::vector<std::string> ServerLinks() const { return {}; }
+  // Moves whenever ServerLinks() may have (PartitionLink::path_stamp); 0 without servers.
+  virtual uint64_t ServerLinksStamp() const { return 0; }
 };
 
 }  // namespace strata

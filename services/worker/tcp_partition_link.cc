@@ -179,8 +179,11 @@ std::string TcpPartitionLink::Path() const {
 }
 
 void TcpPartitionLink::SetPath(std::string path) {
-  std::lock_guard<std::mutex> lock(path_mu_);
-  path_ = std::move(path);
+  {
+    std::lock_guard<std::mutex> lock(path_mu_);
+    path_ = std::move(path);
+  }
+  PathChanged();
 }
 
 absl::StatusOr<PartitionReply> TcpPartitionLink::Call(const PushFields* fields,

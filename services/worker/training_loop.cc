@@ -389,14 +389,14 @@ class TrainingLoop::Runner {
   void PublishStep(const Synchroniser& sync, int64_t step, double train_loss, int64_t phase_samples,
                    Clock::time_point phase_start, bool switch_begins) {
     // How the tensors travel to each server is decided by the first exchanges (a shared region
-    // is asked for before the first push) and changes only when a link reconnects: read after a
-    // synchroniser's first step, then at most once a second, not a few strings every step.
+    // is asked for before the first push) and changes only when a link reconnects: read when a
+    // link's stamp says so, not a few strings every step. A new synchroniser's links have stamps
+    // none before had.
     std::optional<std::vector<std::string>> links;
     const auto now = Clock::now();
-    if (&sync != links_read_for_ || now >= next_links_read_) {
+    if (const uint64_t stamp = sync.ServerLinksStamp(); stamp != links_stamp_) {
       links = sync.ServerLinks();
-      links_read_for_ = &sync;
-      next_links_read_ = now + std::chrono::seconds(1);
+      links_stamp_ = stamp;
     }
     std::lock_guard<std::mutex> lock(state_->mu);
     if (links && !std::equal(links->begin(), links->end(), state_->status.server_links().begin(),
@@ -424,6 +424,11 @@ class TrainingLoop::Runner {
     spdlog::info("training: mode {} ({}), {} examples, {} steps per epoch, {} epochs",
                  ModeName(start.mode()), sync->name(), trainer.shard_size(), steps_per_epoch,
                  options_.job.training().epochs());
+    if (const auto& speeds = options_.job.cluster().compute_speeds();
+        options_.rank >= 0 && options_.rank < speeds.size() && speeds.Get(options_.rank) < 1) {
+      spdlog::info("computing at {} of its speed (cluster.compute_speeds); messages at full speed",
+                   speeds.Get(options_.rank));
+    }
     int64_t step = FirstStep(start, steps_per_epoch);
     const int64_t hold_at = AtFractionHoldStep(start, steps_per_epoch);
     const int64_t first_epoch = step / steps_per_epoch;
@@ -453,6 +458,7 @@ class TrainingLoop::Runner {
         HoldForTheSwitch(trainer, step, hold_at);
         const auto step_began = Clock::now();
         STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer.ComputeGradients(b));
+        SlowTheComputation(Clock::now() - step_began);
         StepContext context{epoch, step, stats.examples, stats.loss};
         // Vote to switch after this step if a request is due; once voted it cannot be withdrawn
         // until the vote's outcome is known.
@@ -529,6 +535,19 @@ class TrainingLoop::Runner {
     if (!MayFallBack()) return why;
     STRATA_ASSIGN_OR_RETURN(*sync, FallBackToServers(trainer, why, epoch, step, steps_per_epoch));
     return AfterBrokenRing{step, false, true};  // this batch's gradients went down with the ring
+  }
+
+  // cluster.compute_speeds: this worker computes at a fraction of its speed while its messages
+  // keep theirs (a CPU quota slows both), by waiting after each forward and backward pass for
+  // (1 / speed - 1) times its duration. The wait is the emulated computation, not a
+  // synchronisation: nothing else is waited for.
+  void SlowTheComputation(Clock::duration computed) const {
+    const auto& speeds = options_.job.cluster().compute_speeds();
+    if (options_.rank < 0 || options_.rank >= speeds.size()) return;
+    const double speed = speeds.Get(options_.rank);
+    if (!(speed > 0 && speed < 1)) return;
+    std::this_thread::sleep_for(
+        std::chrono::duration_cast<Clock::duration>(computed * (1.0 / speed - 1.0)));
   }
 
   bool InAllReduce() {
@@ -611,9 +630,8 @@ class TrainingLoop::Runner {
   SynchroniserFactory* synchronisers_;
   WorkerMetrics* const metrics_;              // may be null
   Clock::time_point next_ring_checkpoint_{};  // the first completed step saves at once
-  // PublishStep's last read of ServerLinks: of which synchroniser, and when to read again.
-  const Synchroniser* links_read_for_ = nullptr;
-  Clock::time_point next_links_read_{};
+  // The synchroniser's ServerLinksStamp when PublishStep last read its ServerLinks.
+  uint64_t links_stamp_ = 0;
 };
 
 TrainingLoop::TrainingLoop(const WorkerOptions& options, WorkerState* state,

@@ -43,6 +43,7 @@ class WorkerSynchronisers final : public SynchroniserFactory {
   absl::StatusOr<std::unique_ptr<Synchroniser>> AllReduce(int source_rank) override {
     AllReduceSyncOptions o;
     o.ring.deadline = options_.deadline;
+    o.ring.half_precision = options_.job.strategy().ring_compression() == v1::RING_COMPRESSION_FP16;
     o.source_rank = source_rank;
     o.bucket_bytes = static_cast<size_t>(options_.job.strategy().bucket_bytes());
     return MakeAllReduceSynchroniser(ring_, o);

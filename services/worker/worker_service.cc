@@ -179,9 +179,11 @@ grpc::Status WorkerService::SaveCheckpoint(grpc::ServerContext* context,
 namespace {
 
 // The model of `epoch` (see ModelRequest): waits while the worker is still in all-reduce short of
-// that epoch, until the RPC's deadline.
+// that epoch, until the RPC's deadline and for two minutes at most (a caller without a deadline
+// must not hold a server thread for the rest of training).
 absl::StatusOr<std::shared_ptr<const std::vector<NamedTensor>>> EpochModelOf(
     WorkerState& state, grpc::ServerContext* context, int64_t epoch) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);
   std::unique_lock<std::mutex> lock(state.mu);
   for (;;) {
     for (const EpochModel& m : state.epoch_models) {
@@ -191,7 +193,7 @@ absl::StatusOr<std::shared_ptr<const std::vector<NamedTensor>>> EpochModelOf(
     const bool may_still_get_there =
         !state.stop && !s.finished() && s.mode() == v1::SYNC_MODE_ALLREDUCE &&
         s.ring_broken().empty() &&
-        (s.steps_per_epoch() == 0 || s.step() < epoch * s.steps_per_epoch());
+        (s.steps_per_epoch() == 0 || s.step() / s.steps_per_epoch() < epoch);
     if (!may_still_get_there) {
       std::string held;
       for (const EpochModel& m : state.epoch_models)
@@ -200,7 +202,7 @@ absl::StatusOr<std::shared_ptr<const std::vector<NamedTensor>>> EpochModelOf(
           "GetModel: this worker does not hold the model of epoch ", epoch, " (it holds epochs [",
           held, "], is at step ", s.step(), ", mode ", v1::SyncMode_Name(s.mode()), ")"));
     }
-    if (context->IsCancelled()) {
+    if (context->IsCancelled() || std::chrono::steady_clock::now() > give_up) {
       return absl::DeadlineExceededError(
           absl::StrCat("GetModel: the worker did not reach the end of epoch ", epoch, " in time"));
     }

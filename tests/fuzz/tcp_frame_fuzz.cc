@@ -2,9 +2,10 @@
 // anyone who connects to its data port, parsed the way the receiving thread parses it. The input is
 // the byte stream of a connection: a hello, then frame headers each followed by the payload it
 // declares (or by as much of it as is left). Checked:
-//   - no header is accepted whose payload does not fit its kind: data of whole floats inside the
-//     buffer it declares and at most kMaxDataBytes, an abort of at most kMaxAbortBytes, nothing
-//     after an end or an ack (what the receiver allocates and where it writes depends on this);
+//   - no header is accepted whose payload does not fit its kind: data of whole floats (or half
+//     floats) inside the buffer it declares and at most kMaxDataBytes as floats, an abort of at
+//     most kMaxAbortBytes, nothing after an end or an ack (what the receiver allocates and where it
+//     writes depends on this);
 //   - an accepted header encodes again to one that decodes to the same frame;
 //   - a decoded hello encodes again to the same ticket and sender.
 #include <cstddef>
@@ -30,12 +31,16 @@ void CheckFrame(const Frame& f) {
   const uint64_t bytes = f.payload_bytes;
   switch (f.kind) {
     case FrameKind::kData:
-      FUZZ_CHECK(bytes > 0 && bytes % sizeof(float) == 0 && bytes <= kMaxDataBytes,
+    case FrameKind::kHalfData: {
+      // The receiver holds a half frame's values as floats: at most kMaxDataBytes of them.
+      const uint64_t value = f.kind == FrameKind::kHalfData ? 2 : 4;
+      FUZZ_CHECK(bytes > 0 && bytes % value == 0 && bytes / value * 4 <= kMaxDataBytes,
                  absl::StrCat("data of ", bytes, " bytes"));
-      FUZZ_CHECK(f.header.offset <= f.header.count &&
-                     bytes / sizeof(float) <= f.header.count - f.header.offset,
-                 absl::StrCat(bytes, " bytes at ", f.header.offset, " of ", f.header.count));
+      FUZZ_CHECK(
+          f.header.offset <= f.header.count && bytes / value <= f.header.count - f.header.offset,
+          absl::StrCat(bytes, " bytes at ", f.header.offset, " of ", f.header.count));
       break;
+    }
     case FrameKind::kAbort:
       FUZZ_CHECK(bytes <= kMaxAbortBytes, absl::StrCat("abort of ", bytes, " bytes"));
       break;

@@ -268,6 +268,15 @@ std::vector<JobKey> MakeTable() {
           .Flow()
           .TypeDoc("list of numbers in (0, 64], one per worker")
           .Doc("Relative speeds: worker r's quota is `cpu.worker x worker_speeds[r]`."),
+      Key("cluster.compute_speeds")
+          .Default("[]")
+          .Above(0)
+          .AtMost(1)
+          .Flow()
+          .TypeDoc("list of numbers in (0, 1], one per worker")
+          .Doc("Per worker, the speed of its computing alone: after each mini-batch's forward and "
+               "backward pass worker r waits (1 / compute_speeds[r] - 1) times their duration, "
+               "while its messages travel at full speed."),
 
       Key("sharding.method").Default("stratified").Doc("How the training set is split."),
       Key("sharding.clusters")
@@ -350,6 +359,14 @@ std::vector<JobKey> MakeTable() {
           .Applies(ForAllReduce, {"strategy.kind"})
           .EmitOnlyUnlessDefault()
           .Doc("`allreduce` and `switch` (before the switch): how the ring's segments travel."),
+      Key("strategy.ring_compression")
+          .Default("none")
+          .Allowed({"none", "fp16"})
+          .Applies(ForAllReduce, {"strategy.kind"})
+          .EmitOnlyUnlessDefault()
+          .Doc("`allreduce` and `switch` (before the switch): `fp16` rounds every gradient value "
+               "a worker sends in the ring to a 16-bit float and, on the plain-TCP ring, sends "
+               "it in 16 bits: half the bytes, for a rounding of each partial sum."),
       Key("strategy.ps_link")
           .Default("shm")
           .Allowed({"grpc", "tcp", "shm"})

@@ -392,6 +392,12 @@ void CheckAcrossKeys(SpecReader& r, JobSpecReading* out) {
             "needs cluster.cpu.worker, the cores a worker of speed 1 gets");
     }
   }
+  if (cluster.compute_speeds_size() > 0 && !out->Refused("cluster.compute_speeds") &&
+      !out->Refused("cluster.workers") && cluster.compute_speeds_size() != cluster.workers()) {
+    error("cluster.compute_speeds",
+          absl::StrCat(cluster.compute_speeds_size(), " speeds for ", cluster.workers(),
+                       " workers: give one per worker"));
+  }
   if (!out->Refused("training.batch_size") && !out->Refused("cluster.workers") &&
       job.training().global_batch() < cluster.workers()) {
     // Blame the key the file (or --set) gave; with batch_size left at its default, the workers.

@@ -53,9 +53,9 @@ absl::StatusOr<PartitionPlan> PlanPartitions(const std::vector<TensorSpec>& tens
     CutInto(i, t, cut, &pieces);
   }
   if (static_cast<size_t>(partitions) > pieces.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(partitions, " parameter servers for ",
-                                                   tensors.size(),
-                                                   " tensors: a server would own nothing"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        partitions, " parameter servers for ", tensors.size(), " tensors in ", pieces.size(),
+        " piece(s)", split ? "" : " (strategy.ps_split false)", ": a server would own nothing"));
   }
   std::vector<size_t> order(pieces.size());
   std::iota(order.begin(), order.end(), 0);
@@ -94,16 +94,23 @@ std::optional<PieceOfName> ParsePieceName(const std::string& name) {
   piece.tensor = name.substr(0, open);
   if (!absl::SimpleAtoi(rows.substr(0, colon), &piece.first_row) ||
       !absl::SimpleAtoi(rows.substr(colon + 1), &piece.end_row) || piece.first_row < 0 ||
-      piece.end_row <= piece.first_row) {
-    return std::nullopt;
+      piece.end_row <= piece.first_row ||
+      PieceName(piece.tensor, piece.first_row, piece.end_row) != name) {
+    return std::nullopt;  // only what PieceName writes: no spaces, signs or leading zeros
   }
   return piece;
 }
 
-NamedTensor SlicePiece(const NamedTensor& whole, const TensorPiece& piece) {
+absl::StatusOr<NamedTensor> SlicePiece(const NamedTensor& whole, const TensorPiece& piece) {
+  const size_t from = piece.float_offset * DTypeSize(whole.spec.dtype);
+  if (whole.spec.dtype != piece.spec.dtype || whole.data.size() != whole.spec.bytes() ||
+      from > whole.data.size() || piece.spec.bytes() > whole.data.size() - from) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", whole.name(), "' (",
+                                                   whole.data.size(), " bytes) has no piece ",
+                                                   piece.spec.name));
+  }
   NamedTensor out = NamedTensor::Zeros(piece.spec);
-  std::memcpy(out.data.data(), whole.data.data() + piece.float_offset * DTypeSize(whole.spec.dtype),
-              out.data.size());
+  std::memcpy(out.data.data(), whole.data.data() + from, out.data.size());
   return out;
 }
 
@@ -126,6 +133,12 @@ absl::StatusOr<std::vector<NamedTensor>> JoinPieces(std::vector<NamedTensor> ten
       slots.emplace_back(std::nullopt);
     }
     it->second.pieces.emplace_back(std::move(*piece), std::move(t));
+  }
+  for (const auto& s : slots) {
+    if (s && splits.count(s->name())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", s->name(), " came both whole and in pieces"));
+    }
   }
   for (auto& [name, split] : splits) {
     auto& pieces = split.pieces;

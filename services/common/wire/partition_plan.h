@@ -2,8 +2,8 @@
 // same tensor list, and the pieces it may cut large tensors into.
 //
 // A model's tensors are rarely of similar sizes: in an MLP the first weight matrix is most of the
-// model (85% of `mlp_wide`). Dealt out whole, one server then carries almost every byte and a
-// second server adds little. With splitting on (`strategy.ps_split`, the default), a tensor
+// model (85% of the quickstart's `mlp`). Dealt out whole, one server then carries almost every byte
+// and a second server adds little. With splitting on (`strategy.ps_split`, the default), a tensor
 // larger than an even share is cut along its first dimension into pieces of near-equal rows,
 // each a contiguous range of its floats, and the pieces are dealt out like tensors. A piece
 // travels and is stored under its own name, "<tensor>[<first row>:<end row>]", so a server's
@@ -49,7 +49,8 @@ absl::StatusOr<PartitionPlan> PlanPartitions(const std::vector<TensorSpec>& tens
 // "fc1.weight[0:392]".
 std::string PieceName(const std::string& tensor, int64_t first_row, int64_t end_row);
 
-// The tensor and rows a piece's name names; nullopt for a name that is not a piece's.
+// The tensor and rows a piece's name names; nullopt for a name that is not exactly what PieceName
+// writes.
 struct PieceOfName {
   std::string tensor;
   int64_t first_row = 0;
@@ -57,12 +58,14 @@ struct PieceOfName {
 };
 std::optional<PieceOfName> ParsePieceName(const std::string& name);
 
-// The piece's floats copied out of the whole tensor (which must have the planned spec).
-NamedTensor SlicePiece(const NamedTensor& whole, const TensorPiece& piece);
+// The piece's floats copied out of the whole tensor; refused when the tensor's bytes do not hold
+// the piece (a tensor of another shape than the plan's).
+absl::StatusOr<NamedTensor> SlicePiece(const NamedTensor& whole, const TensorPiece& piece);
 
 // Tensors read from the servers with every split tensor put back together, in the order each
 // first appears. Refused, naming the tensor: pieces that overlap, leave rows out or disagree on
-// the shape of a row.
+// the shape of a row, and a tensor that comes both whole and in pieces. (Rows missing at the end
+// leave the tensor short: its reader compares the shapes with the model's.)
 absl::StatusOr<std::vector<NamedTensor>> JoinPieces(std::vector<NamedTensor> tensors);
 
 }  // namespace strata

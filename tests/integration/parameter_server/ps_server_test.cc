@@ -357,7 +357,7 @@ TEST_F(PsServerTest, IdleServerRefusesUntilLoadedThenKeepsOnlyItsPartitionWithMo
   // momentum continues.
   std::vector<NamedTensor> all = Gradients(0.5f), mine;
   for (const TensorPiece& piece : plan->pieces_of[1]) {
-    mine.push_back(SlicePiece(all[piece.tensor], piece));
+    mine.push_back(SlicePiece(all[piece.tensor], piece).value());
   }
   Pulled after = RawPushPull(*stub, PushOf(0, 5, mine));
   ASSERT_TRUE(after.status.ok()) << after.status.error_message();
@@ -462,6 +462,42 @@ TEST_F(PsServerTest, PartitionCheckpointRoundTripsAndRefusesAnotherPartition) {
   auto refused = PsProcess::Launch(bad);
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(std::string(refused.status().message()).find("holds partition 0 of 1"),
+            std::string::npos)
+      << refused.status();
+}
+
+// A partition saved by a job that split large tensors into pieces (strategy.ps_split, the
+// default) holds pieces; a server of a job that deals out whole tensors refuses it, saying why,
+// rather than serve a layout its workers do not have. The same job's server takes it back.
+TEST_F(PsServerTest, APartitionSavedWithSplitTensorsLoadsOnlyIntoAJobThatSplitsThem) {
+  PsProcessOptions o;
+  o.partition = 1;
+  o.partitions = 2;
+  o.train_examples = 1000;
+  o.init_checkpoint = checkpoint_;
+  auto ps = Launch(o);
+  ASSERT_TRUE(ps);
+  auto stub = Connect(ps->address());
+  grpc::ClientContext context;
+  context.set_deadline(TestDeadline());
+  v1::CheckpointRequest request;
+  request.set_path(dir_ / "ps-1.ckpt");
+  v1::CheckpointReply reply;
+  ASSERT_TRUE(stub->SaveCheckpoint(&context, request, &reply).ok());
+
+  o.init_checkpoint = dir_ / "ps-1.ckpt";
+  EXPECT_TRUE(Launch(o)) << "the job that saved it takes it back";
+  PsProcessOptions whole = o;
+  whole.binary = STRATA_PS_BINARY;
+  whole.work_dir = dir_.path();
+  whole.config = config_;
+  whole.extra_args = {"--run-dir",        dir_.path(), "--set",
+                      "strategy.kind=ps", "--set",     "strategy.ps_split=false"};
+  auto refused = PsProcess::Launch(whole);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(std::string(refused.status().message())
+                .find("was cut with large tensors split into pieces; this server's job has "
+                      "strategy.ps_split false"),
             std::string::npos)
       << refused.status();
 }

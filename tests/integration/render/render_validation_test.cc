@@ -73,7 +73,8 @@ TEST(RenderCli, BadInputExitsTwoWithAClearMessage) {
            {tmp + "/missing.yaml --launcher compose --out " + tmp + "/x", "missing.yaml"},
            {job + " --launcher compose --out " + tmp + "/x --set cluster.workers=0",
             "cluster.workers"},
-           {job + " --launcher kubernetes --out " + tmp + "/x --set cluster.parameter_servers=50",
+           {job + " --launcher kubernetes --out " + tmp +
+                "/x --set cluster.parameter_servers=50 --set strategy.ps_split=false",
             "cluster.parameter_servers"},
            {job + " --out " + tmp + "/x", "--launcher is required"},
            {job + " --launcher kubernetes --out " + tmp + "/x --with-prometheus",

@@ -98,7 +98,7 @@ TEST(PartitionPlan, PiecesSlicedFromATensorJoinBackIntoIt) {
   std::vector<NamedTensor> from_servers;
   for (int p = 2; p >= 0; --p) {  // any order of servers
     for (const TensorPiece& piece : plan->pieces_of[p]) {
-      from_servers.push_back(SlicePiece(Counting(specs[piece.tensor]), piece));
+      from_servers.push_back(SlicePiece(Counting(specs[piece.tensor]), piece).value());
     }
   }
   auto joined = JoinPieces(from_servers);
@@ -111,13 +111,30 @@ TEST(PartitionPlan, PiecesSlicedFromATensorJoinBackIntoIt) {
   }
 }
 
+TEST(PartitionPlan, APieceATensorDoesNotHoldIsRefusedNotReadPastItsEnd) {
+  const TensorSpec spec{"w", {6, 2}, DType::kFloat32};
+  TensorPiece past{0, spec, 8, 4, 8, false};
+  past.spec.name = PieceName("w", 4, 8);
+  past.spec.shape[0] = 4;  // rows 4..8 of a 6-row tensor
+  auto sliced = SlicePiece(Counting(spec), past);
+  ASSERT_FALSE(sliced.ok());
+  EXPECT_NE(sliced.status().message().find("has no piece w[4:8]"), std::string::npos)
+      << sliced.status();
+  NamedTensor short_data = Counting(spec);
+  short_data.data.resize(8);  // a tensor whose bytes lie about its shape
+  TensorPiece first{0, spec, 0, 0, 3, false};
+  first.spec.name = PieceName("w", 0, 3);
+  first.spec.shape[0] = 3;
+  EXPECT_FALSE(SlicePiece(short_data, first).ok());
+}
+
 TEST(PartitionPlan, PiecesThatOverlapOrLeaveRowsOutAreRefusedNamingTheTensor) {
   const TensorSpec spec{"w", {6, 2}, DType::kFloat32};
   auto piece = [&](int64_t first, int64_t end) {
     TensorPiece p{0, spec, static_cast<size_t>(first) * 2, first, end, false};
     p.spec.name = PieceName("w", first, end);
     p.spec.shape[0] = end - first;
-    return SlicePiece(Counting(spec), p);
+    return SlicePiece(Counting(spec), p).value();
   };
   auto gap = JoinPieces({piece(0, 2), piece(3, 6)});
   ASSERT_FALSE(gap.ok());
@@ -130,7 +147,14 @@ TEST(PartitionPlan, PiecesThatOverlapOrLeaveRowsOutAreRefusedNamingTheTensor) {
   NamedTensor lying = piece(2, 4);
   lying.spec.shape[0] = 3;  // its name says two rows
   EXPECT_FALSE(JoinPieces({piece(0, 2), lying}).ok());
+  auto twice = JoinPieces({piece(0, 3), piece(3, 6), Counting(spec)});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("w came both whole and in pieces"), std::string::npos)
+      << twice.status();
   EXPECT_FALSE(ParsePieceName("w[3:1]").has_value());
+  EXPECT_FALSE(ParsePieceName("w[01:2]").has_value());
+  EXPECT_FALSE(ParsePieceName("w[ 1:2]").has_value());
+  EXPECT_FALSE(ParsePieceName("w[+1:2]").has_value());
   EXPECT_FALSE(ParsePieceName("w[a:1]").has_value());
   EXPECT_FALSE(ParsePieceName("[0:1]").has_value());
   EXPECT_EQ(ParsePieceName("fc1.weight[0:392]")->tensor, "fc1.weight");

@@ -30,7 +30,7 @@ NamedTensor Rows(const NamedTensor& whole, int64_t first, int64_t end) {
   p.first_row = first;
   p.end_row = end;
   p.whole = false;
-  return SlicePiece(whole, p);
+  return SlicePiece(whole, p).value();
 }
 
 class HandoverCheckTest : public ::testing::Test {
