@@ -14,7 +14,8 @@
 # Environment: EPOCHS (3), MAX_TRAIN (30000), MOMENTUM (0: with the quickstart's 0.9 on the
 # servers, the pipelined forms' extra staleness makes ASP with 4 workers diverge to NaN), FORMS
 # (the forms to run, space-separated: allreduce, allreduce-fp16 (strategy.ring_compression fp16)
-# or ps<servers>-pipe<0|1>[-whole]).
+# or ps<servers>-pipe<0|1>[-whole]), TARGET (a validation accuracy: also print each run's seconds
+# of training until it was first reached).
 set -euo pipefail
 rate=${1:?usage: $0 RATE ROUNDS [CPU_PERCENT] [BUILD_DIR]}
 rounds=${2:-3}
@@ -56,12 +57,21 @@ for round in $(seq "$rounds"); do
       cat "$work/$form.log" "$out"/logs/*.log 2>/dev/null | tail -40
       exit 1
     fi
-    python3 - "$out/summary.json" "$round" "$form" <<'PY' | tee -a "$work/all.txt"
+    python3 - "$out" "$round" "$form" "${TARGET:-}" <<'PY' | tee -a "$work/all.txt"
 import json, sys
-s = json.load(open(sys.argv[1]))
+run, target = sys.argv[1], sys.argv[4]
+s = json.load(open(f"{run}/summary.json"))
 rate = max(s["samples_per_s"].values())  # the run's one phase
-print(f"round {sys.argv[2]} form={sys.argv[3]} samples_per_s={rate:.0f} "
-      f"training_s={s['training_s']:.1f} final_val_acc={s['final_val_acc']:.4f}")
+line = (f"round {sys.argv[2]} form={sys.argv[3]} samples_per_s={rate:.0f} "
+        f"training_s={s['training_s']:.1f} final_val_acc={s['final_val_acc']:.4f}")
+if target:
+    # Seconds from training_started to the first evaluation at or above the target accuracy.
+    start = next(json.loads(l)["wall_s"] for l in open(f"{run}/events.jsonl")
+                 if json.loads(l)["event"] == "training_started")
+    reached = [m["wall_s"] - start for m in map(json.loads, open(f"{run}/metrics.jsonl"))
+               if m.get("val_acc", 0) >= float(target)]
+    line += f" to_target_s={reached[0]:.1f}" if reached else " to_target_s=never"
+print(line)
 PY
   done
 done
@@ -76,3 +86,10 @@ for form in "${forms[@]}"; do
     -v t="$(field "$form" training_s)" -v a="$(field "$form" final_val_acc)" \
     'BEGIN {printf "| %s | %s | %.0f | %.2f | %.1f | %.4f |\n", r, f, m, m / b, t, a}'
 done
+if [[ -n ${TARGET:-} ]]; then
+  echo
+  echo "Seconds of training to val_acc >= $TARGET, per form (every round; never: not reached):"
+  for form in "${forms[@]}"; do
+    echo "$form: $(grep "form=$form " "$work/all.txt" | sed 's/.*to_target_s=\([^ ]*\).*/\1/' | tr '\n' ' ')"
+  done
+fi

@@ -2,7 +2,10 @@
 // all-reduce sends (strategy.ring_compression: fp16). Conversions are exact where they can be:
 // a half converts to the float of the same value, and a float converts to the nearest half, ties
 // to the even one, beyond 65,504 to infinity, NaN to NaN. Plain integer code with no dependence
-// on compiler support for a 16-bit float type (the fuzz build's clang has none).
+// on compiler support for a 16-bit float type (the fuzz build's clang has none). The bulk
+// conversions below use the processor's own (F16C, 8 values an instruction) where it has them:
+// the scalar code costs more than the bytes it saves on a slow host (docs/benchmarks.md, "16-bit
+// floats on the ring").
 #pragma once
 
 #include <cmath>
@@ -40,7 +43,7 @@ inline float HalfToFloat(uint16_t half) {
   const uint32_t exponent = (half >> 10) & 0x1fu;
   const uint32_t mantissa = half & 0x3ffu;
   if (exponent == 0) {  // zero or subnormal: mantissa x 2^-24, exact in a float
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+    const float magnitude = static_cast<float>(mantissa) * 5.9604644775390625e-8f;  // 2^-24
     return sign != 0 ? -magnitude : magnitude;
   }
   uint32_t bits = sign | (mantissa << 13);
@@ -50,25 +53,14 @@ inline float HalfToFloat(uint16_t half) {
   return value;
 }
 
-// n values each way; `out` must not overlap `in`.
-inline void FloatsToHalves(const float* in, size_t n, uint16_t* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = FloatToHalf(in[i]);
-}
-inline void HalvesToFloats(const uint16_t* in, size_t n, float* out) {
-  for (size_t i = 0; i < n; ++i) out[i] = HalfToFloat(in[i]);
-}
+// n values each way, with F16C where the processor has it (the same results: round to
+// nearest, ties to even); `out` must not overlap `in`.
+void FloatsToHalves(const float* in, size_t n, uint16_t* out);
+void HalvesToFloats(const uint16_t* in, size_t n, float* out);
 
 // Each value replaced by the float of its nearest half: what a rank sends in 16 bits, so that it
 // keeps exactly what its peers receive. Returns how many finite values became infinite (beyond
 // 65,504).
-inline size_t RoundToHalves(float* values, size_t n) {
-  size_t overflowed = 0;
-  for (size_t i = 0; i < n; ++i) {
-    const float rounded = HalfToFloat(FloatToHalf(values[i]));
-    overflowed += std::isinf(rounded) && std::isfinite(values[i]);
-    values[i] = rounded;
-  }
-  return overflowed;
-}
+size_t RoundToHalves(float* values, size_t n);
 
 }  // namespace strata
