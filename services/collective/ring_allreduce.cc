@@ -17,6 +17,17 @@ namespace {
 
 using Clock = RingClock;
 
+// Says that a value was beyond a 16-bit float's range (AllReduceOptions::half_precision). It
+// travels in the abort's reason, so that every rank, not only the one that found it, fails with
+// OUT_OF_RANGE rather than as if a peer were lost.
+constexpr char kBeyondHalfRange[] = "beyond 65,504, the largest 16-bit float";
+
+// The status of an operation a peer gave up with `reason`.
+absl::Status AbortStatus(const std::string& reason) {
+  if (reason.find(kBeyondHalfRange) != std::string::npos) return absl::OutOfRangeError(reason);
+  return absl::UnavailableError(reason);
+}
+
 // ---- applying a received payload ---------------------------------------------------------------
 
 enum class Apply { kAdd, kAddThenScale, kCopy };
@@ -202,11 +213,9 @@ absl::Status RingAllReduce::Impl::Exchange(Operation& op) {
   // A value beyond a half's range would reach every rank as infinity: the operation fails.
   const auto send = [&](size_t offset, size_t floats) -> absl::Status {
     if (op.half && RoundToHalves(op.data + offset, floats) > 0) {
-      return absl::OutOfRangeError(
-          absl::StrCat(op.name, ": a value beyond 65,504, the largest 16-bit float, in floats ",
-                       offset, " to ", offset + floats,
-                       " (strategy.ring_compression fp16 cannot carry it; lower training.lr "
-                       "or use none)"));
+      return absl::OutOfRangeError(absl::StrCat(
+          op.name, ": a value ", kBeyondHalfRange, ", in floats ", offset, " to ", offset + floats,
+          " (strategy.ring_compression fp16 cannot carry it; lower training.lr or use none)"));
     }
     op.header.offset = offset;
     op.link.Send(op.header, op.data + offset, floats);
@@ -262,7 +271,7 @@ absl::Status RingAllReduce::Impl::ReceiveSegment(Operation& op, int step, size_t
                                                       step + 1, " of ", steps, ")"));
   }
   // The previous rank gave up; its reason names the culprit. Pass it on unchanged.
-  if (!segment.abort.empty()) return absl::UnavailableError(segment.abort);
+  if (!segment.abort.empty()) return AbortStatus(segment.abort);
   const SegmentHeader& h = segment.header;
   if (h.sender != static_cast<uint32_t>(prev()) || h.world != static_cast<uint32_t>(world) ||
       h.count != op.plan.n || h.step != static_cast<uint32_t>(step) || h.offset != offset ||
@@ -288,7 +297,7 @@ absl::Status RingAllReduce::Impl::GiveUp(Operation& op, absl::Status status) {
   const auto until = interrupted.load() ? Clock::now() : Clock::now() + op.grace;
   std::string reason;
   while (op.link.ReceiveAbort(until, &reason)) {
-    status = absl::UnavailableError(reason);
+    status = AbortStatus(reason);
     op.link.SendAbort(op.header, reason);
   }
   op.link.Abandon();
@@ -306,6 +315,11 @@ absl::Status RingAllReduce::Impl::Complete(Operation& op) {
       break;
   }
   return SendError(op);
+}
+
+bool BeyondHalfRange(const absl::Status& status) {
+  return absl::IsOutOfRange(status) &&
+         status.message().find(kBeyondHalfRange) != std::string_view::npos;
 }
 
 size_t AutoSegmentBytes(size_t floats, int world) {

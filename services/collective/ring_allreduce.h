@@ -52,6 +52,10 @@ struct AllReduceOptions {
 // (3.2 MiB) beat 1 MiB by 5-13% (docs/algorithms.md).
 size_t AutoSegmentBytes(size_t floats, int world);
 
+// The operation failed because a value was beyond a 16-bit float's range (half_precision), on
+// this rank or a peer: the ring is whole, and re-forming it would change nothing.
+bool BeyondHalfRange(const absl::Status& status);
+
 class RingAllReduce {
  public:
   // Over gRPC (GrpcRingLink).

@@ -74,7 +74,7 @@ absl::Status DecodeFrame(const uint8_t in[kFrameHeaderBytes], Frame* frame) {
         return absl::InvalidArgumentError(absl::StrCat(
             "ring data frame of ", bytes, " bytes at offset ", offset, " of a buffer of ", count,
             " floats: not a whole number of ", value == 2 ? "half " : "",
-            "floats inside the buffer, or over ", kMaxDataBytes, " bytes"));
+            "floats inside the buffer, or over ", kMaxDataBytes / sizeof(float) * value, " bytes"));
       }
       break;
     }

@@ -46,8 +46,18 @@ class AllReduceSynchroniser final : public Synchroniser {
     // average, world x average is the number of yes votes (a small integer, up to rounding), so
     // all ranks switch after the same step, without another round trip.
     const float vote = context.ready_to_switch ? 1.0f : 0.0f;
-    STRATA_ASSIGN_OR_RETURN(const float average_vote, buckets_ ? ReduceRest(trainer, vote, what)
-                                                               : ReduceAll(trainer, vote, what));
+    absl::StatusOr<float> reduced =
+        buckets_ ? ReduceRest(trainer, vote, what) : ReduceAll(trainer, vote, what);
+    if (!reduced.ok()) {
+      // OUT_OF_RANGE is the Synchroniser's "cannot be sent at all": only for a value beyond the
+      // 16-bit ring's range; any other failure of the ring is one the loop may survive.
+      const absl::Status& s = reduced.status();
+      if (absl::IsOutOfRange(s) && !BeyondHalfRange(s)) {
+        return absl::UnavailableError(std::string(s.message()));
+      }
+      return s;
+    }
+    const float average_vote = *reduced;
     trainer.ApplyGradients(trainer.SgdFor(static_cast<double>(context.epoch)));
     const float world = static_cast<float>(ring_->world());
     return StepOutcome{average_vote * world > world - 0.5f};
@@ -65,10 +75,9 @@ class AllReduceSynchroniser final : public Synchroniser {
       std::memcpy(model.data() + p, trainer.velocity_data(), p * sizeof(float));
       trainer.CopyBuffersTo(model.data() + 2 * p);
     }
-    AllReduceOptions exact = options_;  // the model itself, not a gradient: never rounded
-    exact.half_precision = false;
+    // The model itself, not a gradient: never rounded.
     STRATA_RETURN_IF_ERROR(
-        Annotate(ring_->AllReduceSum(model.data(), model.size(), exact),
+        Annotate(ring_->AllReduceSum(model.data(), model.size(), Exact()),
                  absl::StrCat("all-reduce start: broadcasting rank ", source_rank_, "'s model")));
     std::memcpy(trainer.parameter_data(), model.data(), p * sizeof(float));
     std::memcpy(trainer.velocity_data(), model.data() + p, p * sizeof(float));
@@ -76,18 +85,35 @@ class AllReduceSynchroniser final : public Synchroniser {
     return absl::OkStatus();
   }
 
+  // The ring's options for what is never rounded to 16 bits: the model and the BatchNorm
+  // statistics.
+  AllReduceOptions Exact() const {
+    AllReduceOptions exact = options_;
+    exact.half_precision = false;
+    return exact;
+  }
+
   // Gradients, buffers and the vote in one operation after backward; returns the average vote.
   absl::StatusOr<float> ReduceAll(Trainer& trainer, float vote, const std::string& what) {
     const size_t p = trainer.parameters().total_floats();
     const size_t b = trainer.buffers().total_floats();
     float average_vote = 0.0f;
-    if (b == 0) {
-      // No float buffers: reduce the fused gradient buffer where it lies (it has a spare float
-      // after the gradients for the vote).
+    if (b == 0 || options_.half_precision) {
+      // No float buffers, or 16-bit gradients: reduce the fused gradient buffer where it lies (it
+      // has a spare float after the gradients for the vote); BatchNorm statistics, if any, then
+      // go exactly in a small operation of their own (their moving averages change by less than
+      // a half's precision from step to step).
       float* gradients = trainer.gradient_data();
       gradients[p] = vote;
       STRATA_RETURN_IF_ERROR(Annotate(ring_->AllReduceAverage(gradients, p + 1, options_), what));
       average_vote = gradients[p];
+      if (b > 0) {
+        staging_.resize(b);
+        trainer.CopyBuffersTo(staging_.data());
+        STRATA_RETURN_IF_ERROR(
+            Annotate(ring_->AllReduceAverage(staging_.data(), b, Exact()), what));
+        trainer.SetBuffersFrom(staging_.data());
+      }
     } else {
       // Gradients and BatchNorm statistics in one operation: one ring latency per step instead
       // of two, for one copy of the gradients (small next to the transfer).
@@ -113,7 +139,7 @@ class AllReduceSynchroniser final : public Synchroniser {
     trainer.CopyBuffersTo(staging_.data());
     staging_[b] = vote;
     STRATA_RETURN_IF_ERROR(
-        Annotate(ring_->AllReduceAverage(staging_.data(), staging_.size(), options_), what));
+        Annotate(ring_->AllReduceAverage(staging_.data(), staging_.size(), Exact()), what));
     trainer.SetBuffersFrom(staging_.data());
     return staging_[b];
   }

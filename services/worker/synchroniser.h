@@ -44,6 +44,9 @@ class Synchroniser {
   virtual absl::Status Start(Trainer& trainer) = 0;
   // After the gradients of one step are in trainer.gradient_data(). The switch vote travels with
   // the step's exchange, so replicas that must switch together (a ring) agree on the step.
+  // OUT_OF_RANGE means what the step had to send cannot be sent at all (a gradient beyond the
+  // 16-bit ring's range): the training loop then stops with it instead of treating the failure
+  // as a lost peer.
   virtual absl::StatusOr<StepOutcome> Step(Trainer& trainer, const StepContext& context) = 0;
   // When training ends: completes whatever exchange is still travelling (a pipelined
   // synchroniser) so that the trainer holds the latest model.

@@ -528,6 +528,9 @@ class TrainingLoop::Runner {
                                                     int64_t epoch, int64_t step,
                                                     int64_t steps_per_epoch,
                                                     std::unique_ptr<Synchroniser>* sync) {
+    // What the step had to send cannot be sent (Synchroniser::Step): no peer is lost, and no
+    // re-formed ring or server would do better.
+    if (absl::IsOutOfRange(why)) return why;
     if (MayReform()) {
       STRATA_ASSIGN_OR_RETURN(const int64_t agreed, AwaitNewRing(trainer, why, step, sync));
       return AfterBrokenRing{agreed, agreed == step, false};
@@ -541,13 +544,14 @@ class TrainingLoop::Runner {
   // keep theirs (a CPU quota slows both), by waiting after each forward and backward pass for
   // (1 / speed - 1) times its duration. The wait is the emulated computation, not a
   // synchronisation: nothing else is waited for.
-  void SlowTheComputation(Clock::duration computed) const {
+  void SlowTheComputation(Clock::duration computed) {
     const auto& speeds = options_.job.cluster().compute_speeds();
     if (options_.rank < 0 || options_.rank >= speeds.size()) return;
     const double speed = speeds.Get(options_.rank);
     if (!(speed > 0 && speed < 1)) return;
-    std::this_thread::sleep_for(
-        std::chrono::duration_cast<Clock::duration>(computed * (1.0 / speed - 1.0)));
+    const auto wait = std::chrono::duration_cast<Clock::duration>(computed * (1.0 / speed - 1.0));
+    std::unique_lock<std::mutex> lock(state_->mu);
+    state_->cv.wait_for(lock, wait, [&] { return state_->stop; });  // a Stop ends it
   }
 
   bool InAllReduce() {

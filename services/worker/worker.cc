@@ -126,13 +126,20 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeWorkerRing(const WorkerOption
   // A push/pull job has no ring phase: it needs no data plane listening (the gRPC link costs
   // nothing until used).
   const v1::ResolvedStrategy& strategy = options.job.strategy();
+  const bool fp16 = strategy.ring_compression() == v1::RING_COMPRESSION_FP16;
   if (strategy.ring_link() != v1::DATA_LINK_TCP || strategy.kind() == v1::STRATEGY_KIND_PS) {
+    if (fp16 && strategy.kind() != v1::STRATEGY_KIND_PS) {
+      spdlog::warn(
+          "strategy.ring_compression fp16 over the gRPC ring: the values are rounded, "
+          "but travel in 32 bits (only the plain-TCP link sends 16)");
+    }
     return std::make_unique<RingAllReduce>(options.rank);
   }
   if (ChannelsUseTls()) {
     spdlog::warn(
         "strategy.ring_link tcp: TLS is on and the plain TCP link is not encrypted; the "
-        "ring stays on gRPC");
+        "ring stays on gRPC{}",
+        fp16 ? " (ring_compression fp16: rounded, but sent in 32 bits)" : "");
     return std::make_unique<RingAllReduce>(options.rank);
   }
   TcpRingLinkOptions link_options;

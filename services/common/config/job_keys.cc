@@ -270,10 +270,11 @@ std::vector<JobKey> MakeTable() {
           .Doc("Relative speeds: worker r's quota is `cpu.worker x worker_speeds[r]`."),
       Key("cluster.compute_speeds")
           .Default("[]")
-          .Above(0)
+          .AtLeast(0.01)
           .AtMost(1)
           .Flow()
-          .TypeDoc("list of numbers in (0, 1], one per worker")
+          .TypeDoc("list of numbers in [0.01, 1], one per worker")
+          .EmitOnlyUnlessDefault()
           .Doc("Per worker, the speed of its computing alone: after each mini-batch's forward and "
                "backward pass worker r waits (1 / compute_speeds[r] - 1) times their duration, "
                "while its messages travel at full speed."),

@@ -428,12 +428,8 @@ TEST_F(PsServerTest, PartitionCheckpointRoundTripsAndRefusesAnotherPartition) {
   auto stub = Connect(ps->address());
   ASSERT_TRUE(RawPushPull(*stub, PushOf(0, 5, Gradients(0.3f), /*samples=*/600)).status.ok());
   const Pulled before = RawPull(*stub);
-  grpc::ClientContext context;
-  context.set_deadline(TestDeadline());
-  v1::CheckpointRequest request;
-  request.set_path(dir_ / "saved/ps-0.ckpt");
   v1::CheckpointReply reply;
-  ASSERT_TRUE(stub->SaveCheckpoint(&context, request, &reply).ok());
+  ASSERT_TRUE(SaveCheckpointTo(*stub, dir_ / "saved/ps-0.ckpt", &reply).ok());
   EXPECT_EQ(reply.version(), 6);
 
   PsProcessOptions o;
@@ -478,12 +474,7 @@ TEST_F(PsServerTest, APartitionSavedWithSplitTensorsLoadsOnlyIntoAJobThatSplitsT
   auto ps = Launch(o);
   ASSERT_TRUE(ps);
   auto stub = Connect(ps->address());
-  grpc::ClientContext context;
-  context.set_deadline(TestDeadline());
-  v1::CheckpointRequest request;
-  request.set_path(dir_ / "ps-1.ckpt");
-  v1::CheckpointReply reply;
-  ASSERT_TRUE(stub->SaveCheckpoint(&context, request, &reply).ok());
+  ASSERT_TRUE(SaveCheckpointTo(*stub, dir_ / "ps-1.ckpt").ok());
 
   o.init_checkpoint = dir_ / "ps-1.ckpt";
   EXPECT_TRUE(Launch(o)) << "the job that saved it takes it back";

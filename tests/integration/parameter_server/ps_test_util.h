@@ -207,6 +207,17 @@ inline Pulled RawPushPull(Stub& stub, const std::vector<v1::PushRequest>& messag
   return out;
 }
 
+// ParameterServer.SaveCheckpoint of `path` (*reply gets the answer when given).
+inline grpc::Status SaveCheckpointTo(Stub& stub, const std::string& path,
+                                     v1::CheckpointReply* reply = nullptr) {
+  grpc::ClientContext context;
+  context.set_deadline(TestDeadline());
+  v1::CheckpointRequest request;
+  request.set_path(path);
+  v1::CheckpointReply ignored;
+  return stub.SaveCheckpoint(&context, request, reply != nullptr ? reply : &ignored);
+}
+
 inline v1::ServerStatus GetStatus(Stub& stub) {
   grpc::ClientContext context;
   context.set_deadline(TestDeadline());

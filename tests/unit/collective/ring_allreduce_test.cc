@@ -128,7 +128,7 @@ TEST_P(RingOverLink, InHalfPrecisionEveryRankHoldsTheSameHalvesAsOverMemory) {
   const size_t n = 50001;
   AllReduceOptions options;
   options.deadline = std::chrono::seconds(60);
-  options.segment_bytes = 16 << 10;
+  options.segment_bytes = 1 << 20;  // frames of 16,667 values: read in more than one piece
   options.half_precision = true;
   const auto reduce = [&](const std::string& link) {
     TestRing ring = StartRing(world, link);

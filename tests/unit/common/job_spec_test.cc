@@ -235,7 +235,7 @@ INSTANTIATE_TEST_SUITE_P(
         RefusedSpec{"a compute speed above 1",
                     "name: a\ncluster:\n  workers: 2\n  compute_speeds: [1, 2]\n",
                     {},
-                    "job.yaml:4: cluster.compute_speeds[1]: must be in (0, 1], got 2"},
+                    "job.yaml:4: cluster.compute_speeds[1]: must be in [0.01, 1], got 2"},
         RefusedSpec{"speeds without a worker share",
                     "name: a\ncluster:\n  workers: 2\n  worker_speeds: [1, 0.5]\n",
                     {},

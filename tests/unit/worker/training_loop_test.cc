@@ -51,15 +51,16 @@ struct FactoryLog {
 // step count) as a broken ring does; push/pull's passes a switch vote straight back.
 class FakeSynchroniser final : public Synchroniser {
  public:
-  FakeSynchroniser(std::string name, FactoryLog* log, int64_t fail_at)
-      : name_(std::move(name)), log_(log), fail_at_(fail_at) {}
+  FakeSynchroniser(std::string name, FactoryLog* log, int64_t fail_at,
+                   absl::Status failure = absl::UnavailableError(kRingError))
+      : name_(std::move(name)), log_(log), fail_at_(fail_at), failure_(std::move(failure)) {}
   std::string name() const override { return name_; }
   absl::Status Start(Trainer&) override {
     log_->Add(name_ + " start");
     return absl::OkStatus();
   }
   absl::StatusOr<StepOutcome> Step(Trainer&, const StepContext& context) override {
-    if (context.step == fail_at_) return absl::UnavailableError(kRingError);
+    if (context.step == fail_at_) return failure_;
     std::lock_guard<std::mutex> lock(log_->mu);
     ++log_->steps;
     StepOutcome outcome;
@@ -71,6 +72,7 @@ class FakeSynchroniser final : public Synchroniser {
   const std::string name_;
   FactoryLog* const log_;
   const int64_t fail_at_;
+  const absl::Status failure_;
 };
 
 class FakeSynchronisers final : public SynchroniserFactory {
@@ -86,7 +88,7 @@ class FakeSynchronisers final : public SynchroniserFactory {
   absl::StatusOr<std::unique_ptr<Synchroniser>> AllReduce(int source_rank) override {
     log.Add(absl::StrCat("all-reduce from rank ", source_rank));
     const int64_t fail_at = std::exchange(ring_fails_at_, -1);
-    return std::make_unique<FakeSynchroniser>("all-reduce", &log, fail_at);
+    return std::make_unique<FakeSynchroniser>("all-reduce", &log, fail_at, ring_failure);
   }
   absl::Status RingBarrier() override {
     log.Add("barrier");
@@ -99,6 +101,7 @@ class FakeSynchronisers final : public SynchroniserFactory {
   }
 
   FactoryLog log;
+  absl::Status ring_failure = absl::UnavailableError(kRingError);  // how the ring's step fails
 
  private:
   int64_t ring_fails_at_;
@@ -286,6 +289,22 @@ TEST_F(TrainingLoopTest, WithoutRecoveryABrokenRingEndsTrainingWithItsError) {
   EXPECT_EQ(status.error(), kRingError);
   EXPECT_EQ(status.ring_broken(), "");
   EXPECT_EQ(status.handover_model_step(), 0);
+}
+
+// A step whose values cannot be sent at all (OUT_OF_RANGE: a gradient beyond the 16-bit ring's
+// range) is not a lost peer: with recovery on, training stops with it at once instead of waiting
+// for a re-formed ring that would change nothing. (Seen to fail: without the check in
+// SurviveBrokenRing the worker reported its ring broken and waited for a ReformRing.)
+TEST_F(TrainingLoopTest, AStepThatCannotBeSentEndsTrainingWithoutWaitingForANewRing) {
+  SetUpWorker("allreduce", /*restarts=*/3);
+  FakeSynchronisers fakes(/*ring_fails_at=*/3);
+  fakes.ring_failure = absl::OutOfRangeError(
+      "all-reduce operation 3 on rank 1: a value beyond "
+      "65,504, the largest 16-bit float");
+  StartTraining(&fakes);
+  const v1::WorkerStatus status = FinishedStatus();
+  EXPECT_EQ(status.error(), fakes.ring_failure.message());
+  EXPECT_EQ(status.ring_broken(), "");
 }
 
 // AwaitNewRing: in an all-reduce job with recovery on, a survivor keeps its model, waits for the
