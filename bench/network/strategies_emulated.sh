@@ -12,7 +12,8 @@
 #   flock /tmp/strata-build.lock flock /tmp/strata-bench.lock \
 #     bench/network/strategies_emulated.sh RATE ROUNDS [CPU_PERCENT] [BUILD_DIR]
 # Environment: EPOCHS (3), MAX_TRAIN (30000), MOMENTUM (0: with the quickstart's 0.9 on the
-# servers, the pipelined forms' extra staleness makes ASP with 4 workers diverge to NaN), FORMS
+# servers, the pipelined forms' extra staleness makes ASP with 4 workers diverge to NaN),
+# ARCH (mlp: the quickstart's model; resnet20 for one with BatchNorm), FORMS
 # (the forms to run, space-separated: allreduce, allreduce-fp16 (strategy.ring_compression fp16)
 # or ps<servers>-pipe<0|1>[-whole]), TARGET (a validation accuracy: also print each run's seconds
 # of training until it was first reached).
@@ -24,6 +25,7 @@ build=$(cd "${4:-build}" && pwd)
 epochs=${EPOCHS:-3}
 max_train=${MAX_TRAIN:-30000}
 momentum=${MOMENTUM:-0}
+arch=${ARCH:-mlp}
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 hosts_sh="$here/emulated_hosts.sh"
@@ -43,7 +45,7 @@ settings() {
       echo "--set strategy.kind=ps --set strategy.consistency=asp --set cluster.parameter_servers=$servers --set strategy.ps_pipeline=$pipe --set strategy.ps_split=$split" ;;
   esac
 }
-echo "$(date -u '+%Y-%m-%d %H:%M UTC'): mlp on fashion-mnist ($max_train examples, $epochs epochs, momentum $momentum), 4 workers, one host each, $rate each way and $cpu% of a core per host, $rounds rounds"
+echo "$(date -u '+%Y-%m-%d %H:%M UTC'): $arch on fashion-mnist ($max_train examples, $epochs epochs, momentum $momentum), 4 workers, one host each, $rate each way and $cpu% of a core per host, $rounds rounds"
 for round in $(seq "$rounds"); do
   for form in "${forms[@]}"; do
     out="$work/run-$round-$form"
@@ -53,6 +55,7 @@ for round in $(seq "$rounds"); do
       --hosts "$work/hosts.txt" --out "$out" --quiet \
       --set cluster.workers=4 --set training.epochs="$epochs" --set dataset.max_train="$max_train" \
       --set training.lr_schedule.milestones=[] --set training.momentum="$momentum" \
+      --set model.arch="$arch" \
       $(settings "$form") >"$work/$form.log" 2>&1; then
       cat "$work/$form.log" "$out"/logs/*.log 2>/dev/null | tail -40
       exit 1
