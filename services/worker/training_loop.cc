@@ -424,10 +424,9 @@ class TrainingLoop::Runner {
     spdlog::info("training: mode {} ({}), {} examples, {} steps per epoch, {} epochs",
                  ModeName(start.mode()), sync->name(), trainer.shard_size(), steps_per_epoch,
                  options_.job.training().epochs());
-    if (const auto& speeds = options_.job.cluster().compute_speeds();
-        options_.rank >= 0 && options_.rank < speeds.size() && speeds.Get(options_.rank) < 1) {
+    if (ComputeSpeed() < 1) {
       spdlog::info("computing at {} of its speed (cluster.compute_speeds); messages at full speed",
-                   speeds.Get(options_.rank));
+                   ComputeSpeed());
     }
     int64_t step = FirstStep(start, steps_per_epoch);
     const int64_t hold_at = AtFractionHoldStep(start, steps_per_epoch);
@@ -545,13 +544,17 @@ class TrainingLoop::Runner {
   // (1 / speed - 1) times its duration. The wait is the emulated computation, not a
   // synchronisation: nothing else is waited for.
   void SlowTheComputation(Clock::duration computed) {
-    const auto& speeds = options_.job.cluster().compute_speeds();
-    if (options_.rank < 0 || options_.rank >= speeds.size()) return;
-    const double speed = speeds.Get(options_.rank);
+    const double speed = ComputeSpeed();
     if (!(speed > 0 && speed < 1)) return;
     const auto wait = std::chrono::duration_cast<Clock::duration>(computed * (1.0 / speed - 1.0));
     std::unique_lock<std::mutex> lock(state_->mu);
     state_->cv.wait_for(lock, wait, [&] { return state_->stop; });  // a Stop ends it
+  }
+
+  // This worker's cluster.compute_speeds entry; 1 without one.
+  double ComputeSpeed() const {
+    const auto& speeds = options_.job.cluster().compute_speeds();
+    return options_.rank >= 0 && options_.rank < speeds.size() ? speeds.Get(options_.rank) : 1.0;
   }
 
   bool InAllReduce() {

@@ -459,18 +459,19 @@ Checkpoint Trainer::ToCheckpoint(int64_t epoch, int64_t step, int64_t version) c
   c.extra = {{"arch", impl_->options.torchscript.empty() ? Spelled(impl_->options.arch)
                                                          : std::string("torchscript")},
              {"dataset", impl_->dataset->name}};
-  auto add = [&](TensorKind kind, const FlatEntry& e, const float* base) {
-    CheckpointEntry entry{kind, NamedTensor::Zeros(e.spec)};
-    std::memcpy(entry.tensor.data.data(), base + e.offset, e.numel * sizeof(float));
-    c.entries.push_back(std::move(entry));
-  };
-  const float* params = impl_->params_flat.data_ptr<float>();
+  // The model as ModelTensors copies it (parameters, then buffers), then the momentum.
+  const size_t parameters = impl_->param_layout.entries().size();
+  std::vector<NamedTensor> model = ModelTensors();
+  for (size_t i = 0; i < model.size(); ++i) {
+    c.entries.push_back(
+        {i < parameters ? TensorKind::kParameter : TensorKind::kBuffer, std::move(model[i])});
+  }
   const float* velocity = impl_->velocity_flat.data_ptr<float>();
-  for (const auto& e : impl_->param_layout.entries()) add(TensorKind::kParameter, e, params);
-  std::vector<float> buffers(impl_->buffer_layout.total_floats());
-  CopyBuffersTo(buffers.data());
-  for (const auto& e : impl_->buffer_layout.entries()) add(TensorKind::kBuffer, e, buffers.data());
-  for (const auto& e : impl_->param_layout.entries()) add(TensorKind::kMomentum, e, velocity);
+  for (const auto& e : impl_->param_layout.entries()) {
+    CheckpointEntry entry{TensorKind::kMomentum, NamedTensor::Zeros(e.spec)};
+    std::memcpy(entry.tensor.data.data(), velocity + e.offset, e.numel * sizeof(float));
+    c.entries.push_back(std::move(entry));
+  }
   return c;
 }
 
