@@ -15,7 +15,7 @@
 # servers, the pipelined forms' extra staleness makes ASP with 4 workers diverge to NaN),
 # ARCH (mlp: the quickstart's model; resnet20 for one with BatchNorm), FORMS
 # (the forms to run, space-separated: allreduce, allreduce-fp16 (strategy.ring_compression fp16)
-# or ps<servers>-pipe<0|1>[-whole]), TARGET (a validation accuracy: also print each run's seconds
+# or ps<servers>-pipe<0|1>[-whole][-fp16] (-fp16: strategy.push_compression fp16)), TARGET (a validation accuracy: also print each run's seconds
 # of training until it was first reached).
 set -euo pipefail
 rate=${1:?usage: $0 RATE ROUNDS [CPU_PERCENT] [BUILD_DIR]}
@@ -40,9 +40,10 @@ settings() {
   case $1 in
     allreduce) echo "--set strategy.kind=allreduce" ;;
     allreduce-fp16) echo "--set strategy.kind=allreduce --set strategy.ring_compression=fp16" ;;
-    ps*) local servers=${1:2:1} pipe=${1:8:1} split=true
-      [[ $1 == *-whole ]] && split=false
-      echo "--set strategy.kind=ps --set strategy.consistency=asp --set cluster.parameter_servers=$servers --set strategy.ps_pipeline=$pipe --set strategy.ps_split=$split" ;;
+    ps*) local servers=${1:2:1} pipe=${1:8:1} split=true push=none
+      [[ $1 == *-whole* ]] && split=false
+      [[ $1 == *-fp16 ]] && push=fp16
+      echo "--set strategy.kind=ps --set strategy.consistency=asp --set cluster.parameter_servers=$servers --set strategy.ps_pipeline=$pipe --set strategy.ps_split=$split --set strategy.push_compression=$push" ;;
   esac
 }
 echo "$(date -u '+%Y-%m-%d %H:%M UTC'): $arch on fashion-mnist ($max_train examples, $epochs epochs, momentum $momentum), 4 workers, one host each, $rate each way and $cpu% of a core per host, $rounds rounds"

@@ -14,6 +14,7 @@
 
 #include "services/common/base/status.h"
 #include "services/common/ml/sgd.h"
+#include "services/common/wire/half_float.h"
 #include "services/common/wire/push_pull_frame.h"
 #include "services/common/wire/shared_region.h"
 
@@ -64,7 +65,7 @@ class Session {
         if (!SendRefusal(answer.status()).ok()) return;
         continue;
       }
-      if (!SendModel(*answer, request.kind == wire::RequestKind::kExchangeShared).ok()) return;
+      if (!SendModel(*answer, request.kind).ok()) return;
     }
   }
 
@@ -80,11 +81,16 @@ class Session {
     }
     if (usable.ok()) usable = CheckWorker(request);
     const bool shared = request.kind == wire::RequestKind::kExchangeShared;
-    if (usable.ok() && request.kind != wire::RequestKind::kPull &&
-        request.payload_bytes != (*layout)->total_floats * sizeof(float)) {
-      usable = absl::InvalidArgumentError(
-          absl::StrCat("push from worker ", worker_, " of ", request.payload_bytes,
-                       " bytes; this partition holds ", (*layout)->total_floats * sizeof(float)));
+    const bool half = request.kind == wire::RequestKind::kExchangeHalf;
+    if (usable.ok() && request.kind != wire::RequestKind::kPull) {
+      const size_t parameters = (*layout)->parameter_floats;
+      const uint64_t expected =
+          wire::PayloadBytes(parameters, (*layout)->total_floats - parameters, half);
+      if (request.payload_bytes != expected) {
+        usable = absl::InvalidArgumentError(
+            absl::StrCat(half ? "16-bit push" : "push", " from worker ", worker_, " of ",
+                         request.payload_bytes, " bytes; this partition holds ", expected));
+      }
     }
     if (usable.ok() && shared &&
         (region_ == nullptr || region_->area_bytes() != request.payload_bytes)) {
@@ -103,7 +109,9 @@ class Session {
     if (staging_ == nullptr || &staging_->layout() != layout->get()) {
       staging_ = std::make_unique<PushStaging>(*layout);
     }
-    const size_t floats = request.payload_bytes / sizeof(float);
+    const size_t floats = (*layout)->total_floats;
+    // A 16-bit push: its first `halves` values (the gradients) are halves on the socket.
+    const size_t halves = half ? (*layout)->parameter_floats : 0;
     // In pieces that stay in the cache, each scanned for its largest magnitude (and any NaN or
     // Inf) as soon as it is in this process's memory: PushStaging::Validate then needs no pass
     // of its own, and what is applied is exactly what was scanned.
@@ -111,13 +119,21 @@ class Session {
     constexpr size_t kPieceFloats = 64 << 10;
     float largest = 0;
     const auto* pushed = shared ? reinterpret_cast<const float*>(region_->push_area()) : nullptr;
-    for (size_t at = 0; at < floats; at += kPieceFloats) {
-      const size_t n = std::min(kPieceFloats, floats - at);
+    for (size_t at = 0, n = 0; at < floats; at += n) {
+      n = std::min(kPieceFloats, (at < halves ? halves : floats) - at);
+      absl::Status received;
       if (shared) {
         // Copied out before the scan: the worker (or anything else that could write the region)
         // can change the shared area at any time, but not this process's copy.
         std::memcpy(into + at, pushed + at, n * sizeof(float));
-      } else if (!tcp::ReceiveExact(fd_, into + at, n * sizeof(float)).ok()) {
+      } else if (at < halves) {
+        half_piece_.resize(kPieceFloats);
+        received = tcp::ReceiveExact(fd_, half_piece_.data(), n * sizeof(uint16_t));
+        if (received.ok()) HalvesToFloats(half_piece_.data(), n, into + at);
+      } else {
+        received = tcp::ReceiveExact(fd_, into + at, n * sizeof(float));
+      }
+      if (!received.ok()) {
         *connection_broke = true;
         return absl::UnavailableError("the pushing worker went away");
       }
@@ -195,22 +211,38 @@ class Session {
     return absl::OkStatus();
   }
 
-  absl::Status SendModel(const PullSnapshot& snapshot, bool shared) {
+  // The reply to `kind`: the model in the shared region, or on the socket; after a 16-bit exchange
+  // the weights in halves unless one is beyond a half's range (then all in 32 bits, which the
+  // worker tells by the size).
+  absl::Status SendModel(const PullSnapshot& snapshot, wire::RequestKind kind) {
+    const float* values = snapshot.values->data();
+    const size_t floats = snapshot.values->size();
+    const size_t parameters = std::min(snapshot.layout->parameter_floats, floats);
+    const bool half = kind == wire::RequestKind::kExchangeHalf && parameters > 0 &&
+                      MaxAbsOrInfinity(values, parameters) <= kLargestHalf;
     wire::Reply reply;
     reply.version = snapshot.version;
     reply.global_epoch = snapshot.global_epoch;
     reply.samples = snapshot.samples;
     reply.sample_budget = snapshot.sample_budget;
-    reply.payload_bytes = snapshot.values->size() * sizeof(float);
+    reply.payload_bytes = wire::PayloadBytes(parameters, floats - parameters, half);
     uint8_t header[wire::kReplyBytes];
     wire::EncodeReply(reply, header);
-    if (shared) {
-      std::memcpy(region_->reply_area(), snapshot.values->data(), reply.payload_bytes);
+    if (kind == wire::RequestKind::kExchangeShared) {
+      std::memcpy(region_->reply_area(), values, reply.payload_bytes);
       shared_exchanges_->fetch_add(1, std::memory_order_relaxed);
       return tcp::SendAll(fd_, header, sizeof(header), nullptr, 0);
     }
-    // Straight from the published model, which no one writes again while we hold it.
-    return tcp::SendAll(fd_, header, sizeof(header), snapshot.values->data(), reply.payload_bytes);
+    if (!half) {
+      // Straight from the published model, which no one writes again while we hold it.
+      return tcp::SendAll(fd_, header, sizeof(header), values, reply.payload_bytes);
+    }
+    reply_halves_.resize(parameters);
+    FloatsToHalves(values, parameters, reply_halves_.data());
+    iovec parts[3] = {{header, sizeof(header)},
+                      {reply_halves_.data(), parameters * sizeof(uint16_t)},
+                      {const_cast<float*>(values + parameters), (floats - parameters) * sizeof(float)}};
+    return tcp::SendParts(fd_, parts, 3);
   }
 
   absl::Status SendRefusal(const absl::Status& status) {
@@ -232,6 +264,9 @@ class Session {
   std::unique_ptr<PushStaging> staging_;
   // The connection's shared region, once the worker asked for one (kShareMemory).
   std::unique_ptr<SharedRegion> region_;
+  // 16-bit exchanges: a piece of the push as it arrives, and the reply's weights.
+  std::vector<uint16_t> half_piece_;
+  std::vector<uint16_t> reply_halves_;
 };
 
 }  // namespace

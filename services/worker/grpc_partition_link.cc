@@ -156,6 +156,10 @@ absl::StatusOr<PartitionReply> GrpcPartitionLink::Exchange(const PushFields& fie
   }
   STRATA_RETURN_IF_ERROR(FinishCall(received.status(), ended, context.get(), stream.get(),
                                     options_.Describe("push/pull with")));
+  // The tensors' bytes, always 32-bit here (the messages' own framing not counted).
+  uint64_t floats = 0;
+  for (const ModelTensor& t : options_.tensors) floats += static_cast<uint64_t>(t.spec.numel());
+  received->bytes_pushed = received->bytes_pulled = floats * sizeof(float);
   return received;
 }
 

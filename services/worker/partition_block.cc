@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "services/common/wire/half_float.h"
 #include "services/common/wire/push_pull_frame.h"
 
 namespace strata {
@@ -18,6 +19,10 @@ PartitionBlock::PartitionBlock(const std::vector<ModelTensor>& tensors) {
       runs_.push_back({t.is_buffer, t.offset, n});
     }
     floats_ += n;
+    if (!t.is_buffer) {
+      if (parameter_floats_ < floats_ - n) parameters_first_ = false;  // a buffer came before
+      parameter_floats_ += n;
+    }
   }
   fingerprint_ = fingerprint.value();
 }
@@ -36,6 +41,27 @@ void PartitionBlock::Scatter(const void* from, float* parameters, float* buffers
     std::memcpy(into, at, floats * sizeof(float));
     at += floats * sizeof(float);
   });
+}
+
+bool PartitionBlock::GatherHalves(const float* gradients, uint16_t* into) const {
+  uint16_t* at = into;
+  for (const Run& r : runs_) {
+    if (r.is_buffer) continue;
+    FloatsToHalves(gradients + r.offset, r.floats, at);
+    at += r.floats;
+  }
+  // An all-ones exponent is infinity or NaN: that push goes in 32 bits instead.
+  bool finite = true;
+  for (const uint16_t* h = into; h != at; ++h) finite &= (*h & 0x7c00u) != 0x7c00u;
+  return finite;
+}
+
+void PartitionBlock::ScatterHalves(const uint16_t* from, float* parameters) const {
+  for (const Run& r : runs_) {
+    if (r.is_buffer) continue;
+    HalvesToFloats(from, r.floats, parameters + r.offset);
+    from += r.floats;
+  }
 }
 
 }  // namespace strata

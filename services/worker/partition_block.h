@@ -22,6 +22,27 @@ class PartitionBlock {
   size_t bytes() const { return floats_ * sizeof(float); }
   uint64_t fingerprint() const { return fingerprint_; }
 
+  // 16-bit exchanges (strategy.push_compression: fp16) send the parameters' values as halves and
+  // the buffers' as floats, parameters first as in the server's layout; a block whose buffers
+  // come first (no plan cuts one so) has no 16-bit form.
+  bool has_half_form() const { return parameters_first_ && parameter_floats_ > 0; }
+  size_t parameter_floats() const { return parameter_floats_; }
+  size_t half_form_bytes() const {
+    return parameter_floats_ * sizeof(uint16_t) + (floats_ - parameter_floats_) * sizeof(float);
+  }
+  // The parameter runs of `gradients` as halves into `into` (parameter_floats() long); false
+  // when a value has no finite half (beyond 65,504, or not a number).
+  bool GatherHalves(const float* gradients, uint16_t* into) const;
+  // `from` (parameter_floats() halves) into the parameter runs of `parameters`.
+  void ScatterHalves(const uint16_t* from, float* parameters) const;
+  // Calls f(at, floats) for each run of buffer values, in block order.
+  template <typename T, typename F>
+  void ForEachBufferRun(T* buffers, F&& f) const {
+    for (const Run& r : runs_) {
+      if (r.is_buffer) f(buffers + r.offset, r.floats);
+    }
+  }
+
   // Calls f(from, floats) for each run, in block order, with `parameters` or `buffers` +
   // the run's offset.
   template <typename F>
@@ -44,6 +65,8 @@ class PartitionBlock {
   };
   std::vector<Run> runs_;
   size_t floats_ = 0;
+  size_t parameter_floats_ = 0;
+  bool parameters_first_ = true;
   uint64_t fingerprint_ = 0;
 };
 

@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<PartitionClients>> PartitionClients::Create(
     link.address = options.servers[i];
     link.rank = options.rank;
     link.chunk_bytes = options.chunk_bytes;
+    link.half_precision = options.half_precision;
     // A piece is a contiguous range of its tensor's floats in the trainer's buffers.
     for (const TensorPiece& piece : plan.pieces_of[i]) {
       const ModelTensor& whole = model[piece.tensor];

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <absl/status/statusor.h>
@@ -40,6 +41,9 @@ struct PartitionClientsOptions {
   // strategy.ps_split: large tensors are split into pieces over the servers by the plan of
   // services/common/wire/partition_plan.h, which the servers compute too.
   bool split_tensors = true;
+  // strategy.push_compression fp16: exchanges on the plain-TCP data plane (not through shared
+  // memory, nor over gRPC) carry the gradients and the weights as 16-bit floats.
+  bool half_precision = false;
   // Makes the link to each server instead of the two flags above: the in-memory link of the
   // tests (in_memory_partition_link.h). Empty: gRPC or the data plane, as the flags say.
   PartitionLinkFactory make_link;
@@ -59,10 +63,13 @@ struct ServerLink {
   int64_t installed_version = 0;           // the version of this partition the trainer computes on
   int64_t samples = 0, sample_budget = 0;  // as of the last reply (PullHeader)
   int64_t pushed_version = 0;  // the last push's reply: the version that will reflect it
+  uint64_t bytes_pushed = 0, bytes_pulled = 0;  // the last exchange's tensors, as they travelled
   void Note(const PartitionReply& reply) {
     version = reply.version;
     samples = reply.samples;
     sample_budget = reply.sample_budget;
+    bytes_pushed = reply.bytes_pushed;
+    bytes_pulled = reply.bytes_pulled;
   }
 };
 
@@ -75,6 +82,15 @@ class PartitionClients {
 
   size_t parameter_floats() const { return parameter_floats_; }
   size_t buffer_floats() const { return buffer_floats_; }
+  // The bytes of the last exchange with every server, each way (PartitionReply::bytes_pushed).
+  std::pair<uint64_t, uint64_t> LastExchangeBytes() const {
+    std::pair<uint64_t, uint64_t> bytes{0, 0};
+    for (const ServerLink& s : servers_) {
+      bytes.first += s.bytes_pushed;
+      bytes.second += s.bytes_pulled;
+    }
+    return bytes;
+  }
   std::vector<ServerLink>& servers() { return servers_; }
   const std::vector<ServerLink>& servers() const { return servers_; }
   const PartitionClientsOptions& options() const { return options_; }

@@ -63,6 +63,9 @@ struct PushFields {
 struct PartitionReply {
   int64_t version = 0;
   int64_t samples = 0, sample_budget = 0;
+  // The tensors' bytes as they travelled each way (16-bit values count 2 bytes each); 0 where
+  // nothing travelled (the in-memory link).
+  uint64_t bytes_pushed = 0, bytes_pulled = 0;
 };
 
 struct PartitionLinkOptions {
@@ -72,6 +75,8 @@ struct PartitionLinkOptions {
   // This partition's tensors, in model order (the plan's order, which the server's layout has).
   std::vector<ModelTensor> tensors;
   size_t chunk_bytes = 1 << 20;  // gRPC: payload per TensorChunk
+  // The plain-TCP data plane: exchanges in 16 bits (PartitionClientsOptions::half_precision).
+  bool half_precision = false;
 
   // "<what> parameter server <partition> (<address>)": how every error names the server.
   std::string Describe(const char* what) const {

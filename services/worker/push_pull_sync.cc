@@ -91,11 +91,9 @@ class PushPullSynchroniser final : public Synchroniser {
         clients_->ForEachServer([&](ServerLink& s) { return clients_->Exchange(s, fields, x); }));
     if (options_.metrics != nullptr) {
       // Gradients and buffers go out; parameters and buffers come back.
-      const double bytes =
-          static_cast<double>(clients_->parameter_floats() + clients_->buffer_floats()) *
-          sizeof(float);
+      const auto [pushed, pulled] = clients_->LastExchangeBytes();
       options_.metrics->PushPull(
-          bytes, bytes,
+          static_cast<double>(pushed), static_cast<double>(pulled),
           std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count());
     }
     return absl::OkStatus();

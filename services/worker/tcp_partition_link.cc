@@ -112,7 +112,7 @@ absl::StatusOr<bool> TcpPartitionLink::Open(const PartitionCallOptions& call) {
                                 ")"));
   }
   data_fd_ = *fd;
-  SetPath("tcp");
+  SetPath(SocketPath());
   socket_deadline_ = std::chrono::milliseconds(0);
   SetSocketDeadline(call.deadline);
   region_.reset();
@@ -146,7 +146,7 @@ absl::Status TcpPartitionLink::AttachSharedRegion(const PartitionCallOptions& ca
   STRATA_RETURN_IF_ERROR(ReceiveReply(data_fd_, &reply, &refused));
   if (!refused.ok()) {
     // Refused (nothing loaded yet, say): the tensors stay on the socket.
-    SetPath(absl::StrCat("tcp (the server shared no memory: code ", reply.code, ")"));
+    SetPath(absl::StrCat(SocketPath(), " (the server shared no memory: code ", reply.code, ")"));
     spdlog::info("{} shares no memory (code {}); tensors go over TCP",
                  options_.Describe("the data plane of"), reply.code);
     return absl::OkStatus();
@@ -161,7 +161,7 @@ absl::Status TcpPartitionLink::AttachSharedRegion(const PartitionCallOptions& ca
       SharedRegion::Attach(wire::DecodeShareOffer(offer), block_.bytes());
   if (!region.ok()) {
     // Another host, container or pid namespace: the usual case between machines.
-    SetPath(absl::StrCat("tcp (not on this host: ", region.status().message(), ")"));
+    SetPath(absl::StrCat(SocketPath(), " (not on this host: ", region.status().message(), ")"));
     spdlog::info("{} is not on this host ({}); tensors go over TCP",
                  options_.Describe("the data plane of"), std::string(region.status().message()));
     return absl::OkStatus();
@@ -171,6 +171,10 @@ absl::Status TcpPartitionLink::AttachSharedRegion(const PartitionCallOptions& ca
   spdlog::info("{} is on this host; tensors move through shared memory",
                options_.Describe("the data plane of"));
   return absl::OkStatus();
+}
+
+std::string TcpPartitionLink::SocketPath() const {
+  return options_.half_precision && block_.has_half_form() ? "tcp, 16-bit" : "tcp";
 }
 
 std::string TcpPartitionLink::Path() const {
@@ -208,8 +212,22 @@ absl::StatusOr<PartitionReply> TcpPartitionLink::Call(const PushFields* fields,
     if (absl::Status attached = AttachSharedRegion(call); !attached.ok()) return broken(attached);
   }
   const bool shared = fields != nullptr && region_ != nullptr;
+  // In 16 bits when asked, on the socket, and when every gradient has a finite half (else this
+  // one push goes in 32 bits: the server then refuses a NaN as it always does, and takes a large
+  // finite value).
+  bool half = fields != nullptr && !shared && options_.half_precision && block_.has_half_form();
+  if (half) {
+    push_halves_.resize(block_.parameter_floats());
+    half = block_.GatherHalves(x.gradients, push_halves_.data());
+    if (!half && !warned_full_precision_) {
+      warned_full_precision_ = true;
+      spdlog::warn("{}: a gradient beyond a 16-bit float's range; that push goes in 32 bits",
+                   options_.Describe("push/pull with"));
+    }
+  }
   wire::Request request = RequestOf(fields == nullptr ? wire::RequestKind::kPull
                                     : shared          ? wire::RequestKind::kExchangeShared
+                                    : half            ? wire::RequestKind::kExchangeHalf
                                                       : wire::RequestKind::kExchange,
                                     call);
   if (fields != nullptr) {
@@ -217,7 +235,7 @@ absl::StatusOr<PartitionReply> TcpPartitionLink::Call(const PushFields* fields,
     request.clock = fields->clock;
     request.samples = fields->samples;
     request.lr = fields->lr;
-    request.payload_bytes = block_.bytes();
+    request.payload_bytes = half ? block_.half_form_bytes() : block_.bytes();
   }
   uint8_t header[wire::kRequestBytes];
   wire::EncodeRequest(request, header);
@@ -225,6 +243,11 @@ absl::StatusOr<PartitionReply> TcpPartitionLink::Call(const PushFields* fields,
   parts.assign(1, {header, sizeof(header)});
   if (shared) {
     block_.Gather(x.gradients, x.buffers_out, region_->push_area());
+  } else if (half) {
+    parts.push_back({push_halves_.data(), push_halves_.size() * sizeof(uint16_t)});
+    block_.ForEachBufferRun(x.buffers_out, [&](const float* from, size_t floats) {
+      parts.push_back({const_cast<float*>(from), floats * sizeof(float)});
+    });
   } else if (fields != nullptr) {
     block_.ForEachRun(x.gradients, x.buffers_out, [&](const float* from, size_t floats) {
       parts.push_back({const_cast<float*>(from), floats * sizeof(float)});
@@ -239,13 +262,28 @@ absl::StatusOr<PartitionReply> TcpPartitionLink::Call(const PushFields* fields,
     return broken(got);
   }
   if (!refused.ok()) return Annotate(refused, options_.Describe(what));
-  if (reply.payload_bytes != block_.bytes()) {
+  // The reply to a 16-bit exchange has the weights in halves, or all in 32 bits when the server
+  // holds a weight beyond a half's range; any other reply is in 32 bits.
+  const bool half_reply = half && reply.payload_bytes == block_.half_form_bytes();
+  if (!half_reply && reply.payload_bytes != block_.bytes()) {
     return broken(absl::FailedPreconditionError(
         absl::StrCat("the reply holds ", reply.payload_bytes, " bytes, this worker's partition ",
-                     block_.bytes(), ": the server holds a different model")));
+                     block_.bytes(), half ? absl::StrCat(" (", block_.half_form_bytes(),
+                                                         " in 16 bits)")
+                                          : "",
+                     ": the server holds a different model")));
   }
   if (shared) {
     block_.Scatter(region_->reply_area(), x.parameters_in, x.buffers_in);
+  } else if (half_reply) {
+    pull_halves_.resize(block_.parameter_floats());
+    absl::Status got = tcp::ReceiveExact(data_fd_, pull_halves_.data(),
+                                         pull_halves_.size() * sizeof(uint16_t));
+    block_.ForEachBufferRun(x.buffers_in, [&](float* into, size_t floats) {
+      if (got.ok()) got = tcp::ReceiveExact(data_fd_, into, floats * sizeof(float));
+    });
+    if (!got.ok()) return broken(got);
+    block_.ScatterHalves(pull_halves_.data(), x.parameters_in);
   } else {
     absl::Status got;
     block_.ForEachRun(x.parameters_in, x.buffers_in, [&](float* into, size_t floats) {
@@ -253,7 +291,10 @@ absl::StatusOr<PartitionReply> TcpPartitionLink::Call(const PushFields* fields,
     });
     if (!got.ok()) return broken(got);
   }
-  return PartitionReply{reply.version, reply.samples, reply.sample_budget};
+  PartitionReply done{reply.version, reply.samples, reply.sample_budget};
+  done.bytes_pushed = request.payload_bytes;
+  done.bytes_pulled = reply.payload_bytes;
+  return done;
 }
 
 absl::StatusOr<PartitionReply> TcpPartitionLink::Exchange(const PushFields& fields,

@@ -10,6 +10,10 @@
 // it: the socket then carries only the headers (services/common/wire/shared_region.h). A server
 // elsewhere keeps them on the socket.
 //
+// With strategy.push_compression fp16 an exchange on the socket carries the gradients and the
+// reply the weights as 16-bit floats (the buffer values stay 32-bit); through shared memory,
+// where bytes cost no network, and over gRPC they stay 32-bit.
+//
 // A server that offers no data plane (its job says ps_link: grpc, or TLS is on), or whose data
 // plane cannot be reached, is served over gRPC by the same link, with a warning; a server that is
 // down (UNAVAILABLE, DEADLINE_EXCEEDED when asked) is the caller's to wait for. Any failure of
@@ -70,6 +74,8 @@ class TcpPartitionLink final : public PartitionLink {
   // The socket's timeouts follow the call's deadline (set again only when it changes).
   void SetSocketDeadline(std::chrono::milliseconds deadline);
   void SetPath(std::string path);
+  // Path() while the tensors go on the socket: "tcp", or "tcp, 16-bit" for 16-bit exchanges.
+  std::string SocketPath() const;
 
   const PartitionLinkOptions options_;
   const bool shared_memory_;
@@ -88,6 +94,9 @@ class TcpPartitionLink final : public PartitionLink {
   std::string path_ = "not connected yet";
   // The iovecs of one request (header, then the runs), kept so a step allocates none.
   std::vector<iovec> send_parts_;
+  // 16-bit exchanges: the gradients as sent, the weights as received.
+  std::vector<uint16_t> push_halves_, pull_halves_;
+  bool warned_full_precision_ = false;
 };
 
 }  // namespace strata

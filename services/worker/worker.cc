@@ -70,6 +70,14 @@ class WorkerSynchronisers final : public SynchroniserFactory {
         (link == v1::DATA_LINK_TCP || link == v1::DATA_LINK_SHARED_MEMORY) && !ChannelsUseTls();
     clients.shared_memory = clients.tcp_data_plane && link == v1::DATA_LINK_SHARED_MEMORY;
     clients.split_tensors = options_.job.strategy().ps_split();
+    clients.half_precision =
+        options_.job.strategy().push_compression() == v1::PUSH_COMPRESSION_FP16;
+    if (clients.half_precision && !clients.tcp_data_plane) {
+      spdlog::warn(
+          "strategy.push_compression fp16 needs the plain-TCP data plane ({}); push/pull goes "
+          "over gRPC in 32 bits",
+          ChannelsUseTls() ? "TLS is on, and it is not encrypted" : "strategy.ps_link is grpc");
+    }
     const v1::Consistency mode = options_.job.strategy().consistency();
     if (ServerDecidesPulls(mode)) {
       PointRoundOptions rounds;

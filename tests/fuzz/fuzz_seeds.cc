@@ -258,6 +258,10 @@ void PushPullFrameSeeds(const fs::path& dir) {
         hello + request(K::kShareMemory, 0) +
             request(K::kExchangeShared, 16).substr(0, wire::kRequestBytes) + request(K::kPull, 0));
   Write(dir, "share-with-payload", hello + request(K::kShareMemory, 8));
+  // 16-bit exchanges: halves then floats, and a reply in halves; one of an odd number of bytes.
+  Write(dir, "half-exchange", hello + request(K::kExchangeHalf, 14) + std::string(14, '\0') +
+                                  reply(0, 0, 10) + std::string(10, '\0'));
+  Write(dir, "ragged-half-exchange", hello + request(K::kExchangeHalf, 7));
 }
 
 // Users' .npy arrays (npy_file_fuzz.cc): what np.save writes for each dtype read, headers numpy

@@ -26,14 +26,20 @@ namespace {
 bool SameBits(double a, double b) { return std::memcmp(&a, &b, sizeof(a)) == 0; }
 
 void CheckRequest(const Request& r) {
-  FUZZ_CHECK(r.payload_bytes % sizeof(float) == 0 && r.payload_bytes <= kMaxPayloadBytes,
+  // A 16-bit exchange carries whole halves; every other payload whole floats.
+  const uint64_t unit = r.kind == RequestKind::kExchangeHalf ? 2 : sizeof(float);
+  FUZZ_CHECK(r.payload_bytes % unit == 0 && r.payload_bytes <= kMaxPayloadBytes,
              absl::StrCat("a request of ", r.payload_bytes, " bytes"));
-  const bool exchange = r.kind == RequestKind::kExchange || r.kind == RequestKind::kExchangeShared;
+  const bool exchange = r.kind == RequestKind::kExchange ||
+                        r.kind == RequestKind::kExchangeShared ||
+                        r.kind == RequestKind::kExchangeHalf;
+  FUZZ_CHECK(exchange == IsExchange(r.kind), "IsExchange disagrees with the kinds");
   FUZZ_CHECK(exchange || r.kind == RequestKind::kPull || r.kind == RequestKind::kShareMemory,
              absl::StrCat("a request of kind ", static_cast<uint32_t>(r.kind)));
   FUZZ_CHECK(exchange != (r.payload_bytes == 0),
              "a pull or share with a payload, or an exchange without one");
-  FUZZ_CHECK(PayloadOnSocket(r.kind) == (r.kind == RequestKind::kExchange),
+  FUZZ_CHECK(PayloadOnSocket(r.kind) ==
+                 (r.kind == RequestKind::kExchange || r.kind == RequestKind::kExchangeHalf),
              "a payload on the socket for a request that has none there");
   uint8_t again[kRequestBytes];
   EncodeRequest(r, again);
@@ -49,7 +55,8 @@ void CheckRequest(const Request& r) {
 void CheckReply(const Reply& r) {
   FUZZ_CHECK(r.code <= 16, absl::StrCat("status code ", r.code));
   FUZZ_CHECK(r.message_bytes <= kMaxMessageBytes, absl::StrCat("a message of ", r.message_bytes));
-  FUZZ_CHECK(r.payload_bytes % sizeof(float) == 0 && r.payload_bytes <= kMaxPayloadBytes,
+  // Whole halves: a 16-bit exchange's reply may carry them; the worker checks the exact size.
+  FUZZ_CHECK(r.payload_bytes % 2 == 0 && r.payload_bytes <= kMaxPayloadBytes,
              absl::StrCat("a reply of ", r.payload_bytes, " bytes"));
   FUZZ_CHECK(r.code == 0 || r.payload_bytes == 0, "an error reply with a model");
   uint8_t again[kReplyBytes];

@@ -382,6 +382,14 @@ std::vector<JobKey> MakeTable() {
           .Doc("With more than one parameter server: a tensor larger than an even share of the "
                "model is cut by rows into pieces dealt out over the servers, so that each carries "
                "about as many bytes; `false` deals out whole tensors."),
+      Key("strategy.push_compression")
+          .Default("none")
+          .Allowed({"none", "fp16"})
+          .Applies(ForServers, {"strategy.kind"})
+          .EmitOnlyUnlessDefault()
+          .Doc("`ps` and `switch` (after the switch): `fp16` sends the gradients a worker pushes "
+               "and the weights it pulls as 16-bit floats on the plain-TCP data plane: half the "
+               "bytes; the servers keep and update the model in 32 bits."),
 
       Key("launcher.kind").Default("local").Doc("Where the job's processes run."),
       Key("launcher.ring_transport")

@@ -15,6 +15,9 @@
 
 namespace strata {
 
+// The largest finite half; a float up to it converts to a finite half.
+constexpr float kLargestHalf = 65504.0f;
+
 inline uint16_t FloatToHalf(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);

@@ -35,11 +35,12 @@ enum : size_t {
   kDeadlineAt = 64,  // 72..80 reserved
 };
 
-absl::Status CheckPayload(const char* what, uint64_t bytes) {
-  if (bytes % sizeof(float) != 0 || bytes > kMaxPayloadBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " announces a payload of ", bytes,
-                                                   " bytes: not a whole number of floats, or over ",
-                                                   kMaxPayloadBytes));
+// `unit`: 4 where every value is a float32, 2 where the values may be 16-bit halves.
+absl::Status CheckPayload(const char* what, uint64_t bytes, uint64_t unit) {
+  if (bytes % unit != 0 || bytes > kMaxPayloadBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " announces a payload of ", bytes, " bytes: not a whole number of ",
+        unit == 2 ? "16-bit values" : "floats", ", or over ", kMaxPayloadBytes));
   }
   return absl::OkStatus();
 }
@@ -72,7 +73,7 @@ absl::Status DecodeRequest(const uint8_t in[kRequestBytes], Request* r) {
   }
   const uint32_t kind = Get32(in + kKindAt);
   if (kind < static_cast<uint32_t>(RequestKind::kExchange) ||
-      kind > static_cast<uint32_t>(RequestKind::kExchangeShared)) {
+      kind > static_cast<uint32_t>(RequestKind::kExchangeHalf)) {
     return absl::InvalidArgumentError(absl::StrCat("push/pull request of unknown kind ", kind));
   }
   r->kind = static_cast<RequestKind>(kind);
@@ -84,9 +85,11 @@ absl::Status DecodeRequest(const uint8_t in[kRequestBytes], Request* r) {
   r->layout_fingerprint = Get64(in + kFingerprintAt);
   r->payload_bytes = Get64(in + kRequestPayloadAt);
   r->deadline_ms = Get64(in + kDeadlineAt);
-  if (absl::Status s = CheckPayload("push/pull request", r->payload_bytes); !s.ok()) return s;
-  const bool exchange =
-      r->kind == RequestKind::kExchange || r->kind == RequestKind::kExchangeShared;
+  const uint64_t unit = r->kind == RequestKind::kExchangeHalf ? 2 : sizeof(float);
+  if (absl::Status s = CheckPayload("push/pull request", r->payload_bytes, unit); !s.ok()) {
+    return s;
+  }
+  const bool exchange = IsExchange(r->kind);
   if (exchange == (r->payload_bytes == 0)) {
     return absl::InvalidArgumentError(absl::StrCat(
         exchange ? "an exchange" : "a pull or share", " request with ", r->payload_bytes,
@@ -132,7 +135,8 @@ absl::Status DecodeReply(const uint8_t in[kReplyBytes], Reply* r) {
                                                    r->message_bytes, " bytes (at most ",
                                                    kMaxMessageBytes, ")"));
   }
-  if (absl::Status s = CheckPayload("push/pull reply", r->payload_bytes); !s.ok()) return s;
+  // The reply to a 16-bit exchange may carry halves; the worker checks the exact size it expects.
+  if (absl::Status s = CheckPayload("push/pull reply", r->payload_bytes, 2); !s.ok()) return s;
   if (r->code != 0 && r->payload_bytes != 0) {
     return absl::InvalidArgumentError("a push/pull error reply that carries a model");
   }

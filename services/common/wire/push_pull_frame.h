@@ -18,8 +18,8 @@
 // layout by its fingerprint (names, shapes, kinds, in order) and the server refuses one that is
 // not its own. A refused request (its payload read whole) leaves the connection usable. A header
 // that breaks these rules (bad magic, version or kind, a payload that is not a whole number of
-// floats, over 1 GiB, or present where none belongs) is answered with a refusal, and then the
-// connection ends.
+// floats (of 16-bit halves for a 16-bit exchange), over 1 GiB, or present where none belongs) is
+// answered with a refusal, and then the connection ends.
 #pragma once
 
 #include <cstddef>
@@ -37,15 +37,33 @@ enum class RequestKind : uint32_t {
   kPull = 2,
   kShareMemory = 3,     // asks for a shared region; the reply's payload is its offer
   kExchangeShared = 4,  // an exchange whose tensors are in the shared region, both ways
+  // An exchange in 16 bits (strategy.push_compression: fp16): the gradients as IEEE half floats,
+  // then the buffer values as float32; its reply carries the weights the same way, or the whole
+  // model in float32 when a weight is beyond a half's range (the payload's size tells which).
+  kExchangeHalf = 5,
 };
 
 // Whether the request's payload_bytes follow its header on the socket.
-inline bool PayloadOnSocket(RequestKind kind) { return kind == RequestKind::kExchange; }
+inline bool PayloadOnSocket(RequestKind kind) {
+  return kind == RequestKind::kExchange || kind == RequestKind::kExchangeHalf;
+}
+
+inline bool IsExchange(RequestKind kind) {
+  return kind == RequestKind::kExchange || kind == RequestKind::kExchangeShared ||
+         kind == RequestKind::kExchangeHalf;
+}
+
+// The bytes of a partition of `parameter_floats` parameters and `buffer_floats` buffer values on
+// the socket, the parameters (or their gradients) in 16 or 32 bits.
+inline uint64_t PayloadBytes(uint64_t parameter_floats, uint64_t buffer_floats, bool half) {
+  return parameter_floats * (half ? 2 : 4) + buffer_floats * 4;
+}
 
 constexpr uint32_t kHelloMagic = 0x50525453;  // "STRP"
 // 2: the server answers an admitted hello with a welcome. 3: a share offer names the socket the
-// region's descriptor is handed over on, not the server's pid and descriptor.
-constexpr uint32_t kVersion = 3;
+// region's descriptor is handed over on, not the server's pid and descriptor. 4: 16-bit exchanges
+// (kExchangeHalf), so payloads are whole numbers of halves, not of floats.
+constexpr uint32_t kVersion = 4;
 constexpr size_t kRequestBytes = 80;
 constexpr size_t kReplyBytes = 64;
 constexpr uint64_t kMaxPayloadBytes = uint64_t{1} << 30;

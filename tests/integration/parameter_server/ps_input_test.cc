@@ -555,6 +555,29 @@ TEST_F(PsInputTest, TheTcpDataPlaneRefusesWhatAHostileClientSendsAndKeepsServing
     EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
     EXPECT_NE(a.status.message().find("future"), std::string::npos) << a.status;
 
+    // A 16-bit exchange (strategy.push_compression fp16) must be the partition's size in its
+    // form, halves for the parameters, floats for the buffers; and its halves are checked as
+    // floats are: a NaN among them is refused, naming the tensor.
+    push_pull_wire::Request half = exchange;
+    half.kind = push_pull_wire::RequestKind::kExchangeHalf;
+    a = c.Call(half, good);  // 32-bit sized
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+    EXPECT_NE(a.status.message().find("16-bit push"), std::string::npos) << a.status;
+    size_t parameter_floats = 0;
+    for (const auto& t : model_.params) parameter_floats += static_cast<size_t>(t.spec.numel());
+    half.payload_bytes =
+        push_pull_wire::PayloadBytes(parameter_floats, floats - parameter_floats, true);
+    std::vector<uint8_t> halves(half.payload_bytes, 0);
+    halves[6] = 0x00;
+    halves[7] = 0x7e;  // value 3: a NaN half
+    uint8_t header[push_pull_wire::kRequestBytes];
+    push_pull_wire::EncodeRequest(half, header);
+    ASSERT_TRUE(c.SendRaw(header, sizeof(header)).ok());
+    ASSERT_TRUE(c.SendRaw(halves.data(), halves.size()).ok());
+    a = c.Receive();
+    EXPECT_EQ(a.status.code(), absl::StatusCode::kInvalidArgument) << a.status;
+    EXPECT_NE(a.status.message().find("fc1.weight"), std::string::npos) << a.status;
+
     push_pull_wire::Request pull;
     pull.kind = push_pull_wire::RequestKind::kPull;
     pull.layout_fingerprint = fingerprint.value();
@@ -607,7 +630,7 @@ TEST_F(PsInputTest, TheTcpDataPlaneRefusesWhatAHostileClientSendsAndKeepsServing
   }
   const v1::ServerStatus status = GetStatus(*stub);
   EXPECT_EQ(status.pushes(), 0);
-  EXPECT_GE(status.rejected_pushes(), 6);
+  EXPECT_GE(status.rejected_pushes(), 8);
   EXPECT_EQ(status.shared_memory_exchanges(), 0);
 
   // Still serving: an ordinary exchange is applied and answered with the new model.

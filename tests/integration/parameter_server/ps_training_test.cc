@@ -9,17 +9,21 @@
 #include <cmath>
 #include <thread>
 
+#include <prometheus/registry.h>
+
 #include <gtest/gtest.h>
 
 #include "services/common/base/status.h"
 #include "services/common/config/job_spec.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/trainer.h"
+#include "services/common/wire/half_float.h"
 #include "services/common/wire/rpc.h"
 #include "services/parameter_server/partition.h"
 #include "services/parameter_server/ps_process.h"
 #include "services/worker/in_memory_partition_link.h"
 #include "services/worker/push_pull_sync.h"
+#include "services/worker/worker_metrics.h"
 #include "tests/integration/parameter_server/ps_test_util.h"
 #include "tests/support/fashion_mnist.h"
 
@@ -432,6 +436,125 @@ TEST_P(PsNetworkLinkTest, AWorkerFallsBackToGrpcWhenTheServerOffersNoDataPlane) 
 
 INSTANTIATE_TEST_SUITE_P(Links, PsNetworkLinkTest,
                          ::testing::Values(Link::kGrpc, Link::kTcp, Link::kSharedMemory), LinkName);
+
+// strategy.push_compression fp16 (the link's half_precision): over the plain-TCP data plane the
+// gradients go up and the weights come down as 16-bit floats, while the servers keep the model in
+// 32 bits. The witness is test code: a reference that trains the exact model on gradients
+// computed on the 16-bit copy of it and rounded to 16 bits, as the link should; the worker must
+// hold that model's 16-bit copy after every step, and its byte counters must count 2 bytes a
+// value. Under shm the same option moves the tensors through memory in 32 bits, step for step
+// as local SGD. Seen to fail: with the server replying in 32 bits to a 16-bit exchange, "weight 0
+// after step 0 is not a 16-bit value". A worker that pushed in 32 bits would count 4 bytes a
+// value.
+class PsSixteenBitTest : public PsTrainingTest {
+ protected:
+  // The pushed and pulled bytes the worker's metrics counted.
+  static std::pair<double, double> Bytes(prometheus::Registry& registry) {
+    std::pair<double, double> bytes{-1, -1};
+    for (const auto& family : registry.Collect()) {
+      if (family.metric.empty()) continue;
+      if (family.name == "strata_worker_push_bytes_total") bytes.first = family.metric[0].counter.value;
+      if (family.name == "strata_worker_pull_bytes_total") bytes.second = family.metric[0].counter.value;
+    }
+    return bytes;
+  }
+};
+
+TEST_P(PsSixteenBitTest, GradientsAndWeightsTravelInSixteenBitsAndTheServersKeepThirtyTwo) {
+  auto reference = MakeTrainer(kGlobalBatch);  // the servers' exact model
+  auto view = MakeTrainer(kGlobalBatch);       // what the worker computes on: its 16-bit copy
+  auto worker = MakeTrainer(kGlobalBatch);
+  ASSERT_TRUE(reference && view && worker);
+  Servers& servers = LaunchServers(*worker, /*partitions=*/2, /*workers=*/1, "asp");
+  ASSERT_EQ(servers.size(), 2u);
+  prometheus::Registry registry;
+  WorkerMetrics metrics(registry, 0, 0);
+  PushPullOptions o = SyncOptions(servers, 0);
+  o.clients.half_precision = true;
+  o.metrics = &metrics;
+  auto sync = MakePushPullSynchroniser(o, *worker);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  ASSERT_TRUE((*sync)->Start(*worker).ok());
+  const bool on_wire = GetParam() == Link::kTcp;
+  const int64_t p = reference->parameter_count();
+  reference->StartEpoch(0);
+  view->StartEpoch(0);
+  worker->StartEpoch(0);
+  const int64_t steps = 6;
+  for (int64_t b = 0; b < steps; ++b) {
+    std::copy_n(reference->parameter_data(), p, view->parameter_data());
+    // A pull alone (Start's) is exact; every exchange's reply is 16-bit.
+    if (on_wire && b > 0) RoundToHalves(view->parameter_data(), static_cast<size_t>(p));
+    ASSERT_TRUE(view->ComputeGradients(b).ok());
+    if (on_wire) RoundToHalves(view->gradient_data(), static_cast<size_t>(p));
+    std::copy_n(view->gradient_data(), p, reference->gradient_data());
+    reference->ApplyGradients(reference->SgdFor(0));
+
+    auto stats = worker->ComputeGradients(b);
+    ASSERT_TRUE(stats.ok());
+    absl::Status synced = (*sync)->Step(*worker, {0, b, stats->examples}).status();
+    ASSERT_TRUE(synced.ok()) << synced;
+    std::vector<float> expected(reference->parameter_data(), reference->parameter_data() + p);
+    if (on_wire) RoundToHalves(expected.data(), expected.size());
+    const float* held = worker->parameter_data();
+    for (int64_t i = 0; i < p; ++i) {
+      if (on_wire) {
+        ASSERT_EQ(HalfToFloat(FloatToHalf(held[i])), held[i])
+            << "weight " << i << " after step " << b << " is not a 16-bit value";
+      }
+      // The servers' arithmetic may differ from the trainer's in the last bit of a float, which
+      // can move a value to the next half: one step of 2^-10 of its size at most.
+      ASSERT_LE(std::fabs(held[i] - expected[i]), std::fabs(expected[i]) * 0x1p-10f + 1e-6f)
+          << "weight " << i << " after step " << b;
+    }
+  }
+  const auto [pushed, pulled] = Bytes(registry);
+  const double value_bytes = on_wire ? 2 : 4;
+  EXPECT_EQ(pushed, static_cast<double>(steps * p) * value_bytes);
+  EXPECT_EQ(pulled, static_cast<double>(steps * p) * value_bytes);
+}
+
+// A gradient beyond a half's range goes in a 32-bit exchange, and weights beyond it come back in
+// 32 bits: the worker holds the servers' large weight, not infinity.
+TEST_P(PsSixteenBitTest, ValuesBeyondAHalfsRangeTravelInThirtyTwoBits) {
+  auto worker = MakeTrainer(kGlobalBatch);
+  ASSERT_TRUE(worker);
+  Servers& servers = LaunchServers(*worker, /*partitions=*/1, /*workers=*/1, "asp");
+  ASSERT_EQ(servers.size(), 1u);
+  prometheus::Registry registry;
+  WorkerMetrics metrics(registry, 0, 0);
+  PushPullOptions o = SyncOptions(servers, 0);
+  o.clients.half_precision = true;
+  o.metrics = &metrics;
+  auto sync = MakePushPullSynchroniser(o, *worker);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  ASSERT_TRUE((*sync)->Start(*worker).ok());
+  worker->StartEpoch(0);
+  const int64_t p = worker->parameter_count();
+  auto stats = worker->ComputeGradients(0);
+  ASSERT_TRUE(stats.ok());
+  // lr 0.05: a gradient of -4e6 moves weight 0 by about +2e5, beyond 65,504.
+  const float before = worker->parameter_data()[0];
+  worker->gradient_data()[0] = -4e6f;
+  absl::Status synced = (*sync)->Step(*worker, {0, 0, stats->examples}).status();
+  ASSERT_TRUE(synced.ok()) << synced;
+  const float large = worker->parameter_data()[0];
+  EXPECT_TRUE(std::isfinite(large));
+  EXPECT_GT(large, 65504.0f) << "was " << before;
+  EXPECT_EQ(Bytes(registry).first, static_cast<double>(p) * 4) << "the push went in 32 bits";
+  EXPECT_EQ(Bytes(registry).second, static_cast<double>(p) * 4) << "the reply came in 32 bits";
+  // The next step's gradients are ordinary again and go in 16 bits; the weights do not.
+  stats = worker->ComputeGradients(1);
+  ASSERT_TRUE(stats.ok());
+  synced = (*sync)->Step(*worker, {0, 1, stats->examples}).status();
+  ASSERT_TRUE(synced.ok()) << synced;
+  const double value_bytes = GetParam() == Link::kTcp ? 2 : 4;  // shm: 32 bits throughout
+  EXPECT_EQ(Bytes(registry).first, static_cast<double>(p) * (4 + value_bytes));
+  EXPECT_EQ(Bytes(registry).second, static_cast<double>(p) * 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Links, PsSixteenBitTest,
+                         ::testing::Values(Link::kTcp, Link::kSharedMemory), LinkName);
 
 }  // namespace
 }  // namespace strata::testing

@@ -94,10 +94,32 @@ TEST(PushPullFrame, SharedMemoryRequestsFollowTheSameRules) {
   EXPECT_THAT(std::string(Decoded(r, &back).message()), HasSubstr("a pull or share"));
   uint8_t raw[kRequestBytes];
   EncodeRequest(AnExchange(), raw);
-  raw[8] = 5;  // one past the last kind
-  EXPECT_THAT(std::string(DecodeRequest(raw, &back).message()), HasSubstr("unknown kind 5"));
+  raw[8] = 6;  // one past the last kind
+  EXPECT_THAT(std::string(DecodeRequest(raw, &back).message()), HasSubstr("unknown kind 6"));
   raw[8] = 0;
   EXPECT_THAT(std::string(DecodeRequest(raw, &back).message()), HasSubstr("unknown kind 0"));
+}
+
+// strategy.push_compression fp16: the gradients in halves, the buffers in floats, so any even
+// size may be right; the server compares it with its partition's exact size.
+TEST(PushPullFrame, SixteenBitExchangesCarryWholeHalvesOnTheSocket) {
+  Request back;
+  Request r = AnExchange();
+  r.kind = RequestKind::kExchangeHalf;
+  r.payload_bytes = 6;  // three halves: refused as floats, whole as halves
+  ASSERT_TRUE(Decoded(r, &back).ok());
+  EXPECT_EQ(back.kind, RequestKind::kExchangeHalf);
+  EXPECT_EQ(back.payload_bytes, 6u);
+  EXPECT_TRUE(PayloadOnSocket(back.kind));
+  EXPECT_TRUE(IsExchange(back.kind));
+  r.payload_bytes = 7;
+  EXPECT_THAT(std::string(Decoded(r, &back).message()), HasSubstr("whole number of 16-bit"));
+  r.payload_bytes = 0;
+  EXPECT_THAT(std::string(Decoded(r, &back).message()), HasSubstr("an exchange"));
+  r.payload_bytes = kMaxPayloadBytes + 2;
+  EXPECT_THAT(std::string(Decoded(r, &back).message()), HasSubstr("over"));
+  EXPECT_EQ(PayloadBytes(3, 2, /*half=*/true), 14u);
+  EXPECT_EQ(PayloadBytes(3, 2, /*half=*/false), 20u);
 }
 
 TEST(PushPullFrame, AShareOfferRoundTrips) {
@@ -138,8 +160,10 @@ TEST(PushPullFrame, RepliesRoundTripAndLiesAreRefused) {
   r.code = 17;
   EXPECT_THAT(std::string(Decoded(r, &back).message()), HasSubstr("status code 17"));
   r.code = 0;
-  r.payload_bytes = 10;
-  EXPECT_THAT(std::string(Decoded(r, &back).message()), HasSubstr("whole number of floats"));
+  r.payload_bytes = 10;  // five halves: a 16-bit exchange's reply may hold that
+  EXPECT_TRUE(Decoded(r, &back).ok());
+  r.payload_bytes = 11;
+  EXPECT_THAT(std::string(Decoded(r, &back).message()), HasSubstr("whole number of 16-bit"));
 }
 
 TEST(PushPullFrame, TheFingerprintTellsLayoutsApart) {
