@@ -11,9 +11,12 @@
 # (0.05 x R, the rule TensAIR's authors point to). Each line also gives the mean staleness of the
 # gradients a replica applied from the others (0 for R = 1: it has none).
 # SYNCS (default "mesh") lists the exchanges to run, alternating within each round: `mesh`
-# (TensAIR's protocol) and `allreduce` (stream.sync allreduce: the synchronous baseline, a ring
-# all-reduce of every replica's window gradient each step). With both, the last lines give each
-# count's mesh events/s over the baseline's.
+# (TensAIR's protocol), `allreduce` (stream.sync allreduce: the synchronous baseline, a ring
+# all-reduce of every replica's window gradient each step) and `servers` (stream.sync servers:
+# one parameter server, ASP, which gets a CPU quota of QUOTA cores of its own on top of the
+# replicas'). With mesh and another, the last lines give each count's mesh events/s over it.
+# For `servers` the staleness column is the mean, over every window, of the other replicas'
+# gradients the server applied between the window's model and its gradient.
 # HOSTS_RATE (e.g. 1gbit) runs every count on emulated hosts instead (bench/network/
 # emulated_hosts.sh: a network namespace per host, a tbf limit of HOSTS_RATE each way on each
 # host's link): `strata run --hosts` on the head h0, replica r alone on host r+1, every host with
@@ -65,13 +68,15 @@ strategy: { kind: stream }
 stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: $buffer, max_events: $events,
           sync: $sync }
 YAML
+    servers=0
+    [ "$sync" = servers ] && servers=1
     "$build/bin/strata" produce "$out/job.yaml" --max-events "$events" > "$out/produce.log"
     if [ -n "$hosts_rate" ]; then
       "$emulated" check
       "$emulated" exec h0 "$build/bin/strata" run "$out/job.yaml" --hosts "$out/hosts.txt" \
         --out "$out/run-$key" --quiet > "$out/run-$key.log" 2>&1 || { cat "$out/run-$key.log"; exit 1; }
     else
-      echo "$(awk -v r="$r" -v q="$quota" -v p="$period" 'BEGIN {printf "%d", r * q * p}')" \
+      echo "$(awk -v r="$((r + servers))" -v q="$quota" -v p="$period" 'BEGIN {printf "%d", r * q * p}')" \
         > "$cg/cpu.cfs_quota_us"
       (echo $BASHPID > "$cg/cgroup.procs"; exec "$build/bin/strata" run "$out/job.yaml" \
         --out "$out/run-$key" --quiet > "$out/run-$key.log" 2>&1) || { cat "$out/run-$key.log"; exit 1; }
@@ -80,8 +85,12 @@ YAML
 import json, sys
 s = json.load(open(sys.argv[1]))
 remote = [(int(k), n) for k, n in s["staleness"].items()]
-own = s["gradients"]  # each gradient once at its own replica, at staleness 0
-count = sum(n for _, n in remote) - own
+if s.get("sync") == "servers":
+  # One entry per window: the others' gradients applied between its model and it.
+  count = sum(n for _, n in remote)
+else:
+  own = s["gradients"]  # each gradient once at its own replica, at staleness 0
+  count = sum(n for _, n in remote) - own
 mean = sum(k * n for k, n in remote) / count if count > 0 else 0.0
 print(f"round {sys.argv[2]} sync={sys.argv[4]} replicas={sys.argv[3]} events_per_s={s['events_per_s']:.0f} "
       f"remote_staleness_mean={mean:.2f} "
@@ -106,9 +115,11 @@ for sync in $syncs; do
       'BEGIN {printf "sync=%s replicas=%d events_per_s=%.0f ratio_to_%s_1=%.2f accuracy_before_training=%.4f remote_staleness_mean=%.2f\n", s, r, m, f, m / b, a, st}'
   done
 done
-if [[ " $syncs " == *" mesh "* && " $syncs " == *" allreduce "* ]]; then
-  for r in "${counts[@]}"; do
-    awk -v r="$r" -v m="$(field mesh "$r" events_per_s)" -v a="$(field allreduce "$r" events_per_s)" \
-      'BEGIN {printf "replicas=%d mesh_over_allreduce=%.2f\n", r, m / a}'
-  done
-fi
+for other in allreduce servers; do
+  if [[ " $syncs " == *" mesh "* && " $syncs " == *" $other "* ]]; then
+    for r in "${counts[@]}"; do
+      awk -v r="$r" -v m="$(field mesh "$r" events_per_s)" -v a="$(field "$other" "$r" events_per_s)" \
+        -v o="$other" 'BEGIN {printf "replicas=%d mesh_over_%s=%.2f\n", r, o, m / a}'
+    done
+  fi
+done

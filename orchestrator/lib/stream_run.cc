@@ -38,6 +38,7 @@
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/rpc_auth.h"
 #include "strata/v1/collective.grpc.pb.h"
+#include "strata/v1/parameter_server.grpc.pb.h"
 
 namespace strata {
 namespace {
@@ -52,6 +53,12 @@ constexpr std::chrono::seconds kPredictDeadline{30};
 // than this, relative to the size of replica 0's (the L2 norms): only the order of the additions
 // differs between them.
 constexpr double kAgreementTolerance = 1e-5;
+
+// stream.sync servers: how long writing the initial model, and each server's start, may take.
+constexpr std::chrono::seconds kServerStartDeadline{120};
+// The training-set size the servers of a stream are told: a stream has no epochs, and with this
+// many examples none ends, so the servers' epoch-based schedule never moves.
+constexpr int64_t kStreamTrainExamples = int64_t{1} << 40;
 
 std::string SelfPath() {
   char buf[4096];
@@ -223,7 +230,7 @@ class StreamRun {
   // Where replica r's servers listen: its emulated host's address (strata run --hosts), or
   // loopback. Replicas take the hosts after the head in turn, as a local run's services do.
   std::string ReplicaListenHost(int r) const {
-    return ListenHostOf(options_.hosts ? &options_.hosts->ForService(r) : nullptr);
+    return ListenHostOf(HostOf(ServiceIndexOfReplica(r)));
   }
 
   absl::Status Execute() {
@@ -231,6 +238,9 @@ class StreamRun {
     const std::string exchange =
         stream.sync() == v1::STREAM_SYNC_ALLREDUCE
             ? std::string("gradients summed by a synchronous all-reduce each step")
+        : ThroughServers()
+            ? absl::StrCat("each window's gradient pushed to ", job_.cluster().parameter_servers(),
+                           " parameter server(s) (ASP)")
             : absl::StrCat(stream.max_grad_buffer(), " gradient(s) per send");
     Say(absl::StrFormat(
         "strata run: %s: %s on %s, strategy stream, %d replica(s), windows of %d events, %s; "
@@ -245,12 +255,100 @@ class StreamRun {
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream.key(), stream.group(), "0"));
     if (embedded_) STRATA_RETURN_IF_ERROR(StartProducer());
     launched_ = StreamClock::now();
+    if (ThroughServers()) STRATA_RETURN_IF_ERROR(LaunchServers());
     STRATA_RETURN_IF_ERROR(LaunchReplicas());
     STRATA_RETURN_IF_ERROR(StartPredictLoad());
     record_->Event(RunEvent::kTrainingStarted, {{"mode", "stream"},
                                                 {"replicas", job_.cluster().workers()},
                                                 {"worker_batch", job_.stream().batch_events()}});
-    return Watch();
+    STRATA_RETURN_IF_ERROR(Watch());
+    ReadServerFigures();
+    return absl::OkStatus();
+  }
+
+  bool ThroughServers() const { return job_.stream().sync() == v1::STREAM_SYNC_SERVERS; }
+
+  // stream.sync servers: the job's initial model (written as a `ps` run writes it), then the
+  // servers (ASP: the job's checks refuse another consistency), each announcing its port in a port file; their addresses go to the replicas. A
+  // stream has no epochs: the servers keep no sample budget, and count a training set so large
+  // that no epoch ends (the learning-rate schedule stays where it starts; a replica's own rate,
+  // stream.lr_decay_events, travels with each push).
+  absl::Status LaunchServers() {
+    const std::string init = paths_.InitCheckpoint();
+    SpawnOptions writer;
+    writer.name = "init-checkpoint";
+    writer.argv = {absl::StrCat(options_.bin_dir, "/strata-evaluator"), "--job",
+                   paths_.job_resolved, "--write-init-checkpoint", init};
+    writer.log_path = paths_.ServiceLog("init-checkpoint");
+    STRATA_ASSIGN_OR_RETURN(auto written, ChildProcess::Spawn(writer));
+    if (!written->WaitFor(kServerStartDeadline) || !written->succeeded()) {
+      return absl::AbortedError(absl::StrCat("writing the initial model: strata-evaluator ",
+                                             written->exited() ? written->ExitDescription()
+                                                               : "did not finish in time",
+                                             "; the end of its log:\n",
+                                             LogTail(written->log_path())));
+    }
+    const std::string ps = absl::StrCat(options_.bin_dir, "/strata-ps");
+    for (int p = 0; p < job_.cluster().parameter_servers(); ++p) {
+      SpawnOptions o;
+      o.name = absl::StrCat("ps-", p);
+      const std::string listen_host = ListenHostOf(HostOf(p));
+      o.argv = {ps, "--partition", std::to_string(p), "--job", paths_.job_resolved, "--run-dir",
+                paths_.root, "--init-checkpoint", init, "--train-examples", std::to_string(kStreamTrainExamples), "--sample-budget", "0",
+                "--checkpoint-every-s", "0", "--listen", absl::StrCat(listen_host, ":0"),
+                "--port-file", paths_.PortFile(o.name)};
+      if (job_.metrics().enabled()) {
+        o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
+                                     "--metrics-port-file", paths_.MetricsPortFile(o.name)});
+      }
+      o.log_path = paths_.ServiceLog(o.name);
+      nlohmann::json launched = {{"process", o.name}};
+      if (const EmulatedHost* host = HostOf(p)) {
+        o.network_namespace = host->network_namespace;
+        o.cpu_group = host->cpu_group;
+        launched["host"] = host->name;
+      }
+      STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(o));
+      launched["pid"] = child->pid();
+      record_->Event(RunEvent::kLaunched, std::move(launched));
+      STRATA_ASSIGN_OR_RETURN(const int port,
+                              WaitForPortFile(*child, paths_.PortFile(o.name), kServerStartDeadline));
+      server_addresses_.push_back(absl::StrCat(listen_host, ":", port));
+      servers_.push_back(std::move(child));
+    }
+    Say(absl::StrCat("parameter servers at ", absl::StrJoin(server_addresses_, ", ")));
+    return absl::OkStatus();
+  }
+
+  // The emulated host of service i (servers first, then replicas, as a local run places them);
+  // none without --hosts.
+  const EmulatedHost* HostOf(int i) const {
+    return options_.hosts ? &options_.hosts->ForService(i) : nullptr;
+  }
+  // Replica r's place among the services: after the servers under stream.sync servers.
+  int ServiceIndexOfReplica(int r) const {
+    return ThroughServers() ? job_.cluster().parameter_servers() + r : r;
+  }
+
+  // stream.sync servers: what each server says it applied, the witness of apply-once (each
+  // replica's every window pushed, and applied, exactly once).
+  void ReadServerFigures() {
+    for (size_t p = 0; p < server_addresses_.size(); ++p) {
+      grpc::ClientContext context;
+      context.set_deadline(DeadlineAfter(kPredictDeadline));
+      v1::ServerStatus status;
+      const grpc::Status asked = v1::ParameterServer::NewStub(MakeChannel(server_addresses_[p]))
+                                     ->GetStatus(&context, v1::ServerStatusRequest(), &status);
+      nlohmann::json figures = {{"server", p}, {"address", server_addresses_[p]}};
+      if (asked.ok()) {
+        figures["pushes"] = status.pushes();
+        figures["version"] = status.version();
+        figures["rejected_pushes"] = status.rejected_pushes();
+      } else {
+        figures["error"] = asked.error_message();
+      }
+      server_figures_.push_back(std::move(figures));
+    }
   }
 
   absl::Status StartBroker() {
@@ -332,6 +430,10 @@ class StreamRun {
                     : address_.unix_path,
                 "--stream-run",
                 nonce_};
+      if (ThroughServers()) {
+        o.argv.insert(o.argv.end(),
+                      {"--parameter-servers", absl::StrJoin(server_addresses_, ",")});
+      }
       if (job_.metrics().enabled()) {
         o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
                                      "--metrics-port-file", paths_.MetricsPortFile(o.name)});
@@ -341,7 +443,7 @@ class StreamRun {
       if (options_.hosts) {
         // The broker's socket is a file of the shared file system: the events reach a replica
         // without crossing the emulated links, the gradients between replicas cross them.
-        const EmulatedHost& host = options_.hosts->ForService(r);
+        const EmulatedHost& host = *HostOf(ServiceIndexOfReplica(r));
         o.network_namespace = host.network_namespace;
         o.cpu_group = host.cpu_group;
         launched["host"] = host.name;
@@ -372,6 +474,15 @@ class StreamRun {
       }
       if (predict_load_ && (any_ended || StreamEnding())) StopPredictLoad();
       if (failed) return ReplicaFailure();
+      for (auto& server : servers_) {
+        if (!server->Poll()) continue;
+        failed_process_ = server->name();
+        record_->Event(RunEvent::kProcessExited,
+                       {{"process", server->name()}, {"how", server->ExitDescription()}});
+        return absl::AbortedError(absl::StrCat(server->name(), " ", server->ExitDescription(),
+                                               "; the end of its log:\n",
+                                               LogTail(server->log_path())));
+      }
       if (producer_ && producer_->Poll() && !producer_->succeeded()) {
         return absl::AbortedError(absl::StrCat("the producer ", producer_->ExitDescription(),
                                                "; the end of its log:\n",
@@ -588,7 +699,7 @@ class StreamRun {
         {"state", status.ok() ? "succeeded" : "failed"},
         {"batch_events", job_.stream().batch_events()},
         {"max_grad_buffer", job_.stream().max_grad_buffer()},
-        {"sync", job_.stream().sync() == v1::STREAM_SYNC_ALLREDUCE ? "allreduce" : "mesh"},
+        {"sync", Spelled(job_.stream().sync())},
         {"wall_s", Seconds(StreamClock::now())}};
     if (!status.ok()) summary["error"] = std::string(status.message());
     std::vector<nlohmann::json> results;
@@ -615,7 +726,8 @@ class StreamRun {
       }
       results.push_back(std::move(result));
     }
-    // Apply-once: every replica applied each replica's gradients, as many as it trained.
+    // Apply-once: every replica applied each replica's gradients, as many as it trained (through
+    // servers: pushed its own, and the servers applied them all, below).
     bool apply_once = !results.empty();
     for (const nlohmann::json& result : results) {
       const auto applied = result.value("applied", std::vector<int64_t>{});
@@ -624,10 +736,23 @@ class StreamRun {
         continue;
       }
       for (int o = 0; o < world; ++o) {
+        // Through servers a replica applies nothing itself: it counts its own pushes only.
+        if (ThroughServers() && o != result.value("rank", -1)) continue;
         if (applied[static_cast<size_t>(o)] != Int(results[static_cast<size_t>(o)], "windows")) {
           apply_once = false;
         }
       }
+    }
+    if (ThroughServers()) {
+      // Every server applied each window's gradient once: its pushes are the windows trained by
+      // every replica together (what the replicas counted above only says each pushed its own).
+      int64_t windows = 0;
+      for (const nlohmann::json& result : results) windows += Int(result, "windows");
+      apply_once = apply_once && !server_figures_.empty();
+      for (const nlohmann::json& server : server_figures_) {
+        apply_once = apply_once && server.value("pushes", int64_t{-1}) == windows;
+      }
+      summary["servers"] = server_figures_;
     }
     summary["per_replica"] = results;
     summary["gradients"] = gradients;
@@ -727,9 +852,16 @@ class StreamRun {
       producer_->Signal(SIGTERM);
       producer_->WaitFor(std::chrono::seconds(10));
     }
+    // The servers last: a replica may still have been pulling from them.
+    std::vector<ChildProcess*> servers;
+    for (auto& server : servers_) servers.push_back(server.get());
+    TerminateAll(servers, std::chrono::seconds(10));
     nlohmann::json ended = nlohmann::json::array();
     for (auto& replica : replicas_) {
       ended.push_back({{"process", replica->name()}, {"how", replica->ExitDescription()}});
+    }
+    for (auto& server : servers_) {
+      ended.push_back({{"process", server->name()}, {"how", server->ExitDescription()}});
     }
     if (producer_) {
       // The producer of a stream with no end is stopped once the replicas are done.
@@ -775,6 +907,10 @@ class StreamRun {
   std::unique_ptr<StreamBroker> broker_;
   std::unique_ptr<ChildProcess> producer_;
   std::vector<std::unique_ptr<ChildProcess>> replicas_;
+  // stream.sync servers: the servers, where they serve, and what they said at the end.
+  std::vector<std::unique_ptr<ChildProcess>> servers_;
+  std::vector<std::string> server_addresses_;
+  std::vector<nlohmann::json> server_figures_;
   StreamClock::time_point started_, launched_, trained_at_;
   StreamClock::time_point next_report_;
   std::map<int, size_t> drifts_recorded_;  // by replica: its detections in events.jsonl

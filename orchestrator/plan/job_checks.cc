@@ -66,6 +66,13 @@ void StreamJobProblems(const v1::ResolvedJob& job, ErrorFn& error) {
           "stream.lr_decay_events 0 the rate is constant: give it a number of "
           "events, or use continue");
   }
+  if (job.stream().sync() == v1::STREAM_SYNC_SERVERS &&
+      job.strategy().consistency() != v1::CONSISTENCY_ASP) {
+    error("strategy.consistency",
+          "stream.sync servers trains asynchronously (asp): the replicas' windows come as the "
+          "stream spreads them, and a mode that waits for every replica's would wait at the "
+          "stream's end for windows that never come");
+  }
   if (job.launcher().kind() != v1::LAUNCHER_KIND_LOCAL) {
     error("launcher.kind", absl::StrCat("strategy.kind stream runs on the local launcher; '",
                                         Spelled(job.launcher().kind()),

@@ -36,7 +36,9 @@
 #include "services/common/wire/checkpoint.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/tcp_socket.h"
+#include "services/worker/partition_clients.h"
 #include "services/worker/stream_predictor.h"
+#include "services/worker/worker.h"
 
 namespace strata {
 namespace {
@@ -188,6 +190,7 @@ class StreamReplica {
     mesh_options.deadline = options_.deadline;
     mesh_options.max_queued = static_cast<size_t>(std::max(4 * stream_.max_grad_buffer(), 16));
     mesh_ = std::make_unique<GradientMesh>(mesh_options);
+    if (ThroughServers()) STRATA_RETURN_IF_ERROR(ConnectServers());
     // Predict answers from the first weights until training publishes newer ones.
     predictor_->Publish(*trainer_, 0, /*force=*/true);
     mesh_->SetPredictor([this](const v1::PredictRequest& request, v1::PredictReply* reply) {
@@ -216,13 +219,100 @@ class StreamReplica {
  private:
   // stream.sync allreduce: the synchronous baseline instead of TensAIR's mesh.
   bool Synchronous() const { return stream_.sync() == v1::STREAM_SYNC_ALLREDUCE; }
+  // stream.sync servers: through parameter servers instead of TensAIR's mesh.
+  bool ThroughServers() const { return stream_.sync() == v1::STREAM_SYNC_SERVERS; }
+
+  // stream.sync servers: push/pull clients to the servers the launcher named, and their model
+  // (the job's initial one, as every replica's; pulled all the same, so a replica started late
+  // begins where the others are).
+  absl::Status ConnectServers() {
+    if (options_.parameter_servers.empty()) {
+      return absl::InvalidArgumentError(
+          "stream.sync servers: no parameter servers were given (--parameter-servers)");
+    }
+    STRATA_ASSIGN_OR_RETURN(
+        clients_, PartitionClients::Create(PushPullClientsFor(options_, options_.parameter_servers),
+                                           *trainer_));
+    server_buffers_.resize(static_cast<size_t>(trainer_->buffers().total_floats()));
+    STRATA_RETURN_IF_ERROR(clients_->ForEachServer([&](ServerLink& s) {
+      return clients_->PullInto(s, 0, trainer_->parameter_data(), server_buffers_.data());
+    }));
+    trainer_->SetBuffersFrom(server_buffers_.data());
+    clients_->MarkInstalled();
+    server_version_ = clients_->servers().front().version;
+    spdlog::info("replica {} trains through {} parameter server(s): {}", options_.rank,
+                 clients_->servers().size(), absl::StrJoin(clients_->LinkPaths(), "; "));
+    return absl::OkStatus();
+  }
+
+  // stream.sync servers: the window's gradient (at this replica's rate) to every server and, in
+  // the same round trip, the model after it. Its staleness is the number of other replicas'
+  // gradients the servers applied between the model it was computed on and it.
+  absl::Status ExchangeWithServers(const float* gradient, int64_t events, float scale) {
+    const auto start = ReplicaClock::now();
+    trainer_->CopyBuffersTo(server_buffers_.data());
+    PushFields fields;
+    fields.clock = counts_.windows;
+    fields.samples = events;
+    fields.lr = sgd_.lr * scale;
+    const ExchangeBuffers x{gradient, server_buffers_.data(), trainer_->parameter_data(),
+                            server_buffers_.data()};
+    STRATA_RETURN_IF_ERROR(clients_->ForEachServer(
+        [&](ServerLink& s) { return clients_->Exchange(s, fields, x); }));
+    trainer_->SetBuffersFrom(server_buffers_.data());
+    const ServerLink& first = clients_->servers().front();
+    const int64_t stale = std::max<int64_t>(0, first.version - first.installed_version - 1);
+    ++counts_.staleness[stale];
+    metrics_->staleness.Observe(static_cast<double>(stale));
+    metrics_->applied.Increment(static_cast<double>(first.version - first.installed_version));
+    clients_->MarkInstalled();
+    server_version_ = first.version;
+    ++counts_.applied[static_cast<size_t>(options_.rank)];
+    counts_.send_s += SecondsSince(start);
+    return absl::OkStatus();
+  }
+
+  // stream.sync servers, after this replica's last push: waits until every replica has pushed
+  // its last (each says so on the broker, beside the addresses), then pulls the servers' final
+  // model, so that every replica ends with the same one.
+  absl::Status FinishWithServers() {
+    const std::string key = absl::StrCat(ReplicasKey(stream_, options_.stream_run), ":ended");
+    STRATA_RETURN_IF_ERROR(
+        broker_->PutField(key, std::to_string(options_.rank), std::to_string(counts_.windows)));
+    const auto until = ReplicaClock::now() + options_.deadline;
+    while (true) {
+      STRATA_ASSIGN_OR_RETURN(auto fields, broker_->Fields(key));
+      if (static_cast<int>(fields.size()) >= options_.world()) break;
+      if (ReplicaClock::now() > until) {
+        std::string waiting;
+        for (int r = 0; r < options_.world(); ++r) {
+          if (fields.count(std::to_string(r)) == 0) absl::StrAppend(&waiting, " ", r);
+        }
+        return absl::DeadlineExceededError(absl::StrCat("replicas", waiting,
+                                                        " did not finish their pushes within ",
+                                                        options_.deadline.count() / 1000, " s"));
+      }
+      WriteProgress("flushing");
+      // Polling the broker: the others end within a window or two of this one.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    STRATA_RETURN_IF_ERROR(clients_->ForEachServer([&](ServerLink& s) {
+      return clients_->PullInto(s, counts_.windows, trainer_->parameter_data(),
+                                server_buffers_.data());
+    }));
+    trainer_->SetBuffersFrom(server_buffers_.data());
+    clients_->MarkInstalled();
+    server_version_ = clients_->servers().front().version;
+    return absl::OkStatus();
+  }
 
   absl::Status Train(int port) {
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream_.key(), stream_.group(), "0"));
     if (!options_.port_file.empty()) {
       STRATA_RETURN_IF_ERROR(WriteFileAtomic(options_.port_file, std::to_string(port) + "\n"));
     }
-    STRATA_RETURN_IF_ERROR(FindPeers(port));
+    // Through servers the replicas exchange nothing with each other.
+    if (!ThroughServers()) STRATA_RETURN_IF_ERROR(FindPeers(port));
     started_ = ReplicaClock::now();
     spdlog::info("replica {}/{} reads stream {} as {} of group {}: windows of {} events, {} "
                  "gradient(s) per send, lr {}",
@@ -234,7 +324,7 @@ class StreamReplica {
     std::vector<int64_t> produced_ns;  // each event's `t`
     bool reading = true;
     while (true) {
-      STRATA_RETURN_IF_ERROR(ApplyRemote(ReplicaClock::now()));
+      if (!ThroughServers()) STRATA_RETURN_IF_ERROR(ApplyRemote(ReplicaClock::now()));
       if (reading) {
         STRATA_ASSIGN_OR_RETURN(reading, KeepReading());
       }
@@ -285,7 +375,9 @@ class StreamReplica {
       }
       WriteProgress("training");
     }
-    if (!Synchronous()) {
+    if (ThroughServers()) {
+      STRATA_RETURN_IF_ERROR(FinishWithServers());
+    } else if (!Synchronous()) {
       STRATA_RETURN_IF_ERROR(Flush());
       STRATA_RETURN_IF_ERROR(Send(EndMessage()));
       STRATA_RETURN_IF_ERROR(AwaitPeers());
@@ -366,6 +458,9 @@ class StreamReplica {
     counts_.lr = sgd_.lr * scale;
     if (Synchronous()) {
       STRATA_RETURN_IF_ERROR(AllReduceStep(gradient, scale, /*active=*/true).status());
+    } else if (ThroughServers()) {
+      STRATA_RETURN_IF_ERROR(
+          ExchangeWithServers(gradient, static_cast<int64_t>(labels.size()), scale));
     } else {
       SgdOptions step = sgd_;
       step.lr = counts_.lr;
@@ -543,7 +638,9 @@ class StreamReplica {
     return absl::OkStatus();
   }
 
+  // The version of the model this replica holds: the gradients in it, every replica's.
   int64_t AppliedTotal() const {
+    if (ThroughServers()) return server_version_;
     int64_t total = 0;
     for (int64_t a : counts_.applied) total += a;
     return total;
@@ -680,6 +777,9 @@ class StreamReplica {
 
   nlohmann::json Figures(const std::string& state) const {
     nlohmann::json j = counts_.ToJson();
+    // Through servers a replica counts its own gradients; the model it holds has every
+    // replica's that the servers applied (its version).
+    if (ThroughServers()) j["applied_total"] = AppliedTotal();
     const StreamPredictor::Latencies predict = predictor_->Figures();
     j["predictions"] = {{"answered", predict.answered}, {"refused", predict.refused},
                         {"p50_ms", predict.p50_ms}, {"p99_ms", predict.p99_ms},
@@ -739,6 +839,10 @@ class StreamReplica {
   const SgdOptions sgd_;
   std::unique_ptr<GradientMesh> mesh_;
   std::unique_ptr<RingAllReduce> ring_;  // stream.sync allreduce only
+  // stream.sync servers only: the clients, the buffers' values both ways, the servers' version.
+  std::unique_ptr<PartitionClients> clients_;
+  std::vector<float> server_buffers_;
+  int64_t server_version_ = 0;
   std::vector<float> step_sum_;          // an all-reduce step's gradient sum and flags
   ReplicaCounts counts_;
   std::deque<std::pair<int64_t, int64_t>> recent_;  // (correct, scored) of the latest windows

@@ -59,25 +59,7 @@ class WorkerSynchronisers final : public SynchroniserFactory {
   absl::StatusOr<std::unique_ptr<Synchroniser>> PushPull(const std::vector<std::string>& servers,
                                                          const Trainer& trainer,
                                                          double lr) override {
-    PartitionClientsOptions clients;
-    clients.servers = servers;
-    clients.rank = options_.rank;
-    clients.deadline = options_.deadline;
-    // Plain TCP (with shared memory for servers on this host under shm) unless the job asks for
-    // gRPC; with TLS on the servers offer no data plane.
-    const v1::DataLink link = options_.job.strategy().ps_link();
-    clients.tcp_data_plane =
-        (link == v1::DATA_LINK_TCP || link == v1::DATA_LINK_SHARED_MEMORY) && !ChannelsUseTls();
-    clients.shared_memory = clients.tcp_data_plane && link == v1::DATA_LINK_SHARED_MEMORY;
-    clients.split_tensors = options_.job.strategy().ps_split();
-    clients.half_precision =
-        options_.job.strategy().push_compression() == v1::PUSH_COMPRESSION_FP16;
-    if (clients.half_precision && !clients.tcp_data_plane) {
-      spdlog::warn(
-          "strategy.push_compression fp16 needs the plain-TCP data plane ({}); push/pull goes "
-          "over gRPC in 32 bits",
-          ChannelsUseTls() ? "TLS is on, and it is not encrypted" : "strategy.ps_link is grpc");
-    }
+    const PartitionClientsOptions clients = PushPullClientsFor(options_, servers);
     const v1::Consistency mode = options_.job.strategy().consistency();
     if (ServerDecidesPulls(mode)) {
       PointRoundOptions rounds;
@@ -158,6 +140,30 @@ absl::StatusOr<std::unique_ptr<RingAllReduce>> MakeWorkerRing(const WorkerOption
 }
 
 }  // namespace
+
+PartitionClientsOptions PushPullClientsFor(const WorkerOptions& options,
+                                           const std::vector<std::string>& servers) {
+  PartitionClientsOptions clients;
+  clients.servers = servers;
+  clients.rank = options.rank;
+  clients.deadline = options.deadline;
+  // Plain TCP (with shared memory for servers on this host under shm) unless the job asks for
+  // gRPC; with TLS on the servers offer no data plane.
+  const v1::ResolvedStrategy& strategy = options.job.strategy();
+  const v1::DataLink link = strategy.ps_link();
+  clients.tcp_data_plane =
+      (link == v1::DATA_LINK_TCP || link == v1::DATA_LINK_SHARED_MEMORY) && !ChannelsUseTls();
+  clients.shared_memory = clients.tcp_data_plane && link == v1::DATA_LINK_SHARED_MEMORY;
+  clients.split_tensors = strategy.ps_split();
+  clients.half_precision = strategy.push_compression() == v1::PUSH_COMPRESSION_FP16;
+  if (clients.half_precision && !clients.tcp_data_plane) {
+    spdlog::warn(
+        "strategy.push_compression fp16 needs the plain-TCP data plane ({}); push/pull goes "
+        "over gRPC in 32 bits",
+        ChannelsUseTls() ? "TLS is on, and it is not encrypted" : "strategy.ps_link is grpc");
+  }
+  return clients;
+}
 
 absl::Status RunWorker(const WorkerOptions& options) {
   if (options.job.strategy().kind() == v1::STRATEGY_KIND_STREAM) return RunStreamReplica(options);

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <absl/status/status.h>
 
@@ -40,6 +41,9 @@ struct WorkerOptions {
   // each other's addresses on the broker.
   std::string stream_address;
   std::string stream_run;
+  // A stream job with stream.sync servers: the parameter servers' addresses (host:port), in
+  // partition order.
+  std::vector<std::string> parameter_servers;
 
   int world() const { return job.cluster().workers(); }
 };
@@ -47,5 +51,12 @@ struct WorkerOptions {
 // Runs the worker until Stop (or a fatal start-up error). Training errors do not end the process:
 // they are reported through GetStatus so that the orchestrator can name the failing peer.
 absl::Status RunWorker(const WorkerOptions& options);
+
+// The options of push/pull clients to `servers` as the job asks for them: the data plane
+// (strategy.ps_link, none with TLS on), shared memory, split tensors, 16-bit exchanges
+// (strategy.push_compression; a warning where they cannot travel in 16 bits).
+struct PartitionClientsOptions;
+PartitionClientsOptions PushPullClientsFor(const WorkerOptions& options,
+                                           const std::vector<std::string>& servers);
 
 }  // namespace strata

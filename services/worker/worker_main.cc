@@ -54,6 +54,10 @@ int main(int argc, char** argv) {
   app.add_option("--stream-run", options.stream_run,
                  "strategy.kind stream: the run's nonce, under which the replicas find each other")
       ->default_val("default");
+  app.add_option("--parameter-servers", options.parameter_servers,
+                 "strategy.kind stream with stream.sync servers: the servers' host:port, in "
+                 "partition order")
+      ->delimiter(',');
   bool insecure_no_auth = false;
   app.add_flag(strata::kInsecureNoAuthFlag, insecure_no_auth, strata::kInsecureNoAuthHelp);
   strata::TlsFlagValues tls;

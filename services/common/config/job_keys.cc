@@ -507,13 +507,15 @@ std::vector<JobKey> MakeTable() {
                "training.lr again."),
       Key("stream.sync")
           .Default("mesh")
-          .Allowed({"mesh", "allreduce"})
+          .Allowed({"mesh", "allreduce", "servers"})
           .EmitOnlyUnlessDefault()
           .Doc("How the replicas combine gradients: `mesh` (TensAIR's protocol: each applies its "
-               "own at once and sends it to the others, no barrier) or `allreduce` (the "
+               "own at once and sends it to the others, no barrier), `allreduce` (the "
                "synchronous baseline: every replica's window gradient summed by a ring "
-               "all-reduce each step and applied by all together; stream.max_grad_buffer is "
-               "not used)."),
+               "all-reduce each step and applied by all together) or `servers` (through "
+               "cluster.parameter_servers parameter servers, asynchronously: each replica "
+               "pushes its window's gradient and pulls the servers' model in one exchange); "
+               "stream.max_grad_buffer is the mesh's only."),
       Key("stream.produce.rate")
           .Default("0")
           .AtLeast(0)

@@ -175,6 +175,53 @@ TEST_F(StreamRunTest, ASynchronousAllReduceGivesEveryReplicaTheSameBitsAndNoStal
   }
 }
 
+// stream.sync servers: the replicas push each window's gradient to two parameter servers (ASP)
+// and pull the model back in the same exchange, and exchange nothing with each other. The
+// witnesses are the servers' own counters (GetStatus, read by `strata run` before it stops them):
+// each applied exactly the windows every replica trained, and the replicas, which pull the final
+// model once all have pushed their last, end with the same bits. Staleness is the number of other
+// replicas' gradients the servers applied between a gradient's model and it: one entry per own
+// window. Broken on purpose: with a replica skipping the push of every 10th window (but counting
+// it), the run failed "apply_once false, agree true", exit 1.
+TEST_F(StreamRunTest, ThroughParameterServersEveryWindowIsAppliedOnceAndTheReplicasEndEqual) {
+  const std::string run = dir_ + "/run";
+  std::string output;
+  ASSERT_EQ(Run(absl::StrCat(kJob, "cluster: { workers: 3, parameter_servers: 2 }\n",
+                             "stream: { batch_events: 32, max_events: 2500, sync: servers }\n"),
+                run, &output),
+            0)
+      << output;
+  EXPECT_THAT(output, HasSubstr("pushed to 2 parameter server(s)"));
+  const nlohmann::json s = Summary(run);
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["state"], "succeeded");
+  EXPECT_EQ(s["sync"], "servers");
+  EXPECT_EQ(s["apply_once"], true);
+  EXPECT_EQ(s["agree"], true);
+  EXPECT_EQ(s["agreement_max_abs"].get<double>(), 0.0);
+  EXPECT_EQ(s["events_trained"].get<int64_t>(), 2500);
+  EXPECT_EQ(s["pending_after"].get<int64_t>(), 0);
+  const int64_t gradients = s["gradients"].get<int64_t>();
+  EXPECT_GE(gradients, 2500 / 32);
+  ASSERT_EQ(s["servers"].size(), 2u) << s.dump();
+  for (const auto& server : s["servers"]) {
+    EXPECT_EQ(server["pushes"].get<int64_t>(), gradients) << server.dump();
+    EXPECT_EQ(server["version"].get<int64_t>(), gradients) << server.dump();
+    EXPECT_EQ(server["rejected_pushes"].get<int64_t>(), 0) << server.dump();
+  }
+  ASSERT_EQ(s["per_replica"].size(), 3u);
+  for (const auto& r : s["per_replica"]) {
+    EXPECT_EQ(r["applied_total"].get<int64_t>(), gradients) << r.dump();
+    int64_t entries = 0;
+    for (const auto& [staleness, n] : r["staleness"].items()) entries += n.get<int64_t>();
+    EXPECT_EQ(entries, r["windows"].get<int64_t>()) << r.dump();
+  }
+  // The servers' logs and the launches: two of them, started and stopped by the run.
+  const std::string events = Slurp(run + "/events.jsonl");
+  EXPECT_THAT(events, HasSubstr("\"process\":\"ps-0\""));
+  EXPECT_THAT(events, HasSubstr("\"process\":\"ps-1\""));
+}
+
 // The same drift with a decaying learning rate (stream.lr_decay_events) and stream.on_drift
 // reset_lr: each replica restarts its decay when its own detector fires, so the two replicas train
 // at different rates from then on, and their models must still agree (each gradient travels

@@ -82,7 +82,7 @@ TEST(StreamKeys, OutOfRangeValuesAreRefusedWithKeyAndLine) {
       {"  address: relative/redis.sock", "unknown scheme"},
       {"  lr_decay_events: -1", "job.yaml:3: stream.lr_decay_events: must be >= 0"},
       {"  on_drift: restart", "job.yaml:3: stream.on_drift"},
-      {"  sync: servers", "job.yaml:3: stream.sync"},
+      {"  sync: ring", "job.yaml:3: stream.sync"},
       {"  batch_event: 3", "job.yaml:3: stream.batch_event: unknown key"},
   };
   for (const Case& c : cases) {
