@@ -14,14 +14,16 @@
 # (TensAIR's protocol), `allreduce` (stream.sync allreduce: the synchronous baseline, a ring
 # all-reduce of every replica's window gradient each step) and `servers` (stream.sync servers:
 # one parameter server, ASP, which gets a CPU quota of QUOTA cores of its own on top of the
-# replicas'). With mesh and another, the last lines give each count's mesh events/s over it.
+# replicas', or with SERVER_QUOTA=shared shares the replicas' R x QUOTA). With mesh and another, the last lines give each count's mesh events/s over it.
 # For `servers` the staleness column is the mean, over every window, of the other replicas'
 # gradients the server applied between the window's model and its gradient.
 # HOSTS_RATE (e.g. 1gbit) runs every count on emulated hosts instead (bench/network/
 # emulated_hosts.sh: a network namespace per host, a tbf limit of HOSTS_RATE each way on each
 # host's link): `strata run --hosts` on the head h0, replica r alone on host r+1, every host with
 # a CPU quota of QUOTA cores, so that the gradients cross the links and the replicas keep their
-# speed; the broker's socket is shared (the events do not cross the links).
+# speed; the broker's socket is shared (the events do not cross the links). Under `servers` the
+# server takes host 1 and replica r host r+2, each host with QUOTA cores (SERVER_QUOTA is then
+# moot).
 # Needs root (the cgroup) and redis-server.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -48,8 +50,10 @@ period=$(cat "$cg/cpu.cfs_period_us")
 if [ -n "$hosts_rate" ]; then
   awk -v q="$quota" 'BEGIN {exit !(q >= 0.1)}' ||
     { echo "with HOSTS_RATE every host's CPU quota is QUOTA cores, at least 0.1 (not $quota)" >&2; exit 2; }
-  # The head and one host per replica of the largest count.
-  "$emulated" up $((${counts[-1]} + 1)) "$hosts_rate" "$(awk -v q="$quota" 'BEGIN {printf "%d", q * 100}')"
+  # The head, a host for the server under `servers`, and one host per replica of the largest count.
+  extra=0
+  [[ " $syncs " == *" servers "* ]] && extra=1
+  "$emulated" up $((${counts[-1]} + 1 + extra)) "$hosts_rate" "$(awk -v q="$quota" 'BEGIN {printf "%d", q * 100}')"
   "$emulated" hosts-file > "$out/hosts.txt"
 fi
 for round in $(seq "$rounds"); do
@@ -69,7 +73,7 @@ stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer
           sync: $sync }
 YAML
     servers=0
-    [ "$sync" = servers ] && servers=1
+    [ "$sync" = servers ] && [ "${SERVER_QUOTA:-own}" = own ] && servers=1
     "$build/bin/strata" produce "$out/job.yaml" --max-events "$events" > "$out/produce.log"
     if [ -n "$hosts_rate" ]; then
       "$emulated" check
@@ -102,7 +106,7 @@ PY
    done
   done
 done
-echo "medians over $rounds rounds, $events events, ${quota} cores per replica, buffers of $buffer, lr $lr_rule${hosts_rate:+, one emulated host per replica at $hosts_rate}:"
+echo "medians over $rounds rounds, $events events, ${quota} cores per replica, buffers of $buffer, lr $lr_rule${hosts_rate:+, one emulated host per replica at $hosts_rate}, server quota ${SERVER_QUOTA:-own}:"
 first=${syncs%% *}
 base=$(grep "sync=$first replicas=1 " "$out/all.txt" | sed 's/.*events_per_s=\([0-9.]*\).*/\1/' | median)
 field() { grep "sync=$1 replicas=$2 " "$out/all.txt" | sed "s/.*$3=\([0-9.]*\).*/\1/" | median; }

@@ -33,12 +33,14 @@ std::string Timestamp() {
 // False, having said which one, when a service binary the job needs is not in `bin_dir`.
 bool HaveServiceBinaries(const char* command, const v1::ResolvedJob& job,
                          const std::string& bin_dir) {
-  // A stream job runs replicas only (strata-worker); the producer is `strata produce`.
+  // A stream job runs replicas (strata-worker), and through servers also the servers and the
+  // evaluator that writes their initial model; the producer is `strata produce`.
   std::vector<std::string> needed = {"strata-worker"};
-  if (job.strategy().kind() != v1::STRATEGY_KIND_STREAM) {
-    needed.insert(needed.end(), {"strata-sharder", "strata-evaluator"});
-  }
-  if (UsesServers(job)) needed.push_back("strata-ps");
+  const bool stream = job.strategy().kind() == v1::STRATEGY_KIND_STREAM;
+  const bool stream_servers = stream && job.stream().sync() == v1::STREAM_SYNC_SERVERS;
+  if (!stream) needed.push_back("strata-sharder");
+  if (!stream || stream_servers) needed.push_back("strata-evaluator");
+  if (UsesServers(job) || stream_servers) needed.push_back("strata-ps");
   for (const std::string& bin : needed) {
     const std::string path = absl::StrCat(bin_dir, "/", bin);
     if (::access(path.c_str(), X_OK) != 0) {

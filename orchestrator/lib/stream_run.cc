@@ -251,11 +251,13 @@ class StreamRun {
     StreamBrokerOptions broker_options;
     broker_options.who = "strata run";
     STRATA_ASSIGN_OR_RETURN(broker_, ConnectStreamBroker(address_, broker_options));
+    // Before the producer and the clock: writing the initial model and starting the servers are
+    // not the stream's time.
+    if (ThroughServers()) STRATA_RETURN_IF_ERROR(LaunchServers());
     // Before the producer: the group reads the stream from its start.
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream.key(), stream.group(), "0"));
     if (embedded_) STRATA_RETURN_IF_ERROR(StartProducer());
     launched_ = StreamClock::now();
-    if (ThroughServers()) STRATA_RETURN_IF_ERROR(LaunchServers());
     STRATA_RETURN_IF_ERROR(LaunchReplicas());
     STRATA_RETURN_IF_ERROR(StartPredictLoad());
     record_->Event(RunEvent::kTrainingStarted, {{"mode", "stream"},

@@ -247,7 +247,8 @@ class StreamReplica {
 
   // stream.sync servers: the window's gradient (at this replica's rate) to every server and, in
   // the same round trip, the model after it. Its staleness is the number of other replicas'
-  // gradients the servers applied between the model it was computed on and it.
+  // gradients server 0 applied between the model it was computed on and it (under ASP another
+  // server may have taken the pushes in another order).
   absl::Status ExchangeWithServers(const float* gradient, int64_t events, float scale) {
     const auto start = ReplicaClock::now();
     trainer_->CopyBuffersTo(server_buffers_.data());
@@ -311,8 +312,7 @@ class StreamReplica {
     if (!options_.port_file.empty()) {
       STRATA_RETURN_IF_ERROR(WriteFileAtomic(options_.port_file, std::to_string(port) + "\n"));
     }
-    // Through servers the replicas exchange nothing with each other.
-    if (!ThroughServers()) STRATA_RETURN_IF_ERROR(FindPeers(port));
+    STRATA_RETURN_IF_ERROR(FindPeers(port));
     started_ = ReplicaClock::now();
     spdlog::info("replica {}/{} reads stream {} as {} of group {}: windows of {} events, {} "
                  "gradient(s) per send, lr {}",
@@ -418,6 +418,9 @@ class StreamReplica {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     spdlog::info("replicas at {}", absl::StrJoin(peers, ", "));
+    // Through servers the replicas exchange nothing with each other: finding each other is only
+    // the start line, so that no replica reads the stream alone while the others start.
+    if (ThroughServers()) return absl::OkStatus();
     STRATA_RETURN_IF_ERROR(mesh_->Connect(peers));
     return ring_ ? ring_->Connect(peers) : absl::OkStatus();
   }

@@ -3,12 +3,13 @@
 // is a connection's byte stream: a hello, then request headers each followed by the payload it
 // declares (or as much of it as is left); the same bytes are also read as reply headers.
 // Checked:
-//   - no request is accepted whose payload is not whole floats within kMaxPayloadBytes, or that
-//     carries a payload as a pull or share request or none as an exchange (the server reads
-//     exactly that many bytes into the partition's staging, from the socket or, for a shared
-//     exchange, from the shared region); no request of a kind outside the four;
+//   - no request is accepted whose payload is not whole floats (whole halves for a 16-bit
+//     exchange) within kMaxPayloadBytes, or that carries a payload as a pull or share request or
+//     none as an exchange (the server reads exactly that many bytes into the partition's staging,
+//     from the socket or, for a shared exchange, from the shared region); no request of a kind
+//     outside the five;
 //   - no reply is accepted with an unknown status code, a message over kMaxMessageBytes, a payload
-//     that is not whole floats within the bound, or a model alongside an error;
+//     that is not whole halves within the bound, or a model alongside an error;
 //   - whatever is accepted encodes again to a header that decodes to the same fields.
 #include <cstddef>
 #include <cstdint>

@@ -221,7 +221,8 @@ std::vector<JobKey> MakeTable() {
           .Default("1")
           .AtLeast(1)
           .Doc(
-              "Parameter servers (`strata-ps`) for strategies `ps` and `switch`; each owns a share "
+              "Parameter servers (`strata-ps`) for strategies `ps` and `switch`, and `stream` with "
+              "`stream.sync: servers`; each owns a share "
               "of the model's tensors (large ones cut into pieces, `strategy.ps_split`); with "
               "`ps_split: false` each owns whole tensors, so there can be no more servers than "
               "model tensors."),
@@ -387,9 +388,10 @@ std::vector<JobKey> MakeTable() {
           .Allowed({"none", "fp16"})
           .Applies(ForServers, {"strategy.kind"})
           .EmitOnlyUnlessDefault()
-          .Doc("`ps` and `switch` (after the switch): `fp16` sends the gradients a worker pushes "
-               "and the weights it pulls as 16-bit floats on the plain-TCP data plane: half the "
-               "bytes; the servers keep and update the model in 32 bits."),
+          .Doc("`ps`, `switch` (after the switch) and `stream` with `stream.sync: servers`: "
+               "`fp16` sends the gradients a worker pushes and the weights it pulls as 16-bit "
+               "floats on the plain-TCP data plane: half the bytes; the servers keep and update "
+               "the model in 32 bits."),
 
       Key("launcher.kind").Default("local").Doc("Where the job's processes run."),
       Key("launcher.ring_transport")

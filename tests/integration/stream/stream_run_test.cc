@@ -203,6 +203,9 @@ TEST_F(StreamRunTest, ThroughParameterServersEveryWindowIsAppliedOnceAndTheRepli
   EXPECT_EQ(s["pending_after"].get<int64_t>(), 0);
   const int64_t gradients = s["gradients"].get<int64_t>();
   EXPECT_GE(gradients, 2500 / 32);
+  // The replicas learn from the servers' model: one that kept its first weights would score
+  // about 10 % before training.
+  EXPECT_GT(s["prequential_accuracy"].get<double>(), 0.3) << s.dump();
   ASSERT_EQ(s["servers"].size(), 2u) << s.dump();
   for (const auto& server : s["servers"]) {
     EXPECT_EQ(server["pushes"].get<int64_t>(), gradients) << server.dump();
