@@ -15,6 +15,8 @@
 # all-reduce of every replica's window gradient each step) and `servers` (stream.sync servers:
 # one parameter server, ASP, which gets a CPU quota of QUOTA cores of its own on top of the
 # replicas', or with SERVER_QUOTA=shared shares the replicas' R x QUOTA). With mesh and another, the last lines give each count's mesh events/s over it.
+# A form may carry options after the exchange: `mesh-q2` (stream.max_queued_sends 2: at most 2
+# sends queued per peer), `servers-fp16` (strategy.push_compression fp16).
 # For `servers` the staleness column is the mean, over every window, of the other replicas'
 # gradients the server applied between the window's model and its gradient.
 # HOSTS_RATE (e.g. 1gbit) runs every count on emulated hosts instead (bench/network/
@@ -58,8 +60,13 @@ if [ -n "$hosts_rate" ]; then
 fi
 for round in $(seq "$rounds"); do
   for r in "${counts[@]}"; do
-   for sync in $syncs; do
-    key="bench-$round-$r-$sync"
+   for form in $syncs; do
+    sync=${form%%-*}
+    queued=0
+    [[ $form == *-q* ]] && queued=${form##*-q}
+    push=none
+    [[ $form == *-fp16 ]] && push=fp16
+    key="bench-$round-$r-$form"
     lr=0.05
     [ "$lr_rule" = scaled ] && lr=$(awk -v r="$r" 'BEGIN {print 0.05 * r}')
     cat > "$out/job.yaml" <<YAML
@@ -68,9 +75,9 @@ dataset: { name: fashion-mnist, path: /usr/share/datasets/fashion-mnist }
 model: { arch: mlp }
 training: { lr: $lr, momentum: 0, threads: 1, seed: 1 }
 cluster: { workers: $r }
-strategy: { kind: stream }
+strategy: { kind: stream, push_compression: $push }
 stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: $buffer, max_events: $events,
-          sync: $sync }
+          sync: $sync, max_queued_sends: $queued }
 YAML
     servers=0
     [ "$sync" = servers ] && [ "${SERVER_QUOTA:-own}" = own ] && servers=1
@@ -85,7 +92,7 @@ YAML
       (echo $BASHPID > "$cg/cgroup.procs"; exec "$build/bin/strata" run "$out/job.yaml" \
         --out "$out/run-$key" --quiet > "$out/run-$key.log" 2>&1) || { cat "$out/run-$key.log"; exit 1; }
     fi
-    python3 - "$out/run-$key/summary.json" "$round" "$r" "$sync" <<'PY' | tee -a "$out/all.txt"
+    python3 - "$out/run-$key/summary.json" "$round" "$r" "$form" <<'PY' | tee -a "$out/all.txt"
 import json, sys
 s = json.load(open(sys.argv[1]))
 remote = [(int(k), n) for k, n in s["staleness"].items()]
@@ -119,8 +126,8 @@ for sync in $syncs; do
       'BEGIN {printf "sync=%s replicas=%d events_per_s=%.0f ratio_to_%s_1=%.2f accuracy_before_training=%.4f remote_staleness_mean=%.2f\n", s, r, m, f, m / b, a, st}'
   done
 done
-for other in allreduce servers; do
-  if [[ " $syncs " == *" mesh "* && " $syncs " == *" $other "* ]]; then
+for other in ${syncs#mesh }; do
+  if [[ " $syncs " == *" mesh "* && $other != mesh ]]; then
     for r in "${counts[@]}"; do
       awk -v r="$r" -v m="$(field mesh "$r" events_per_s)" -v a="$(field "$other" "$r" events_per_s)" \
         -v o="$other" 'BEGIN {printf "replicas=%d mesh_over_%s=%.2f\n", r, o, m / a}'
