@@ -15,8 +15,7 @@
 # all-reduce of every replica's window gradient each step) and `servers` (stream.sync servers:
 # one parameter server, ASP, which gets a CPU quota of QUOTA cores of its own on top of the
 # replicas', or with SERVER_QUOTA=shared shares the replicas' R x QUOTA). With mesh and another, the last lines give each count's mesh events/s over it.
-# A form may carry options after the exchange: `mesh-q2` (stream.max_queued_sends 2: at most 2
-# sends queued per peer), `servers-fp16` (strategy.push_compression fp16).
+# A form may carry an option after the exchange: `servers-fp16` (strategy.push_compression fp16).
 # For `servers` the staleness column is the mean, over every window, of the other replicas'
 # gradients the server applied between the window's model and its gradient.
 # HOSTS_RATE (e.g. 1gbit) runs every count on emulated hosts instead (bench/network/
@@ -54,7 +53,7 @@ if [ -n "$hosts_rate" ]; then
     { echo "with HOSTS_RATE every host's CPU quota is QUOTA cores, at least 0.1 (not $quota)" >&2; exit 2; }
   # The head, a host for the server under `servers`, and one host per replica of the largest count.
   extra=0
-  [[ " $syncs " == *" servers "* ]] && extra=1
+  [[ " $syncs " == *" servers"* ]] && extra=1
   "$emulated" up $((${counts[-1]} + 1 + extra)) "$hosts_rate" "$(awk -v q="$quota" 'BEGIN {printf "%d", q * 100}')"
   "$emulated" hosts-file > "$out/hosts.txt"
 fi
@@ -62,8 +61,6 @@ for round in $(seq "$rounds"); do
   for r in "${counts[@]}"; do
    for form in $syncs; do
     sync=${form%%-*}
-    queued=0
-    [[ $form == *-q* ]] && queued=${form##*-q}
     push=none
     [[ $form == *-fp16 ]] && push=fp16
     key="bench-$round-$r-$form"
@@ -77,7 +74,7 @@ training: { lr: $lr, momentum: 0, threads: 1, seed: 1 }
 cluster: { workers: $r }
 strategy: { kind: stream, push_compression: $push }
 stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: $buffer, max_events: $events,
-          sync: $sync, max_queued_sends: $queued }
+          sync: $sync }
 YAML
     servers=0
     [ "$sync" = servers ] && [ "${SERVER_QUOTA:-own}" = own ] && servers=1

@@ -188,9 +188,7 @@ class StreamReplica {
     mesh_options.world = options_.world();
     mesh_options.parameter_floats = static_cast<size_t>(trainer_->parameters().total_floats());
     mesh_options.deadline = options_.deadline;
-    mesh_options.max_queued = static_cast<size_t>(stream_.max_queued_sends() > 0
-                                                      ? stream_.max_queued_sends()
-                                                      : std::max(4 * stream_.max_grad_buffer(), 16));
+    mesh_options.max_queued = static_cast<size_t>(std::max(4 * stream_.max_grad_buffer(), 16));
     mesh_ = std::make_unique<GradientMesh>(mesh_options);
     if (ThroughServers()) STRATA_RETURN_IF_ERROR(ConnectServers());
     // Predict answers from the first weights until training publishes newer ones.

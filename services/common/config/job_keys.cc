@@ -454,14 +454,6 @@ std::vector<JobKey> MakeTable() {
           .AtMost(1024)
           .EmitOnlyUnlessDefault()
           .Doc("Gradients a replica buffers before it sends them to every other replica."),
-      Key("stream.max_queued_sends")
-          .Default("0")
-          .AtLeast(0)
-          .AtMost(1024)
-          .EmitOnlyUnlessDefault()
-          .Doc("The mesh: sends (each a buffer's sum) a replica may have queued for each other "
-               "replica before it waits for that one to take them; 0: 4 x "
-               "stream.max_grad_buffer, at least 16."),
       Key("stream.max_events")
           .Default("0")
           .AtLeast(0)
