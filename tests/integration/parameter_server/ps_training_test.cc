@@ -451,6 +451,21 @@ INSTANTIATE_TEST_SUITE_P(Links, PsNetworkLinkTest,
 // value.
 class PsSixteenBitTest : public PsTrainingTest {
  protected:
+  // Rank 0's push/pull with 16-bit exchanges asked for, counting its bytes in `metrics`,
+  // started (its first pull done); null after a failure, which the test then reports.
+  std::unique_ptr<Synchroniser> StartSixteenBit(const Servers& servers, Trainer& worker,
+                                                WorkerMetrics* metrics) {
+    PushPullOptions o = SyncOptions(servers, 0);
+    o.clients.half_precision = true;
+    o.metrics = metrics;
+    auto sync = MakePushPullSynchroniser(o, worker);
+    EXPECT_TRUE(sync.ok()) << sync.status();
+    if (!sync.ok()) return nullptr;
+    absl::Status started = (*sync)->Start(worker);
+    EXPECT_TRUE(started.ok()) << started;
+    return started.ok() ? std::move(*sync) : nullptr;
+  }
+
   // The pushed and pulled bytes the worker's metrics counted.
   static std::pair<double, double> Bytes(prometheus::Registry& registry) {
     std::pair<double, double> bytes{-1, -1};
@@ -476,12 +491,8 @@ TEST_P(PsSixteenBitTest, GradientsAndWeightsTravelInSixteenBitsAndTheServersKeep
     ASSERT_EQ(servers.size(), 2u);
     prometheus::Registry registry;
     WorkerMetrics metrics(registry, 0, 0);
-    PushPullOptions o = SyncOptions(servers, 0);
-    o.clients.half_precision = true;
-    o.metrics = &metrics;
-    auto sync = MakePushPullSynchroniser(o, *worker);
-    ASSERT_TRUE(sync.ok()) << sync.status();
-    ASSERT_TRUE((*sync)->Start(*worker).ok());
+    auto sync = StartSixteenBit(servers, *worker, &metrics);
+    ASSERT_TRUE(sync);
     const bool on_wire = GetParam() == Link::kTcp;
     const int64_t p = reference->parameter_count();
     const auto b = static_cast<int64_t>(reference->buffers().total_floats());
@@ -502,7 +513,7 @@ TEST_P(PsSixteenBitTest, GradientsAndWeightsTravelInSixteenBitsAndTheServersKeep
 
       auto stats = worker->ComputeGradients(step);
       ASSERT_TRUE(stats.ok());
-      absl::Status synced = (*sync)->Step(*worker, {0, step, stats->examples}).status();
+      absl::Status synced = sync->Step(*worker, {0, step, stats->examples}).status();
       ASSERT_TRUE(synced.ok()) << synced;
       std::vector<float> expected(reference->parameter_data(), reference->parameter_data() + p);
       if (on_wire) RoundToHalves(expected.data(), expected.size());
@@ -542,12 +553,8 @@ TEST_P(PsSixteenBitTest, ValuesBeyondAHalfsRangeTravelInThirtyTwoBits) {
   ASSERT_EQ(servers.size(), 1u);
   prometheus::Registry registry;
   WorkerMetrics metrics(registry, 0, 0);
-  PushPullOptions o = SyncOptions(servers, 0);
-  o.clients.half_precision = true;
-  o.metrics = &metrics;
-  auto sync = MakePushPullSynchroniser(o, *worker);
-  ASSERT_TRUE(sync.ok()) << sync.status();
-  ASSERT_TRUE((*sync)->Start(*worker).ok());
+  auto sync = StartSixteenBit(servers, *worker, &metrics);
+  ASSERT_TRUE(sync);
   worker->StartEpoch(0);
   const int64_t p = worker->parameter_count();
   auto stats = worker->ComputeGradients(0);
@@ -555,7 +562,7 @@ TEST_P(PsSixteenBitTest, ValuesBeyondAHalfsRangeTravelInThirtyTwoBits) {
   // lr 0.05: a gradient of -4e6 moves weight 0 by about +2e5, beyond 65,504.
   const float before = worker->parameter_data()[0];
   worker->gradient_data()[0] = -4e6f;
-  absl::Status synced = (*sync)->Step(*worker, {0, 0, stats->examples}).status();
+  absl::Status synced = sync->Step(*worker, {0, 0, stats->examples}).status();
   ASSERT_TRUE(synced.ok()) << synced;
   const float large = worker->parameter_data()[0];
   EXPECT_TRUE(std::isfinite(large));
@@ -565,7 +572,7 @@ TEST_P(PsSixteenBitTest, ValuesBeyondAHalfsRangeTravelInThirtyTwoBits) {
   // The next step's gradients are ordinary again and go in 16 bits; the weights do not.
   stats = worker->ComputeGradients(1);
   ASSERT_TRUE(stats.ok());
-  synced = (*sync)->Step(*worker, {0, 1, stats->examples}).status();
+  synced = sync->Step(*worker, {0, 1, stats->examples}).status();
   ASSERT_TRUE(synced.ok()) << synced;
   const double value_bytes = GetParam() == Link::kTcp ? 2 : 4;  // shm: 32 bits throughout
   EXPECT_EQ(Bytes(registry).first, static_cast<double>(p) * (4 + value_bytes));
