@@ -39,12 +39,17 @@ void StreamJobProblems(const v1::ResolvedJob& job, ErrorFn& error) {
   const v1::ResolvedTraining& training = job.training();
   // Every replica applies every gradient once, in the order it arrives: plain SGD's updates
   // commute, so the replicas end on the same model; momentum's and weight decay's do not.
+  // Through servers the servers alone apply them, as in a `ps` job, and the replicas take their
+  // model: both are theirs to use.
   const char* order =
       "every replica applies the others' gradients in the order they arrive, and "
-      "with it the replicas would no longer agree: set 0 for strategy.kind stream";
-  if (training.momentum() != 0) error("training.momentum", absl::StrCat("momentum: ", order));
-  if (training.weight_decay() != 0) {
-    error("training.weight_decay", absl::StrCat("weight decay: ", order));
+      "with it the replicas would no longer agree: set 0 for strategy.kind stream (or train "
+      "through parameter servers, stream.sync: servers, which apply it themselves)";
+  if (job.stream().sync() != v1::STREAM_SYNC_SERVERS) {
+    if (training.momentum() != 0) error("training.momentum", absl::StrCat("momentum: ", order));
+    if (training.weight_decay() != 0) {
+      error("training.weight_decay", absl::StrCat("weight decay: ", order));
+    }
   }
   if (training.lr_milestones_size() > 0) {
     error("training.lr_schedule.milestones",

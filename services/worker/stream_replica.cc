@@ -190,7 +190,13 @@ class StreamReplica {
     mesh_options.deadline = options_.deadline;
     mesh_options.max_queued = static_cast<size_t>(std::max(4 * stream_.max_grad_buffer(), 16));
     mesh_ = std::make_unique<GradientMesh>(mesh_options);
-    if (ThroughServers()) STRATA_RETURN_IF_ERROR(ConnectServers());
+    if (ThroughServers()) {
+      STRATA_RETURN_IF_ERROR(ConnectServers());
+    } else if (options_.job.strategy().push_compression() == v1::PUSH_COMPRESSION_FP16) {
+      spdlog::warn("strategy.push_compression fp16 applies to stream.sync servers only; the {} "
+                   "sends 32-bit gradients",
+                   Synchronous() ? "all-reduce" : "mesh");
+    }
     // Predict answers from the first weights until training publishes newer ones.
     predictor_->Publish(*trainer_, 0, /*force=*/true);
     mesh_->SetPredictor([this](const v1::PredictRequest& request, v1::PredictReply* reply) {
@@ -240,8 +246,8 @@ class StreamReplica {
     trainer_->SetBuffersFrom(server_buffers_.data());
     clients_->MarkInstalled();
     server_version_ = clients_->servers().front().version;
-    spdlog::info("replica {} trains through {} parameter server(s): {}", options_.rank,
-                 clients_->servers().size(), absl::StrJoin(clients_->LinkPaths(), "; "));
+    spdlog::info("replica {} trains through {} parameter server(s)", options_.rank,
+                 clients_->servers().size());
     return absl::OkStatus();
   }
 
@@ -268,6 +274,12 @@ class StreamReplica {
     metrics_->applied.Increment(static_cast<double>(first.version - first.installed_version));
     clients_->MarkInstalled();
     server_version_ = first.version;
+    if (!links_logged_) {
+      // After the first exchange, once each link has settled its path (shared memory is asked
+      // for then): how the tensors travel, 16-bit or not.
+      links_logged_ = true;
+      spdlog::info("exchanges with the servers: {}", absl::StrJoin(clients_->LinkPaths(), "; "));
+    }
     ++counts_.applied[static_cast<size_t>(options_.rank)];
     counts_.send_s += SecondsSince(start);
     return absl::OkStatus();
@@ -846,6 +858,7 @@ class StreamReplica {
   std::unique_ptr<PartitionClients> clients_;
   std::vector<float> server_buffers_;
   int64_t server_version_ = 0;
+  bool links_logged_ = false;
   std::vector<float> step_sum_;          // an all-reduce step's gradient sum and flags
   ReplicaCounts counts_;
   std::deque<std::pair<int64_t, int64_t>> recent_;  // (correct, scored) of the latest windows
