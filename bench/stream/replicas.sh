@@ -13,8 +13,9 @@
 # SYNCS (default "mesh") lists the exchanges to run, alternating within each round: `mesh`
 # (TensAIR's protocol), `allreduce` (stream.sync allreduce: the synchronous baseline, a ring
 # all-reduce of every replica's window gradient each step) and `servers` (stream.sync servers:
-# one parameter server, ASP, which gets a CPU quota of QUOTA cores of its own on top of the
-# replicas', or with SERVER_QUOTA=shared shares the replicas' R x QUOTA). With mesh and another, the last lines give each count's mesh events/s over it.
+# one parameter server, ASP; the run's one CPU quota grows by QUOTA cores for it, to (R + 1) x
+# QUOTA pooled by replicas and server, or with SERVER_QUOTA=shared stays at R x QUOTA). With mesh
+# and another, the last lines give each count's mesh events/s over it.
 # A form may carry an option after the exchange: `servers-fp16` (strategy.push_compression fp16).
 # For `servers` the staleness column is the mean, over every window, of the other replicas'
 # gradients the server applied between the window's model and its gradient.
