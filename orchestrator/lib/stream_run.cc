@@ -19,6 +19,7 @@
 #include <absl/strings/str_join.h>
 #include <nlohmann/json.hpp>
 
+#include "orchestrator/launch/service_plan.h"
 #include "orchestrator/record/drift_recovery.h"
 #include "orchestrator/record/report.h"
 #include "orchestrator/record/run_record.h"
@@ -271,34 +272,50 @@ class StreamRun {
   bool ThroughServers() const { return job_.stream().sync() == v1::STREAM_SYNC_SERVERS; }
 
   // stream.sync servers: the job's initial model (written as a `ps` run writes it), then the
-  // servers (ASP: the job's checks refuse another consistency), each announcing its port in a port file; their addresses go to the replicas. A
-  // stream has no epochs: the servers keep no sample budget, and count a training set so large
-  // that no epoch ends (the learning-rate schedule stays where it starts; a replica's own rate,
-  // stream.lr_decay_events, travels with each push).
+  // servers (ASP: the job's checks refuse another consistency), each announcing its port in a port
+  // file; their addresses go to the replicas. A stream has no epochs: the servers keep no sample
+  // budget, and count a training set so large that no epoch ends (the learning-rate schedule stays
+  // where it starts; a replica's own rate, stream.lr_decay_events, travels with each push).
   absl::Status LaunchServers() {
     const std::string init = paths_.InitCheckpoint();
+    // The task a `ps` run gives its launcher, spawned here.
+    const TaskSpec task = InitCheckpointTask(paths_, init);
     SpawnOptions writer;
-    writer.name = "init-checkpoint";
-    writer.argv = {absl::StrCat(options_.bin_dir, "/strata-evaluator"), "--job",
-                   paths_.job_resolved, "--write-init-checkpoint", init};
-    writer.log_path = paths_.ServiceLog("init-checkpoint");
+    writer.name = task.name;
+    writer.argv = {absl::StrCat(options_.bin_dir, "/", task.binary)};
+    writer.argv.insert(writer.argv.end(), task.args.begin(), task.args.end());
+    writer.log_path = paths_.ServiceLog(task.name);
     STRATA_ASSIGN_OR_RETURN(auto written, ChildProcess::Spawn(writer));
     if (!written->WaitFor(kServerStartDeadline) || !written->succeeded()) {
-      return absl::AbortedError(absl::StrCat("writing the initial model: strata-evaluator ",
-                                             written->exited() ? written->ExitDescription()
-                                                               : "did not finish in time",
-                                             "; the end of its log:\n",
-                                             LogTail(written->log_path())));
+      return absl::AbortedError(
+          absl::StrCat("writing the initial model: strata-evaluator ",
+                       written->exited() ? written->ExitDescription() : "did not finish in time",
+                       "; the end of its log:\n", LogTail(written->log_path())));
     }
     const std::string ps = absl::StrCat(options_.bin_dir, "/strata-ps");
     for (int p = 0; p < job_.cluster().parameter_servers(); ++p) {
       SpawnOptions o;
       o.name = absl::StrCat("ps-", p);
       const std::string listen_host = ListenHostOf(HostOf(p));
-      o.argv = {ps, "--partition", std::to_string(p), "--job", paths_.job_resolved, "--run-dir",
-                paths_.root, "--init-checkpoint", init, "--train-examples", std::to_string(kStreamTrainExamples), "--sample-budget", "0",
-                "--checkpoint-every-s", "0", "--listen", absl::StrCat(listen_host, ":0"),
-                "--port-file", paths_.PortFile(o.name)};
+      o.argv = {ps,
+                "--partition",
+                std::to_string(p),
+                "--job",
+                paths_.job_resolved,
+                "--run-dir",
+                paths_.root,
+                "--init-checkpoint",
+                init,
+                "--train-examples",
+                std::to_string(kStreamTrainExamples),
+                "--sample-budget",
+                "0",
+                "--checkpoint-every-s",
+                "0",
+                "--listen",
+                absl::StrCat(listen_host, ":0"),
+                "--port-file",
+                paths_.PortFile(o.name)};
       if (job_.metrics().enabled()) {
         o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
                                      "--metrics-port-file", paths_.MetricsPortFile(o.name)});
@@ -313,8 +330,8 @@ class StreamRun {
       STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(o));
       launched["pid"] = child->pid();
       record_->Event(RunEvent::kLaunched, std::move(launched));
-      STRATA_ASSIGN_OR_RETURN(const int port,
-                              WaitForPortFile(*child, paths_.PortFile(o.name), kServerStartDeadline));
+      STRATA_ASSIGN_OR_RETURN(
+          const int port, WaitForPortFile(*child, paths_.PortFile(o.name), kServerStartDeadline));
       server_addresses_.push_back(absl::StrCat(listen_host, ":", port));
       servers_.push_back(std::move(child));
     }
@@ -433,8 +450,7 @@ class StreamRun {
                 "--stream-run",
                 nonce_};
       if (ThroughServers()) {
-        o.argv.insert(o.argv.end(),
-                      {"--parameter-servers", absl::StrJoin(server_addresses_, ",")});
+        o.argv.insert(o.argv.end(), {"--parameter-servers", absl::StrJoin(server_addresses_, ",")});
       }
       if (job_.metrics().enabled()) {
         o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
@@ -691,18 +707,17 @@ class StreamRun {
   // The apply-once and agreement checks over what the replicas wrote, and the run's figures.
   nlohmann::json Summarise(const absl::Status& status) {
     const int world = job_.cluster().workers();
-    nlohmann::json summary = {
-        {"name", job_.name()},
-        {"strategy", "stream"},
-        {"arch", ModelText(job_)},
-        {"dataset", Spelled(job_.dataset().name())},
-        {"workers", world},
-        {"replicas", world},
-        {"state", status.ok() ? "succeeded" : "failed"},
-        {"batch_events", job_.stream().batch_events()},
-        {"max_grad_buffer", job_.stream().max_grad_buffer()},
-        {"sync", Spelled(job_.stream().sync())},
-        {"wall_s", Seconds(StreamClock::now())}};
+    nlohmann::json summary = {{"name", job_.name()},
+                              {"strategy", "stream"},
+                              {"arch", ModelText(job_)},
+                              {"dataset", Spelled(job_.dataset().name())},
+                              {"workers", world},
+                              {"replicas", world},
+                              {"state", status.ok() ? "succeeded" : "failed"},
+                              {"batch_events", job_.stream().batch_events()},
+                              {"max_grad_buffer", job_.stream().max_grad_buffer()},
+                              {"sync", Spelled(job_.stream().sync())},
+                              {"wall_s", Seconds(StreamClock::now())}};
     if (!status.ok()) summary["error"] = std::string(status.message());
     std::vector<nlohmann::json> results;
     int64_t gradients = 0, trained = 0, malformed = 0, acknowledged = 0, correct = 0, scored = 0,

@@ -26,10 +26,9 @@ HandoverVerification CompareServersWithCheckpoint(const Checkpoint& checkpoint,
   // How often each row of each parameter and buffer of the checkpoint came back: a tensor split
   // over the servers (services/common/wire/partition_plan.h) comes back in pieces of rows.
   std::map<std::pair<TensorKind, std::string>, std::vector<int>> returned;
-  auto rows_of = [](const TensorSpec& spec) { return spec.shape.empty() ? 1 : spec.shape[0]; };
   for (const CheckpointEntry& e : checkpoint.entries) {
     if (e.kind != TensorKind::kMomentum) {
-      returned[{e.kind, e.tensor.name()}].assign(static_cast<size_t>(rows_of(e.tensor.spec)), 0);
+      returned[{e.kind, e.tensor.name()}].assign(static_cast<size_t>(RowsOf(e.tensor.spec)), 0);
     }
   }
   for (size_t p = 0; p < reads.size(); ++p) {
@@ -47,7 +46,7 @@ HandoverVerification CompareServersWithCheckpoint(const Checkpoint& checkpoint,
         continue;
       }
       const TensorSpec& spec = e->tensor.spec;
-      const int64_t rows = rows_of(spec);
+      const int64_t rows = RowsOf(spec);
       const int64_t first = piece ? piece->first_row : 0, end = piece ? piece->end_row : rows;
       if (end > rows || (piece && spec.shape.empty())) {
         differs(p, t.name() + " (rows outside the tensor)");

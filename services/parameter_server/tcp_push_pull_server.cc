@@ -218,8 +218,12 @@ class Session {
     const float* values = snapshot.values->data();
     const size_t floats = snapshot.values->size();
     const size_t parameters = std::min(snapshot.layout->parameter_floats, floats);
-    const bool half = kind == wire::RequestKind::kExchangeHalf && parameters > 0 &&
-                      MaxAbsOrInfinity(values, parameters) <= kLargestHalf;
+    // Converted once, and sent so if every weight has a finite half.
+    bool half = kind == wire::RequestKind::kExchangeHalf && parameters > 0;
+    if (half) {
+      reply_halves_.resize(parameters);
+      half = FloatsToFiniteHalves(values, parameters, reply_halves_.data());
+    }
     wire::Reply reply;
     reply.version = snapshot.version;
     reply.global_epoch = snapshot.global_epoch;
@@ -237,11 +241,10 @@ class Session {
       // Straight from the published model, which no one writes again while we hold it.
       return tcp::SendAll(fd_, header, sizeof(header), values, reply.payload_bytes);
     }
-    reply_halves_.resize(parameters);
-    FloatsToHalves(values, parameters, reply_halves_.data());
-    iovec parts[3] = {{header, sizeof(header)},
-                      {reply_halves_.data(), parameters * sizeof(uint16_t)},
-                      {const_cast<float*>(values + parameters), (floats - parameters) * sizeof(float)}};
+    iovec parts[3] = {
+        {header, sizeof(header)},
+        {reply_halves_.data(), parameters * sizeof(uint16_t)},
+        {const_cast<float*>(values + parameters), (floats - parameters) * sizeof(float)}};
     return tcp::SendParts(fd_, parts, 3);
   }
 

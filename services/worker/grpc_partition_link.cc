@@ -33,7 +33,11 @@ std::unique_ptr<grpc::ClientContext> NewContext(const PartitionCallOptions& call
 
 GrpcPartitionLink::GrpcPartitionLink(PartitionLinkOptions options,
                                      std::shared_ptr<grpc::Channel> channel)
-    : options_(std::move(options)), stub_(v1::ParameterServer::NewStub(std::move(channel))) {}
+    : options_(std::move(options)), stub_(v1::ParameterServer::NewStub(std::move(channel))) {
+  for (const ModelTensor& t : options_.tensors) {
+    tensor_bytes_ += static_cast<uint64_t>(t.spec.numel()) * sizeof(float);
+  }
+}
 
 template <typename Stream>
 absl::StatusOr<PartitionReply> GrpcPartitionLink::Receive(float* parameters, float* buffers,
@@ -156,10 +160,7 @@ absl::StatusOr<PartitionReply> GrpcPartitionLink::Exchange(const PushFields& fie
   }
   STRATA_RETURN_IF_ERROR(FinishCall(received.status(), ended, context.get(), stream.get(),
                                     options_.Describe("push/pull with")));
-  // The tensors' bytes, always 32-bit here (the messages' own framing not counted).
-  uint64_t floats = 0;
-  for (const ModelTensor& t : options_.tensors) floats += static_cast<uint64_t>(t.spec.numel());
-  received->bytes_pushed = received->bytes_pulled = floats * sizeof(float);
+  received->bytes_pushed = received->bytes_pulled = tensor_bytes_;
   return received;
 }
 

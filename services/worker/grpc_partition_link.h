@@ -41,6 +41,9 @@ class GrpcPartitionLink final : public PartitionLink {
 
   const PartitionLinkOptions options_;
   const std::unique_ptr<v1::ParameterServer::Stub> stub_;
+  // The partition's tensors in bytes, always 32-bit here (the messages' own framing not counted):
+  // what an exchange moves each way.
+  uint64_t tensor_bytes_ = 0;
 };
 
 }  // namespace strata

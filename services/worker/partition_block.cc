@@ -44,15 +44,12 @@ void PartitionBlock::Scatter(const void* from, float* parameters, float* buffers
 }
 
 bool PartitionBlock::GatherHalves(const float* gradients, uint16_t* into) const {
-  uint16_t* at = into;
+  bool finite = true;
   for (const Run& r : runs_) {
     if (r.is_buffer) continue;
-    FloatsToHalves(gradients + r.offset, r.floats, at);
-    at += r.floats;
+    finite &= FloatsToFiniteHalves(gradients + r.offset, r.floats, into);
+    into += r.floats;
   }
-  // An all-ones exponent is infinity or NaN: that push goes in 32 bits instead.
-  bool finite = true;
-  for (const uint16_t* h = into; h != at; ++h) finite &= (*h & 0x7c00u) != 0x7c00u;
   return finite;
 }
 

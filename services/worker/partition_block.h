@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "services/common/wire/push_pull_frame.h"
 #include "services/worker/partition_link.h"
 
 namespace strata {
@@ -28,7 +29,7 @@ class PartitionBlock {
   bool has_half_form() const { return parameters_first_ && parameter_floats_ > 0; }
   size_t parameter_floats() const { return parameter_floats_; }
   size_t half_form_bytes() const {
-    return parameter_floats_ * sizeof(uint16_t) + (floats_ - parameter_floats_) * sizeof(float);
+    return push_pull_wire::PayloadBytes(parameter_floats_, floats_ - parameter_floats_, true);
   }
   // The parameter runs of `gradients` as halves into `into` (parameter_floats() long); false
   // when a value has no finite half (beyond 65,504, or not a number).

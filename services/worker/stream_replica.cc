@@ -1,10 +1,11 @@
 #include "services/worker/stream_replica.h"
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,11 +15,11 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
-#include <nlohmann/json.hpp>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "services/collective/gradient_mesh.h"
 #include "services/collective/ring_allreduce.h"
@@ -26,10 +27,10 @@
 #include "services/common/base/run_directory.h"
 #include "services/common/base/status.h"
 #include "services/common/config/resolved_job.h"
+#include "services/common/metrics/metrics_endpoint.h"
 #include "services/common/ml/adwin.h"
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/sgd.h"
-#include "services/common/metrics/metrics_endpoint.h"
 #include "services/common/ml/trainer.h"
 #include "services/common/stream/stream_broker.h"
 #include "services/common/stream/stream_event.h"
@@ -193,9 +194,10 @@ class StreamReplica {
     if (ThroughServers()) {
       STRATA_RETURN_IF_ERROR(ConnectServers());
     } else if (options_.job.strategy().push_compression() == v1::PUSH_COMPRESSION_FP16) {
-      spdlog::warn("strategy.push_compression fp16 applies to stream.sync servers only; the {} "
-                   "sends 32-bit gradients",
-                   Synchronous() ? "all-reduce" : "mesh");
+      spdlog::warn(
+          "strategy.push_compression fp16 applies to stream.sync servers only; the {} "
+          "sends 32-bit gradients",
+          Synchronous() ? "all-reduce" : "mesh");
     }
     // Predict answers from the first weights until training publishes newer ones.
     predictor_->Publish(*trainer_, 0, /*force=*/true);
@@ -240,12 +242,7 @@ class StreamReplica {
         clients_, PartitionClients::Create(PushPullClientsFor(options_, options_.parameter_servers),
                                            *trainer_));
     server_buffers_.resize(static_cast<size_t>(trainer_->buffers().total_floats()));
-    STRATA_RETURN_IF_ERROR(clients_->ForEachServer([&](ServerLink& s) {
-      return clients_->PullInto(s, 0, trainer_->parameter_data(), server_buffers_.data());
-    }));
-    trainer_->SetBuffersFrom(server_buffers_.data());
-    clients_->MarkInstalled();
-    server_version_ = clients_->servers().front().version;
+    STRATA_RETURN_IF_ERROR(PullFromServers());
     spdlog::info("replica {} trains through {} parameter server(s)", options_.rank,
                  clients_->servers().size());
     return absl::OkStatus();
@@ -264,8 +261,8 @@ class StreamReplica {
     fields.lr = sgd_.lr * scale;
     const ExchangeBuffers x{gradient, server_buffers_.data(), trainer_->parameter_data(),
                             server_buffers_.data()};
-    STRATA_RETURN_IF_ERROR(clients_->ForEachServer(
-        [&](ServerLink& s) { return clients_->Exchange(s, fields, x); }));
+    STRATA_RETURN_IF_ERROR(
+        clients_->ForEachServer([&](ServerLink& s) { return clients_->Exchange(s, fields, x); }));
     trainer_->SetBuffersFrom(server_buffers_.data());
     const ServerLink& first = clients_->servers().front();
     const int64_t stale = std::max<int64_t>(0, first.version - first.installed_version - 1);
@@ -291,24 +288,14 @@ class StreamReplica {
   absl::Status FinishWithServers() {
     const std::string key = absl::StrCat(ReplicasKey(stream_, options_.stream_run), ":ended");
     STRATA_RETURN_IF_ERROR(
-        broker_->PutField(key, std::to_string(options_.rank), std::to_string(counts_.windows)));
-    const auto until = ReplicaClock::now() + options_.deadline;
-    while (true) {
-      STRATA_ASSIGN_OR_RETURN(auto fields, broker_->Fields(key));
-      if (static_cast<int>(fields.size()) >= options_.world()) break;
-      if (ReplicaClock::now() > until) {
-        std::string waiting;
-        for (int r = 0; r < options_.world(); ++r) {
-          if (fields.count(std::to_string(r)) == 0) absl::StrAppend(&waiting, " ", r);
-        }
-        return absl::DeadlineExceededError(absl::StrCat("replicas", waiting,
-                                                        " did not finish their pushes within ",
-                                                        options_.deadline.count() / 1000, " s"));
-      }
-      WriteProgress("flushing");
-      // Polling the broker: the others end within a window or two of this one.
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+        AwaitEveryRank(key, std::to_string(counts_.windows), "finish their pushes", [&] {
+          WriteProgress("flushing");
+        }).status());
+    return PullFromServers();
+  }
+
+  // The servers' model into the trainer, weights and buffers, as the model it computes on.
+  absl::Status PullFromServers() {
     STRATA_RETURN_IF_ERROR(clients_->ForEachServer([&](ServerLink& s) {
       return clients_->PullInto(s, counts_.windows, trainer_->parameter_data(),
                                 server_buffers_.data());
@@ -319,6 +306,42 @@ class StreamReplica {
     return absl::OkStatus();
   }
 
+  // Leaves `value` under this replica's rank in the broker hash `key` and waits until every
+  // replica has left one there (at most the deadline; `waiting` runs between polls); returns
+  // each rank's value. `what` says, in the error, what the missing replicas did not do.
+  absl::StatusOr<std::vector<std::string>> AwaitEveryRank(const std::string& key,
+                                                          const std::string& value,
+                                                          const char* what,
+                                                          const std::function<void()>& waiting) {
+    STRATA_RETURN_IF_ERROR(broker_->PutField(key, std::to_string(options_.rank), value));
+    const auto until = ReplicaClock::now() + options_.deadline;
+    std::vector<std::string> values(static_cast<size_t>(options_.world()));
+    while (true) {
+      STRATA_ASSIGN_OR_RETURN(auto fields, broker_->Fields(key));
+      int found = 0;
+      for (const auto& [rank_text, left] : fields) {
+        int rank = -1;
+        if (absl::SimpleAtoi(rank_text, &rank) && rank >= 0 && rank < options_.world()) {
+          values[static_cast<size_t>(rank)] = left;
+          ++found;
+        }
+      }
+      if (found == options_.world()) return values;
+      if (ReplicaClock::now() > until) {
+        std::string missing;
+        for (int r = 0; r < options_.world(); ++r) {
+          if (values[static_cast<size_t>(r)].empty()) absl::StrAppend(&missing, " ", r);
+        }
+        return absl::DeadlineExceededError(absl::StrCat("replicas", missing, " did not ", what,
+                                                        " within ",
+                                                        options_.deadline.count() / 1000, " s"));
+      }
+      if (waiting) waiting();
+      // Polling the broker: the other replicas start, and end, within seconds of each other.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
   absl::Status Train(int port) {
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream_.key(), stream_.group(), "0"));
     if (!options_.port_file.empty()) {
@@ -326,10 +349,11 @@ class StreamReplica {
     }
     STRATA_RETURN_IF_ERROR(FindPeers(port));
     started_ = ReplicaClock::now();
-    spdlog::info("replica {}/{} reads stream {} as {} of group {}: windows of {} events, {} "
-                 "gradient(s) per send, lr {}",
-                 options_.rank, options_.world(), stream_.key(), consumer_, stream_.group(),
-                 stream_.batch_events(), stream_.max_grad_buffer(), sgd_.lr);
+    spdlog::info(
+        "replica {}/{} reads stream {} as {} of group {}: windows of {} events, {} "
+        "gradient(s) per send, lr {}",
+        options_.rank, options_.world(), stream_.key(), consumer_, stream_.group(),
+        stream_.batch_events(), stream_.max_grad_buffer(), sgd_.lr);
     std::vector<std::string> window_ids;
     std::vector<float> features;
     std::vector<int32_t> labels;
@@ -401,34 +425,10 @@ class StreamReplica {
 
   // Leaves this replica's address under the run's nonce and waits until every replica's is there.
   absl::Status FindPeers(int port) {
-    const std::string key = ReplicasKey(stream_, options_.stream_run);
     const std::string address = absl::StrCat(tcp::DataPlaneHost(options_.listen), ":", port);
-    STRATA_RETURN_IF_ERROR(broker_->PutField(key, std::to_string(options_.rank), address));
-    const auto until = ReplicaClock::now() + options_.deadline;
-    std::vector<std::string> peers(static_cast<size_t>(options_.world()));
-    while (true) {
-      STRATA_ASSIGN_OR_RETURN(auto fields, broker_->Fields(key));
-      int found = 0;
-      for (const auto& [rank_text, where] : fields) {
-        int rank = -1;
-        if (absl::SimpleAtoi(rank_text, &rank) && rank >= 0 && rank < options_.world()) {
-          peers[static_cast<size_t>(rank)] = where;
-          ++found;
-        }
-      }
-      if (found == options_.world()) break;
-      if (ReplicaClock::now() > until) {
-        std::string missing;
-        for (int r = 0; r < options_.world(); ++r) {
-          if (peers[static_cast<size_t>(r)].empty()) absl::StrAppend(&missing, " ", r);
-        }
-        return absl::DeadlineExceededError(
-            absl::StrCat("replicas", missing, " did not announce themselves on the broker within ",
-                         options_.deadline.count() / 1000, " s"));
-      }
-      // Polling the broker: the other replicas start within seconds of each other.
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    STRATA_ASSIGN_OR_RETURN(const std::vector<std::string> peers,
+                            AwaitEveryRank(ReplicasKey(stream_, options_.stream_run), address,
+                                           "announce themselves on the broker", nullptr));
     spdlog::info("replicas at {}", absl::StrJoin(peers, ", "));
     // Through servers the replicas exchange nothing with each other: finding each other is only
     // the start line, so that no replica reads the stream alone while the others start.
@@ -557,9 +557,10 @@ class StreamReplica {
       correct += std::max_element(row, row + classes) - row == labels[static_cast<size_t>(e)];
     }
     if (counts_.frozen_windows == 0) {
-      spdlog::info("frozen: from event {} on (stream.freeze_at_event {}), windows are scored and "
-                   "not trained",
-                   window_last_seq_, stream_.freeze_at_event());
+      spdlog::info(
+          "frozen: from event {} on (stream.freeze_at_event {}), windows are scored and "
+          "not trained",
+          window_last_seq_, stream_.freeze_at_event());
       // What was computed before the freeze goes to the others now, not at the stream's end.
       STRATA_RETURN_IF_ERROR(Flush());
     }
@@ -620,9 +621,10 @@ class StreamReplica {
         drift["lr_reset"] = true;
         counts_.events_since_lr_reset = 0;
         ++counts_.lr_resets;
-        spdlog::info("drift: the learning rate goes back from {:.5f} to {:.5f} "
-                     "(stream.on_drift reset_lr)",
-                     drift["lr_before"].get<double>(), sgd_.lr);
+        spdlog::info(
+            "drift: the learning rate goes back from {:.5f} to {:.5f} "
+            "(stream.on_drift reset_lr)",
+            drift["lr_before"].get<double>(), sgd_.lr);
       }
       counts_.drifts.push_back(std::move(drift));
     }
@@ -780,13 +782,13 @@ class StreamReplica {
       }
       if (waiting.empty()) return absl::OkStatus();
       if (ReplicaClock::now() > until) {
-        return absl::DeadlineExceededError(absl::StrCat(
-            "replicas", waiting, " did not send their last gradients within ",
-            options_.deadline.count() / 1000, " s"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("replicas", waiting, " did not send their last gradients within ",
+                         options_.deadline.count() / 1000, " s"));
       }
       WriteProgress("flushing");
-      STRATA_RETURN_IF_ERROR(ApplyRemote(std::min(until, ReplicaClock::now() +
-                                                              std::chrono::milliseconds(500))));
+      STRATA_RETURN_IF_ERROR(
+          ApplyRemote(std::min(until, ReplicaClock::now() + std::chrono::milliseconds(500))));
     }
   }
 
@@ -796,8 +798,10 @@ class StreamReplica {
     // replica's that the servers applied (its version).
     if (ThroughServers()) j["applied_total"] = AppliedTotal();
     const StreamPredictor::Latencies predict = predictor_->Figures();
-    j["predictions"] = {{"answered", predict.answered}, {"refused", predict.refused},
-                        {"p50_ms", predict.p50_ms}, {"p99_ms", predict.p99_ms},
+    j["predictions"] = {{"answered", predict.answered},
+                        {"refused", predict.refused},
+                        {"p50_ms", predict.p50_ms},
+                        {"p99_ms", predict.p99_ms},
                         {"max_ms", predict.max_ms}};
     j["rank"] = options_.rank;
     j["state"] = state;
@@ -824,17 +828,18 @@ class StreamReplica {
     auto at = [&](double q) {
       return ms[std::min(ms.size() - 1, static_cast<size_t>(q * (ms.size() - 1) + 0.5))];
     };
-    return {{"events", ms.size()}, {"p50_ms", at(0.5)}, {"p99_ms", at(0.99)}, {"max_ms", ms.back()}};
+    return {
+        {"events", ms.size()}, {"p50_ms", at(0.5)}, {"p99_ms", at(0.99)}, {"max_ms", ms.back()}};
   }
 
   absl::Status WriteResult() {
     spdlog::info("replica {}: {} windows, {} events trained, {} gradients applied, {} malformed",
-                 options_.rank, counts_.windows, counts_.events_trained,
-                 AppliedTotal(), counts_.malformed);
+                 options_.rank, counts_.windows, counts_.events_trained, AppliedTotal(),
+                 counts_.malformed);
     if (options_.run_dir.empty()) return absl::OkStatus();
-    STRATA_RETURN_IF_ERROR(WriteCheckpoint(
-        paths_.StreamReplicaModel(options_.rank),
-        trainer_->ToCheckpoint(0, counts_.windows, AppliedTotal())));
+    STRATA_RETURN_IF_ERROR(
+        WriteCheckpoint(paths_.StreamReplicaModel(options_.rank),
+                        trainer_->ToCheckpoint(0, counts_.windows, AppliedTotal())));
     nlohmann::json result = Figures("done");
     result["latency"] = LatencyFigures(latency_ms_);
     // Only in the result: the progress file, rewritten every second, stays small.
@@ -859,7 +864,7 @@ class StreamReplica {
   std::vector<float> server_buffers_;
   int64_t server_version_ = 0;
   bool links_logged_ = false;
-  std::vector<float> step_sum_;          // an all-reduce step's gradient sum and flags
+  std::vector<float> step_sum_;  // an all-reduce step's gradient sum and flags
   ReplicaCounts counts_;
   std::deque<std::pair<int64_t, int64_t>> recent_;  // (correct, scored) of the latest windows
   // The highest producer sequence number (`seq`) trained so far: where in the stream a drift was
@@ -918,8 +923,7 @@ absl::Status RunStreamReplica(const WorkerOptions& options) {
     STRATA_RETURN_IF_ERROR(MakeDirs(RunPaths(options.run_dir).At(run_files::kStream)));
     STRATA_RETURN_IF_ERROR(MakeDirs(RunPaths(options.run_dir).checkpoints));
   }
-  return StreamReplica(options, std::move(trainer), std::move(broker), schema, &metrics,
-                       &predictor)
+  return StreamReplica(options, std::move(trainer), std::move(broker), schema, &metrics, &predictor)
       .Run();
 }
 

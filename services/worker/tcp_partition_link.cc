@@ -266,19 +266,17 @@ absl::StatusOr<PartitionReply> TcpPartitionLink::Call(const PushFields* fields,
   // holds a weight beyond a half's range; any other reply is in 32 bits.
   const bool half_reply = half && reply.payload_bytes == block_.half_form_bytes();
   if (!half_reply && reply.payload_bytes != block_.bytes()) {
-    return broken(absl::FailedPreconditionError(
-        absl::StrCat("the reply holds ", reply.payload_bytes, " bytes, this worker's partition ",
-                     block_.bytes(), half ? absl::StrCat(" (", block_.half_form_bytes(),
-                                                         " in 16 bits)")
-                                          : "",
-                     ": the server holds a different model")));
+    return broken(absl::FailedPreconditionError(absl::StrCat(
+        "the reply holds ", reply.payload_bytes, " bytes, this worker's partition ", block_.bytes(),
+        half ? absl::StrCat(" (", block_.half_form_bytes(), " in 16 bits)") : "",
+        ": the server holds a different model")));
   }
   if (shared) {
     block_.Scatter(region_->reply_area(), x.parameters_in, x.buffers_in);
   } else if (half_reply) {
     pull_halves_.resize(block_.parameter_floats());
-    absl::Status got = tcp::ReceiveExact(data_fd_, pull_halves_.data(),
-                                         pull_halves_.size() * sizeof(uint16_t));
+    absl::Status got =
+        tcp::ReceiveExact(data_fd_, pull_halves_.data(), pull_halves_.size() * sizeof(uint16_t));
     block_.ForEachBufferRun(x.buffers_in, [&](float* into, size_t floats) {
       if (got.ok()) got = tcp::ReceiveExact(data_fd_, into, floats * sizeof(float));
     });

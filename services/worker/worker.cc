@@ -156,13 +156,13 @@ PartitionClientsOptions PushPullClientsFor(const WorkerOptions& options,
   clients.shared_memory = clients.tcp_data_plane && link == v1::DATA_LINK_SHARED_MEMORY;
   clients.split_tensors = strategy.ps_split();
   clients.half_precision = strategy.push_compression() == v1::PUSH_COMPRESSION_FP16;
-  if (clients.half_precision && ServerDecidesPulls(strategy.consistency()) &&
-      strategy.kind() != v1::STRATEGY_KIND_STREAM) {
+  if (clients.half_precision && ServerDecidesPulls(strategy.consistency())) {
     // A PDP round's push goes over gRPC and its pulls are pulls alone: nothing would be 16-bit.
     clients.half_precision = false;
-    spdlog::warn("strategy.push_compression fp16 does nothing under {}: its rounds push over "
-                 "gRPC and pull in 32 bits",
-                 Spelled(strategy.consistency()));
+    spdlog::warn(
+        "strategy.push_compression fp16 does nothing under {}: its rounds push over "
+        "gRPC and pull in 32 bits",
+        Spelled(strategy.consistency()));
   }
   if (clients.half_precision && !clients.tcp_data_plane) {
     spdlog::warn(

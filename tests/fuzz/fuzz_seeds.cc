@@ -259,8 +259,9 @@ void PushPullFrameSeeds(const fs::path& dir) {
             request(K::kExchangeShared, 16).substr(0, wire::kRequestBytes) + request(K::kPull, 0));
   Write(dir, "share-with-payload", hello + request(K::kShareMemory, 8));
   // 16-bit exchanges: halves then floats, and a reply in halves; one of an odd number of bytes.
-  Write(dir, "half-exchange", hello + request(K::kExchangeHalf, 14) + std::string(14, '\0') +
-                                  reply(0, 0, 10) + std::string(10, '\0'));
+  Write(dir, "half-exchange",
+        hello + request(K::kExchangeHalf, 14) + std::string(14, '\0') + reply(0, 0, 10) +
+            std::string(10, '\0'));
   Write(dir, "ragged-half-exchange", hello + request(K::kExchangeHalf, 7));
 }
 

@@ -84,6 +84,14 @@ void HalvesToFloats(const uint16_t* in, size_t n, float* out) {
   for (; i < n; ++i) out[i] = HalfToFloat(in[i]);
 }
 
+bool FloatsToFiniteHalves(const float* in, size_t n, uint16_t* out) {
+  FloatsToHalves(in, n, out);
+  // An all-ones exponent is infinity or NaN. Over the halves: half the bytes of the floats.
+  bool finite = true;
+  for (size_t i = 0; i < n; ++i) finite &= (out[i] & 0x7c00u) != 0x7c00u;
+  return finite;
+}
+
 size_t RoundToHalves(float* values, size_t n) {
   size_t overflowed = 0, i = 0;
 #if defined(__x86_64__)

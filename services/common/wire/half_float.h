@@ -15,9 +15,6 @@
 
 namespace strata {
 
-// The largest finite half; a float up to it converts to a finite half.
-constexpr float kLargestHalf = 65504.0f;
-
 inline uint16_t FloatToHalf(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof bits);
@@ -60,6 +57,9 @@ inline float HalfToFloat(uint16_t half) {
 // nearest, ties to even); `out` must not overlap `in`.
 void FloatsToHalves(const float* in, size_t n, uint16_t* out);
 void HalvesToFloats(const uint16_t* in, size_t n, float* out);
+// FloatsToHalves, then whether every half came out finite (none beyond 65,504 or not a number):
+// what a 16-bit push/pull checks before it sends them (else it sends the floats).
+bool FloatsToFiniteHalves(const float* in, size_t n, uint16_t* out);
 
 // Each value replaced by the float of its nearest half: what a rank sends in 16 bits, so that it
 // keeps exactly what its peers receive. Returns how many finite values became infinite (beyond

@@ -9,9 +9,10 @@
 #include <absl/strings/str_cat.h>
 
 namespace strata {
-namespace {
 
 int64_t RowsOf(const TensorSpec& spec) { return spec.shape.empty() ? 1 : spec.shape[0]; }
+
+namespace {
 
 // The tensor `spec` as `cut` pieces of near-equal rows (one, the tensor itself, for cut 1).
 void CutInto(size_t index, const TensorSpec& spec, int64_t cut, std::vector<TensorPiece>* out) {

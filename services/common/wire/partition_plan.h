@@ -46,6 +46,9 @@ struct PartitionPlan {
 absl::StatusOr<PartitionPlan> PlanPartitions(const std::vector<TensorSpec>& tensors, int partitions,
                                              bool split = true);
 
+// The rows a plan cuts a tensor by: its first dimension (1 for a scalar).
+int64_t RowsOf(const TensorSpec& spec);
+
 // "fc1.weight[0:392]".
 std::string PieceName(const std::string& tensor, int64_t first_row, int64_t end_row);
 

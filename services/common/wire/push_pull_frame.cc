@@ -38,9 +38,9 @@ enum : size_t {
 // `unit`: 4 where every value is a float32, 2 where the values may be 16-bit halves.
 absl::Status CheckPayload(const char* what, uint64_t bytes, uint64_t unit) {
   if (bytes % unit != 0 || bytes > kMaxPayloadBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " announces a payload of ", bytes, " bytes: not a whole number of ",
-        unit == 2 ? "16-bit values" : "floats", ", or over ", kMaxPayloadBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " announces a payload of ", bytes, " bytes: not a whole number of ",
+                     unit == 2 ? "16-bit values" : "floats", ", or over ", kMaxPayloadBytes));
   }
   return absl::OkStatus();
 }

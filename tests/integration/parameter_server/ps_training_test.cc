@@ -471,8 +471,10 @@ class PsSixteenBitTest : public PsTrainingTest {
     std::pair<double, double> bytes{-1, -1};
     for (const auto& family : registry.Collect()) {
       if (family.metric.empty()) continue;
-      if (family.name == "strata_worker_push_bytes_total") bytes.first = family.metric[0].counter.value;
-      if (family.name == "strata_worker_pull_bytes_total") bytes.second = family.metric[0].counter.value;
+      if (family.name == "strata_worker_push_bytes_total")
+        bytes.first = family.metric[0].counter.value;
+      if (family.name == "strata_worker_pull_bytes_total")
+        bytes.second = family.metric[0].counter.value;
     }
     return bytes;
   }
@@ -527,8 +529,8 @@ TEST_P(PsSixteenBitTest, GradientsAndWeightsTravelInSixteenBitsAndTheServersKeep
         // can move a value to the next half: one step of 2^-10 of its size at most. Through
         // shared memory nothing is rounded: the 1e-6 of the other tests.
         const float bound = on_wire ? std::fabs(expected[i]) * 0x1p-10f + 1e-6f : 1e-6f;
-        ASSERT_LE(std::fabs(held[i] - expected[i]), bound) << "weight " << i << " after step "
-                                                           << step;
+        ASSERT_LE(std::fabs(held[i] - expected[i]), bound)
+            << "weight " << i << " after step " << step;
       }
       // The buffers go up and come back as floats: the worker keeps exactly what its forward pass
       // computed, as the reference's copy does.

@@ -124,5 +124,23 @@ TEST(HalfFloat, RoundingTwiceChangesNothing) {
   EXPECT_EQ(values[3], std::numeric_limits<float>::infinity());
 }
 
+// What a 16-bit push/pull asks before it sends halves: up to 65,519 (which rounds to 65,504)
+// every half is finite; beyond it, or a NaN anywhere, not. 20 values, so that both the F16C
+// blocks and the scalar tail hold the culprit in turn.
+TEST(HalfFloat, FiniteHalvesAreToldFromOverflowAndNan) {
+  std::vector<float> values(20, 0.5f);
+  std::vector<uint16_t> halves(values.size());
+  values[17] = 65519.0f;
+  EXPECT_TRUE(FloatsToFiniteHalves(values.data(), values.size(), halves.data()));
+  EXPECT_EQ(halves[17], 0x7bffu);
+  for (size_t at : {size_t{3}, size_t{17}}) {
+    std::vector<float> bad = values;
+    bad[at] = 65520.0f;
+    EXPECT_FALSE(FloatsToFiniteHalves(bad.data(), bad.size(), halves.data())) << at;
+    bad[at] = std::nanf("");
+    EXPECT_FALSE(FloatsToFiniteHalves(bad.data(), bad.size(), halves.data())) << at;
+  }
+}
+
 }  // namespace
 }  // namespace strata
