@@ -361,6 +361,7 @@ class StreamRun {
       nlohmann::json figures = {{"server", p}, {"address", server_addresses_[p]}};
       if (asked.ok()) {
         figures["pushes"] = status.pushes();
+        figures["samples"] = status.samples();
         figures["version"] = status.version();
         figures["rejected_pushes"] = status.rejected_pushes();
       } else {
@@ -470,8 +471,33 @@ class StreamRun {
       launched["pid"] = child->pid();
       record_->Event(RunEvent::kLaunched, std::move(launched));
       replicas_.push_back(std::move(child));
+      replica_spawns_.push_back(std::move(o));
     }
+    replica_restarts_.assign(replicas_.size(), 0);
     return absl::OkStatus();
+  }
+
+  // stream.sync servers: a replica that ended badly is started again, up to recovery.restarts
+  // times, with its own arguments. The servers hold the model it trained into, and the broker its
+  // counts and the events it had not acknowledged: it takes them up and trains on. True when it
+  // was; false when it may not be (the mesh and the all-reduce need every replica's own model,
+  // which died with it), and the run fails.
+  absl::StatusOr<bool> RestartReplica(size_t r) {
+    if (!ThroughServers() || replica_restarts_[r] >= job_.recovery().restarts()) return false;
+    ChildProcess& dead = *replicas_[r];
+    const int attempt = ++replica_restarts_[r];
+    record_->Event(RunEvent::kProcessExited,
+                   {{"process", dead.name()}, {"how", dead.ExitDescription()}});
+    record_->Event(RunEvent::kRestart, {{"process", dead.name()},
+                                        {"reason", dead.ExitDescription()},
+                                        {"restart", attempt},
+                                        {"of", job_.recovery().restarts()}});
+    Say(absl::StrCat(dead.name(), " ", dead.ExitDescription(), "; started again (restart ", attempt,
+                     " of ", job_.recovery().restarts(), ")"));
+    STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(replica_spawns_[r]));
+    record_->Event(RunEvent::kLaunched, {{"process", child->name()}, {"pid", child->pid()}});
+    replicas_[r] = std::move(child);
+    return true;
   }
 
   // Until every replica has ended; a progress line and a metrics line about once a second.
@@ -482,12 +508,17 @@ class StreamRun {
     while (true) {
       if (Interrupted() != 0) return absl::CancelledError("interrupted");
       bool all_done = true, failed = false, any_ended = false;
-      for (auto& replica : replicas_) {
-        if (!replica->Poll()) {
+      for (size_t r = 0; r < replicas_.size(); ++r) {
+        ChildProcess& replica = *replicas_[r];
+        if (!replica.Poll()) {
           all_done = false;
-        } else {
+        } else if (replica.succeeded()) {
           any_ended = true;
-          failed = failed || !replica->succeeded();
+        } else {
+          STRATA_ASSIGN_OR_RETURN(const bool restarted, RestartReplica(r));
+          all_done = all_done && !restarted;
+          any_ended = any_ended || !restarted;
+          failed = failed || !restarted;
         }
       }
       if (predict_load_ && (any_ended || StreamEnding())) StopPredictLoad();
@@ -763,13 +794,20 @@ class StreamRun {
     if (ThroughServers()) {
       // Every server applied each window's gradient once: its pushes are the windows trained by
       // every replica together (what the replicas counted above only says each pushed its own).
+      // A replica that died after a push and before counting it (it counts once the window's
+      // events are acknowledged) left one push more than its counts say, and that window's events
+      // were trained again: so with restarts, at most one push more per restart.
       int64_t windows = 0;
       for (const nlohmann::json& result : results) windows += Int(result, "windows");
+      int64_t restarts = 0;
+      for (int n : replica_restarts_) restarts += n;
       apply_once = apply_once && !server_figures_.empty();
       for (const nlohmann::json& server : server_figures_) {
-        apply_once = apply_once && server.value("pushes", int64_t{-1}) == windows;
+        const int64_t pushes = server.value("pushes", int64_t{-1});
+        apply_once = apply_once && pushes >= windows && pushes <= windows + restarts;
       }
       summary["servers"] = server_figures_;
+      summary["replica_restarts"] = restarts;
     }
     summary["per_replica"] = results;
     summary["gradients"] = gradients;
@@ -924,6 +962,8 @@ class StreamRun {
   std::unique_ptr<StreamBroker> broker_;
   std::unique_ptr<ChildProcess> producer_;
   std::vector<std::unique_ptr<ChildProcess>> replicas_;
+  std::vector<SpawnOptions> replica_spawns_;  // how each was started, to start it again
+  std::vector<int> replica_restarts_;
   // stream.sync servers: the servers, where they serve, and what they said at the end.
   std::vector<std::unique_ptr<ChildProcess>> servers_;
   std::vector<std::string> server_addresses_;

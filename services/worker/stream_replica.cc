@@ -58,12 +58,22 @@ constexpr size_t kLatenciesKept = 100000;
 std::string ReplicasKey(const v1::ResolvedStream& stream, const std::string& run) {
   return absl::StrCat(stream.key(), ":", stream.group(), ":replicas:", run);
 }
+// stream.sync servers: the hash in which each replica keeps its counts (ReplicaCounts::Durable).
+std::string CountsKey(const v1::ResolvedStream& stream, const std::string& run) {
+  return absl::StrCat(ReplicasKey(stream, run), ":counts");
+}
 
 struct ReplicaCounts {
   int64_t windows = 0;  // own gradients, applied and sent
   int64_t events_trained = 0;
   int64_t malformed = 0;
   int64_t acknowledged = 0;
+  // Events taken from another consumer's pending list (XAUTOCLAIM, stream.claim_idle_ms), and
+  // from this replica's own after a restart (handed to it before it died).
+  int64_t claimed = 0, taken_up = 0;
+  // stream.sync servers: how often this replica was started again, and its windows before the
+  // latest start (its counts go on from what the broker kept).
+  int64_t restarts = 0, windows_before_restart = 0;
   int64_t diverged_windows = 0;  // a window whose loss or gradient was not finite: not applied
   std::vector<int64_t> applied;  // by origin: the gradients of each replica applied here
   std::map<int64_t, int64_t> staleness;  // remote gradients by staleness
@@ -88,6 +98,52 @@ struct ReplicaCounts {
   // Where a replica's time goes (wall seconds on its training thread).
   double read_s = 0, compute_s = 0, send_s = 0, remote_apply_s = 0;
 
+  // stream.sync servers: what a restarted replica carries on from, kept on the broker after each
+  // acknowledgement (the figures of a run, not the curves and drifts of one incarnation).
+  nlohmann::json Durable(int rank) const {
+    nlohmann::json stale = nlohmann::json::object();
+    for (const auto& [s, n] : staleness) stale[std::to_string(s)] = n;
+    return {{"windows", windows},
+            {"events_trained", events_trained},
+            {"malformed", malformed},
+            {"acknowledged", acknowledged},
+            {"claimed", claimed},
+            {"taken_up", taken_up},
+            {"restarts", restarts},
+            {"diverged_windows", diverged_windows},
+            {"own_applied", applied[static_cast<size_t>(rank)]},
+            {"staleness", stale},
+            {"prequential_correct", correct},
+            {"prequential_scored", scored},
+            {"events_since_lr_reset", events_since_lr_reset},
+            {"lr_resets", lr_resets}};
+  }
+
+  // The counts a replica of the same rank kept before it died; false if `j` is not such a record.
+  bool CarryOn(const nlohmann::json& j, int rank) {
+    if (!j.is_object()) return false;
+    auto get = [&](const char* key, int64_t* into) {
+      auto it = j.find(key);
+      if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < 0) return false;
+      *into = it->get<int64_t>();
+      return true;
+    };
+    bool ok = get("windows", &windows) && get("events_trained", &events_trained) &&
+              get("malformed", &malformed) && get("acknowledged", &acknowledged) &&
+              get("claimed", &claimed) && get("taken_up", &taken_up) &&
+              get("restarts", &restarts) && get("diverged_windows", &diverged_windows) &&
+              get("own_applied", &applied[static_cast<size_t>(rank)]) &&
+              get("prequential_correct", &correct) && get("prequential_scored", &scored) &&
+              get("events_since_lr_reset", &events_since_lr_reset) && get("lr_resets", &lr_resets);
+    if (auto it = j.find("staleness"); ok && it != j.end() && it->is_object()) {
+      for (const auto& [text, n] : it->items()) {
+        int64_t s = 0;
+        if (absl::SimpleAtoi(text, &s) && n.is_number_integer()) staleness[s] = n.get<int64_t>();
+      }
+    }
+    return ok;
+  }
+
   nlohmann::json ToJson() const {
     nlohmann::json stale = nlohmann::json::object();
     for (const auto& [s, n] : staleness) stale[std::to_string(s)] = n;
@@ -97,6 +153,10 @@ struct ReplicaCounts {
             {"events_trained", events_trained},
             {"malformed", malformed},
             {"acknowledged", acknowledged},
+            {"claimed", claimed},
+            {"taken_up", taken_up},
+            {"restarts", restarts},
+            {"windows_before_restart", windows_before_restart},
             {"diverged_windows", diverged_windows},
             {"applied", applied},
             {"applied_total", applied_total},
@@ -344,11 +404,14 @@ class StreamReplica {
 
   absl::Status Train(int port) {
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream_.key(), stream_.group(), "0"));
+    if (ThroughServers()) STRATA_RETURN_IF_ERROR(CarryOnCounts());
     if (!options_.port_file.empty()) {
       STRATA_RETURN_IF_ERROR(WriteFileAtomic(options_.port_file, std::to_string(port) + "\n"));
     }
     STRATA_RETURN_IF_ERROR(FindPeers(port));
-    started_ = ReplicaClock::now();
+    // A restarted replica's stream.max_seconds count from its first start (up to its last save).
+    started_ = ReplicaClock::now() - std::chrono::duration_cast<ReplicaClock::duration>(
+                                         std::chrono::duration<double>(seconds_before_restart_));
     spdlog::info(
         "replica {}/{} reads stream {} as {} of group {}: windows of {} events, {} "
         "gradient(s) per send, lr {}",
@@ -364,12 +427,13 @@ class StreamReplica {
       if (reading) {
         STRATA_ASSIGN_OR_RETURN(reading, KeepReading());
       }
+      // Its own pending events are taken up even once the group has been handed the whole
+      // stream: they are part of it.
+      const bool taking_up = !own_pending_after_.empty();
       const int missing = stream_.batch_events() - static_cast<int>(labels.size());
-      if (reading && missing > 0) {
+      if ((reading || taking_up) && missing > 0) {
         const auto read_start = ReplicaClock::now();
-        STRATA_ASSIGN_OR_RETURN(
-            std::vector<StreamEntry> entries,
-            broker_->ReadGroup(stream_.key(), stream_.group(), consumer_, missing, kReadBlock));
+        STRATA_ASSIGN_OR_RETURN(std::vector<StreamEntry> entries, ReadEntries(missing));
         std::vector<std::string> refused;
         for (const StreamEntry& entry : entries) {
           auto event = DecodeStreamEvent(entry, schema_);
@@ -392,7 +456,8 @@ class StreamReplica {
         counts_.read_s += SecondsSince(read_start);
       }
       const bool full = static_cast<int>(labels.size()) >= stream_.batch_events();
-      if (full || (!reading && !labels.empty())) {
+      const bool last = !reading && own_pending_after_.empty();
+      if (full || (last && !labels.empty())) {
         STRATA_RETURN_IF_ERROR(Frozen() ? ScoreWindow(features, labels, window_ids)
                                         : TrainWindow(features, labels, window_ids));
         RecordLatency(produced_ns);
@@ -401,7 +466,7 @@ class StreamReplica {
         produced_ns.clear();
         window_ids.clear();
       }
-      if (!reading && labels.empty()) {
+      if (last && labels.empty()) {
         if (!Synchronous()) break;
         // Nothing left here, but a step needs every replica: this one adds nothing to the
         // others' until none of them has a window left either.
@@ -435,6 +500,83 @@ class StreamReplica {
     if (ThroughServers()) return absl::OkStatus();
     STRATA_RETURN_IF_ERROR(mesh_->Connect(peers));
     return ring_ ? ring_->Connect(peers) : absl::OkStatus();
+  }
+
+  // Up to `count` entries: first those this consumer was handed and did not acknowledge before
+  // a restart, then, every stream.claim_idle_ms / 2, those another consumer has held longer than
+  // stream.claim_idle_ms (a dead replica's), else new ones.
+  absl::StatusOr<std::vector<StreamEntry>> ReadEntries(int count) {
+    if (!own_pending_after_.empty()) {
+      STRATA_ASSIGN_OR_RETURN(std::vector<StreamEntry> entries,
+                              broker_->ReadOwnPending(stream_.key(), stream_.group(), consumer_,
+                                                      own_pending_after_, count));
+      if (entries.empty()) {
+        own_pending_after_.clear();
+        if (counts_.taken_up > taken_up_before_) {
+          spdlog::info("took up the {} event(s) handed to {} before its restart",
+                       counts_.taken_up - taken_up_before_, consumer_);
+        }
+        return entries;
+      }
+      own_pending_after_ = entries.back().id;
+      counts_.taken_up += static_cast<int64_t>(entries.size());
+      return entries;
+    }
+    const auto now = ReplicaClock::now();
+    if (now >= next_claim_) {
+      const std::chrono::milliseconds idle(stream_.claim_idle_ms());
+      STRATA_ASSIGN_OR_RETURN(
+          AutoClaimed claimed,
+          broker_->AutoClaim(stream_.key(), stream_.group(), consumer_, idle, claim_start_, count));
+      // A scan of the whole pending list goes on from where it stopped; a finished one starts
+      // again after half the idle time.
+      claim_start_ = claimed.next_start;
+      if (claim_start_ == "0-0") next_claim_ = now + idle / 2;
+      if (!claimed.entries.empty()) {
+        counts_.claimed += static_cast<int64_t>(claimed.entries.size());
+        spdlog::warn("claimed {} event(s) another consumer held for more than {} ms unacknowledged",
+                     claimed.entries.size(), idle.count());
+        return std::move(claimed.entries);
+      }
+    }
+    return broker_->ReadGroup(stream_.key(), stream_.group(), consumer_, count, kReadBlock);
+  }
+
+  // stream.sync servers: a replica started again after it died goes on with the counts it kept on
+  // the broker (its windows are in the servers' model, which it pulled when it connected), and
+  // takes up the events it was handed and had not acknowledged.
+  absl::Status CarryOnCounts() {
+    STRATA_ASSIGN_OR_RETURN(auto kept, broker_->Fields(CountsKey(stream_, options_.stream_run)));
+    const auto it = kept.find(std::to_string(options_.rank));
+    // The first start leaves its (empty) record at once: a replica killed before its first
+    // acknowledgement still finds, started again, that it is a restart.
+    if (it == kept.end()) return SaveCounts();
+    const nlohmann::json j = nlohmann::json::parse(it->second, nullptr, false);
+    if (!counts_.CarryOn(j, options_.rank)) {
+      return absl::DataLossError(
+          absl::StrCat("the counts replica ", options_.rank,
+                       " kept on the broker are not its counts: ", it->second.substr(0, 200)));
+    }
+    ++counts_.restarts;
+    counts_.windows_before_restart = counts_.windows;
+    if (auto seconds = j.find("seconds"); seconds != j.end() && seconds->is_number()) {
+      seconds_before_restart_ = std::max(0.0, seconds->get<double>());
+    }
+    taken_up_before_ = counts_.taken_up;
+    spdlog::info(
+        "replica {} starts again (restart {}) after {} windows and {} events trained; it "
+        "takes up the events it held, and trains on the servers' model",
+        options_.rank, counts_.restarts, counts_.windows, counts_.events_trained);
+    return SaveCounts();
+  }
+
+  absl::Status SaveCounts() {
+    nlohmann::json kept = counts_.Durable(options_.rank);
+    // Before the start line (a restart's own save) the clock has not started.
+    kept["seconds"] =
+        started_ == ReplicaClock::time_point{} ? seconds_before_restart_ : SecondsSince(started_);
+    return broker_->PutField(CountsKey(stream_, options_.stream_run), std::to_string(options_.rank),
+                             kept.dump());
   }
 
   // False once the run's limits are reached: the group has been handed stream.max_events events,
@@ -634,7 +776,9 @@ class StreamReplica {
     if (ids.empty()) return absl::OkStatus();
     STRATA_ASSIGN_OR_RETURN(int64_t acked, broker_->Ack(stream_.key(), stream_.group(), ids));
     counts_.acknowledged += acked;
-    return absl::OkStatus();
+    // After the acknowledgement: a replica that dies between the two leaves a window trained
+    // (its gradient with the servers) and not counted, never one counted and not trained.
+    return ThroughServers() ? SaveCounts() : absl::OkStatus();
   }
 
   // Sends the buffer to every other replica: one message, the gradients' sum and their clocks.
@@ -877,6 +1021,14 @@ class StreamReplica {
   size_t next_latency_ = 0;  // counts_.scored at which the accuracy curve gets its next point
   Adwin drift_detector_;
   std::vector<int64_t> ended_;  // by rank: the gradients it announced in its end, -1 before
+  // Where the reading of this consumer's own pending list goes on from ("0": its start), empty
+  // once read to its end; the cursor of the claim's scan of the group's pending list, and when
+  // the next claim is due.
+  std::string own_pending_after_ = "0";
+  int64_t taken_up_before_ = 0;
+  double seconds_before_restart_ = 0;  // the seconds a restarted replica's last save counted
+  std::string claim_start_ = "0-0";
+  ReplicaClock::time_point next_claim_;
   // The gradients computed and not yet sent: how many, the first one's number, their sum and
   // their clocks (world entries each).
   int buffered_ = 0;

@@ -178,18 +178,18 @@ class RedisStreamBroker : public StreamBroker {
                      absl::StrCat(block.count()), "STREAMS", key, ">"},
                     block);
     if (!r.ok()) return r.status();
-    const redisReply* reply = r->get();
-    if (absl::Status e = ErrorOf("XREADGROUP", reply); !e.ok()) return e;
-    if (reply->type == REDIS_REPLY_NIL) return std::vector<StreamEntry>();  // BLOCK passed
-    // [[key, [entries]]]: one stream asked for, one answered.
-    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1) {
-      return Unexpected("XREADGROUP", "the list of streams", reply);
-    }
-    const redisReply* stream = reply->element[0];
-    if (stream->type != REDIS_REPLY_ARRAY || stream->elements != 2 || !IsText(stream->element[0])) {
-      return Unexpected("XREADGROUP", "the stream's key and entries", stream);
-    }
-    return EntriesOf("XREADGROUP", stream->element[1]);
+    return StreamEntriesOf(r->get());
+  }
+
+  absl::StatusOr<std::vector<StreamEntry>> ReadOwnPending(const std::string& key,
+                                                          const std::string& group,
+                                                          const std::string& consumer,
+                                                          const std::string& after,
+                                                          int count) override {
+    auto r = RunOne("XREADGROUP", {"XREADGROUP", "GROUP", group, consumer, "COUNT",
+                                   absl::StrCat(count), "STREAMS", key, after});
+    if (!r.ok()) return r.status();
+    return StreamEntriesOf(r->get());
   }
 
   absl::StatusOr<int64_t> Ack(const std::string& key, const std::string& group,
@@ -366,6 +366,21 @@ class RedisStreamBroker : public StreamBroker {
   }
 
  private:
+  // XREADGROUP's reply: [[key, [entries]]], one stream asked for and one answered; none when a
+  // BLOCK passed (nil).
+  absl::StatusOr<std::vector<StreamEntry>> StreamEntriesOf(const redisReply* reply) const {
+    if (absl::Status e = ErrorOf("XREADGROUP", reply); !e.ok()) return e;
+    if (reply->type == REDIS_REPLY_NIL) return std::vector<StreamEntry>();
+    if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 1) {
+      return Unexpected("XREADGROUP", "the list of streams", reply);
+    }
+    const redisReply* stream = reply->element[0];
+    if (stream->type != REDIS_REPLY_ARRAY || stream->elements != 2 || !IsText(stream->element[0])) {
+      return Unexpected("XREADGROUP", "the stream's key and entries", stream);
+    }
+    return EntriesOf("XREADGROUP", stream->element[1]);
+  }
+
   // The broker's own error reply as a Status: NotFound for a missing group or stream (NOGROUP),
   // FailedPrecondition for a key of another type (WRONGTYPE), InvalidArgument for the rest.
   absl::Status ErrorOf(absl::string_view op, const redisReply* r) const {

@@ -85,6 +85,15 @@ class StreamBroker {
                                                              const std::string& group,
                                                              const std::string& consumer, int count,
                                                              std::chrono::milliseconds block) = 0;
+  // XREADGROUP GROUP group consumer COUNT count STREAMS key after: the entries this consumer was
+  // handed before and has not acknowledged, from the first id past `after` ("0": from the
+  // start). What a restarted consumer of the same name takes up first; an entry deleted from the
+  // stream meanwhile comes with no fields.
+  virtual absl::StatusOr<std::vector<StreamEntry>> ReadOwnPending(const std::string& key,
+                                                                  const std::string& group,
+                                                                  const std::string& consumer,
+                                                                  const std::string& after,
+                                                                  int count) = 0;
   // XACK: how many of `ids` were pending and are now acknowledged.
   virtual absl::StatusOr<int64_t> Ack(const std::string& key, const std::string& group,
                                       const std::vector<std::string>& ids) = 0;

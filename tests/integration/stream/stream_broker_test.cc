@@ -105,6 +105,39 @@ TEST_F(StreamBrokerTest, MalformedEntriesAreCountedSkippedAndAcknowledgedWithThe
   EXPECT_EQ(info->lag, 0);
 }
 
+// A consumer started again under the same name reads what it was handed and had not acknowledged
+// (XREADGROUP ... 0), with the entries' fields, from the id it got to, until none is left; new
+// entries are not among them. With ">" in place of the id it read the five new entries instead.
+TEST_F(StreamBrokerTest, ARestartedConsumerReadsItsOwnPendingEntriesFirst) {
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->CreateGroup("ev", "g").ok());
+  for (int64_t i = 0; i < 10; ++i) ASSERT_TRUE(client->Add("ev", GoodEvent(i)).ok());
+  auto read = client->ReadGroup("ev", "g", "c", 5, milliseconds(1000));
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 5u);
+  auto acked = client->Ack("ev", "g", {(*read)[1].id});
+  ASSERT_TRUE(acked.ok()) << acked.status();
+  auto first = client->ReadOwnPending("ev", "g", "c", "0", 3);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 3u);
+  EXPECT_EQ((*first)[0].id, (*read)[0].id);
+  EXPECT_EQ((*first)[1].id, (*read)[2].id);  // the acknowledged one is not pending
+  EXPECT_EQ((*first)[2].id, (*read)[3].id);
+  for (const StreamEntry& e : *first) EXPECT_TRUE(DecodeStreamEvent(e, kSchema).ok());
+  auto rest = client->ReadOwnPending("ev", "g", "c", first->back().id, 3);
+  ASSERT_TRUE(rest.ok()) << rest.status();
+  ASSERT_EQ(rest->size(), 1u);
+  EXPECT_EQ((*rest)[0].id, (*read)[4].id);
+  auto none = client->ReadOwnPending("ev", "g", "c", rest->back().id, 3);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  // Another consumer has nothing pending of its own.
+  auto other = client->ReadOwnPending("ev", "g", "other", "0", 3);
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_TRUE(other->empty());
+}
+
 // A consumer that read entries and died before acknowledging them: after the idle time, another
 // claims exactly those entries with XAUTOCLAIM and acknowledges them. With the loop's min idle
 // time set to 10 minutes on purpose, it ran into its 30 s deadline with nothing claimed, and the

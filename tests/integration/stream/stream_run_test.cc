@@ -47,6 +47,44 @@ class StreamRunTest : public StreamBrokerTest {
     return nlohmann::json::parse(Slurp(run + "/summary.json"), nullptr, false);
   }
 
+  // The pid the run's events.jsonl gives `process` at its latest launch; 0 if none.
+  static int PidOf(const std::string& run, const std::string& process) {
+    int pid = 0;
+    std::istringstream events(Slurp(run + "/events.jsonl"));
+    for (std::string line; std::getline(events, line);) {
+      auto e = nlohmann::json::parse(line, nullptr, false);
+      if (e.is_object() && e.value("process", "") == process && e.contains("pid")) {
+        pid = e.value("pid", 0);
+      }
+    }
+    return pid;
+  }
+
+  // Until process `pid` is stopped (a SIGSTOP is delivered, not necessarily taken, when kill
+  // returns): its state in /proc is T.
+  static void AwaitStopped(int pid) {
+    const std::string stat = "/proc/" + std::to_string(pid) + "/stat";
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < until) {
+      const std::string text = Slurp(stat);
+      const size_t paren = text.rfind(')');
+      if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'T') return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // polling /proc
+    }
+    ADD_FAILURE() << "process " << pid << " did not stop";
+  }
+
+  // `strata produce JOB --max-events N` in the background, its output in DIR/produce.log.
+  std::unique_ptr<ChildProcess> StartProducer(const std::string& job, int64_t events) {
+    SpawnOptions o;
+    o.name = "strata produce";
+    o.argv = {STRATA_BIN, "produce", job, "--max-events", std::to_string(events)};
+    o.log_path = dir_ + "/produce.log";
+    auto child = ChildProcess::Spawn(o);
+    EXPECT_TRUE(child.ok()) << child.status();
+    return child.ok() ? *std::move(child) : nullptr;
+  }
+
   // The invariants every finished stream run holds (RESEARCH points 1-4 of the replicas):
   // apply-once, agreement, nothing acknowledged untrained, local gradients of staleness 0.
   static void ExpectInvariants(const nlohmann::json& s, int replicas, int64_t events) {
@@ -433,9 +471,10 @@ TEST_F(StreamRunTest, MalformedEntriesAreCountedAcknowledgedAndNeverTrained) {
   EXPECT_THAT(logs, HasSubstr("skipped: stream entry "));
 }
 
-// A replica killed with SIGKILL mid-stream ends the run at once, naming it, with exit 1 and the
-// others stopped: its events are not yet claimed by a survivor, and a run that went on without
-// its gradients could not hold apply-once. Before the kill, while the run trains, the replicas
+// On the mesh, a replica killed with SIGKILL mid-stream ends the run at once, naming it, with exit
+// 1 and the others stopped: its model, with gradients some peers have and others not, died with it,
+// so a replica started again could not rejoin in agreement (stream.sync servers restarts it, the
+// test after this one). Before the kill, while the run trains, the replicas
 // and the orchestrator serve their metrics. As first written (the first failed replica found was
 // named), the run blamed worker-0, which had exited with code 1 when its stream to the killed
 // replica broke; with the orchestrator's gauges never updated (on purpose), the events trained it
@@ -448,12 +487,7 @@ TEST_F(StreamRunTest, AKilledReplicaFailsTheRunNamingIt) {
   std::unique_ptr<ChildProcess> child = StartRunUntilTraining(job, run, 1);
   ASSERT_NE(child, nullptr);
   // Replica 1 trains: its pid is in events.jsonl.
-  int pid = 0;
-  std::istringstream events(Slurp(run + "/events.jsonl"));
-  for (std::string line; std::getline(events, line);) {
-    auto e = nlohmann::json::parse(line, nullptr, false);
-    if (e.is_object() && e.value("process", "") == "worker-1") pid = e.value("pid", 0);
-  }
+  const int pid = PidOf(run, "worker-1");
   ASSERT_GT(pid, 0) << Slurp(dir_ + "/run.log");
   // While it trains, replica 0 serves its figures to Prometheus.
   int metrics_port = 0;
@@ -493,6 +527,137 @@ TEST_F(StreamRunTest, AKilledReplicaFailsTheRunNamingIt) {
   const std::string output = Slurp(dir_ + "/run.log");
   EXPECT_THAT(output, HasSubstr("worker-1 was killed by signal 9"));
   EXPECT_EQ(Summary(run)["state"], "failed");
+}
+
+// stream.sync servers: a replica killed with SIGKILL while it holds events it has not acknowledged
+// is started again by the run; it carries on with the counts it kept on the broker, takes up
+// the events it held, pulls the servers' model and trains on to the end. The witnesses are the
+// broker (every event handed out, none left pending) and the server (its samples: every event's
+// gradient applied, a window at most twice). Broken on purpose: with the restarted replica not
+// taking up its own pending events, they stayed pending ("pending_after 32"); with its counts not
+// carried on, apply-once failed (the server's pushes beyond the windows counted), exit 1.
+TEST_F(StreamRunTest, ThroughServersAKilledReplicaIsStartedAgainTakesUpItsEventsAndRejoins) {
+  constexpr int64_t kEvents = 8000;
+  const std::string job = dir_ + "/job.yaml";
+  std::ofstream(job) << kJob << "cluster: { workers: 2, parameter_servers: 1 }\n"
+                     << "stream: { address: " << broker_->socket_path()
+                     << ", key: events, batch_events: 32, max_events: " << kEvents
+                     << ", sync: servers, produce: { rate: 2000 } }\n";
+  const std::string run = dir_ + "/run";
+  std::unique_ptr<ChildProcess> child = StartRunUntilTraining(job, run, 1);
+  ASSERT_NE(child, nullptr);
+  ASSERT_FALSE(child->Poll()) << Slurp(dir_ + "/run.log");
+  // The events come at 2,000 a second once both replicas wait for them: four seconds of stream.
+  std::unique_ptr<ChildProcess> producer = StartProducer(job, kEvents);
+  ASSERT_NE(producer, nullptr);
+  const int pid = PidOf(run, "worker-1");
+  ASSERT_GT(pid, 0) << Slurp(dir_ + "/run.log");
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  // Once it has trained a few windows...
+  const std::string progress = run + "/stream/replica-1.progress.json";
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < until && !child->Poll()) {
+    auto p = nlohmann::json::parse(Slurp(progress), nullptr, false);
+    if (p.is_object() && p.value("windows", 0) >= 5) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a file
+  }
+  // ...it is stopped at a moment it holds events unacknowledged (the window it fills or trains),
+  // and killed there.
+  int64_t held = 0;
+  while (held == 0 && std::chrono::steady_clock::now() < until && !child->Poll()) {
+    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+    AwaitStopped(pid);
+    auto pending = client->Pending("events", "replicas");
+    ASSERT_TRUE(pending.ok()) << pending.status();
+    for (const auto& [consumer, n] : pending->per_consumer) {
+      if (consumer == "replica-1") held = n;
+    }
+    if (held > 0) break;
+    ASSERT_EQ(::kill(pid, SIGCONT), 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the broker
+  }
+  ASSERT_GT(held, 0) << "replica 1 never held an event unacknowledged";
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(child->WaitFor(std::chrono::seconds(300))) << "the run did not end";
+  ASSERT_TRUE(producer->WaitFor(std::chrono::seconds(60)));
+  const std::string output = Slurp(dir_ + "/run.log");
+  ASSERT_EQ(child->exit_code(), 0) << output;
+  EXPECT_THAT(output, HasSubstr("worker-1 was killed by signal 9"));
+  EXPECT_THAT(output, HasSubstr("started again (restart 1 of 3)"));
+  const nlohmann::json s = Summary(run);
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["state"], "succeeded");
+  EXPECT_EQ(s["replica_restarts"].get<int64_t>(), 1);
+  EXPECT_EQ(s["apply_once"], true) << s.dump();
+  EXPECT_EQ(s["agreement_max_abs"].get<double>(), 0.0);
+  // The broker's witness: every event handed out, every one acknowledged.
+  EXPECT_EQ(s["handed_out"].get<int64_t>(), kEvents);
+  EXPECT_EQ(s["pending_after"].get<int64_t>(), 0);
+  // The server's: every event's gradient applied; at most one window twice (pushed, and killed
+  // before its acknowledgement).
+  ASSERT_EQ(s["servers"].size(), 1u) << s.dump();
+  const int64_t samples = s["servers"][0]["samples"].get<int64_t>();
+  EXPECT_GE(samples, kEvents);
+  EXPECT_LE(samples, kEvents + 32);
+  const int64_t trained = s["events_trained"].get<int64_t>();
+  EXPECT_GE(trained, kEvents);
+  EXPECT_LE(trained, samples);
+  EXPECT_LE(s["acknowledged"].get<int64_t>(), trained);
+  // Replica 1 took up what it held and trained on after it rejoined.
+  const nlohmann::json& r1 = s["per_replica"][1];
+  EXPECT_EQ(r1["restarts"].get<int64_t>(), 1) << r1.dump();
+  EXPECT_EQ(r1["taken_up"].get<int64_t>(), held) << r1.dump();
+  EXPECT_GT(r1["windows"].get<int64_t>(), r1["windows_before_restart"].get<int64_t>());
+  EXPECT_GT(r1["windows_before_restart"].get<int64_t>(), 0);
+  EXPECT_THAT(Slurp(run + "/logs/worker-1.log"), HasSubstr("starts again (restart 1)"));
+  const std::string events = Slurp(run + "/events.jsonl");
+  EXPECT_THAT(events, HasSubstr("\"event\":\"restart\""));
+}
+
+// Events a consumer outside the run was handed and never acknowledged (a replica of another
+// process that died, here the test's own "ghost") are claimed by the replicas once idle for
+// stream.claim_idle_ms, and trained: none is left pending. Broken on purpose: with the claim
+// left out, the ghost's ten stayed pending ("pending_after 10").
+TEST_F(StreamRunTest, EventsADeadConsumerHeldAreClaimedAndTrained) {
+  constexpr int64_t kEvents = 3000;
+  const std::string job = dir_ + "/job.yaml";
+  std::ofstream(job) << kJob << "cluster: { workers: 2 }\n"
+                     << "stream: { address: " << broker_->socket_path()
+                     << ", key: events, batch_events: 32, max_events: " << kEvents
+                     << ", claim_idle_ms: 1000, produce: { rate: 1000 } }\n";
+  auto client = Client();
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->CreateGroup("events", "replicas", "0").ok());
+  std::string produced;
+  ASSERT_EQ(Strata({"produce", job, "--max-events", "10"}, "ghost.log", &produced), 0) << produced;
+  auto ghost =
+      client->ReadGroup("events", "replicas", "ghost", 10, std::chrono::milliseconds(1000));
+  ASSERT_TRUE(ghost.ok()) << ghost.status();
+  ASSERT_EQ(ghost->size(), 10u);
+  const std::string run = dir_ + "/run";
+  std::unique_ptr<ChildProcess> child = StartRunUntilTraining(job, run, 1);
+  ASSERT_NE(child, nullptr);
+  // The rest at 1,000 a second: the replicas claim during the stream.
+  std::unique_ptr<ChildProcess> producer = StartProducer(job, kEvents - 10);
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(child->WaitFor(std::chrono::seconds(300))) << "the run did not end";
+  ASSERT_TRUE(producer->WaitFor(std::chrono::seconds(60)));
+  const std::string output = Slurp(dir_ + "/run.log");
+  ASSERT_EQ(child->exit_code(), 0) << output;
+  const nlohmann::json s = Summary(run);
+  ASSERT_TRUE(s.is_object());
+  EXPECT_EQ(s["apply_once"], true);
+  EXPECT_EQ(s["agree"], true);
+  EXPECT_EQ(s["pending_after"].get<int64_t>(), 0);
+  // At least once: a live replica stalled past the idle time on a loaded machine may have had a
+  // window claimed and trained twice.
+  EXPECT_GE(s["events_trained"].get<int64_t>(), kEvents);
+  int64_t claimed = 0;
+  for (const auto& r : s["per_replica"]) claimed += r["claimed"].get<int64_t>();
+  EXPECT_GE(claimed, 10);
+  EXPECT_THAT(Slurp(run + "/logs/worker-0.log") + Slurp(run + "/logs/worker-1.log"),
+              HasSubstr("another consumer held for more than 1000 ms"));
 }
 
 // What the replicas' protocol needs of the job is refused before anything starts, naming the
