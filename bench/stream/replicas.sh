@@ -16,7 +16,9 @@
 # one parameter server, ASP; the run's one CPU quota grows by QUOTA cores for it, to (R + 1) x
 # QUOTA pooled by replicas and server, or with SERVER_QUOTA=shared stays at R x QUOTA). With mesh
 # and another, the last lines give each count's mesh events/s over it.
-# A form may carry an option after the exchange: `servers-fp16` (strategy.push_compression fp16).
+# A form may carry an option after the exchange: `servers-fp16` (strategy.push_compression fp16),
+# `mesh-grpc` (stream.link grpc: the mesh's gradients on gRPC streams instead of its plain-TCP
+# connections).
 # For `servers` the staleness column is the mean, over every window, of the other replicas'
 # gradients the server applied between the window's model and its gradient.
 # HOSTS_RATE (e.g. 1gbit) runs every count on emulated hosts instead (bench/network/
@@ -64,6 +66,8 @@ for round in $(seq "$rounds"); do
     sync=${form%%-*}
     push=none
     [[ $form == *-fp16 ]] && push=fp16
+    link=tcp
+    [[ $form == *-grpc ]] && link=grpc
     key="bench-$round-$r-$form"
     lr=0.05
     [ "$lr_rule" = scaled ] && lr=$(awk -v r="$r" 'BEGIN {print 0.05 * r}')
@@ -75,7 +79,7 @@ training: { lr: $lr, momentum: 0, threads: 1, seed: 1 }
 cluster: { workers: $r }
 strategy: { kind: stream, push_compression: $push }
 stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: $buffer, max_events: $events,
-          sync: $sync }
+          sync: $sync, link: $link }
 YAML
     servers=0
     [ "$sync" = servers ] && [ "${SERVER_QUOTA:-own}" = own ] && servers=1

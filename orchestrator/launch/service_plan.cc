@@ -2,6 +2,8 @@
 
 #include <absl/strings/str_cat.h>
 
+#include "orchestrator/launch/run_tls.h"
+
 namespace strata {
 namespace {
 
@@ -91,11 +93,8 @@ std::vector<ServiceSpec> PlanServices(const v1::ResolvedJob& job, const RunPaths
   for (ServiceSpec& s : services) s.metrics = job.metrics().enabled();
   if (TlsOn(job)) {
     // Every service serves and calls with the run's certificates (docs/security.md).
-    for (ServiceSpec& s : services) {
-      s.args.insert(s.args.end(),
-                    {"--tls", Spelled(job.security().tls()), "--tls-dir", inputs.tls_dir,
-                     "--tls-server-name", job.security().tls_server_name()});
-    }
+    const std::vector<std::string> tls = TlsServiceArgs(job, inputs.tls_dir);
+    for (ServiceSpec& s : services) s.args.insert(s.args.end(), tls.begin(), tls.end());
   }
   return services;
 }

@@ -135,7 +135,9 @@ int RunDriver::Run() {
     record_->RunFailed({state, std::string(failure_.status().message()), failure_.process()});
   }
   Shutdown(!failure_.failed());
-  RemoveRunCertificates();
+  // The run's own keys are useless once its services are gone and are not left in a directory
+  // that outlives the run (the CA's key was never written).
+  RemoveGeneratedTls(tls_, command());
   Finish(state);
   control_.reset();  // status.json no longer names the socket
   if (failure_.failed()) {
@@ -214,7 +216,8 @@ absl::Status RunDriver::Prepare() {
     STRATA_ASSIGN_OR_RETURN(auth.token, GenerateRunToken());
   }
   if (TlsOn(job_)) {
-    STRATA_ASSIGN_OR_RETURN(auth.tls, PrepareTls());
+    STRATA_ASSIGN_OR_RETURN(tls_, PrepareRunTls(job_, paths_.tls, attached()));
+    auth.tls = tls_.client;
   }
   SetRpcAuth(std::move(auth));
   STRATA_ASSIGN_OR_RETURN(record_, RunRecord::Open(paths_.root, start_));
@@ -266,43 +269,6 @@ absl::Status RunDriver::KeepTheModel() {
 // The certificates of a job with security.tls on or mutual: the job's own directory, or a CA and
 // certificates made for this run alone in the run directory (docs/security.md, "Transport
 // security"). This process is a client only: it loads the CA and, under mutual, the client pair.
-absl::StatusOr<TlsMaterial> RunDriver::PrepareTls() {
-  const v1::ResolvedSecurity& security = job_.security();
-  TlsSettings settings;
-  STRATA_ASSIGN_OR_RETURN(settings.mode, TlsModeFromName(Spelled(security.tls())));
-  settings.server_name = security.tls_server_name();
-  if (!security.tls_dir().empty()) {
-    // Absolute, so that services started in another working directory find the same files.
-    std::error_code ec;
-    tls_dir_ = std::filesystem::absolute(security.tls_dir(), ec).lexically_normal().string();
-    if (ec) tls_dir_ = security.tls_dir();
-  } else if (attached()) {
-    return absl::FailedPreconditionError(
-        "security.tls without security.tls_dir: the services were started elsewhere, so "
-        "certificates made here would not be theirs; give the directory they use");
-  } else {
-    RunCertificateOptions options;
-    options.server_name = security.tls_server_name();
-    STRATA_RETURN_IF_ERROR(WriteRunCertificates(paths_.tls, options));
-    tls_dir_ = std::filesystem::absolute(paths_.tls).lexically_normal().string();
-    tls_generated_ = true;
-  }
-  settings.dir = tls_dir_;
-  return LoadTlsMaterial(settings, TlsUse::kClient);
-}
-
-// The run's own keys are useless once its services are gone and are not left in a directory that
-// outlives the run (the CA's key was never written).
-void RunDriver::RemoveRunCertificates() {
-  if (!tls_generated_) return;
-  std::error_code ec;
-  std::filesystem::remove_all(tls_dir_, ec);
-  if (ec) {
-    std::fprintf(stderr, "%s: cannot remove the run's certificates in %s: %s\n", command(),
-                 tls_dir_.c_str(), ec.message().c_str());
-  }
-}
-
 absl::Status RunDriver::ShardData() {
   const auto t0 = Clock::now();
   // A resumed run trains on the shards it had; one killed while sharding has none (the sharder
@@ -360,7 +326,7 @@ absl::Status RunDriver::LaunchServices() {
   }
   // Abstract socket names vanish with the process and need no directory; the orchestrator's pid
   // and the run's name keep concurrent runs apart.
-  inputs.tls_dir = tls_dir_;
+  inputs.tls_dir = tls_.dir;
   inputs.ring_socket_prefix =
       absl::StrCat("unix-abstract:strata-", getpid(), "-",
                    std::filesystem::path(paths_.root).filename().string(), "-worker-");
@@ -537,7 +503,7 @@ void RunDriver::PrepareResume() {
   std::remove(paths_.switch_request.c_str());
   for (const std::string& stale : resume_->stale_server_checkpoints) std::remove(stale.c_str());
   // A killed run could not remove its own certificates; their services are gone, and the resumed
-  // run makes a new CA (PrepareTls), which refuses a directory that still holds the old one.
+  // run makes a new CA (PrepareRunTls), which refuses a directory that still holds the old one.
   if (TlsOn(job_) && job_.security().tls_dir().empty()) {
     std::filesystem::remove_all(paths_.tls, ec);
   }

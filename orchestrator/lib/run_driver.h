@@ -16,6 +16,7 @@
 #include <absl/status/statusor.h>
 
 #include "orchestrator/launch/launcher.h"
+#include "orchestrator/launch/run_tls.h"
 #include "orchestrator/lib/local_run.h"
 #include "orchestrator/plan/job_checks.h"
 #include "orchestrator/record/run_console.h"
@@ -70,7 +71,6 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
  private:
   absl::Status Execute();
   absl::Status Prepare();
-  absl::StatusOr<TlsMaterial> PrepareTls();
   absl::Status KeepTheModel();
   absl::Status ShardData();
   absl::Status LaunchServices();
@@ -79,7 +79,6 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   absl::Status StartTraining();
   absl::Status Supervise();
   void Shutdown(bool clean);
-  void RemoveRunCertificates();
   void Finish(const std::string& state);
   void WriteStatus();
   void WriteSummary(const std::string& state);
@@ -124,8 +123,7 @@ class RunDriver final : public SupervisorHost, public SwitchEvents {
   int64_t train_examples_ = 0;
   std::string state_ = "running";
   bool shut_down_ = false;
-  std::string tls_dir_;         // security.tls on or mutual: the certificates the services use
-  bool tls_generated_ = false;  // tls_dir_ is the run's own (paths_.tls), removed at the end
+  RunTls tls_;  // security.tls on or mutual: the certificates the services use
 
   ClusterView view_;
   RunPhase phase_;

@@ -19,6 +19,7 @@
 #include <absl/strings/str_join.h>
 #include <nlohmann/json.hpp>
 
+#include "orchestrator/launch/run_tls.h"
 #include "orchestrator/launch/service_plan.h"
 #include "orchestrator/record/drift_recovery.h"
 #include "orchestrator/record/report.h"
@@ -88,12 +89,14 @@ class StreamRun {
   int Run() {
     started_ = StreamClock::now();
     if (absl::Status s = Prepare(); !s.ok()) {
+      RemoveGeneratedTls(tls_, "strata run");
       std::fprintf(stderr, "strata run: %s; nothing was launched\n",
                    std::string(s.message()).c_str());
       return 2;
     }
     absl::Status status = Execute();
     StopEverything();
+    RemoveGeneratedTls(tls_, "strata run");
     nlohmann::json summary = Summarise(status);
     const bool checks = summary.value("apply_once", false) && summary.value("agree", false);
     if (status.ok() && !checks) {
@@ -140,6 +143,13 @@ class StreamRun {
     STRATA_RETURN_IF_ERROR(WriteFileAtomic(paths_.job_resolved, ResolvedJobText(job_)));
     RpcAuth auth;
     STRATA_ASSIGN_OR_RETURN(auth.token, GenerateRunToken());
+    if (TlsOn(job_)) {
+      // Every server and replica serves and calls with the run's certificates; the orchestrator's
+      // own calls (the servers' figures, the predict stream) present them too. The broker is
+      // reached on its unix socket, or at stream.address as given.
+      STRATA_ASSIGN_OR_RETURN(tls_, PrepareRunTls(job_, paths_.tls, /*attached=*/false));
+      auth.tls = tls_.client;
+    }
     SetRpcAuth(std::move(auth));
     STRATA_ASSIGN_OR_RETURN(nonce_, GenerateRunToken());
     nonce_ = nonce_.substr(0, 16);
@@ -148,6 +158,7 @@ class StreamRun {
                                            {"job", options_.job_path},
                                            {"overrides", options_.overrides},
                                            {"strategy", "stream"},
+                                           {"tls", Spelled(job_.security().tls())},
                                            {"orchestrator_pid", ::getpid()}});
     InstallInterruptHandlers();
     StartControlServer();
@@ -271,6 +282,13 @@ class StreamRun {
 
   bool ThroughServers() const { return job_.stream().sync() == v1::STREAM_SYNC_SERVERS; }
 
+  // security.tls on or mutual: the flags that hand a server or a replica the run's certificates.
+  void AddTlsArgs(std::vector<std::string>* argv) const {
+    if (!TlsOn(job_)) return;
+    const std::vector<std::string> tls = TlsServiceArgs(job_, tls_.dir);
+    argv->insert(argv->end(), tls.begin(), tls.end());
+  }
+
   // stream.sync servers: the job's initial model (written as a `ps` run writes it), then the
   // servers (ASP: the job's checks refuse another consistency), each announcing its port in a port
   // file; their addresses go to the replicas. A stream has no epochs: the servers keep no sample
@@ -316,6 +334,7 @@ class StreamRun {
                 absl::StrCat(listen_host, ":0"),
                 "--port-file",
                 paths_.PortFile(o.name)};
+      AddTlsArgs(&o.argv);
       if (job_.metrics().enabled()) {
         o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
                                      "--metrics-port-file", paths_.MetricsPortFile(o.name)});
@@ -453,6 +472,7 @@ class StreamRun {
       if (ThroughServers()) {
         o.argv.insert(o.argv.end(), {"--parameter-servers", absl::StrJoin(server_addresses_, ",")});
       }
+      AddTlsArgs(&o.argv);
       if (job_.metrics().enabled()) {
         o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
                                      "--metrics-port-file", paths_.MetricsPortFile(o.name)});
@@ -951,6 +971,7 @@ class StreamRun {
   const v1::ResolvedJob job_;
   const RunPaths paths_;
   std::string nonce_;
+  RunTls tls_;  // security.tls on or mutual
   std::unique_ptr<RunRecord> record_;
   std::unique_ptr<RunControlServer> control_;
   std::unique_ptr<StreamRunMetrics> run_metrics_;

@@ -1,28 +1,68 @@
 #include "services/collective/gradient_mesh.h"
 
+#include <algorithm>
+
 #include <absl/strings/str_cat.h>
 #include <spdlog/spdlog.h>
 
+#include "services/common/base/status.h"
 #include "services/common/wire/rpc.h"
+#include "services/common/wire/tcp_socket.h"
 
 namespace strata {
 
 using MeshClock = std::chrono::steady_clock;
 
-// One peer's outgoing stream: its queue and the thread that writes it.
+namespace {
+
+// A gRPC client stream (StreamReplica.Gradients) as a peer's connection.
+class GrpcGradientSender final : public GradientSender {
+ public:
+  GrpcGradientSender(v1::StreamReplica::Stub& stub, std::string peer) : peer_(std::move(peer)) {
+    stream_ = stub.Gradients(&context_, &ack_);
+  }
+
+  absl::Status Send(const v1::StreamGradient& message) override {
+    if (stream_->Write(message)) return absl::OkStatus();
+    context_.TryCancel();
+    const grpc::Status finished = stream_->Finish();
+    return absl::UnavailableError(
+        absl::StrCat("the stream to ", peer_, " broke: ", finished.error_message()));
+  }
+
+  absl::Status Finish() override {
+    stream_->WritesDone();
+    const grpc::Status finished = stream_->Finish();
+    if (finished.ok()) return absl::OkStatus();
+    return absl::UnavailableError(
+        absl::StrCat(peer_, " refused our gradients: ", finished.error_message()));
+  }
+
+  void Cancel() override { context_.TryCancel(); }
+
+ private:
+  const std::string peer_;
+  grpc::ClientContext context_;
+  v1::StreamGradientAck ack_;
+  std::unique_ptr<grpc::ClientWriter<v1::StreamGradient>> stream_;
+};
+
+}  // namespace
+
+// One peer's outgoing connection: its queue and the thread that writes it.
 struct GradientMesh::Peer {
   int rank = 0;
   std::string address;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::StreamReplica::Stub> stub;
-  grpc::ClientContext context;
 
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::shared_ptr<const v1::StreamGradient>> queue;
+  GradientSender* sender = nullptr;  // the writer's, while it has one (Close may cancel it)
   bool done = false;     // no more gradients will be queued
   bool stopped = false;  // the writer thread ended
-  absl::Status error;    // why the stream broke
+  absl::Status error;    // why the connection broke
   std::thread writer;
 };
 
@@ -38,6 +78,62 @@ GradientMesh::~GradientMesh() {
   }
   inbox_cv_.notify_all();
   (void)Close(MeshClock::now() + std::chrono::seconds(2));
+  if (plane_) plane_->Stop();  // its readers waiting for room have seen closing_
+}
+
+absl::Status GradientMesh::OfferDataPlane() {
+  if (!options_.tcp || plane_) return absl::OkStatus();
+  TcpMeshPlaneOptions plane;
+  plane.listen_host = options_.listen_host;
+  plane.rank = options_.rank;
+  plane.world = options_.world;
+  plane.parameter_floats = options_.parameter_floats;
+  STRATA_ASSIGN_OR_RETURN(
+      plane_,
+      TcpMeshPlane::Start(plane, [this](std::unique_ptr<v1::StreamGradient> m, uint32_t from) {
+        return Deliver(
+            std::move(m), absl::StrCat("replica ", from, "'s TCP connection"), [] { return false; },
+            &received_over_tcp_);
+      }));
+  return absl::OkStatus();
+}
+
+grpc::Status GradientMesh::DataPlane(grpc::ServerContext*, const v1::DataPlaneRequest*,
+                                     v1::DataPlaneOffer* offer) {
+  if (!plane_) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this replica's gradients go on gRPC");
+  }
+  offer->set_port(static_cast<uint32_t>(plane_->port()));
+  offer->set_ticket(plane_->ticket().data(), plane_->ticket().size());
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<std::unique_ptr<GradientSender>> GradientMesh::OpenSender(Peer& peer) {
+  const std::string name = absl::StrCat("replica ", peer.rank, " at ", peer.address);
+  if (options_.tcp) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(options_.deadline));
+    v1::DataPlaneRequest request;
+    request.set_sender(static_cast<uint32_t>(options_.rank));
+    v1::DataPlaneOffer offer;
+    const grpc::Status asked = peer.stub->DataPlane(&context, request, &offer);
+    if (asked.ok()) {
+      tcp::Ticket ticket;
+      if (offer.ticket().size() != ticket.size() || offer.port() == 0 || offer.port() > 65535) {
+        return absl::DataLossError(absl::StrCat(name, " offered a data plane that is not one"));
+      }
+      std::copy(offer.ticket().begin(), offer.ticket().end(), ticket.begin());
+      return DialTcpMeshPeer(tcp::DataPlaneHost(peer.address), static_cast<int>(offer.port()),
+                             ticket, static_cast<uint32_t>(options_.rank), options_.deadline);
+    }
+    if (asked.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
+      return absl::UnavailableError(
+          absl::StrCat(name, " did not offer its data plane: ", asked.error_message()));
+    }
+    spdlog::warn("{} offers no plain-TCP data plane (TLS on there?): gradients to it go on gRPC",
+                 name);
+  }
+  return std::make_unique<GrpcGradientSender>(*peer.stub, name);
 }
 
 absl::Status GradientMesh::Connect(const std::vector<std::string>& peers) {
@@ -67,40 +163,33 @@ absl::Status GradientMesh::Connect(const std::vector<std::string>& peers) {
 }
 
 void GradientMesh::Write(Peer* peer) {
-  v1::StreamGradientAck ack;
-  std::unique_ptr<grpc::ClientWriter<v1::StreamGradient>> stream =
-      peer->stub->Gradients(&peer->context, &ack);
-  absl::Status error;
-  while (true) {
-    std::shared_ptr<const v1::StreamGradient> next;
+  absl::StatusOr<std::unique_ptr<GradientSender>> opened = OpenSender(*peer);
+  absl::Status error = opened.status();
+  if (opened.ok()) {
+    GradientSender& sender = **opened;
     {
-      std::unique_lock lock(peer->mu);
-      peer->cv.wait(lock, [&] { return !peer->queue.empty() || peer->done; });
-      if (peer->queue.empty()) break;  // done, and everything written
-      next = peer->queue.front();
+      std::lock_guard lock(peer->mu);
+      peer->sender = &sender;
     }
-    if (!stream->Write(*next)) {
-      error = absl::UnavailableError(
-          absl::StrCat("the stream to replica ", peer->rank, " at ", peer->address, " broke"));
-      break;
+    while (error.ok()) {
+      std::shared_ptr<const v1::StreamGradient> next;
+      {
+        std::unique_lock lock(peer->mu);
+        peer->cv.wait(lock, [&] { return !peer->queue.empty() || peer->done; });
+        if (peer->queue.empty()) break;  // done, and everything written
+        next = peer->queue.front();
+      }
+      error = sender.Send(*next);
+      if (!error.ok()) break;
+      std::lock_guard lock(peer->mu);
+      peer->queue.pop_front();
+      peer->cv.notify_all();
     }
+    if (error.ok()) error = sender.Finish();
     std::lock_guard lock(peer->mu);
-    peer->queue.pop_front();
-    peer->cv.notify_all();
+    peer->sender = nullptr;
   }
-  if (error.ok()) {
-    stream->WritesDone();
-    grpc::Status finished = stream->Finish();
-    if (!finished.ok()) {
-      error = absl::UnavailableError(absl::StrCat("replica ", peer->rank, " at ", peer->address,
-                                                  " refused our gradients: ",
-                                                  finished.error_message()));
-    }
-  } else {
-    peer->context.TryCancel();
-    grpc::Status finished = stream->Finish();
-    error = absl::UnavailableError(absl::StrCat(error.message(), ": ", finished.error_message()));
-  }
+  opened = absl::CancelledError();  // the connection closes before the writer says it stopped
   std::lock_guard lock(peer->mu);
   peer->error = error;
   peer->stopped = true;
@@ -154,7 +243,7 @@ absl::Status GradientMesh::Close(MeshClock::time_point until) {
       peer->done = true;
       peer->cv.notify_all();
       if (!peer->cv.wait_until(lock, until, [&] { return peer->stopped; })) {
-        peer->context.TryCancel();
+        if (peer->sender != nullptr) peer->sender->Cancel();
         if (first.ok()) {
           first = absl::DeadlineExceededError(absl::StrCat(
               "replica ", peer->rank, " at ", peer->address, " had not taken every gradient"));
@@ -206,49 +295,67 @@ absl::Status GradientMesh::Check(const v1::StreamGradient& g, uint64_t expected_
   return absl::OkStatus();
 }
 
+absl::Status GradientMesh::Deliver(std::unique_ptr<v1::StreamGradient> message,
+                                   const std::string& who, const std::function<bool()>& cancelled,
+                                   int64_t* received) {
+  const uint32_t sender = message->sender();
+  if (sender >= static_cast<uint32_t>(options_.world) ||
+      sender == static_cast<uint32_t>(options_.rank)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no replica ", sender, " sends to replica ", options_.rank));
+  }
+  std::unique_lock lock(inbox_mu_);
+  if (ended_[sender]) {
+    return absl::InvalidArgumentError(absl::StrCat("replica ", sender, " sent after its end"));
+  }
+  if (absl::Status s = Check(*message, next_index_[sender]); !s.ok()) {
+    // A peer that breaks the protocol has lost gradients or repeated them: the replicas can no
+    // longer agree, so the mesh fails rather than train on.
+    inbox_error_ =
+        absl::DataLossError(absl::StrCat("replica ", sender, " (", who, "): ", s.message()));
+    spdlog::error("{}", std::string(inbox_error_.message()));
+    inbox_cv_.notify_all();
+    return s;
+  }
+  // Back-pressure: a sender ahead of this replica's training waits (gRPC's flow control, or the
+  // TCP connection's, then holds its writer) instead of growing this process.
+  // (Woken every 100 ms to see a cancelled call: a server shutting down cancels it without
+  // notifying.)
+  while (!(inbox_.size() < options_.max_queued * static_cast<size_t>(options_.world) || closing_ ||
+           cancelled())) {
+    inbox_cv_.wait_for(lock, std::chrono::milliseconds(100));
+  }
+  if (closing_ || cancelled()) return absl::CancelledError("replica shutting down");
+  if (message->end()) {
+    ended_[sender] = true;
+  } else {
+    next_index_[sender] += message->count();
+  }
+  inbox_.push_back(std::move(message));
+  ++*received;
+  inbox_cv_.notify_all();
+  return absl::OkStatus();
+}
+
+int64_t GradientMesh::received_over_tcp() const {
+  std::lock_guard lock(inbox_mu_);
+  return received_over_tcp_;
+}
+
+int64_t GradientMesh::received_over_grpc() const {
+  std::lock_guard lock(inbox_mu_);
+  return received_over_grpc_;
+}
+
 grpc::Status GradientMesh::Gradients(grpc::ServerContext* context,
                                      grpc::ServerReader<v1::StreamGradient>* reader,
                                      v1::StreamGradientAck*) {
   auto message = std::make_unique<v1::StreamGradient>();
   while (reader->Read(message.get())) {
-    const uint32_t sender = message->sender();
-    if (sender >= static_cast<uint32_t>(options_.world) ||
-        sender == static_cast<uint32_t>(options_.rank)) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("no replica ", sender, " sends to replica ", options_.rank));
-    }
-    std::unique_lock lock(inbox_mu_);
-    if (ended_[sender]) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                          absl::StrCat("replica ", sender, " sent after its end"));
-    }
-    if (absl::Status s = Check(*message, next_index_[sender]); !s.ok()) {
-      // A peer that breaks the protocol has lost gradients or repeated them: the replicas can no
-      // longer agree, so the mesh fails rather than train on.
-      inbox_error_ = absl::DataLossError(
-          absl::StrCat("replica ", sender, " (", context->peer(), "): ", s.message()));
-      spdlog::error("{}", std::string(inbox_error_.message()));
-      inbox_cv_.notify_all();
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, std::string(s.message()));
-    }
-    // Back-pressure: a sender ahead of this replica's training waits (gRPC's flow control then
-    // holds its writer) instead of growing this process.
-    // (Woken every 100 ms to see a cancelled call: a server shutting down cancels it without
-    // notifying.)
-    while (!(inbox_.size() < options_.max_queued * static_cast<size_t>(options_.world) ||
-             closing_ || context->IsCancelled())) {
-      inbox_cv_.wait_for(lock, std::chrono::milliseconds(100));
-    }
-    if (closing_ || context->IsCancelled()) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "replica shutting down");
-    }
-    if (message->end()) {
-      ended_[sender] = true;
-    } else {
-      next_index_[sender] += message->count();
-    }
-    inbox_.push_back(std::move(message));
-    inbox_cv_.notify_all();
+    absl::Status delivered = Deliver(
+        std::move(message), context->peer(), [context] { return context->IsCancelled(); },
+        &received_over_grpc_);
+    if (!delivered.ok()) return ToGrpcStatus(delivered);
     message = std::make_unique<v1::StreamGradient>();
   }
   return grpc::Status::OK;

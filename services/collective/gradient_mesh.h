@@ -1,15 +1,14 @@
 // The gradient exchange of a stream job's replicas (strategy.kind stream, TensAIR's protocol;
 // docs/protocol.md, "Stream replicas"): every replica sends every gradient it applied to every
 // other replica, with no server and no barrier; a buffer of gradients travels as one message
-// holding their sum and each one's clock. Each replica keeps one gRPC client stream open to
-// each peer (StreamReplica.Gradients) and writes its gradients on it in the order it applied them;
-// a writer thread per peer does the writing, so the training thread only queues. The receiving
-// side checks each message (sender, world, the sender's next index, the gradient count, the
-// clock's size, the values' size) and hands it to the training thread in arrival order, which per sender is the
-// sender's order.
-//
-// Over gRPC, so it carries the run token and TLS like every other call; the ring's plain-TCP data
-// plane does not serve it yet.
+// holding their sum and each one's clock. Each replica keeps one connection open to each peer and
+// writes its gradients on it in the order it applied them; a writer thread per peer does the
+// writing, so the training thread only queues. The connection is a plain TCP one (tcp_mesh_link.h,
+// the default: no serialisation, the values read straight into the message they are applied
+// from) or a gRPC client stream (StreamReplica.Gradients, which carries TLS); both are a
+// GradientSender (mesh_link.h). The receiving side checks each message (sender, world, the
+// sender's next index, the gradient count, the clock's size, the values' size) and hands it to
+// the training thread in arrival order, which per sender is the sender's order.
 #pragma once
 
 #include <chrono>
@@ -26,12 +25,14 @@
 #include <absl/status/status.h>
 #include <absl/status/statusor.h>
 
+#include "services/collective/mesh_frame.h"
+#include "services/collective/mesh_link.h"
+#include "services/collective/tcp_mesh_link.h"
 #include "strata/v1/collective.grpc.pb.h"
 
 namespace strata {
 
-// At most this many gradients summed in one message (stream.max_grad_buffer's upper bound).
-inline constexpr uint32_t kMaxGradientsPerMessage = 1024;
+using mesh_frame::kMaxGradientsPerMessage;
 
 struct GradientMeshOptions {
   int rank = 0;
@@ -43,6 +44,10 @@ struct GradientMeshOptions {
   // Gradients waiting per peer, sent or received, before the writer (Broadcast) or the sender (the
   // receiving stream, through gRPC's flow control) waits: the memory bound of the exchange.
   size_t max_queued = 64;
+  // Send on the peers' plain-TCP data planes (a peer that offers none is sent to over gRPC), and
+  // offer one here on `listen_host` (OfferDataPlane). False: gRPC both ways (TLS on).
+  bool tcp = false;
+  std::string listen_host = "127.0.0.1";
 };
 
 class GradientMesh final : public v1::StreamReplica::Service {
@@ -52,7 +57,14 @@ class GradientMesh final : public v1::StreamReplica::Service {
   GradientMesh(const GradientMesh&) = delete;
   GradientMesh& operator=(const GradientMesh&) = delete;
 
-  // Opens a stream to every other replica; `peers` holds every replica's address by rank.
+  // options.tcp: listens for the peers' connections (StreamReplica.DataPlane offers it). Before the
+  // gRPC server serves, so that no peer finds this replica without it.
+  absl::Status OfferDataPlane();
+  int data_port() const { return plane_ ? plane_->port() : 0; }
+  // Messages (gradients and ends) received on the TCP data plane, and over gRPC.
+  int64_t received_over_tcp() const;
+  int64_t received_over_grpc() const;
+  // Opens a connection to every other replica; `peers` holds every replica's address by rank.
   absl::Status Connect(const std::vector<std::string>& peers);
   // Queues `gradient` for every other replica (shared, not copied). Fails, naming the peer, when a
   // stream to a peer broke or stayed full past the deadline.
@@ -68,6 +80,9 @@ class GradientMesh final : public v1::StreamReplica::Service {
   grpc::Status Gradients(grpc::ServerContext* context,
                          grpc::ServerReader<v1::StreamGradient>* reader,
                          v1::StreamGradientAck* ack) override;
+  // The plain-TCP data plane's port and ticket; UNIMPLEMENTED without one.
+  grpc::Status DataPlane(grpc::ServerContext* context, const v1::DataPlaneRequest* request,
+                         v1::DataPlaneOffer* offer) override;
 
   // StreamReplica.Predict is the replica's (stream_replica.cc), which holds the model: it hands
   // its answerer here before the server starts. Without one, Predict is UNAVAILABLE.
@@ -82,20 +97,28 @@ class GradientMesh final : public v1::StreamReplica::Service {
  private:
   struct Peer;
   absl::Status Check(const v1::StreamGradient& g, uint64_t expected_index) const;
+  // Files a received message in the inbox once it has room, after the checks; `who` names the
+  // connection in errors, `cancelled` is asked while waiting for room.
+  absl::Status Deliver(std::unique_ptr<v1::StreamGradient> message, const std::string& who,
+                       const std::function<bool()>& cancelled, int64_t* received);
+  // The connection to `peer`: on its TCP data plane when both ends have one, else gRPC.
+  absl::StatusOr<std::unique_ptr<GradientSender>> OpenSender(Peer& peer);
   void Write(Peer* peer);
 
   const GradientMeshOptions options_;
 
-  std::mutex inbox_mu_;
+  mutable std::mutex inbox_mu_;
   std::condition_variable inbox_cv_;
   std::deque<std::unique_ptr<v1::StreamGradient>> inbox_;
   std::vector<uint64_t> next_index_;  // by sender: the index its next message must carry
   std::vector<bool> ended_;           // by sender: its end arrived
   absl::Status inbox_error_;
   bool closing_ = false;
+  int64_t received_over_tcp_ = 0, received_over_grpc_ = 0;
 
   std::vector<std::unique_ptr<Peer>> peers_;  // by rank; null for this replica
   Predictor predictor_;
+  std::unique_ptr<TcpMeshPlane> plane_;  // options.tcp, once offered
 };
 
 }  // namespace strata

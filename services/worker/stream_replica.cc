@@ -250,7 +250,20 @@ class StreamReplica {
     mesh_options.parameter_floats = static_cast<size_t>(trainer_->parameters().total_floats());
     mesh_options.deadline = options_.deadline;
     mesh_options.max_queued = static_cast<size_t>(std::max(4 * stream_.max_grad_buffer(), 16));
+    // The mesh's own data plane (stream.link tcp), unless the connections must be encrypted.
+    const bool mesh = !ThroughServers() && !Synchronous();
+    mesh_options.tcp = mesh && stream_.link() == v1::DATA_LINK_TCP && !ChannelsUseTls();
+    mesh_options.listen_host = tcp::DataPlaneHost(options_.listen);
+    if (mesh && stream_.link() == v1::DATA_LINK_TCP && ChannelsUseTls()) {
+      spdlog::warn(
+          "stream.link tcp: TLS is on and the plain TCP connections are not encrypted; the "
+          "gradients go on gRPC");
+    }
     mesh_ = std::make_unique<GradientMesh>(mesh_options);
+    STRATA_RETURN_IF_ERROR(mesh_->OfferDataPlane());
+    if (mesh_options.tcp) {
+      spdlog::info("gradients travel on plain TCP (data plane on port {})", mesh_->data_port());
+    }
     if (ThroughServers()) {
       STRATA_RETURN_IF_ERROR(ConnectServers());
     } else if (options_.job.strategy().push_compression() == v1::PUSH_COMPRESSION_FP16) {
@@ -947,6 +960,11 @@ class StreamReplica {
                         {"p50_ms", predict.p50_ms},
                         {"p99_ms", predict.p99_ms},
                         {"max_ms", predict.max_ms}};
+    if (mesh_ && !ThroughServers() && !Synchronous()) {
+      // How the peers' messages came (stream.link): on the TCP data plane, or over gRPC.
+      j["received_over_tcp"] = mesh_->received_over_tcp();
+      j["received_over_grpc"] = mesh_->received_over_grpc();
+    }
     j["rank"] = options_.rank;
     j["state"] = state;
     j["seconds"] = std::chrono::duration<double>(ReplicaClock::now() - started_).count();

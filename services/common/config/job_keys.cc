@@ -518,6 +518,13 @@ std::vector<JobKey> MakeTable() {
                "cluster.parameter_servers parameter servers, asynchronously: each replica "
                "pushes its window's gradient and pulls the servers' model in one exchange); "
                "stream.max_grad_buffer is the mesh's only."),
+      Key("stream.link")
+          .Default("tcp")
+          .Allowed({"grpc", "tcp"})
+          .EmitOnlyUnlessDefault()
+          .Doc("`stream.sync: mesh`: how the replicas' gradients travel to each other: `tcp` (a "
+               "plain TCP connection per pair, handed out over gRPC with a ticket; gRPC when TLS "
+               "is on) or `grpc` (a gRPC stream per pair)."),
       Key("stream.produce.rate")
           .Default("0")
           .AtLeast(0)

@@ -1,0 +1,299 @@
+#include "services/collective/tcp_mesh_link.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <list>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include <absl/strings/str_cat.h>
+#include <spdlog/spdlog.h>
+
+#include "services/collective/mesh_frame.h"
+#include "services/common/base/status.h"
+#include "services/common/wire/tcp_hello_gate.h"
+
+namespace strata {
+namespace {
+
+// Connections without a complete hello held at once, and the time each has to send it: a real
+// peer sends its hello as soon as it has connected.
+constexpr size_t kMaxPendingConnections = 64;
+constexpr std::chrono::milliseconds kHelloTimeout{10000};
+
+// The sending side: one connection, written by the mesh's writer thread for the peer.
+class TcpGradientSender final : public GradientSender {
+ public:
+  TcpGradientSender(int fd, std::string peer, std::chrono::milliseconds deadline)
+      : fd_(fd), peer_(std::move(peer)), deadline_(deadline) {}
+  ~TcpGradientSender() override { close(fd_); }
+
+  absl::Status Send(const v1::StreamGradient& message) override {
+    const mesh_frame::Header header = mesh_frame::HeaderOf(message);
+    // The frame carries count x world clock entries: a message with another number would put
+    // the receiver's reading out of step, so it is not sent.
+    if (static_cast<uint64_t>(message.clock_size()) * 8 != mesh_frame::ClockBytes(header)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a message with a clock of ", message.clock_size(), " entries for ",
+                       header.count, " gradient(s) of ", header.world, " replicas is not sent"));
+    }
+    uint8_t head[mesh_frame::kHeaderBytes];
+    mesh_frame::Encode(header, head);
+    clock_.resize(message.clock_size() * 8);
+    for (int i = 0; i < message.clock_size(); ++i) {
+      tcp::Put64(clock_.data() + 8 * i, static_cast<uint64_t>(message.clock(i)));
+    }
+    iovec parts[3] = {{head, sizeof(head)},
+                      {clock_.data(), clock_.size()},
+                      {const_cast<char*>(message.values().data()), message.values().size()}};
+    if (absl::Status s = tcp::SendParts(fd_, parts, 3); !s.ok()) {
+      return Annotate(s, absl::StrCat("the connection to ", peer_, " broke"));
+    }
+    ended_ = ended_ || message.end();
+    return absl::OkStatus();
+  }
+
+  absl::Status Finish() override {
+    if (!ended_) return absl::OkStatus();  // broken off before the end: nothing to confirm
+    // The peer's ack says its inbox holds the end, and so every message before it.
+    tcp::SetReceiveTimeout(fd_, deadline_);
+    uint8_t head[mesh_frame::kHeaderBytes];
+    if (absl::Status s = tcp::ReceiveExact(fd_, head, sizeof(head)); !s.ok()) {
+      return Annotate(s, absl::StrCat(peer_, " did not acknowledge our end"));
+    }
+    mesh_frame::Header ack;
+    if (absl::Status s = mesh_frame::Decode(head, &ack);
+        !s.ok() || ack.kind != mesh_frame::Kind::kAck) {
+      return absl::DataLossError(absl::StrCat(peer_, " answered our end with something else"));
+    }
+    return absl::OkStatus();
+  }
+
+  void Cancel() override { shutdown(fd_, SHUT_RDWR); }
+
+ private:
+  const int fd_;
+  const std::string peer_;
+  const std::chrono::milliseconds deadline_;
+  std::vector<uint8_t> clock_;  // the clock's entries as they go on the wire
+  bool ended_ = false;
+};
+
+}  // namespace
+
+struct TcpMeshPlane::Impl {
+  struct Connection {
+    int fd = -1;
+    uint32_t sender = 0;
+    std::thread thread;
+    bool done = false;  // its thread has finished (joined and closed at the next Admit or Stop)
+  };
+
+  Impl(const TcpMeshPlaneOptions& o, int p, tcp::Ticket t, Deliver d)
+      : options(o), port(p), ticket(t), deliver(std::move(d)) {}
+
+  // On the gate's thread: a hello with the ticket from a peer rank not yet connected gets a
+  // reader; anything else is closed unread.
+  bool Admit(int fd, const uint8_t* hello) {
+    tcp::Ticket presented;
+    uint32_t sender = 0;
+    if (!mesh_frame::DecodeHello(hello, &presented, &sender).ok() ||
+        !tcp::SameTicket(presented, ticket)) {
+      return false;
+    }
+    std::list<Connection> finished;
+    bool admitted = false;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto it = connections.begin(); it != connections.end();) {
+        auto here = it++;
+        if (here->done) finished.splice(finished.end(), connections, here);
+      }
+      // One live connection per peer rank, so at most world - 1 readers. A peer's gradients are
+      // numbered: a connection that follows a closed one must go on where it stopped, which the
+      // mesh checks.
+      bool live = false;
+      for (const Connection& c : connections) live = live || c.sender == sender;
+      if (live) spdlog::warn("gradient mesh: a second connection as replica {} refused", sender);
+      if (!stopping && !live && sender < static_cast<uint32_t>(options.world) &&
+          sender != static_cast<uint32_t>(options.rank)) {
+        connections.emplace_back();
+        Connection* c = &connections.back();
+        c->fd = fd;
+        c->sender = sender;
+        c->thread = std::thread([this, c] {
+          Receive(c->fd, c->sender);
+          {
+            // Before the peer can see the close: a connection it opens next finds this one done.
+            std::lock_guard<std::mutex> done(mu);
+            c->done = true;
+          }
+          // The descriptor is closed when the thread is joined, so that its number cannot be
+          // reused while Stop may still shut it down.
+          shutdown(c->fd, SHUT_RDWR);
+        });
+        admitted = true;
+      }
+    }
+    for (Connection& c : finished) {
+      c.thread.join();
+      close(c.fd);
+    }
+    return admitted;
+  }
+
+  // Frames from `sender` until its end, an error or the plane's stop.
+  void Receive(int fd, uint32_t sender) {
+    const uint64_t value_bytes = options.parameter_floats * sizeof(float);
+    std::vector<uint8_t> clock;
+    while (true) {
+      uint8_t head[mesh_frame::kHeaderBytes];
+      absl::Status s = tcp::ReceiveExact(fd, head, sizeof(head));
+      mesh_frame::Header h;
+      if (s.ok()) s = mesh_frame::Decode(head, &h);
+      if (s.ok() && h.kind == mesh_frame::Kind::kAck) s = absl::InvalidArgumentError("an ack");
+      // Checked before anything is allocated for the payload: the rest of the message's checks
+      // (index, clock entries) are the mesh's, as for a message that came over gRPC.
+      if (s.ok() && h.sender != sender) {
+        s = absl::InvalidArgumentError(
+            absl::StrCat("a frame of replica ", h.sender, " on replica ", sender, "'s connection"));
+      }
+      if (s.ok() && h.world != static_cast<uint32_t>(options.world)) {
+        s = absl::InvalidArgumentError(absl::StrCat("a gradient of a job of ", h.world,
+                                                    " replicas, this one has ", options.world));
+      }
+      if (s.ok() && h.kind == mesh_frame::Kind::kGradient && h.value_bytes != value_bytes) {
+        s = absl::InvalidArgumentError(absl::StrCat("a gradient of ", h.value_bytes,
+                                                    " bytes for a model of ",
+                                                    options.parameter_floats, " floats"));
+      }
+      auto message = std::make_unique<v1::StreamGradient>();
+      if (s.ok()) {
+        message->set_sender(h.sender);
+        message->set_world(h.world);
+        message->set_index(h.index);
+        message->set_end(h.kind == mesh_frame::Kind::kEnd);
+        if (h.kind == mesh_frame::Kind::kGradient) {
+          message->set_count(h.count);
+          clock.resize(mesh_frame::ClockBytes(h));
+          s = tcp::ReceiveExact(fd, clock.data(), clock.size());
+          const size_t entries = clock.size() / 8;
+          message->mutable_clock()->Resize(static_cast<int>(entries), 0);
+          for (size_t i = 0; s.ok() && i < entries; ++i) {
+            message->set_clock(static_cast<int>(i),
+                               static_cast<int64_t>(tcp::Get64(&clock[8 * i])));
+          }
+          // Straight into the message the replica applies the values from.
+          std::string* values = message->mutable_values();
+          values->resize(h.value_bytes);
+          if (s.ok()) s = tcp::ReceiveExact(fd, values->data(), values->size());
+        }
+      }
+      if (!s.ok()) {
+        if (s.code() == absl::StatusCode::kOutOfRange) {
+          spdlog::warn("gradient mesh: replica {} closed its connection before its end", sender);
+        } else if (!Stopping()) {
+          spdlog::error("gradient mesh: replica {}'s connection: {}", sender,
+                        std::string(s.message()));
+        }
+        return;
+      }
+      const bool end = message->end();
+      if (absl::Status d = deliver(std::move(message), sender); !d.ok()) return;
+      if (end) {
+        mesh_frame::Header ack;
+        ack.kind = mesh_frame::Kind::kAck;
+        ack.sender = static_cast<uint32_t>(options.rank);
+        ack.world = static_cast<uint32_t>(options.world);
+        ack.index = h.index;
+        uint8_t out[mesh_frame::kHeaderBytes];
+        mesh_frame::Encode(ack, out);
+        (void)tcp::SendAll(fd, out, sizeof(out), nullptr, 0);
+        return;
+      }
+    }
+  }
+
+  bool Stopping() {
+    std::lock_guard<std::mutex> lock(mu);
+    return stopping;
+  }
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (stopped) return;
+      stopping = true;
+    }
+    // No connection is admitted once the gate has stopped (and Admit sees `stopping` before).
+    gate->Stop();
+    std::list<Connection> all;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (Connection& c : connections) shutdown(c.fd, SHUT_RDWR);
+      all.splice(all.end(), connections);
+      stopped = true;
+    }
+    for (Connection& c : all) {
+      c.thread.join();
+      close(c.fd);
+    }
+  }
+
+  const TcpMeshPlaneOptions options;
+  const int port;
+  const tcp::Ticket ticket;
+  const Deliver deliver;
+  std::unique_ptr<tcp::HelloGate> gate;
+
+  std::mutex mu;
+  std::list<Connection> connections;  // at most one per peer rank
+  bool stopping = false, stopped = false;
+};
+
+absl::StatusOr<std::unique_ptr<TcpMeshPlane>> TcpMeshPlane::Start(
+    const TcpMeshPlaneOptions& options, Deliver deliver) {
+  STRATA_ASSIGN_OR_RETURN(tcp::Ticket ticket, tcp::RandomTicket());
+  int port = 0;
+  absl::StatusOr<int> fd = tcp::ListenTcp(options.listen_host, &port);
+  if (!fd.ok()) return Annotate(fd.status(), "gradient mesh data plane");
+  auto impl = std::make_unique<Impl>(options, port, ticket, std::move(deliver));
+  Impl* raw = impl.get();
+  tcp::HelloGateOptions gate;
+  gate.max_pending = kMaxPendingConnections;
+  gate.handshake_timeout = kHelloTimeout;
+  gate.what = "gradient mesh data plane";
+  absl::StatusOr<std::unique_ptr<tcp::HelloGate>> started = tcp::HelloGate::Start(
+      *fd, gate,
+      [raw](int connection, const uint8_t* hello) { return raw->Admit(connection, hello); });
+  if (!started.ok()) return Annotate(started.status(), "gradient mesh data plane");
+  impl->gate = std::move(*started);
+  return std::unique_ptr<TcpMeshPlane>(new TcpMeshPlane(std::move(impl)));
+}
+
+TcpMeshPlane::TcpMeshPlane(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TcpMeshPlane::~TcpMeshPlane() { Stop(); }
+void TcpMeshPlane::Stop() { impl_->Stop(); }
+int TcpMeshPlane::port() const { return impl_->port; }
+const tcp::Ticket& TcpMeshPlane::ticket() const { return impl_->ticket; }
+
+absl::StatusOr<std::unique_ptr<GradientSender>> DialTcpMeshPeer(
+    const std::string& host, int port, const tcp::Ticket& ticket, uint32_t rank,
+    std::chrono::milliseconds deadline) {
+  const std::string peer = absl::StrCat(host, ":", port);
+  absl::StatusOr<int> fd = tcp::DialTcp(host, port, deadline);
+  if (!fd.ok()) return Annotate(fd.status(), absl::StrCat("gradient mesh data plane at ", peer));
+  tcp::SetSendTimeout(*fd, deadline);
+  uint8_t hello[tcp::kHelloBytes];
+  mesh_frame::EncodeHello(ticket, rank, hello);
+  if (absl::Status s = tcp::SendAll(*fd, hello, sizeof(hello), nullptr, 0); !s.ok()) {
+    close(*fd);
+    return Annotate(s, absl::StrCat("gradient mesh data plane at ", peer));
+  }
+  return std::unique_ptr<GradientSender>(new TcpGradientSender(*fd, peer, deadline));
+}
+
+}  // namespace strata
