@@ -101,8 +101,6 @@ struct ReplicaCounts {
   // stream.sync servers: what a restarted replica carries on from, kept on the broker after each
   // acknowledgement (the figures of a run, not the curves and drifts of one incarnation).
   nlohmann::json Durable(int rank) const {
-    nlohmann::json stale = nlohmann::json::object();
-    for (const auto& [s, n] : staleness) stale[std::to_string(s)] = n;
     return {{"windows", windows},
             {"events_trained", events_trained},
             {"malformed", malformed},
@@ -112,7 +110,7 @@ struct ReplicaCounts {
             {"restarts", restarts},
             {"diverged_windows", diverged_windows},
             {"own_applied", applied[static_cast<size_t>(rank)]},
-            {"staleness", stale},
+            {"staleness", StalenessJson()},
             {"prequential_correct", correct},
             {"prequential_scored", scored},
             {"events_since_lr_reset", events_since_lr_reset},
@@ -144,9 +142,14 @@ struct ReplicaCounts {
     return ok;
   }
 
-  nlohmann::json ToJson() const {
+  // The staleness histogram with its values as keys.
+  nlohmann::json StalenessJson() const {
     nlohmann::json stale = nlohmann::json::object();
     for (const auto& [s, n] : staleness) stale[std::to_string(s)] = n;
+    return stale;
+  }
+
+  nlohmann::json ToJson() const {
     int64_t applied_total = 0;
     for (int64_t a : applied) applied_total += a;
     return {{"windows", windows},
@@ -160,7 +163,7 @@ struct ReplicaCounts {
             {"diverged_windows", diverged_windows},
             {"applied", applied},
             {"applied_total", applied_total},
-            {"staleness", stale},
+            {"staleness", StalenessJson()},
             {"prequential_correct", correct},
             {"prequential_scored", scored},
             {"recent_correct", recent_correct},

@@ -22,11 +22,13 @@
 #include "services/collective/tcp_mesh_link.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/tcp_socket.h"
+#include "tests/support/data_plane_probe.h"
 
 namespace strata {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ClosedByReceiver;
 using Clock = std::chrono::steady_clock;
 
 constexpr size_t kFloats = 5;
@@ -241,19 +243,6 @@ int Dial(int port) {
   auto fd = tcp::DialTcp("127.0.0.1", port, std::chrono::seconds(10));
   EXPECT_TRUE(fd.ok()) << fd.status();
   return fd.ok() ? *fd : -1;
-}
-
-// True once the receiver has closed the connection (end of stream or a reset) within 60 s.
-bool ClosedByReceiver(int fd) {
-  timeval limit{60, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  uint8_t byte;
-  for (;;) {
-    const ssize_t n = recv(fd, &byte, 1, 0);
-    if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
-    if (n < 0 && errno == EINTR) continue;
-    return false;
-  }
 }
 
 void SendHeader(int fd, const mesh_frame::Header& h) {

@@ -20,12 +20,14 @@
 #include "services/collective/tcp_frame.h"
 #include "services/common/wire/rpc.h"
 #include "strata/v1/collective.grpc.pb.h"
+#include "tests/support/data_plane_probe.h"
 #include "tests/unit/collective/ring_test_support.h"
 
 namespace strata {
 namespace {
 
 using ring_test::RunOnAll;
+using testing::ClosedByReceiver;
 using ring_test::StartRing;
 using ring_test::TestRing;
 using ring_test::Value;
@@ -152,18 +154,6 @@ class TcpRingInputTest : public ::testing::Test {
     tcp_ring::EncodeFrame(f, raw);
     Send(fd, raw, sizeof(raw));
     if (!payload.empty()) Send(fd, payload.data(), payload.size());
-  }
-  // True once the receiver has closed the connection (read returns end of stream or a reset).
-  static bool ClosedByReceiver(int fd) {
-    timeval limit{60, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-    uint8_t byte;
-    for (;;) {
-      const ssize_t n = recv(fd, &byte, 1, 0);
-      if (n == 0 || (n < 0 && errno == ECONNRESET)) return true;
-      if (n < 0 && errno == EINTR) continue;
-      return false;  // a byte (no ack was asked for) or the 60 s passed
-    }
   }
   // The ring still averages exactly.
   void ExpectExactAverages(int op) {
