@@ -8,7 +8,7 @@
 # says where the input that did it is kept. docs/security.md, "Fuzzing".
 #
 #   FUZZ_SECONDS   time per target (default 45)
-#   FUZZ_TARGETS   which targets (default: all eight)
+#   FUZZ_TARGETS   which targets (default: all nine)
 #   FUZZ_BUILD_DIR the tree (default build-fuzz)
 #   JOBS           parallel compiles and targets fuzzed side by side (default 2)
 #   BUILD_LOCK     a file the build step holds with flock (machines shared with other builds)
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 seconds=${FUZZ_SECONDS:-45}
 dir=${FUZZ_BUILD_DIR:-build-fuzz}
 jobs=${JOBS:-2}
-read -r -a targets <<<"${FUZZ_TARGETS:-tensor_codec checkpoint job_spec segment_codec tcp_frame push_pull_frame npy_file stream_event}"
+read -r -a targets <<<"${FUZZ_TARGETS:-tensor_codec checkpoint job_spec segment_codec tcp_frame push_pull_frame npy_file stream_event mesh_frame}"
 
 bash scripts/install-deps.sh || exit 1
 

@@ -18,7 +18,8 @@
 # and another, the last lines give each count's mesh events/s over it.
 # A form may carry an option after the exchange: `servers-fp16` (strategy.push_compression fp16),
 # `mesh-grpc` (stream.link grpc: the mesh's gradients on gRPC streams instead of its plain-TCP
-# connections).
+# connections), `mesh-wN` (stream.max_in_flight N: at most N messages to each peer in flight and
+# N waiting).
 # For `servers` the staleness column is the mean, over every window, of the other replicas'
 # gradients the server applied between the window's model and its gradient.
 # HOSTS_RATE (e.g. 1gbit) runs every count on emulated hosts instead (bench/network/
@@ -68,6 +69,8 @@ for round in $(seq "$rounds"); do
     [[ $form == *-fp16 ]] && push=fp16
     link=tcp
     [[ $form == *-grpc ]] && link=grpc
+    inflight=0
+    [[ $form =~ -w([0-9]+) ]] && inflight=${BASH_REMATCH[1]}
     key="bench-$round-$r-$form"
     lr=0.05
     [ "$lr_rule" = scaled ] && lr=$(awk -v r="$r" 'BEGIN {print 0.05 * r}')
@@ -79,7 +82,7 @@ training: { lr: $lr, momentum: 0, threads: 1, seed: 1 }
 cluster: { workers: $r }
 strategy: { kind: stream, push_compression: $push }
 stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: $buffer, max_events: $events,
-          sync: $sync, link: $link }
+          sync: $sync, link: $link, max_in_flight: $inflight }
 YAML
     servers=0
     [ "$sync" = servers ] && [ "${SERVER_QUOTA:-own}" = own ] && servers=1

@@ -124,7 +124,8 @@ absl::StatusOr<std::unique_ptr<GradientSender>> GradientMesh::OpenSender(Peer& p
       }
       std::copy(offer.ticket().begin(), offer.ticket().end(), ticket.begin());
       return DialTcpMeshPeer(tcp::DataPlaneHost(peer.address), static_cast<int>(offer.port()),
-                             ticket, static_cast<uint32_t>(options_.rank), options_.deadline);
+                             ticket, static_cast<uint32_t>(options_.rank), options_.deadline,
+                             options_.max_in_flight);
     }
     if (asked.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
       return absl::UnavailableError(
@@ -196,12 +197,28 @@ void GradientMesh::Write(Peer* peer) {
   peer->cv.notify_all();
 }
 
+size_t GradientMesh::SendQueueBound() const {
+  return options_.max_queued_sends > 0 ? options_.max_queued_sends : options_.max_queued;
+}
+
+bool GradientMesh::RoomToSend(MeshClock::time_point until) {
+  for (const auto& peer : peers_) {
+    if (!peer) continue;
+    std::unique_lock lock(peer->mu);
+    if (!peer->cv.wait_until(
+            lock, until, [&] { return peer->stopped || peer->queue.size() < SendQueueBound(); })) {
+      return false;
+    }
+  }
+  return true;
+}
+
 absl::Status GradientMesh::Broadcast(std::shared_ptr<const v1::StreamGradient> gradient) {
   for (const auto& peer : peers_) {
     if (!peer) continue;
     std::unique_lock lock(peer->mu);
     const bool room = peer->cv.wait_for(lock, options_.deadline, [&] {
-      return peer->stopped || peer->queue.size() < options_.max_queued;
+      return peer->stopped || peer->queue.size() < SendQueueBound();
     });
     if (peer->stopped) {
       return peer->error.ok() ? absl::FailedPreconditionError(absl::StrCat(

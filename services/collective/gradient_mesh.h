@@ -48,6 +48,11 @@ struct GradientMeshOptions {
   // offer one here on `listen_host` (OfferDataPlane). False: gRPC both ways (TLS on).
   bool tcp = false;
   std::string listen_host = "127.0.0.1";
+  // On TCP: at most this many messages to a peer sent and not yet in its inbox (its acks say);
+  // 0: no bound (DialTcpMeshPeer).
+  uint32_t max_in_flight = 0;
+  // Messages waiting per peer to be sent, when it is not max_queued (0: max_queued).
+  size_t max_queued_sends = 0;
 };
 
 class GradientMesh final : public v1::StreamReplica::Service {
@@ -69,6 +74,11 @@ class GradientMesh final : public v1::StreamReplica::Service {
   // Queues `gradient` for every other replica (shared, not copied). Fails, naming the peer, when a
   // stream to a peer broke or stayed full past the deadline.
   absl::Status Broadcast(std::shared_ptr<const v1::StreamGradient> gradient);
+  // Whether every peer's queue has room for one more message (or its stream ended), waiting
+  // until `until`. Only the caller of Broadcast fills the queues, so the room stays: a training
+  // thread that must keep taking the others' gradients while its own wait (else two replicas
+  // waiting for each other's acks would wait for ever) asks this first, in turns with Take.
+  bool RoomToSend(std::chrono::steady_clock::time_point until);
   // The gradients received since the last call, waiting until `until` for the first one. A
   // sender that broke the protocol fails the mesh: the error is returned from then on.
   absl::StatusOr<std::vector<std::unique_ptr<v1::StreamGradient>>> Take(
@@ -96,6 +106,7 @@ class GradientMesh final : public v1::StreamReplica::Service {
 
  private:
   struct Peer;
+  size_t SendQueueBound() const;
   absl::Status Check(const v1::StreamGradient& g, uint64_t expected_index) const;
   // Files a received message in the inbox once it has room, after the checks; `who` names the
   // connection in errors, `cancelled` is asked while waiting for room.

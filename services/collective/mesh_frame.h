@@ -9,7 +9,8 @@
 //   gradient  count x world clock entries (int64), then the values' sum   sender -> receiver
 //             (float32, the model's parameter count)
 //   end       the sender sends no more; `index` is its gradient count     sender -> receiver
-//   ack       the receiver has taken the end into its inbox               receiver -> sender
+//   ack       the receiver has taken a message into its inbox; `index`     receiver -> sender
+//             counts the messages it has taken on the connection
 // The fields are those of a StreamGradient message (proto/strata/v1/collective.proto), which is
 // what the receiver builds, reading the values straight into it.
 #pragma once
@@ -37,7 +38,7 @@ struct Header {
   Kind kind = Kind::kGradient;
   uint32_t sender = 0;
   uint32_t world = 0;
-  uint64_t index = 0;
+  uint64_t index = 0;  // an ack: the messages taken so far
   uint32_t count = 0;  // gradients summed; 0 in an end or an ack
   uint64_t value_bytes = 0;
 };

@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <list>
 #include <mutex>
 #include <thread>
@@ -24,11 +25,17 @@ namespace {
 constexpr size_t kMaxPendingConnections = 64;
 constexpr std::chrono::milliseconds kHelloTimeout{10000};
 
-// The sending side: one connection, written by the mesh's writer thread for the peer.
+// The sending side: one connection, written by the mesh's writer thread for the peer. The peer
+// acknowledges every message once it is in its inbox (the ack carries how many it has taken);
+// the acks are read as they come, and with a bound on the messages in flight the writer waits
+// for them before sending more.
 class TcpGradientSender final : public GradientSender {
  public:
-  TcpGradientSender(int fd, std::string peer, std::chrono::milliseconds deadline)
-      : fd_(fd), peer_(std::move(peer)), deadline_(deadline) {}
+  TcpGradientSender(int fd, std::string peer, std::chrono::milliseconds deadline,
+                    uint32_t max_in_flight)
+      : fd_(fd), peer_(std::move(peer)), deadline_(deadline), max_in_flight_(max_in_flight) {
+    tcp::SetReceiveTimeout(fd_, deadline_);
+  }
   ~TcpGradientSender() override { close(fd_); }
 
   absl::Status Send(const v1::StreamGradient& message) override {
@@ -39,6 +46,10 @@ class TcpGradientSender final : public GradientSender {
       return absl::InvalidArgumentError(
           absl::StrCat("a message with a clock of ", message.clock_size(), " entries for ",
                        header.count, " gradient(s) of ", header.world, " replicas is not sent"));
+    }
+    // stream.max_in_flight: no more than that many messages sent and not yet taken by the peer.
+    while (max_in_flight_ > 0 && sent_ - taken_ >= max_in_flight_) {
+      STRATA_RETURN_IF_ERROR(ReadAck(/*wait=*/true));
     }
     uint8_t head[mesh_frame::kHeaderBytes];
     mesh_frame::Encode(header, head);
@@ -52,22 +63,25 @@ class TcpGradientSender final : public GradientSender {
     if (absl::Status s = tcp::SendParts(fd_, parts, 3); !s.ok()) {
       return Annotate(s, absl::StrCat("the connection to ", peer_, " broke"));
     }
+    ++sent_;
     ended_ = ended_ || message.end();
+    // The acks that came meanwhile, so that they never fill this side's receive buffer (after
+    // the end's, the peer closes: nothing more to read).
+    while (taken_ < sent_) {
+      const uint64_t before = taken_;
+      STRATA_RETURN_IF_ERROR(ReadAck(/*wait=*/false));
+      if (taken_ == before) break;
+    }
     return absl::OkStatus();
   }
 
   absl::Status Finish() override {
     if (!ended_) return absl::OkStatus();  // broken off before the end: nothing to confirm
-    // The peer's ack says its inbox holds the end, and so every message before it.
-    tcp::SetReceiveTimeout(fd_, deadline_);
-    uint8_t head[mesh_frame::kHeaderBytes];
-    if (absl::Status s = tcp::ReceiveExact(fd_, head, sizeof(head)); !s.ok()) {
-      return Annotate(s, absl::StrCat(peer_, " did not acknowledge our end"));
-    }
-    mesh_frame::Header ack;
-    if (absl::Status s = mesh_frame::Decode(head, &ack);
-        !s.ok() || ack.kind != mesh_frame::Kind::kAck) {
-      return absl::DataLossError(absl::StrCat(peer_, " answered our end with something else"));
+    // The ack of the end says the peer's inbox holds it, and so every message before it.
+    while (taken_ < sent_) {
+      if (absl::Status s = ReadAck(/*wait=*/true); !s.ok()) {
+        return Annotate(s, absl::StrCat(peer_, " did not acknowledge our end"));
+      }
     }
     return absl::OkStatus();
   }
@@ -75,10 +89,44 @@ class TcpGradientSender final : public GradientSender {
   void Cancel() override { shutdown(fd_, SHUT_RDWR); }
 
  private:
+  // Reads at most one ack: waiting for it up to the deadline, or only if its bytes are there. An
+  // ack may arrive in pieces; the part read so far is kept for the next call.
+  absl::Status ReadAck(bool wait) {
+    while (ack_have_ < sizeof(ack_)) {
+      const ssize_t n =
+          recv(fd_, ack_ + ack_have_, sizeof(ack_) - ack_have_, wait ? 0 : MSG_DONTWAIT);
+      if (n > 0) {
+        ack_have_ += static_cast<size_t>(n);
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!wait) return absl::OkStatus();
+        return absl::DeadlineExceededError(absl::StrCat(peer_, " took none of our gradients for ",
+                                                        deadline_.count() / 1000, " s"));
+      }
+      return absl::UnavailableError(
+          absl::StrCat("the connection to ", peer_, n == 0 ? " was closed" : " broke", " after ",
+                       taken_, " of our ", sent_, " messages were taken"));
+    }
+    ack_have_ = 0;
+    mesh_frame::Header ack;
+    if (absl::Status s = mesh_frame::Decode(ack_, &ack);
+        !s.ok() || ack.kind != mesh_frame::Kind::kAck || ack.index > sent_ || ack.index < taken_) {
+      return absl::DataLossError(absl::StrCat(peer_, " sent something that is not an ack"));
+    }
+    taken_ = ack.index;
+    return absl::OkStatus();
+  }
+
   const int fd_;
   const std::string peer_;
   const std::chrono::milliseconds deadline_;
-  std::vector<uint8_t> clock_;  // the clock's entries as they go on the wire
+  const uint32_t max_in_flight_;   // 0: no bound
+  std::vector<uint8_t> clock_;     // the clock's entries as they go on the wire
+  uint64_t sent_ = 0, taken_ = 0;  // messages sent, and taken by the peer (its latest ack)
+  uint8_t ack_[mesh_frame::kHeaderBytes];
+  size_t ack_have_ = 0;
   bool ended_ = false;
 };
 
@@ -149,6 +197,7 @@ struct TcpMeshPlane::Impl {
   void Receive(int fd, uint32_t sender) {
     const uint64_t value_bytes = options.parameter_floats * sizeof(float);
     std::vector<uint8_t> clock;
+    uint64_t taken = 0;  // messages of this connection in the inbox
     while (true) {
       uint8_t head[mesh_frame::kHeaderBytes];
       absl::Status s = tcp::ReceiveExact(fd, head, sizeof(head));
@@ -203,17 +252,17 @@ struct TcpMeshPlane::Impl {
       }
       const bool end = message->end();
       if (absl::Status d = deliver(std::move(message), sender); !d.ok()) return;
-      if (end) {
-        mesh_frame::Header ack;
-        ack.kind = mesh_frame::Kind::kAck;
-        ack.sender = static_cast<uint32_t>(options.rank);
-        ack.world = static_cast<uint32_t>(options.world);
-        ack.index = h.index;
-        uint8_t out[mesh_frame::kHeaderBytes];
-        mesh_frame::Encode(ack, out);
-        (void)tcp::SendAll(fd, out, sizeof(out), nullptr, 0);
-        return;
-      }
+      // Every message is acknowledged once in the inbox, with the count taken so far: what
+      // bounds the sender's messages in flight (stream.max_in_flight), and after the end what
+      // its close waits for.
+      mesh_frame::Header ack;
+      ack.kind = mesh_frame::Kind::kAck;
+      ack.sender = static_cast<uint32_t>(options.rank);
+      ack.world = static_cast<uint32_t>(options.world);
+      ack.index = ++taken;
+      uint8_t out[mesh_frame::kHeaderBytes];
+      mesh_frame::Encode(ack, out);
+      if (!tcp::SendAll(fd, out, sizeof(out), nullptr, 0).ok() || end) return;
     }
   }
 
@@ -280,9 +329,11 @@ void TcpMeshPlane::Stop() { impl_->Stop(); }
 int TcpMeshPlane::port() const { return impl_->port; }
 const tcp::Ticket& TcpMeshPlane::ticket() const { return impl_->ticket; }
 
-absl::StatusOr<std::unique_ptr<GradientSender>> DialTcpMeshPeer(
-    const std::string& host, int port, const tcp::Ticket& ticket, uint32_t rank,
-    std::chrono::milliseconds deadline) {
+absl::StatusOr<std::unique_ptr<GradientSender>> DialTcpMeshPeer(const std::string& host, int port,
+                                                                const tcp::Ticket& ticket,
+                                                                uint32_t rank,
+                                                                std::chrono::milliseconds deadline,
+                                                                uint32_t max_in_flight) {
   const std::string peer = absl::StrCat(host, ":", port);
   absl::StatusOr<int> fd = tcp::DialTcp(host, port, deadline);
   if (!fd.ok()) return Annotate(fd.status(), absl::StrCat("gradient mesh data plane at ", peer));
@@ -293,7 +344,7 @@ absl::StatusOr<std::unique_ptr<GradientSender>> DialTcpMeshPeer(
     close(*fd);
     return Annotate(s, absl::StrCat("gradient mesh data plane at ", peer));
   }
-  return std::unique_ptr<GradientSender>(new TcpGradientSender(*fd, peer, deadline));
+  return std::unique_ptr<GradientSender>(new TcpGradientSender(*fd, peer, deadline, max_in_flight));
 }
 
 }  // namespace strata

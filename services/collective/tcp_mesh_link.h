@@ -64,10 +64,14 @@ class TcpMeshPlane {
 };
 
 // The sending side of one connection, from replica `rank` to the data plane a peer offered.
-// `deadline` bounds the dial, each blocked send, and Finish's wait for the peer's ack.
+// `deadline` bounds the dial, each blocked send, and each wait for the peer's acks. With
+// `max_in_flight` > 0, a Send waits while that many messages are sent and not yet taken by the
+// peer (acknowledged once in its inbox): a bound on what travels, which gRPC's client stream does
+// not have.
 absl::StatusOr<std::unique_ptr<GradientSender>> DialTcpMeshPeer(const std::string& host, int port,
                                                                 const tcp::Ticket& ticket,
                                                                 uint32_t rank,
-                                                                std::chrono::milliseconds deadline);
+                                                                std::chrono::milliseconds deadline,
+                                                                uint32_t max_in_flight);
 
 }  // namespace strata

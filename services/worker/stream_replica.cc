@@ -257,6 +257,18 @@ class StreamReplica {
     const bool mesh = !ThroughServers() && !Synchronous();
     mesh_options.tcp = mesh && stream_.link() == v1::DATA_LINK_TCP && !ChannelsUseTls();
     mesh_options.listen_host = tcp::DataPlaneHost(options_.listen);
+    if (stream_.max_in_flight() > 0) {
+      // What waits to be sent counts as much as what travels: the send queue gets the same bound
+      // (the inbox keeps its own, so that the peers' acks never wait for this one's sends).
+      mesh_options.max_in_flight = static_cast<uint32_t>(stream_.max_in_flight());
+      mesh_options.max_queued_sends = static_cast<size_t>(stream_.max_in_flight());
+      if (mesh && !mesh_options.tcp) {
+        spdlog::warn(
+            "stream.max_in_flight {} bounds the plain-TCP link only; on gRPC the messages in "
+            "flight are not bounded",
+            stream_.max_in_flight());
+      }
+    }
     if (mesh && stream_.link() == v1::DATA_LINK_TCP && ChannelsUseTls()) {
       spdlog::warn(
           "stream.link tcp: TLS is on and the plain TCP connections are not encrypted; the "
@@ -827,7 +839,16 @@ class StreamReplica {
     return std::chrono::duration<double>(ReplicaClock::now() - t).count();
   }
 
+  // While a peer's queue is full (its acks are behind: stream.max_in_flight), the others'
+  // gradients are taken and applied in turns with the wait, so that no two replicas wait for each
+  // other; Broadcast then finds the room (only this thread fills the queues).
   absl::Status Send(std::shared_ptr<const v1::StreamGradient> message) {
+    const auto until = ReplicaClock::now() + options_.deadline;
+    while (
+        !mesh_->RoomToSend(std::min(until, ReplicaClock::now() + std::chrono::milliseconds(20)))) {
+      if (ReplicaClock::now() > until) break;  // Broadcast names the peer
+      STRATA_RETURN_IF_ERROR(ApplyRemote(ReplicaClock::now()));
+    }
     return mesh_->Broadcast(std::move(message));
   }
 

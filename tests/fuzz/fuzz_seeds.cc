@@ -20,6 +20,7 @@
 #include <grpcpp/support/byte_buffer.h>
 #include <nlohmann/json.hpp>
 
+#include "services/collective/mesh_frame.h"
 #include "services/collective/segment_codec.h"
 #include "services/collective/tcp_frame.h"
 #include "services/common/stream/stream_event.h"
@@ -207,6 +208,38 @@ void TcpFrameSeeds(const fs::path& dir) {
   Write(dir, "beyond-buffer", hello + frame(K::kData, 4, 2, 16, std::string(16, '\0')));
   Write(dir, "abort-over-cap", hello + frame(K::kAbort, 0, 0, 1 << 20, "x"));
   Write(dir, "bad-magic", hello + data + std::string(tcp_ring::kFrameHeaderBytes, '\x5a'));
+}
+
+// A connection to a stream replica's mesh data plane (mesh_frame_fuzz.cc): a hello, then frames.
+void MeshFrameSeeds(const fs::path& dir) {
+  tcp::Ticket ticket{};
+  for (size_t i = 0; i < ticket.size(); ++i) ticket[i] = static_cast<uint8_t>(i * 5 + 3);
+  std::string hello(tcp::kHelloBytes, '\0');
+  mesh_frame::EncodeHello(ticket, 0, reinterpret_cast<uint8_t*>(hello.data()));
+  const auto frame = [](mesh_frame::Kind kind, uint64_t index, uint32_t count, uint32_t world,
+                        uint64_t value_bytes) {
+    mesh_frame::Header h;
+    h.kind = kind;
+    h.sender = 0;
+    h.world = world;
+    h.index = index;
+    h.count = count;
+    h.value_bytes = value_bytes;
+    std::string out(mesh_frame::kHeaderBytes, '\0');
+    mesh_frame::Encode(h, reinterpret_cast<uint8_t*>(out.data()));
+    const uint64_t clock = mesh_frame::ClockBytes(h);
+    return out + std::string(clock, '\0') + std::string(value_bytes, '\x3f');
+  };
+  using K = mesh_frame::Kind;
+  Write(dir, "exchange",
+        hello + frame(K::kGradient, 0, 1, 2, 20) + frame(K::kGradient, 1, 4, 2, 20) +
+            frame(K::kEnd, 5, 0, 2, 0));
+  Write(dir, "ack", hello + frame(K::kAck, 3, 0, 2, 0));
+  // Hostile: values of a ragged size, an end that carries values, a bad magic after a good frame.
+  Write(dir, "ragged-values", hello + frame(K::kGradient, 0, 1, 2, 7));
+  Write(dir, "end-with-values", hello + frame(K::kEnd, 0, 0, 2, 8));
+  Write(dir, "bad-magic",
+        hello + frame(K::kGradient, 0, 1, 2, 4) + std::string(mesh_frame::kHeaderBytes, '\x5a'));
 }
 
 // A connection to the parameter server's data plane (push_pull_frame_fuzz.cc): a hello, then
@@ -427,6 +460,7 @@ int main(int argc, char** argv) {
   strata::SegmentSeeds(corpus / "segment_codec");
   strata::JobSpecSeeds(corpus / "job_spec", argv[2]);
   strata::TcpFrameSeeds(corpus / "tcp_frame");
+  strata::MeshFrameSeeds(corpus / "mesh_frame");
   strata::PushPullFrameSeeds(corpus / "push_pull_frame");
   strata::NpyFileSeeds(corpus / "npy_file");
   strata::StreamEventSeeds(corpus / "stream_event");

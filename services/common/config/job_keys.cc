@@ -525,6 +525,15 @@ std::vector<JobKey> MakeTable() {
           .Doc("`stream.sync: mesh`: how the replicas' gradients travel to each other: `tcp` (a "
                "plain TCP connection per pair, handed out over gRPC with a ticket; gRPC when TLS "
                "is on) or `grpc` (a gRPC stream per pair)."),
+      Key("stream.max_in_flight")
+          .Default("0")
+          .AtLeast(0)
+          .AtMost(1024)
+          .EmitOnlyUnlessDefault()
+          .Doc("`stream.sync: mesh` on `stream.link: tcp`: at most this many messages (each a sum "
+               "of up to stream.max_grad_buffer gradients) to each peer sent and not yet taken "
+               "by it, and as many waiting to be sent; a replica whose peers have not "
+               "acknowledged them waits (0 = no bound, TensAIR's protocol)."),
       Key("stream.produce.rate")
           .Default("0")
           .AtLeast(0)

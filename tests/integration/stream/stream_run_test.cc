@@ -131,19 +131,21 @@ constexpr char kJob[] =
 struct MeshCase {
   int replicas;
   int buffer;
-  const char* link;  // stream.link
+  const char* link;       // stream.link
+  int max_in_flight = 0;  // stream.max_in_flight
 };
 
 class StreamReplicasTest : public StreamRunTest, public ::testing::WithParamInterface<MeshCase> {};
 
 TEST_P(StreamReplicasTest, EveryEventTrainedOnceEveryGradientAppliedOnceModelsAgree) {
-  const auto [replicas, buffer, link] = GetParam();
+  const auto [replicas, buffer, link, max_in_flight] = GetParam();
   const int64_t events = 2500;
   const std::string run = dir_ + "/run";
   std::string output;
   const int code = Run(absl::StrCat(kJob, "cluster: { workers: ", replicas, " }\n",
                                     "stream: { batch_events: 32, max_grad_buffer: ", buffer,
-                                    ", max_events: ", events, ", link: ", link, " }\n"),
+                                    ", max_events: ", events, ", link: ", link,
+                                    ", max_in_flight: ", max_in_flight, " }\n"),
                        run, &output);
   ASSERT_EQ(code, 0) << output;
   EXPECT_THAT(output, HasSubstr("finished: 2500 events trained"));
@@ -173,11 +175,13 @@ TEST_P(StreamReplicasTest, EveryEventTrainedOnceEveryGradientAppliedOnceModelsAg
 INSTANTIATE_TEST_SUITE_P(ReplicasAndBuffers, StreamReplicasTest,
                          ::testing::Values(MeshCase{1, 4, "tcp"}, MeshCase{2, 4, "tcp"},
                                            MeshCase{3, 1, "tcp"}, MeshCase{3, 16, "tcp"},
-                                           MeshCase{3, 4, "grpc"}),
+                                           MeshCase{3, 4, "grpc"}, MeshCase{3, 1, "tcp", 1}),
                          [](const auto& info) {
+                           const MeshCase& c = info.param;
                            return absl::StrCat(
-                               "R", info.param.replicas, "B", info.param.buffer,
-                               std::string(info.param.link) == "grpc" ? "Grpc" : "");
+                               "R", c.replicas, "B", c.buffer,
+                               std::string(c.link) == "grpc" ? "Grpc" : "",
+                               c.max_in_flight > 0 ? absl::StrCat("W", c.max_in_flight) : "");
                          });
 
 // The labels permuted from event 12,000 on (stream.produce.drift): every replica's drift detector
