@@ -123,9 +123,13 @@ absl::StatusOr<std::unique_ptr<GradientSender>> GradientMesh::OpenSender(Peer& p
         return absl::DataLossError(absl::StrCat(name, " offered a data plane that is not one"));
       }
       std::copy(offer.ticket().begin(), offer.ticket().end(), ticket.begin());
+      TcpMeshSenderOptions sender;
+      sender.rank = static_cast<uint32_t>(options_.rank);
+      sender.deadline = options_.deadline;
+      sender.max_in_flight = options_.max_in_flight;
+      sender.half_precision = options_.half_precision;
       return DialTcpMeshPeer(tcp::DataPlaneHost(peer.address), static_cast<int>(offer.port()),
-                             ticket, static_cast<uint32_t>(options_.rank), options_.deadline,
-                             options_.max_in_flight);
+                             ticket, sender);
     }
     if (asked.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
       return absl::UnavailableError(
@@ -357,6 +361,10 @@ absl::Status GradientMesh::Deliver(std::unique_ptr<v1::StreamGradient> message,
 int64_t GradientMesh::received_over_tcp() const {
   std::lock_guard lock(inbox_mu_);
   return received_over_tcp_;
+}
+
+int64_t GradientMesh::received_in_halves() const {
+  return plane_ ? plane_->received_in_halves() : 0;
 }
 
 int64_t GradientMesh::received_over_grpc() const {

@@ -53,6 +53,9 @@ struct GradientMeshOptions {
   uint32_t max_in_flight = 0;
   // Messages waiting per peer to be sent, when it is not max_queued (0: max_queued).
   size_t max_queued_sends = 0;
+  // On TCP: gradients' values as 16-bit floats where they all convert to finite halves (the
+  // caller keeps exactly what it sends: the values should already be halves as floats).
+  bool half_precision = false;
 };
 
 class GradientMesh final : public v1::StreamReplica::Service {
@@ -69,6 +72,8 @@ class GradientMesh final : public v1::StreamReplica::Service {
   // Messages (gradients and ends) received on the TCP data plane, and over gRPC.
   int64_t received_over_tcp() const;
   int64_t received_over_grpc() const;
+  // Of those on TCP, the gradients whose values came as 16-bit floats.
+  int64_t received_in_halves() const;
   // Opens a connection to every other replica; `peers` holds every replica's address by rank.
   absl::Status Connect(const std::vector<std::string>& peers);
   // Queues `gradient` for every other replica (shared, not copied). Fails, naming the peer, when a

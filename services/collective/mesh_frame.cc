@@ -46,7 +46,8 @@ absl::Status Decode(const uint8_t in[kHeaderBytes], Header* header) {
     return absl::InvalidArgumentError("not a mesh frame (bad magic)");
   }
   const uint32_t kind = Get32(in + kKindAt);
-  if (kind < static_cast<uint32_t>(Kind::kGradient) || kind > static_cast<uint32_t>(Kind::kAck)) {
+  if (kind < static_cast<uint32_t>(Kind::kGradient) ||
+      kind > static_cast<uint32_t>(Kind::kHalfGradient)) {
     return absl::InvalidArgumentError(absl::StrCat("mesh frame of unknown kind ", kind));
   }
   header->kind = static_cast<Kind>(kind);
@@ -59,7 +60,7 @@ absl::Status Decode(const uint8_t in[kHeaderBytes], Header* header) {
     return absl::InvalidArgumentError(
         absl::StrCat("a mesh frame of ", header->world, " replicas (1 to ", kMaxWorld, ")"));
   }
-  if (header->kind != Kind::kGradient) {
+  if (!CarriesGradient(header->kind)) {
     if (header->count != 0 || header->value_bytes != 0) {
       return absl::InvalidArgumentError("an end or an ack carries no gradient");
     }
@@ -69,9 +70,10 @@ absl::Status Decode(const uint8_t in[kHeaderBytes], Header* header) {
     return absl::InvalidArgumentError(absl::StrCat(
         "a message of ", header->count, " gradients (1 to ", kMaxGradientsPerMessage, ")"));
   }
-  if (header->value_bytes % sizeof(float) != 0) {
+  if (header->value_bytes % ValueWidth(header->kind) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("values of ", header->value_bytes, " bytes: not whole floats"));
+        absl::StrCat("values of ", header->value_bytes, " bytes: not whole ",
+                     header->kind == Kind::kHalfGradient ? "halves" : "floats"));
   }
   return absl::OkStatus();
 }

@@ -11,6 +11,8 @@
 //   end       the sender sends no more; `index` is its gradient count     sender -> receiver
 //   ack       the receiver has taken a message into its inbox; `index`     receiver -> sender
 //             counts the messages it has taken on the connection
+//   half      a gradient whose values' sum travels as 16-bit floats         sender -> receiver
+//             (strategy.push_compression fp16), converted to float32 on arrival
 // The fields are those of a StreamGradient message (proto/strata/v1/collective.proto), which is
 // what the receiver builds, reading the values straight into it.
 #pragma once
@@ -32,7 +34,14 @@ inline constexpr uint32_t kMaxWorld = 4096;
 
 constexpr size_t kHeaderBytes = 40;
 
-enum class Kind : uint32_t { kGradient = 1, kEnd = 2, kAck = 3 };
+enum class Kind : uint32_t { kGradient = 1, kEnd = 2, kAck = 3, kHalfGradient = 4 };
+
+// A gradient of either width.
+inline bool CarriesGradient(Kind kind) {
+  return kind == Kind::kGradient || kind == Kind::kHalfGradient;
+}
+// Bytes per value of a gradient frame: 4, or 2 for a half one.
+inline uint64_t ValueWidth(Kind kind) { return kind == Kind::kHalfGradient ? 2 : 4; }
 
 struct Header {
   Kind kind = Kind::kGradient;
@@ -48,8 +57,8 @@ inline uint64_t ClockBytes(const Header& h) { return uint64_t{h.count} * h.world
 
 void Encode(const Header& header, uint8_t out[kHeaderBytes]);
 // Checks the magic and the kind, that an end or an ack carries nothing, and that a gradient's
-// count and world are within the bounds above and its values a whole number of floats (the
-// receiver checks them against its own world and model).
+// count and world are within the bounds above and its values a whole number of floats (of halves
+// for a half gradient; the receiver checks them against its own world and model).
 absl::Status Decode(const uint8_t in[kHeaderBytes], Header* header);
 
 // The header of `g` (a gradient or an end).

@@ -4,6 +4,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <list>
 #include <mutex>
@@ -15,6 +16,7 @@
 
 #include "services/collective/mesh_frame.h"
 #include "services/common/base/status.h"
+#include "services/common/wire/half_float.h"
 #include "services/common/wire/tcp_hello_gate.h"
 
 namespace strata {
@@ -31,15 +33,18 @@ constexpr std::chrono::milliseconds kHelloTimeout{10000};
 // for them before sending more.
 class TcpGradientSender final : public GradientSender {
  public:
-  TcpGradientSender(int fd, std::string peer, std::chrono::milliseconds deadline,
-                    uint32_t max_in_flight)
-      : fd_(fd), peer_(std::move(peer)), deadline_(deadline), max_in_flight_(max_in_flight) {
+  TcpGradientSender(int fd, std::string peer, const TcpMeshSenderOptions& options)
+      : fd_(fd),
+        peer_(std::move(peer)),
+        deadline_(options.deadline),
+        max_in_flight_(options.max_in_flight),
+        half_precision_(options.half_precision) {
     tcp::SetReceiveTimeout(fd_, deadline_);
   }
   ~TcpGradientSender() override { close(fd_); }
 
   absl::Status Send(const v1::StreamGradient& message) override {
-    const mesh_frame::Header header = mesh_frame::HeaderOf(message);
+    mesh_frame::Header header = mesh_frame::HeaderOf(message);
     // The frame carries count x world clock entries: a message with another number would put
     // the receiver's reading out of step, so it is not sent.
     if (static_cast<uint64_t>(message.clock_size()) * 8 != mesh_frame::ClockBytes(header)) {
@@ -51,6 +56,17 @@ class TcpGradientSender final : public GradientSender {
     while (max_in_flight_ > 0 && sent_ - taken_ >= max_in_flight_) {
       STRATA_RETURN_IF_ERROR(ReadAck(/*wait=*/true));
     }
+    const char* values = message.values().data();
+    if (half_precision_ && header.kind == mesh_frame::Kind::kGradient) {
+      const size_t n = message.values().size() / sizeof(float);
+      halves_.resize(n);
+      // Aligned: protobuf's bytes are a std::string, whose buffer is allocated for any type.
+      if (FloatsToFiniteHalves(reinterpret_cast<const float*>(values), n, halves_.data())) {
+        header.kind = mesh_frame::Kind::kHalfGradient;
+        header.value_bytes = n * sizeof(uint16_t);
+        values = reinterpret_cast<const char*>(halves_.data());
+      }
+    }
     uint8_t head[mesh_frame::kHeaderBytes];
     mesh_frame::Encode(header, head);
     clock_.resize(message.clock_size() * 8);
@@ -59,7 +75,7 @@ class TcpGradientSender final : public GradientSender {
     }
     iovec parts[3] = {{head, sizeof(head)},
                       {clock_.data(), clock_.size()},
-                      {const_cast<char*>(message.values().data()), message.values().size()}};
+                      {const_cast<char*>(values), static_cast<size_t>(header.value_bytes)}};
     if (absl::Status s = tcp::SendParts(fd_, parts, 3); !s.ok()) {
       return Annotate(s, absl::StrCat("the connection to ", peer_, " broke"));
     }
@@ -123,7 +139,9 @@ class TcpGradientSender final : public GradientSender {
   const std::string peer_;
   const std::chrono::milliseconds deadline_;
   const uint32_t max_in_flight_;   // 0: no bound
+  const bool half_precision_;
   std::vector<uint8_t> clock_;     // the clock's entries as they go on the wire
+  std::vector<uint16_t> halves_;   // a half gradient's values as they go on the wire
   uint64_t sent_ = 0, taken_ = 0;  // messages sent, and taken by the peer (its latest ack)
   uint8_t ack_[mesh_frame::kHeaderBytes];
   size_t ack_have_ = 0;
@@ -197,6 +215,7 @@ struct TcpMeshPlane::Impl {
   void Receive(int fd, uint32_t sender) {
     const uint64_t value_bytes = options.parameter_floats * sizeof(float);
     std::vector<uint8_t> clock;
+    std::vector<uint16_t> halves;
     uint64_t taken = 0;  // messages of this connection in the inbox
     while (true) {
       uint8_t head[mesh_frame::kHeaderBytes];
@@ -214,10 +233,11 @@ struct TcpMeshPlane::Impl {
         s = absl::InvalidArgumentError(absl::StrCat("a gradient of a job of ", h.world,
                                                     " replicas, this one has ", options.world));
       }
-      if (s.ok() && h.kind == mesh_frame::Kind::kGradient && h.value_bytes != value_bytes) {
-        s = absl::InvalidArgumentError(absl::StrCat("a gradient of ", h.value_bytes,
-                                                    " bytes for a model of ",
-                                                    options.parameter_floats, " floats"));
+      if (s.ok() && mesh_frame::CarriesGradient(h.kind) &&
+          h.value_bytes != options.parameter_floats * mesh_frame::ValueWidth(h.kind)) {
+        s = absl::InvalidArgumentError(absl::StrCat(
+            "a gradient of ", h.value_bytes, " bytes for a model of ", options.parameter_floats,
+            h.kind == mesh_frame::Kind::kHalfGradient ? " floats as halves" : " floats"));
       }
       auto message = std::make_unique<v1::StreamGradient>();
       if (s.ok()) {
@@ -225,7 +245,7 @@ struct TcpMeshPlane::Impl {
         message->set_world(h.world);
         message->set_index(h.index);
         message->set_end(h.kind == mesh_frame::Kind::kEnd);
-        if (h.kind == mesh_frame::Kind::kGradient) {
+        if (mesh_frame::CarriesGradient(h.kind)) {
           message->set_count(h.count);
           clock.resize(mesh_frame::ClockBytes(h));
           s = tcp::ReceiveExact(fd, clock.data(), clock.size());
@@ -235,10 +255,21 @@ struct TcpMeshPlane::Impl {
             message->set_clock(static_cast<int>(i),
                                static_cast<int64_t>(tcp::Get64(&clock[8 * i])));
           }
-          // Straight into the message the replica applies the values from.
+          // Straight into the message the replica applies the values from; halves through a
+          // buffer of their own, converted as they are taken.
           std::string* values = message->mutable_values();
-          values->resize(h.value_bytes);
-          if (s.ok()) s = tcp::ReceiveExact(fd, values->data(), values->size());
+          values->resize(value_bytes);
+          if (s.ok() && h.kind == mesh_frame::Kind::kHalfGradient) {
+            halves.resize(options.parameter_floats);
+            s = tcp::ReceiveExact(fd, halves.data(), h.value_bytes);
+            if (s.ok()) {
+              HalvesToFloats(halves.data(), halves.size(),
+                             reinterpret_cast<float*>(values->data()));
+              received_in_halves.fetch_add(1, std::memory_order_relaxed);
+            }
+          } else if (s.ok()) {
+            s = tcp::ReceiveExact(fd, values->data(), values->size());
+          }
         }
       }
       if (!s.ok()) {
@@ -298,6 +329,8 @@ struct TcpMeshPlane::Impl {
   const Deliver deliver;
   std::unique_ptr<tcp::HelloGate> gate;
 
+  std::atomic<int64_t> received_in_halves{0};
+
   std::mutex mu;
   std::list<Connection> connections;  // at most one per peer rank
   bool stopping = false, stopped = false;
@@ -328,23 +361,22 @@ TcpMeshPlane::~TcpMeshPlane() { Stop(); }
 void TcpMeshPlane::Stop() { impl_->Stop(); }
 int TcpMeshPlane::port() const { return impl_->port; }
 const tcp::Ticket& TcpMeshPlane::ticket() const { return impl_->ticket; }
+int64_t TcpMeshPlane::received_in_halves() const { return impl_->received_in_halves.load(); }
 
-absl::StatusOr<std::unique_ptr<GradientSender>> DialTcpMeshPeer(const std::string& host, int port,
-                                                                const tcp::Ticket& ticket,
-                                                                uint32_t rank,
-                                                                std::chrono::milliseconds deadline,
-                                                                uint32_t max_in_flight) {
+absl::StatusOr<std::unique_ptr<GradientSender>> DialTcpMeshPeer(
+    const std::string& host, int port, const tcp::Ticket& ticket,
+    const TcpMeshSenderOptions& options) {
   const std::string peer = absl::StrCat(host, ":", port);
-  absl::StatusOr<int> fd = tcp::DialTcp(host, port, deadline);
+  absl::StatusOr<int> fd = tcp::DialTcp(host, port, options.deadline);
   if (!fd.ok()) return Annotate(fd.status(), absl::StrCat("gradient mesh data plane at ", peer));
-  tcp::SetSendTimeout(*fd, deadline);
+  tcp::SetSendTimeout(*fd, options.deadline);
   uint8_t hello[tcp::kHelloBytes];
-  mesh_frame::EncodeHello(ticket, rank, hello);
+  mesh_frame::EncodeHello(ticket, options.rank, hello);
   if (absl::Status s = tcp::SendAll(*fd, hello, sizeof(hello), nullptr, 0); !s.ok()) {
     close(*fd);
     return Annotate(s, absl::StrCat("gradient mesh data plane at ", peer));
   }
-  return std::unique_ptr<GradientSender>(new TcpGradientSender(*fd, peer, deadline, max_in_flight));
+  return std::unique_ptr<GradientSender>(new TcpGradientSender(*fd, peer, options));
 }
 
 }  // namespace strata

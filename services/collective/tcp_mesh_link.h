@@ -52,6 +52,8 @@ class TcpMeshPlane {
 
   int port() const;
   const tcp::Ticket& ticket() const;
+  // Gradient messages whose values came as 16-bit floats.
+  int64_t received_in_halves() const;
   // Closes the listening socket and every connection, and joins the threads. `deliver` must
   // return promptly by then (the mesh wakes the readers waiting for room).
   void Stop();
@@ -63,15 +65,22 @@ class TcpMeshPlane {
   std::unique_ptr<Impl> impl_;
 };
 
-// The sending side of one connection, from replica `rank` to the data plane a peer offered.
-// `deadline` bounds the dial, each blocked send, and each wait for the peer's acks. With
-// `max_in_flight` > 0, a Send waits while that many messages are sent and not yet taken by the
-// peer (acknowledged once in its inbox): a bound on what travels, which gRPC's client stream does
-// not have.
-absl::StatusOr<std::unique_ptr<GradientSender>> DialTcpMeshPeer(const std::string& host, int port,
-                                                                const tcp::Ticket& ticket,
-                                                                uint32_t rank,
-                                                                std::chrono::milliseconds deadline,
-                                                                uint32_t max_in_flight);
+struct TcpMeshSenderOptions {
+  uint32_t rank = 0;  // the sending replica
+  // Bounds the dial, each blocked send, and each wait for the peer's acks.
+  std::chrono::milliseconds deadline{120000};
+  // > 0: a Send waits while that many messages are sent and not yet taken by the peer
+  // (acknowledged once in its inbox), a bound on what travels that gRPC's client stream does not
+  // have. 0: no bound.
+  uint32_t max_in_flight = 0;
+  // Gradients' values as 16-bit floats (strategy.push_compression fp16) when every one converts
+  // to a finite half; else that message goes in 32 bits.
+  bool half_precision = false;
+};
+
+// The sending side of one connection to the data plane a peer offered at host:port.
+absl::StatusOr<std::unique_ptr<GradientSender>> DialTcpMeshPeer(
+    const std::string& host, int port, const tcp::Ticket& ticket,
+    const TcpMeshSenderOptions& options);
 
 }  // namespace strata

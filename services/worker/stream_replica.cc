@@ -35,6 +35,7 @@
 #include "services/common/stream/stream_broker.h"
 #include "services/common/stream/stream_event.h"
 #include "services/common/wire/checkpoint.h"
+#include "services/common/wire/half_float.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/tcp_socket.h"
 #include "services/worker/partition_clients.h"
@@ -274,6 +275,11 @@ class StreamReplica {
           "stream.link tcp: TLS is on and the plain TCP connections are not encrypted; the "
           "gradients go on gRPC");
     }
+    const bool fp16 = options_.job.strategy().push_compression() == v1::PUSH_COMPRESSION_FP16;
+    // strategy.push_compression fp16 on the mesh: the sums travel as halves on TCP; Flush rounds
+    // them, and this replica's own model, to what the peers receive.
+    half_sums_ = fp16 && mesh_options.tcp;
+    mesh_options.half_precision = half_sums_;
     mesh_ = std::make_unique<GradientMesh>(mesh_options);
     STRATA_RETURN_IF_ERROR(mesh_->OfferDataPlane());
     if (mesh_options.tcp) {
@@ -281,11 +287,13 @@ class StreamReplica {
     }
     if (ThroughServers()) {
       STRATA_RETURN_IF_ERROR(ConnectServers());
-    } else if (options_.job.strategy().push_compression() == v1::PUSH_COMPRESSION_FP16) {
+    } else if (half_sums_) {
+      spdlog::info("the gradients' sums travel to the peers as 16-bit floats");
+    } else if (fp16) {
       spdlog::warn(
-          "strategy.push_compression fp16 applies to stream.sync servers only; the {} "
-          "sends 32-bit gradients",
-          Synchronous() ? "all-reduce" : "mesh");
+          "strategy.push_compression fp16 applies to stream.sync servers and to the mesh on "
+          "plain TCP; the {} sends 32-bit gradients",
+          Synchronous() ? "all-reduce" : "mesh on gRPC");
     }
     // Predict answers from the first weights until training publishes newer ones.
     predictor_->Publish(*trainer_, 0, /*force=*/true);
@@ -813,6 +821,7 @@ class StreamReplica {
   absl::Status Flush() {
     if (buffered_ == 0) return absl::OkStatus();
     const auto start = ReplicaClock::now();
+    if (half_sums_) RoundSumToHalves();
     auto message = std::make_shared<v1::StreamGradient>();
     message->set_sender(static_cast<uint32_t>(options_.rank));
     message->set_world(static_cast<uint32_t>(options_.world()));
@@ -825,6 +834,28 @@ class StreamReplica {
     STRATA_RETURN_IF_ERROR(Send(std::move(message)));
     counts_.send_s += SecondsSince(start);
     return absl::OkStatus();
+  }
+
+  // strategy.push_compression fp16 on the mesh: the buffer's sum becomes the floats of its nearest
+  // halves, which the peers receive exactly, and this replica's model, which took the exact
+  // gradients one by one, takes the difference: p -= lr x (rounded - exact). So every replica
+  // applies the same rounded sum and they still agree (up to the order of the additions). A sum
+  // with a value beyond a half's range is left exact and travels in 32 bits.
+  void RoundSumToHalves() {
+    exact_sum_ = buffer_sum_;
+    if (RoundToHalves(buffer_sum_.data(), buffer_sum_.size()) > 0) {
+      buffer_sum_ = exact_sum_;
+      if (!warned_half_range_) {
+        warned_half_range_ = true;
+        spdlog::warn("a gradient sum beyond 65,504 travels in 32 bits (this once said)");
+      }
+      return;
+    }
+    float* params = trainer_->parameter_data();
+    const float lr = sgd_.lr;
+    for (size_t i = 0; i < buffer_sum_.size(); ++i) {
+      params[i] -= lr * (buffer_sum_[i] - exact_sum_[i]);
+    }
   }
 
   // The version of the model this replica holds: the gradients in it, every replica's.
@@ -988,6 +1019,7 @@ class StreamReplica {
       // How the peers' messages came (stream.link): on the TCP data plane, or over gRPC.
       j["received_over_tcp"] = mesh_->received_over_tcp();
       j["received_over_grpc"] = mesh_->received_over_grpc();
+      j["received_in_halves"] = mesh_->received_in_halves();
     }
     j["rank"] = options_.rank;
     j["state"] = state;
@@ -1076,6 +1108,10 @@ class StreamReplica {
   int buffered_ = 0;
   int64_t buffer_first_ = 0;
   std::vector<float> buffer_sum_;
+  // strategy.push_compression fp16 on the mesh's TCP link: the sums go as halves (Flush rounds
+  // them; the exact one kept meanwhile).
+  bool half_sums_ = false, warned_half_range_ = false;
+  std::vector<float> exact_sum_;
   std::vector<int64_t> buffer_clocks_;
   ReplicaClock::time_point started_, next_progress_;
 };

@@ -388,10 +388,10 @@ std::vector<JobKey> MakeTable() {
           .Allowed({"none", "fp16"})
           .Applies(ForServers, {"strategy.kind"})
           .EmitOnlyUnlessDefault()
-          .Doc("`ps`, `switch` (after the switch) and `stream` with `stream.sync: servers`: "
-               "`fp16` sends the gradients a worker pushes and the weights it pulls as 16-bit "
-               "floats on the plain-TCP data plane: half the bytes; the servers keep and update "
-               "the model in 32 bits."),
+          .Doc("`ps`, `switch` (after the switch) and `stream` (through servers, or the mesh on "
+               "`stream.link: tcp`): `fp16` sends the gradients a worker pushes and the weights "
+               "it pulls (a stream replica's sums to its peers) as 16-bit floats on the plain-TCP "
+               "data planes: half the bytes; the servers keep and update the model in 32 bits."),
 
       Key("launcher.kind").Default("local").Doc("Where the job's processes run."),
       Key("launcher.ring_transport")

@@ -127,26 +127,29 @@ constexpr char kJob[] =
 // models equal to 1e-5. Broken on purpose: a replica counting every 10th remote gradient as
 // applied without applying it failed the run ("apply_once true, agree false", exit 1); one
 // dropping every 10th without counting it waited for the missing gradients and failed at the
-// deadline, naming the peer.
+// deadline, naming the peer. On either link, with a bound on the messages in flight, and with the
+// sums in 16 bits: there, with the sender's own model left uncorrected for the rounding of what
+// it sent, the run failed "apply_once true, agree false".
 struct MeshCase {
   int replicas;
   int buffer;
   const char* link;       // stream.link
   int max_in_flight = 0;  // stream.max_in_flight
+  bool fp16 = false;      // strategy.push_compression fp16: the sums as halves
 };
 
 class StreamReplicasTest : public StreamRunTest, public ::testing::WithParamInterface<MeshCase> {};
 
 TEST_P(StreamReplicasTest, EveryEventTrainedOnceEveryGradientAppliedOnceModelsAgree) {
-  const auto [replicas, buffer, link, max_in_flight] = GetParam();
+  const auto [replicas, buffer, link, max_in_flight, fp16] = GetParam();
   const int64_t events = 2500;
   const std::string run = dir_ + "/run";
   std::string output;
-  const int code = Run(absl::StrCat(kJob, "cluster: { workers: ", replicas, " }\n",
-                                    "stream: { batch_events: 32, max_grad_buffer: ", buffer,
-                                    ", max_events: ", events, ", link: ", link,
-                                    ", max_in_flight: ", max_in_flight, " }\n"),
-                       run, &output);
+  const int code = Run(
+      absl::StrCat(kJob, "cluster: { workers: ", replicas, " }\n",
+                   "stream: { batch_events: 32, max_grad_buffer: ", buffer, ", max_events: ",
+                   events, ", link: ", link, ", max_in_flight: ", max_in_flight, " }\n"),
+      run, &output, {"--set", absl::StrCat("strategy.push_compression=", fp16 ? "fp16" : "none")});
   ASSERT_EQ(code, 0) << output;
   EXPECT_THAT(output, HasSubstr("finished: 2500 events trained"));
   const nlohmann::json s = Summary(run);
@@ -169,19 +172,25 @@ TEST_P(StreamReplicasTest, EveryEventTrainedOnceEveryGradientAppliedOnceModelsAg
     const int64_t over_grpc = r["received_over_grpc"].get<int64_t>();
     EXPECT_GE(tcp ? over_tcp : over_grpc, sent_here) << r.dump();
     EXPECT_EQ(tcp ? over_grpc : over_tcp, 0) << r.dump();
+    // With fp16 every gradient message came in halves (none of these sums leaves a half's
+    // range): all but the ends.
+    const int64_t halves = r["received_in_halves"].get<int64_t>();
+    EXPECT_EQ(halves, fp16 ? over_tcp - sent_here : 0) << r.dump();
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(ReplicasAndBuffers, StreamReplicasTest,
                          ::testing::Values(MeshCase{1, 4, "tcp"}, MeshCase{2, 4, "tcp"},
                                            MeshCase{3, 1, "tcp"}, MeshCase{3, 16, "tcp"},
-                                           MeshCase{3, 4, "grpc"}, MeshCase{3, 1, "tcp", 1}),
+                                           MeshCase{3, 4, "grpc"}, MeshCase{3, 1, "tcp", 1},
+                                           MeshCase{3, 4, "tcp", 0, true}),
                          [](const auto& info) {
                            const MeshCase& c = info.param;
                            return absl::StrCat(
                                "R", c.replicas, "B", c.buffer,
                                std::string(c.link) == "grpc" ? "Grpc" : "",
-                               c.max_in_flight > 0 ? absl::StrCat("W", c.max_in_flight) : "");
+                               c.max_in_flight > 0 ? absl::StrCat("W", c.max_in_flight) : "",
+                               c.fp16 ? "Fp16" : "");
                          });
 
 // The labels permuted from event 12,000 on (stream.produce.drift): every replica's drift detector

@@ -21,6 +21,7 @@
 
 #include "services/collective/mesh_frame.h"
 #include "services/collective/tcp_mesh_link.h"
+#include "services/common/wire/half_float.h"
 #include "services/common/wire/rpc.h"
 #include "services/common/wire/tcp_socket.h"
 #include "tests/support/data_plane_probe.h"
@@ -381,6 +382,9 @@ TEST(GradientMeshTcp, AnAuthenticatedCallerThatLiesIsCutOffBeforeAnythingIsAlloc
   cut_off("another sender than the hello's", 0, GradientHeader(1, 0));
   cut_off("a rank that is not a peer's", 5, GradientHeader(5, 0));
   cut_off("the receiver's own rank", 1, GradientHeader(1, 0));
+  mesh_frame::Header half_as_floats = GradientHeader(0, 0);
+  half_as_floats.kind = mesh_frame::Kind::kHalfGradient;  // with a float-sized payload
+  cut_off("halves of a float's size", 0, half_as_floats);
   mesh_frame::Header ack = GradientHeader(0, 0);
   ack.kind = mesh_frame::Kind::kAck;
   ack.count = 0;
@@ -391,7 +395,9 @@ TEST(GradientMeshTcp, AnAuthenticatedCallerThatLiesIsCutOffBeforeAnythingIsAlloc
   EXPECT_TRUE(nothing->empty());
 
   // The real sender's connection, then a second one as the same rank.
-  auto sender = DialTcpMeshPeer("127.0.0.1", port, ticket, 0, std::chrono::seconds(30), 0);
+  TcpMeshSenderOptions as_replica_0;
+  as_replica_0.deadline = std::chrono::seconds(30);
+  auto sender = DialTcpMeshPeer("127.0.0.1", port, ticket, as_replica_0);
   ASSERT_TRUE(sender.ok()) << sender.status();
   ASSERT_TRUE((*sender)->Send(*Gradient(0, 2, 0, 1.0f)).ok());
   ASSERT_EQ(TakeAll(*node.mesh, 1).size(), 1u);
@@ -453,6 +459,33 @@ TEST(GradientMeshTcp, ABoundOnMessagesInFlightHoldsASenderWhosePeerTakesNothing)
     for (auto& n : nodes) (void)n.mesh->Close(Clock::now() + std::chrono::seconds(10));
     for (auto& n : nodes) n.server->Shutdown(DeadlineAfter(std::chrono::seconds(2)));
   }
+}
+
+// strategy.push_compression fp16 on the TCP link: a sum whose values are halves travels in 16
+// bits and arrives exactly; one with a value beyond a half's range travels in 32 bits, exactly
+// too; a value that is no half arrives as its nearest (the replica rounds its sums before it
+// sends them, and corrects its own model, so that nothing differs; StreamReplicasTest...Fp16).
+TEST(GradientMeshTcp, SixteenBitSumsArriveAsSentAndValuesBeyondAHalfGoInThirtyTwo) {
+  const auto half = [](GradientMeshOptions& o) { o.half_precision = true; };
+  std::vector<MeshNode> nodes;
+  for (int r = 0; r < 2; ++r) nodes.push_back(StartNode(r, 2, /*tcp=*/true, half));
+  std::vector<std::string> peers = {nodes[0].address, nodes[1].address};
+  for (auto& n : nodes) ASSERT_TRUE(n.mesh->Connect(peers).ok());
+  ASSERT_TRUE(nodes[0].mesh->Broadcast(Gradient(0, 2, 0, -1.5f)).ok());
+  ASSERT_TRUE(nodes[0].mesh->Broadcast(Gradient(0, 2, 1, 70000.0f)).ok());
+  ASSERT_TRUE(nodes[0].mesh->Broadcast(Gradient(0, 2, 2, 0.1f)).ok());
+  auto got = TakeAll(*nodes[1].mesh, 3);
+  ASSERT_EQ(got.size(), 3u);
+  const auto first = [](const auto& g) {
+    return reinterpret_cast<const float*>(g->values().data())[0];
+  };
+  EXPECT_EQ(first(got[0]), -1.5f);
+  EXPECT_EQ(first(got[1]), 70000.0f);
+  EXPECT_EQ(first(got[2]), HalfToFloat(FloatToHalf(0.1f)));
+  EXPECT_NE(first(got[2]), 0.1f);
+  EXPECT_EQ(nodes[1].mesh->received_in_halves(), 2);
+  for (auto& n : nodes) (void)n.mesh->Close(Clock::now() + std::chrono::seconds(10));
+  for (auto& n : nodes) n.server->Shutdown(DeadlineAfter(std::chrono::seconds(2)));
 }
 
 }  // namespace
