@@ -235,6 +235,7 @@ void MeshFrameSeeds(const fs::path& dir) {
         hello + frame(K::kGradient, 0, 1, 2, 20) + frame(K::kGradient, 1, 4, 2, 20) +
             frame(K::kEnd, 5, 0, 2, 0));
   Write(dir, "ack", hello + frame(K::kAck, 3, 0, 2, 0));
+  Write(dir, "half", hello + frame(K::kHalfGradient, 0, 2, 2, 10));
   // Hostile: values of a ragged size, an end that carries values, a bad magic after a good frame.
   Write(dir, "ragged-values", hello + frame(K::kGradient, 0, 1, 2, 7));
   Write(dir, "end-with-values", hello + frame(K::kEnd, 0, 0, 2, 8));

@@ -4,7 +4,8 @@
 // the clock and values it declares (or by as much of them as is left). Checked:
 //   - no header is accepted that would have the receiver allocate beyond the bounds: a gradient
 //     of 1 to kMaxGradientsPerMessage gradients of 1 to kMaxWorld replicas (its clock at most
-//     their product's entries) and values of whole floats; an end or an ack carries nothing;
+//     their product's entries) and values of whole floats (halves in a half gradient); an end
+//     or an ack carries nothing;
 //   - an accepted header encodes again to one that decodes to the same header;
 //   - a decoded hello encodes again to the same ticket and sender.
 #include <algorithm>
@@ -26,12 +27,13 @@ bool Same(const Header& a, const Header& b) {
 
 void CheckHeader(const Header& h) {
   FUZZ_CHECK(h.world >= 1 && h.world <= kMaxWorld, absl::StrCat("a world of ", h.world));
-  if (h.kind == Kind::kGradient) {
+  if (CarriesGradient(h.kind)) {
     FUZZ_CHECK(h.count >= 1 && h.count <= kMaxGradientsPerMessage,
                absl::StrCat("a count of ", h.count));
     FUZZ_CHECK(ClockBytes(h) <= uint64_t{kMaxGradientsPerMessage} * kMaxWorld * 8,
                absl::StrCat("a clock of ", ClockBytes(h), " bytes"));
-    FUZZ_CHECK(h.value_bytes % sizeof(float) == 0, absl::StrCat(h.value_bytes, " value bytes"));
+    FUZZ_CHECK(h.value_bytes % ValueWidth(h.kind) == 0,
+               absl::StrCat(h.value_bytes, " value bytes of kind ", static_cast<int>(h.kind)));
   } else {
     FUZZ_CHECK(h.count == 0 && h.value_bytes == 0, "an end or an ack that carries something");
   }
