@@ -1,5 +1,7 @@
 #include "services/collective/tcp_mesh_link.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -213,6 +215,10 @@ struct TcpMeshPlane::Impl {
 
   // Frames from `sender` until its end, an error or the plane's stop.
   void Receive(int fd, uint32_t sender) {
+    // The acks are small writes that must not wait for Nagle's algorithm: a sender held by
+    // stream.max_in_flight sends nothing until the next one comes.
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     const uint64_t value_bytes = options.parameter_floats * sizeof(float);
     std::vector<uint8_t> clock;
     std::vector<uint16_t> halves;
@@ -273,9 +279,11 @@ struct TcpMeshPlane::Impl {
         }
       }
       if (!s.ok()) {
-        if (s.code() == absl::StatusCode::kOutOfRange) {
+        if (Stopping()) {
+          // This plane closed it.
+        } else if (s.code() == absl::StatusCode::kOutOfRange) {
           spdlog::warn("gradient mesh: replica {} closed its connection before its end", sender);
-        } else if (!Stopping()) {
+        } else {
           spdlog::error("gradient mesh: replica {}'s connection: {}", sender,
                         std::string(s.message()));
         }

@@ -261,9 +261,10 @@ class StreamReplica {
     if (stream_.max_in_flight() > 0) {
       // What waits to be sent counts as much as what travels: the send queue gets the same bound
       // (the inbox keeps its own, so that the peers' acks never wait for this one's sends).
-      mesh_options.max_in_flight = static_cast<uint32_t>(stream_.max_in_flight());
-      mesh_options.max_queued_sends = static_cast<size_t>(stream_.max_in_flight());
-      if (mesh && !mesh_options.tcp) {
+      if (mesh_options.tcp) {
+        mesh_options.max_in_flight = static_cast<uint32_t>(stream_.max_in_flight());
+        mesh_options.max_queued_sends = static_cast<size_t>(stream_.max_in_flight());
+      } else if (mesh) {
         spdlog::warn(
             "stream.max_in_flight {} bounds the plain-TCP link only; on gRPC the messages in "
             "flight are not bounded",
@@ -457,6 +458,7 @@ class StreamReplica {
     std::vector<float> features;
     std::vector<int32_t> labels;
     std::vector<int64_t> produced_ns;  // each event's `t`
+    ReplicaClock::time_point window_started;  // when the window's first event was read
     bool reading = true;
     while (true) {
       if (!ThroughServers()) STRATA_RETURN_IF_ERROR(ApplyRemote(ReplicaClock::now()));
@@ -481,6 +483,12 @@ class StreamReplica {
             refused.push_back(entry.id);
             continue;
           }
+          // A claim may hand back an entry this window holds already (its own, idle in a window
+          // the stream was slow to fill): it is in the window once.
+          if (std::find(window_ids.begin(), window_ids.end(), entry.id) != window_ids.end()) {
+            continue;
+          }
+          if (labels.empty()) window_started = ReplicaClock::now();
           features.insert(features.end(), event->features.begin(), event->features.end());
           labels.push_back(event->label);
           produced_ns.push_back(event->produced_ns);
@@ -493,7 +501,13 @@ class StreamReplica {
       }
       const bool full = static_cast<int>(labels.size()) >= stream_.batch_events();
       const bool last = !reading && own_pending_after_.empty();
-      if (full || (last && !labels.empty())) {
+      // A window the stream is slow to fill is trained as it is once its first event has waited
+      // half of stream.claim_idle_ms: a live replica's events are never idle long enough for
+      // another to claim them.
+      const bool waited =
+          !labels.empty() && ReplicaClock::now() - window_started >=
+                                 std::chrono::milliseconds(stream_.claim_idle_ms()) / 2;
+      if (full || waited || (last && !labels.empty())) {
         STRATA_RETURN_IF_ERROR(Frozen() ? ScoreWindow(features, labels, window_ids)
                                         : TrainWindow(features, labels, window_ids));
         RecordLatency(produced_ns);
@@ -549,7 +563,7 @@ class StreamReplica {
       if (entries.empty()) {
         own_pending_after_.clear();
         if (counts_.taken_up > taken_up_before_) {
-          spdlog::info("took up the {} event(s) handed to {} before its restart",
+          spdlog::info("took up the {} event(s) handed to {} earlier and not acknowledged",
                        counts_.taken_up - taken_up_before_, consumer_);
         }
         return entries;

@@ -700,6 +700,35 @@ TEST_F(StreamRunTest, EventsADeadConsumerHeldAreClaimedAndTrained) {
               HasSubstr("another consumer held for more than 1000 ms"));
 }
 
+// A stream too slow to fill a window within stream.claim_idle_ms: each replica trains its window
+// as it is once the first event has waited half the idle time, so no replica's events sit idle
+// long enough for another to claim them, and every event is trained exactly once. Broken on
+// purpose: with the partial windows left out, the replicas claimed each other's half-filled
+// windows (and their own) and trained events more than once.
+TEST_F(StreamRunTest, ASlowStreamIsTrainedInPartialWindowsAndNothingIsClaimedTwice) {
+  constexpr int64_t kEvents = 100;
+  const std::string job = dir_ + "/job.yaml";
+  std::ofstream(job) << kJob << "cluster: { workers: 2 }\n"
+                     << "stream: { address: " << broker_->socket_path()
+                     << ", key: events, batch_events: 32, max_events: " << kEvents
+                     << ", claim_idle_ms: 2000, produce: { rate: 20 } }\n";
+  const std::string run = dir_ + "/run";
+  std::unique_ptr<ChildProcess> child = StartRunUntilTraining(job, run, 1);
+  ASSERT_NE(child, nullptr);
+  std::unique_ptr<ChildProcess> producer = StartProducer(job, kEvents);
+  ASSERT_NE(producer, nullptr);
+  ASSERT_TRUE(child->WaitFor(std::chrono::seconds(300))) << "the run did not end";
+  ASSERT_TRUE(producer->WaitFor(std::chrono::seconds(60)));
+  ASSERT_EQ(child->exit_code(), 0) << Slurp(dir_ + "/run.log");
+  const nlohmann::json s = Summary(run);
+  ExpectInvariants(s, 2, kEvents);
+  int64_t claimed = 0;
+  for (const auto& r : s["per_replica"]) claimed += r["claimed"].get<int64_t>();
+  EXPECT_EQ(claimed, 0) << s.dump();
+  // Windows of 32 at 10 events a second each would take 3.2 s: they were cut short.
+  EXPECT_GT(s["gradients"].get<int64_t>(), kEvents / 32 + 2) << s.dump();
+}
+
 // security.tls mutual on a stream job: every replica serves with the run's certificates, so a
 // plaintext caller is not even answered (the witness: a plaintext gRPC call to a replica's port
 // fails at the transport, where a plaintext server would have answered UNAUTHENTICATED), and the
