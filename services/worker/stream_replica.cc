@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <absl/strings/numbers.h>
@@ -99,48 +100,46 @@ struct ReplicaCounts {
   // Where a replica's time goes (wall seconds on its training thread).
   double read_s = 0, compute_s = 0, send_s = 0, remote_apply_s = 0;
 
-  // stream.sync servers: what a restarted replica carries on from, kept on the broker after each
-  // acknowledgement (the figures of a run, not the curves and drifts of one incarnation).
-  nlohmann::json Durable(int rank) const {
-    return {{"windows", windows},
-            {"events_trained", events_trained},
-            {"malformed", malformed},
-            {"acknowledged", acknowledged},
-            {"claimed", claimed},
-            {"taken_up", taken_up},
-            {"restarts", restarts},
-            {"diverged_windows", diverged_windows},
-            {"own_applied", applied[static_cast<size_t>(rank)]},
-            {"staleness", StalenessJson()},
-            {"prequential_correct", correct},
-            {"prequential_scored", scored},
-            {"events_since_lr_reset", events_since_lr_reset},
-            {"lr_resets", lr_resets}};
+  // stream.sync servers: the counts a restarted replica carries on from, kept on the broker after
+  // each acknowledgement, by name (the figures of a run, not the curves and drifts of one
+  // incarnation), with the staleness histogram beside them.
+  std::vector<std::pair<const char*, int64_t*>> Kept(int rank) {
+    return {{"windows", &windows},
+            {"events_trained", &events_trained},
+            {"malformed", &malformed},
+            {"acknowledged", &acknowledged},
+            {"claimed", &claimed},
+            {"taken_up", &taken_up},
+            {"restarts", &restarts},
+            {"diverged_windows", &diverged_windows},
+            {"own_applied", &applied[static_cast<size_t>(rank)]},
+            {"prequential_correct", &correct},
+            {"prequential_scored", &scored},
+            {"events_since_lr_reset", &events_since_lr_reset},
+            {"lr_resets", &lr_resets}};
+  }
+
+  nlohmann::json Durable(int rank) {
+    nlohmann::json kept = {{"staleness", StalenessJson()}};
+    for (const auto& [name, value] : Kept(rank)) kept[name] = *value;
+    return kept;
   }
 
   // The counts a replica of the same rank kept before it died; false if `j` is not such a record.
   bool CarryOn(const nlohmann::json& j, int rank) {
     if (!j.is_object()) return false;
-    auto get = [&](const char* key, int64_t* into) {
-      auto it = j.find(key);
+    for (const auto& [name, value] : Kept(rank)) {
+      auto it = j.find(name);
       if (it == j.end() || !it->is_number_integer() || it->get<int64_t>() < 0) return false;
-      *into = it->get<int64_t>();
-      return true;
-    };
-    bool ok = get("windows", &windows) && get("events_trained", &events_trained) &&
-              get("malformed", &malformed) && get("acknowledged", &acknowledged) &&
-              get("claimed", &claimed) && get("taken_up", &taken_up) &&
-              get("restarts", &restarts) && get("diverged_windows", &diverged_windows) &&
-              get("own_applied", &applied[static_cast<size_t>(rank)]) &&
-              get("prequential_correct", &correct) && get("prequential_scored", &scored) &&
-              get("events_since_lr_reset", &events_since_lr_reset) && get("lr_resets", &lr_resets);
-    if (auto it = j.find("staleness"); ok && it != j.end() && it->is_object()) {
+      *value = it->get<int64_t>();
+    }
+    if (auto it = j.find("staleness"); it != j.end() && it->is_object()) {
       for (const auto& [text, n] : it->items()) {
         int64_t s = 0;
         if (absl::SimpleAtoi(text, &s) && n.is_number_integer()) staleness[s] = n.get<int64_t>();
       }
     }
-    return ok;
+    return true;
   }
 
   // The staleness histogram with its values as keys.

@@ -8,13 +8,13 @@
 //     or an ack carries nothing;
 //   - an accepted header encodes again to one that decodes to the same header;
 //   - a decoded hello encodes again to the same ticket and sender.
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
 #include <absl/strings/str_cat.h>
 
 #include "services/collective/mesh_frame.h"
+#include "tests/fuzz/data_plane_fuzz.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace strata::mesh_frame {
@@ -49,27 +49,9 @@ void CheckHeader(const Header& h) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata::mesh_frame;
-  using namespace strata::tcp;
-  if (size < kHelloBytes) return 0;
-  Ticket ticket;
-  uint32_t sender = 0;
-  if (DecodeHello(data, &ticket, &sender).ok()) {
-    uint8_t again[kHelloBytes];
-    EncodeHello(ticket, sender, again);
-    Ticket back;
-    uint32_t back_sender = 0;
-    FUZZ_CHECK(DecodeHello(again, &back, &back_sender).ok() && SameTicket(back, ticket) &&
-                   back_sender == sender,
-               "a hello encoded again reads differently");
-  }
-  size_t at = kHelloBytes;
-  while (size - at >= kHeaderBytes) {
-    Header header;
-    if (!Decode(data + at, &header).ok()) return 0;  // the receiver closes the connection
-    CheckHeader(header);
-    at += kHeaderBytes;
-    const uint64_t payload = ClockBytes(header) + header.value_bytes;
-    at += static_cast<size_t>(std::min<uint64_t>(payload, size - at));
-  }
+  if (size < strata::tcp::kHelloBytes) return 0;
+  strata::fuzz::CheckHelloRoundTrip(data, DecodeHello, EncodeHello);
+  strata::fuzz::ForEachFrame<Header>(data, size, kHeaderBytes, Decode, CheckHeader,
+                                     [](const Header& h) { return ClockBytes(h) + h.value_bytes; });
   return 0;
 }

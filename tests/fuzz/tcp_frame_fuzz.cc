@@ -15,6 +15,7 @@
 #include <absl/strings/str_cat.h>
 
 #include "services/collective/tcp_frame.h"
+#include "tests/fuzz/data_plane_fuzz.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace strata::tcp_ring {
@@ -61,26 +62,9 @@ void CheckFrame(const Frame& f) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace strata::tcp_ring;
-  using namespace strata::tcp;
-  if (size < kHelloBytes) return 0;
-  Ticket ticket;
-  uint32_t sender = 0;
-  if (DecodeHello(data, &ticket, &sender).ok()) {
-    uint8_t again[kHelloBytes];
-    EncodeHello(ticket, sender, again);
-    Ticket back;
-    uint32_t back_sender = 0;
-    FUZZ_CHECK(DecodeHello(again, &back, &back_sender).ok() && SameTicket(back, ticket) &&
-                   back_sender == sender,
-               "a hello encoded again reads differently");
-  }
-  size_t at = kHelloBytes;
-  while (size - at >= kFrameHeaderBytes) {
-    Frame frame;
-    if (!DecodeFrame(data + at, &frame).ok()) return 0;  // the receiver closes the connection
-    CheckFrame(frame);
-    at += kFrameHeaderBytes;
-    at += static_cast<size_t>(std::min<uint64_t>(frame.payload_bytes, size - at));
-  }
+  if (size < strata::tcp::kHelloBytes) return 0;
+  strata::fuzz::CheckHelloRoundTrip(data, DecodeHello, EncodeHello);
+  strata::fuzz::ForEachFrame<Frame>(data, size, kFrameHeaderBytes, DecodeFrame, CheckFrame,
+                                    [](const Frame& f) { return f.payload_bytes; });
   return 0;
 }
