@@ -282,11 +282,34 @@ class StreamRun {
 
   bool ThroughServers() const { return job_.stream().sync() == v1::STREAM_SYNC_SERVERS; }
 
-  // security.tls on or mutual: the flags that hand a server or a replica the run's certificates.
-  void AddTlsArgs(std::vector<std::string>* argv) const {
-    if (!TlsOn(job_)) return;
-    const std::vector<std::string> tls = TlsServiceArgs(job_, tls_.dir);
-    argv->insert(argv->end(), tls.begin(), tls.end());
+  // A server or a replica, service `index` (its emulated host's), listening on `listen_host`:
+  // the run's certificates (security.tls), its metrics endpoint, its log, its host; launched and
+  // recorded. `o` keeps what it was started with, for a restart.
+  absl::StatusOr<std::unique_ptr<ChildProcess>> SpawnService(SpawnOptions& o, int index,
+                                                             const std::string& listen_host) {
+    if (TlsOn(job_)) {
+      const std::vector<std::string> tls = TlsServiceArgs(job_, tls_.dir);
+      o.argv.insert(o.argv.end(), tls.begin(), tls.end());
+    }
+    if (job_.metrics().enabled()) {
+      o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
+                                   "--metrics-port-file", paths_.MetricsPortFile(o.name)});
+    }
+    o.log_path = paths_.ServiceLog(o.name);
+    if (const EmulatedHost* host = HostOf(index)) {
+      o.network_namespace = host->network_namespace;
+      o.cpu_group = host->cpu_group;
+    }
+    return Launch(o, index);
+  }
+
+  // Starts `o` (again, for a restart) and records the launch, with its host.
+  absl::StatusOr<std::unique_ptr<ChildProcess>> Launch(const SpawnOptions& o, int index) {
+    STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(o));
+    nlohmann::json launched = {{"process", o.name}, {"pid", child->pid()}};
+    if (const EmulatedHost* host = HostOf(index)) launched["host"] = host->name;
+    record_->Event(RunEvent::kLaunched, std::move(launched));
+    return child;
   }
 
   // stream.sync servers: the job's initial model (written as a `ps` run writes it), then the
@@ -334,21 +357,7 @@ class StreamRun {
                 absl::StrCat(listen_host, ":0"),
                 "--port-file",
                 paths_.PortFile(o.name)};
-      AddTlsArgs(&o.argv);
-      if (job_.metrics().enabled()) {
-        o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
-                                     "--metrics-port-file", paths_.MetricsPortFile(o.name)});
-      }
-      o.log_path = paths_.ServiceLog(o.name);
-      nlohmann::json launched = {{"process", o.name}};
-      if (const EmulatedHost* host = HostOf(p)) {
-        o.network_namespace = host->network_namespace;
-        o.cpu_group = host->cpu_group;
-        launched["host"] = host->name;
-      }
-      STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(o));
-      launched["pid"] = child->pid();
-      record_->Event(RunEvent::kLaunched, std::move(launched));
+      STRATA_ASSIGN_OR_RETURN(auto child, SpawnService(o, p, listen_host));
       STRATA_ASSIGN_OR_RETURN(
           const int port, WaitForPortFile(*child, paths_.PortFile(o.name), kServerStartDeadline));
       server_addresses_.push_back(absl::StrCat(listen_host, ":", port));
@@ -472,24 +481,10 @@ class StreamRun {
       if (ThroughServers()) {
         o.argv.insert(o.argv.end(), {"--parameter-servers", absl::StrJoin(server_addresses_, ",")});
       }
-      AddTlsArgs(&o.argv);
-      if (job_.metrics().enabled()) {
-        o.argv.insert(o.argv.end(), {"--metrics-listen", absl::StrCat(listen_host, ":0"),
-                                     "--metrics-port-file", paths_.MetricsPortFile(o.name)});
-      }
-      o.log_path = paths_.ServiceLog(o.name);
-      nlohmann::json launched = {{"process", o.name}};
-      if (options_.hosts) {
-        // The broker's socket is a file of the shared file system: the events reach a replica
-        // without crossing the emulated links, the gradients between replicas cross them.
-        const EmulatedHost& host = *HostOf(ServiceIndexOfReplica(r));
-        o.network_namespace = host.network_namespace;
-        o.cpu_group = host.cpu_group;
-        launched["host"] = host.name;
-      }
-      STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(o));
-      launched["pid"] = child->pid();
-      record_->Event(RunEvent::kLaunched, std::move(launched));
+      // On emulated hosts the broker's socket is a file of the shared file system: the events
+      // reach a replica without crossing the emulated links, the gradients between replicas
+      // cross them.
+      STRATA_ASSIGN_OR_RETURN(auto child, SpawnService(o, ServiceIndexOfReplica(r), listen_host));
       replicas_.push_back(std::move(child));
       replica_spawns_.push_back(std::move(o));
     }
@@ -514,8 +509,7 @@ class StreamRun {
                                         {"of", job_.recovery().restarts()}});
     Say(absl::StrCat(dead.name(), " ", dead.ExitDescription(), "; started again (restart ", attempt,
                      " of ", job_.recovery().restarts(), ")"));
-    STRATA_ASSIGN_OR_RETURN(auto child, ChildProcess::Spawn(replica_spawns_[r]));
-    record_->Event(RunEvent::kLaunched, {{"process", child->name()}, {"pid", child->pid()}});
+    STRATA_ASSIGN_OR_RETURN(auto child, Launch(replica_spawns_[r], ServiceIndexOfReplica(r)));
     replicas_[r] = std::move(child);
     return true;
   }
