@@ -89,13 +89,22 @@ fi
 h1_stream=$(($(sent 1) - h1_before))
 h2_stream=$(($(sent 2) - h2_before))
 # 8,000 events in windows of 64, a sum of 4 windows' gradients (the MLP's 235,146 floats,
-# 0.94 MB) sent to the other replica: about 15 sends from each, 14 MB. Half of that is the floor.
+# 940,584 bytes) sent to the other replica. The broker need not split the windows evenly, so each
+# host's floor comes from its own replica's windows in summary.json: a full sum for every 4 of
+# them (the last, partial one not counted), at least one; both together at least 14 sums. (A
+# floor of 7 MB each once failed a run that gave one replica 28 of the 125 windows.)
 for h in 1 2; do
   bytes=$((h == 1 ? h1_stream : h2_stream))
-  [[ $bytes -ge 7000000 ]] || fail "h$h carried $bytes bytes of the stream run's gradients (expected >= 7 MB)"
+  windows=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['per_replica'][$((h - 1))]['windows'])" "$work/stream/summary.json")
+  sums=$((windows / 4))
+  [[ $sums -ge 1 ]] || fail "replica $((h - 1)) trained $windows windows: not one sum to send"
+  [[ $bytes -ge $((sums * 940584)) ]] ||
+    fail "h$h carried $bytes bytes of the stream run's gradients (its replica sent $sums sums of 940,584 bytes)"
   [[ $(launched_on "$work/stream" "worker-$((h - 1))") == "h$h" ]] ||
     fail "worker-$((h - 1)) was not launched on h$h"
 done
+[[ $((h1_stream + h2_stream)) -ge $((14 * 940584)) ]] ||
+  fail "h1 and h2 carried $((h1_stream + h2_stream)) bytes of the stream run's gradients (expected >= 14 sums)"
 python3 - "$work/stream/summary.json" <<'PY' || fail "the stream run's summary"
 import json, sys
 s = json.load(open(sys.argv[1]))
