@@ -92,7 +92,7 @@ h2_stream=$(($(sent 2) - h2_before))
 # 940,584 bytes) sent to the other replica. The broker need not split the windows evenly, so each
 # host's floor comes from its own replica's windows in summary.json: a full sum for every 4 of
 # them (the last, partial one not counted), at least one; both together at least 14 sums. (A
-# floor of 7 MB each once failed a run that gave one replica 28 of the 125 windows.)
+# floor of 7 MB each once failed a run in which one host carried 6.9 MB, about 7 sums.)
 for h in 1 2; do
   bytes=$((h == 1 ? h1_stream : h2_stream))
   windows=$(python3 -c "import json, sys; print(json.load(open(sys.argv[1]))['per_replica'][$((h - 1))]['windows'])" "$work/stream/summary.json")
