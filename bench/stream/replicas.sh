@@ -19,7 +19,8 @@
 # A form may carry an option after the exchange: `servers-fp16` (strategy.push_compression fp16),
 # `mesh-grpc` (stream.link grpc: the mesh's gradients on gRPC streams instead of its plain-TCP
 # connections), `mesh-wN` (stream.max_in_flight N: at most N messages to each peer in flight and
-# N waiting).
+# N waiting), `mesh-r0` (recovery.restarts 0: no counts kept on the broker after each window; the
+# default 3 keeps them, for a replica started again).
 # For `servers` the staleness column is the mean, over every window, of the other replicas'
 # gradients the server applied between the window's model and its gradient.
 # HOSTS_RATE (e.g. 1gbit) runs every count on emulated hosts instead (bench/network/
@@ -71,6 +72,8 @@ for round in $(seq "$rounds"); do
     [[ $form == *-grpc ]] && link=grpc
     inflight=0
     [[ $form =~ -w([0-9]+) ]] && inflight=${BASH_REMATCH[1]}
+    restarts=3
+    [[ $form == *-r0 ]] && restarts=0
     key="bench-$round-$r-$form"
     lr=0.05
     [ "$lr_rule" = scaled ] && lr=$(awk -v r="$r" 'BEGIN {print 0.05 * r}')
@@ -81,6 +84,7 @@ model: { arch: mlp }
 training: { lr: $lr, momentum: 0, threads: 1, seed: 1 }
 cluster: { workers: $r }
 strategy: { kind: stream, push_compression: $push }
+recovery: { restarts: $restarts }
 stream: { address: $out/redis.sock, key: $key, batch_events: 64, max_grad_buffer: $buffer, max_events: $events,
           sync: $sync, link: $link, max_in_flight: $inflight }
 YAML

@@ -35,6 +35,7 @@
 #include "services/common/process/child_process.h"
 #include "services/common/process/interrupt.h"
 #include "services/common/stream/embedded_broker.h"
+#include "services/common/stream/replica_keys.h"
 #include "services/common/stream/stream_broker.h"
 #include "services/common/wire/checkpoint.h"
 #include "services/common/wire/rpc.h"
@@ -130,6 +131,15 @@ class StreamRun {
         job_.cluster().workers(), summary.value("train_s", 0.0), summary.value("events_per_s", 0.0),
         static_cast<long long>(summary.value("gradients", int64_t{0})),
         summary.value("agreement_relative", 0.0), paths_.summary.c_str());
+    if (const int64_t restarts = summary.value("replica_restarts", int64_t{0}); restarts > 0) {
+      std::printf("strata run: %lld replica restart(s)", static_cast<long long>(restarts));
+      if (summary.contains("lost_windows")) {
+        // On the mesh: what no survivor had received when a replica died.
+        std::printf("; %lld window(s) whose gradients died with a replica (lost_windows)",
+                    static_cast<long long>(summary.value("lost_windows", int64_t{0})));
+      }
+      std::printf("\n");
+    }
     return 0;
   }
 
@@ -492,15 +502,50 @@ class StreamRun {
     return absl::OkStatus();
   }
 
-  // stream.sync servers: a replica that ended badly is started again, up to recovery.restarts
-  // times, with its own arguments. The servers hold the model it trained into, and the broker its
-  // counts and the events it had not acknowledged: it takes them up and trains on. True when it
-  // was; false when it may not be (the mesh and the all-reduce need every replica's own model,
-  // which died with it), and the run fails.
+  // A replica that ended badly is started again, up to recovery.restarts times, with its own
+  // arguments; the broker keeps its counts and the events it had not acknowledged: it takes them
+  // up and trains on. Through servers the servers hold the model it trained into. On the mesh the
+  // run first declares the recovery on the broker: the survivors agree on one model, and the new
+  // incarnation takes it (docs/protocol.md, "When a replica of the mesh dies"). True when it was
+  // started again; false when it may not be (out of restarts, or the all-reduce, whose replicas
+  // wait in every step for each other), and the run fails.
   absl::StatusOr<bool> RestartReplica(size_t r) {
-    if (!ThroughServers() || replica_restarts_[r] >= job_.recovery().restarts()) return false;
+    if (job_.stream().sync() == v1::STREAM_SYNC_ALLREDUCE ||
+        replica_restarts_[r] >= job_.recovery().restarts()) {
+      return false;
+    }
     ChildProcess& dead = *replicas_[r];
+    if (!ThroughServers()) {
+      // On the mesh a replica's own error (an exit code) is its verdict, often on a recovery it
+      // took part in: only a death (a signal) is recovered, and one at a time.
+      // The survivors agree on the model the new process takes: a replica alone has none to
+      // agree with, and one that has finished takes no part.
+      if (!dead.killed_by_signal() || replicas_.size() < 2) return false;
+      for (const auto& replica : replicas_) {
+        if (replica->exited() && replica->succeeded()) {
+          Say(absl::StrCat(dead.name(), " ", dead.ExitDescription(), " after ", replica->name(),
+                           " finished: not started again"));
+          return false;
+        }
+      }
+      if (mesh_recoveries_ > 0) {
+        STRATA_ASSIGN_OR_RETURN(auto connected,
+                                broker_->Fields(stream_keys::RecoveryStep(
+                                    job_.stream(), nonce_, mesh_recoveries_, "connected")));
+        if (connected.empty()) {
+          Say(absl::StrCat(dead.name(), " ", dead.ExitDescription(), " during recovery ",
+                           mesh_recoveries_, ": not started again"));
+          return false;
+        }
+      }
+    }
     const int attempt = ++replica_restarts_[r];
+    if (!ThroughServers()) {
+      ++mesh_recoveries_;
+      STRATA_RETURN_IF_ERROR(broker_->PutField(stream_keys::Recoveries(job_.stream(), nonce_),
+                                               std::to_string(mesh_recoveries_),
+                                               std::to_string(r)));
+    }
     record_->Event(RunEvent::kProcessExited,
                    {{"process", dead.name()}, {"how", dead.ExitDescription()}});
     record_->Event(RunEvent::kRestart, {{"process", dead.name()},
@@ -821,8 +866,13 @@ class StreamRun {
         apply_once = apply_once && pushes >= windows && pushes <= windows + restarts;
       }
       summary["servers"] = server_figures_;
-      summary["replica_restarts"] = restarts;
     }
+    int64_t restarts = 0, lost_windows = 0;
+    for (int n : replica_restarts_) restarts += n;
+    for (const nlohmann::json& result : results) lost_windows += Int(result, "lost_windows");
+    summary["replica_restarts"] = restarts;
+    // On the mesh: gradients a dead replica had applied and no survivor had received.
+    if (!ThroughServers()) summary["lost_windows"] = lost_windows;
     summary["per_replica"] = results;
     summary["gradients"] = gradients;
     summary["events_trained"] = trained;
@@ -979,6 +1029,7 @@ class StreamRun {
   std::vector<std::unique_ptr<ChildProcess>> replicas_;
   std::vector<SpawnOptions> replica_spawns_;  // how each was started, to start it again
   std::vector<int> replica_restarts_;
+  int64_t mesh_recoveries_ = 0;  // declared on the broker, numbered from 1
   // stream.sync servers: the servers, where they serve, and what they said at the end.
   std::vector<std::unique_ptr<ChildProcess>> servers_;
   std::vector<std::string> server_addresses_;

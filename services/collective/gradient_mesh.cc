@@ -69,7 +69,10 @@ struct GradientMesh::Peer {
 GradientMesh::GradientMesh(const GradientMeshOptions& options)
     : options_(options),
       next_index_(static_cast<size_t>(std::max(options.world, 1)), 0),
-      ended_(static_cast<size_t>(std::max(options.world, 1)), false) {}
+      ended_(static_cast<size_t>(std::max(options.world, 1)), false),
+      dropped_(static_cast<size_t>(std::max(options.world, 1)), false),
+      epoch_(static_cast<size_t>(std::max(options.world, 1)), 0),
+      grpc_readers_(static_cast<size_t>(std::max(options.world, 1))) {}
 
 GradientMesh::~GradientMesh() {
   {
@@ -93,7 +96,7 @@ absl::Status GradientMesh::OfferDataPlane() {
       TcpMeshPlane::Start(plane, [this](std::unique_ptr<v1::StreamGradient> m, uint32_t from) {
         return Deliver(
             std::move(m), absl::StrCat("replica ", from, "'s TCP connection"), [] { return false; },
-            &received_over_tcp_);
+            &received_over_tcp_, kAnyEpoch);
       }));
   return absl::OkStatus();
 }
@@ -150,21 +153,78 @@ absl::Status GradientMesh::Connect(const std::vector<std::string>& peers) {
   const auto until = std::chrono::system_clock::now() + options_.deadline;
   for (int r = 0; r < options_.world; ++r) {
     if (r == options_.rank) continue;
-    auto peer = std::make_unique<Peer>();
-    peer->rank = r;
-    peer->address = peers[static_cast<size_t>(r)];
-    peer->channel = MakeChannel(peer->address);
-    if (!peer->channel->WaitForConnected(until)) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("replica ", r, " at ", peer->address, " did not answer within ",
-                       options_.deadline.count() / 1000, " s"));
-    }
-    peer->stub = v1::StreamReplica::NewStub(peer->channel);
-    Peer* p = peer.get();
-    peer->writer = std::thread([this, p] { Write(p); });
-    peers_[static_cast<size_t>(r)] = std::move(peer);
+    STRATA_RETURN_IF_ERROR(StartPeer(r, peers[static_cast<size_t>(r)], until));
   }
   return absl::OkStatus();
+}
+
+absl::Status GradientMesh::StartPeer(int rank, const std::string& address,
+                                     std::chrono::system_clock::time_point until) {
+  auto peer = std::make_unique<Peer>();
+  peer->rank = rank;
+  peer->address = address;
+  peer->channel = MakeChannel(peer->address);
+  if (!peer->channel->WaitForConnected(until)) {
+    return absl::DeadlineExceededError(absl::StrCat("replica ", rank, " at ", peer->address,
+                                                    " did not answer within ",
+                                                    options_.deadline.count() / 1000, " s"));
+  }
+  peer->stub = v1::StreamReplica::NewStub(peer->channel);
+  Peer* p = peer.get();
+  peer->writer = std::thread([this, p] { Write(p); });
+  peers_[static_cast<size_t>(rank)] = std::move(peer);
+  return absl::OkStatus();
+}
+
+void GradientMesh::Drop(int rank) {
+  const size_t r = static_cast<size_t>(rank);
+  if (rank < 0 || rank >= options_.world || rank == options_.rank) return;
+  {
+    std::lock_guard lock(inbox_mu_);
+    dropped_[r] = true;
+    ++epoch_[r];  // a stream of this incarnation still reading delivers nothing from now on
+    for (grpc::ServerContext* reading : grpc_readers_[r]) reading->TryCancel();
+  }
+  inbox_cv_.notify_all();  // a reader waiting for room sees it
+  if (plane_) plane_->Forget(static_cast<uint32_t>(rank));
+  {
+    std::unique_lock lock(inbox_mu_);
+    if (!inbox_cv_.wait_for(lock, options_.deadline, [&] { return grpc_readers_[r].empty(); })) {
+      spdlog::warn("gradient mesh: a stream of replica {} did not end when cut off", rank);
+    }
+  }
+  if (r >= peers_.size() || !peers_[r]) return;
+  Peer& peer = *peers_[r];
+  {
+    std::lock_guard lock(peer.mu);
+    peer.done = true;
+    if (peer.sender != nullptr) peer.sender->Cancel();
+    peer.cv.notify_all();
+  }
+  if (peer.writer.joinable()) peer.writer.join();
+  peers_[r].reset();
+}
+
+absl::Status GradientMesh::Rejoin(int rank, const std::string& address, uint64_t next_index) {
+  if (rank < 0 || rank >= options_.world || rank == options_.rank) {
+    return absl::InvalidArgumentError(absl::StrCat("no replica ", rank, " to rejoin"));
+  }
+  Drop(rank);  // whatever is left of the one before
+  {
+    std::lock_guard lock(inbox_mu_);
+    const size_t r = static_cast<size_t>(rank);
+    dropped_[r] = false;
+    ended_[r] = false;
+    next_index_[r] = next_index;
+  }
+  return StartPeer(rank, address, std::chrono::system_clock::now() + options_.deadline);
+}
+
+void GradientMesh::ExpectFrom(const std::vector<int64_t>& next_index) {
+  std::lock_guard lock(inbox_mu_);
+  for (size_t r = 0; r < next_index.size() && r < next_index_.size(); ++r) {
+    next_index_[r] = static_cast<uint64_t>(std::max<int64_t>(0, next_index[r]));
+  }
 }
 
 void GradientMesh::Write(Peer* peer) {
@@ -217,27 +277,49 @@ bool GradientMesh::RoomToSend(MeshClock::time_point until) {
   return true;
 }
 
+absl::Status GradientMesh::Queue(Peer& peer,
+                                 const std::shared_ptr<const v1::StreamGradient>& message) {
+  std::unique_lock lock(peer.mu);
+  const bool room = peer.cv.wait_for(lock, options_.deadline, [&] {
+    return peer.stopped || peer.queue.size() < SendQueueBound();
+  });
+  if (peer.stopped) {
+    return absl::UnavailableError(
+        peer.error.ok() ? absl::StrCat("the stream to replica ", peer.rank, " is closed")
+                        : absl::StrCat("replica ", peer.rank, ": ", peer.error.message()));
+  }
+  if (!room) {
+    return absl::DeadlineExceededError(absl::StrCat("replica ", peer.rank, " at ", peer.address,
+                                                    " took no gradient for ",
+                                                    options_.deadline.count() / 1000, " s"));
+  }
+  peer.queue.push_back(message);
+  peer.cv.notify_all();
+  return absl::OkStatus();
+}
+
 absl::Status GradientMesh::Broadcast(std::shared_ptr<const v1::StreamGradient> gradient) {
+  // Every live peer gets it before a broken stream is reported: the survivors of a replica's
+  // death all hold the same messages.
+  absl::Status broken;
   for (const auto& peer : peers_) {
     if (!peer) continue;
-    std::unique_lock lock(peer->mu);
-    const bool room = peer->cv.wait_for(lock, options_.deadline, [&] {
-      return peer->stopped || peer->queue.size() < SendQueueBound();
-    });
-    if (peer->stopped) {
-      return peer->error.ok() ? absl::FailedPreconditionError(absl::StrCat(
-                                    "the stream to replica ", peer->rank, " is closed"))
-                              : peer->error;
+    absl::Status queued = Queue(*peer, gradient);
+    if (absl::IsUnavailable(queued)) {
+      if (broken.ok()) broken = queued;
+    } else if (!queued.ok()) {
+      return queued;
     }
-    if (!room) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("replica ", peer->rank, " at ", peer->address, " took no gradient for ",
-                       options_.deadline.count() / 1000, " s"));
-    }
-    peer->queue.push_back(gradient);
-    peer->cv.notify_all();
   }
-  return absl::OkStatus();
+  return broken;
+}
+
+absl::Status GradientMesh::SendTo(int rank, std::shared_ptr<const v1::StreamGradient> message) {
+  const size_t r = static_cast<size_t>(rank);
+  if (rank < 0 || r >= peers_.size() || !peers_[r]) {
+    return absl::FailedPreconditionError(absl::StrCat("no stream to replica ", rank));
+  }
+  return Queue(*peers_[r], message);
 }
 
 absl::StatusOr<std::vector<std::unique_ptr<v1::StreamGradient>>> GradientMesh::Take(
@@ -318,7 +400,7 @@ absl::Status GradientMesh::Check(const v1::StreamGradient& g, uint64_t expected_
 
 absl::Status GradientMesh::Deliver(std::unique_ptr<v1::StreamGradient> message,
                                    const std::string& who, const std::function<bool()>& cancelled,
-                                   int64_t* received) {
+                                   int64_t* received, uint64_t epoch) {
   const uint32_t sender = message->sender();
   if (sender >= static_cast<uint32_t>(options_.world) ||
       sender == static_cast<uint32_t>(options_.rank)) {
@@ -326,6 +408,8 @@ absl::Status GradientMesh::Deliver(std::unique_ptr<v1::StreamGradient> message,
         absl::StrCat("no replica ", sender, " sends to replica ", options_.rank));
   }
   std::unique_lock lock(inbox_mu_);
+  auto gone = [&] { return dropped_[sender] || (epoch != kAnyEpoch && epoch != epoch_[sender]); };
+  if (gone()) return absl::CancelledError(absl::StrCat("replica ", sender, " is dropped"));
   if (ended_[sender]) {
     return absl::InvalidArgumentError(absl::StrCat("replica ", sender, " sent after its end"));
   }
@@ -343,10 +427,11 @@ absl::Status GradientMesh::Deliver(std::unique_ptr<v1::StreamGradient> message,
   // (Woken every 100 ms to see a cancelled call: a server shutting down cancels it without
   // notifying.)
   while (!(inbox_.size() < options_.max_queued * static_cast<size_t>(options_.world) || closing_ ||
-           cancelled())) {
+           gone() || cancelled())) {
     inbox_cv_.wait_for(lock, std::chrono::milliseconds(100));
   }
   if (closing_ || cancelled()) return absl::CancelledError("replica shutting down");
+  if (gone()) return absl::CancelledError(absl::StrCat("replica ", sender, " is dropped"));
   if (message->end()) {
     ended_[sender] = true;
   } else {
@@ -375,15 +460,37 @@ int64_t GradientMesh::received_over_grpc() const {
 grpc::Status GradientMesh::Gradients(grpc::ServerContext* context,
                                      grpc::ServerReader<v1::StreamGradient>* reader,
                                      v1::StreamGradientAck*) {
+  // The stream is filed under its first message's sender and that sender's incarnation, for Drop
+  // to cancel and for Deliver to refuse once it is an earlier one.
+  int reading_for = -1;
+  uint64_t epoch = kAnyEpoch;
+  auto leave = [&] {
+    if (reading_for < 0) return;
+    std::lock_guard lock(inbox_mu_);
+    auto& readers = grpc_readers_[static_cast<size_t>(reading_for)];
+    readers.erase(std::remove(readers.begin(), readers.end(), context), readers.end());
+    inbox_cv_.notify_all();
+  };
   auto message = std::make_unique<v1::StreamGradient>();
+  grpc::Status status = grpc::Status::OK;
   while (reader->Read(message.get())) {
+    if (reading_for < 0 && message->sender() < static_cast<uint32_t>(options_.world)) {
+      std::lock_guard lock(inbox_mu_);
+      reading_for = static_cast<int>(message->sender());
+      epoch = epoch_[message->sender()];
+      grpc_readers_[message->sender()].push_back(context);
+    }
     absl::Status delivered = Deliver(
         std::move(message), context->peer(), [context] { return context->IsCancelled(); },
-        &received_over_grpc_);
-    if (!delivered.ok()) return ToGrpcStatus(delivered);
+        &received_over_grpc_, epoch);
+    if (!delivered.ok()) {
+      status = ToGrpcStatus(delivered);
+      break;
+    }
     message = std::make_unique<v1::StreamGradient>();
   }
-  return grpc::Status::OK;
+  leave();
+  return status;
 }
 
 }  // namespace strata

@@ -77,7 +77,8 @@ class GradientMesh final : public v1::StreamReplica::Service {
   // Opens a connection to every other replica; `peers` holds every replica's address by rank.
   absl::Status Connect(const std::vector<std::string>& peers);
   // Queues `gradient` for every other replica (shared, not copied). Fails, naming the peer, when a
-  // stream to a peer broke or stayed full past the deadline.
+  // stream to a peer stayed full past the deadline, or (UNAVAILABLE, once the others have it) when
+  // a stream to a peer broke: the caller decides whether that peer died (Drop).
   absl::Status Broadcast(std::shared_ptr<const v1::StreamGradient> gradient);
   // Whether every peer's queue has room for one more message (or its stream ended), waiting
   // until `until`. Only the caller of Broadcast fills the queues, so the room stays: a training
@@ -91,6 +92,18 @@ class GradientMesh final : public v1::StreamReplica::Service {
   // Ends every stream to the peers once its queue is written, waiting until `until`; a peer that
   // has not taken everything by then is named in the error.
   absl::Status Close(std::chrono::steady_clock::time_point until);
+
+  // A replica that died and is started again (docs/protocol.md, "When a replica dies"):
+  // Drop cuts its connections to this one (what they still carry is not taken), stops the writer
+  // to it and leaves it out of Broadcast; the messages it delivered before stay in the inbox.
+  void Drop(int rank);
+  // Its new incarnation listens at `address` and sends from `next_index` on: taken again, and a
+  // writer connects to it.
+  absl::Status Rejoin(int rank, const std::string& address, uint64_t next_index);
+  // In the new incarnation, before Connect: the index each sender's next message carries.
+  void ExpectFrom(const std::vector<int64_t>& next_index);
+  // Queues `message` for replica `rank` only (an end the rejoined one missed); fails as Broadcast.
+  absl::Status SendTo(int rank, std::shared_ptr<const v1::StreamGradient> message);
 
   grpc::Status Gradients(grpc::ServerContext* context,
                          grpc::ServerReader<v1::StreamGradient>* reader,
@@ -115,10 +128,18 @@ class GradientMesh final : public v1::StreamReplica::Service {
   absl::Status Check(const v1::StreamGradient& g, uint64_t expected_index) const;
   // Files a received message in the inbox once it has room, after the checks; `who` names the
   // connection in errors, `cancelled` is asked while waiting for room.
+  // `epoch`: the sender's incarnation the connection was opened by (a gRPC stream's; kAnyEpoch for
+  // a TCP connection, whose reader Drop joins).
+  static constexpr uint64_t kAnyEpoch = ~uint64_t{0};
   absl::Status Deliver(std::unique_ptr<v1::StreamGradient> message, const std::string& who,
-                       const std::function<bool()>& cancelled, int64_t* received);
+                       const std::function<bool()>& cancelled, int64_t* received, uint64_t epoch);
+  // Queues `message` for `peer` once it has room (at most the deadline).
+  absl::Status Queue(Peer& peer, const std::shared_ptr<const v1::StreamGradient>& message);
   // The connection to `peer`: on its TCP data plane when both ends have one, else gRPC.
   absl::StatusOr<std::unique_ptr<GradientSender>> OpenSender(Peer& peer);
+  // Reaches replica `rank` at `address` (by `until`) and starts the writer to it.
+  absl::Status StartPeer(int rank, const std::string& address,
+                         std::chrono::system_clock::time_point until);
   void Write(Peer* peer);
 
   const GradientMeshOptions options_;
@@ -128,6 +149,10 @@ class GradientMesh final : public v1::StreamReplica::Service {
   std::deque<std::unique_ptr<v1::StreamGradient>> inbox_;
   std::vector<uint64_t> next_index_;  // by sender: the index its next message must carry
   std::vector<bool> ended_;           // by sender: its end arrived
+  std::vector<bool> dropped_;         // by sender: died, its messages not taken (Drop)
+  std::vector<uint64_t> epoch_;       // by sender: its incarnation (Drops so far)
+  // By sender: the gRPC streams reading its messages, for Drop to cancel.
+  std::vector<std::vector<grpc::ServerContext*>> grpc_readers_;
   absl::Status inbox_error_;
   bool closing_ = false;
   int64_t received_over_tcp_ = 0, received_over_grpc_ = 0;

@@ -305,6 +305,23 @@ struct TcpMeshPlane::Impl {
     }
   }
 
+  void Forget(uint32_t sender) {
+    std::list<Connection> gone;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto it = connections.begin(); it != connections.end();) {
+        auto here = it++;
+        if (here->sender != sender) continue;
+        shutdown(here->fd, SHUT_RDWR);
+        gone.splice(gone.end(), connections, here);  // the reader's pointer to it stays valid
+      }
+    }
+    for (Connection& c : gone) {
+      c.thread.join();
+      close(c.fd);
+    }
+  }
+
   bool Stopping() {
     std::lock_guard<std::mutex> lock(mu);
     return stopping;
@@ -367,6 +384,7 @@ absl::StatusOr<std::unique_ptr<TcpMeshPlane>> TcpMeshPlane::Start(
 TcpMeshPlane::TcpMeshPlane(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 TcpMeshPlane::~TcpMeshPlane() { Stop(); }
 void TcpMeshPlane::Stop() { impl_->Stop(); }
+void TcpMeshPlane::Forget(uint32_t sender) { impl_->Forget(sender); }
 int TcpMeshPlane::port() const { return impl_->port; }
 const tcp::Ticket& TcpMeshPlane::ticket() const { return impl_->ticket; }
 int64_t TcpMeshPlane::received_in_halves() const { return impl_->received_in_halves.load(); }

@@ -54,6 +54,9 @@ class TcpMeshPlane {
   const tcp::Ticket& ticket() const;
   // Gradient messages whose values came as 16-bit floats.
   int64_t received_in_halves() const;
+  // Closes the connection of replica `sender`, if one is admitted, and joins its reader; `deliver`
+  // must return promptly for it by then. A new connection of that rank may follow.
+  void Forget(uint32_t sender);
   // Closes the listening socket and every connection, and joins the threads. `deliver` must
   // return promptly by then (the mesh wakes the readers waiting for room).
   void Stop();

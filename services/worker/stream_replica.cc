@@ -16,6 +16,7 @@
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
 #include <absl/strings/str_join.h>
+#include <absl/strings/str_split.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -33,6 +34,7 @@
 #include "services/common/ml/dataset.h"
 #include "services/common/ml/sgd.h"
 #include "services/common/ml/trainer.h"
+#include "services/common/stream/replica_keys.h"
 #include "services/common/stream/stream_broker.h"
 #include "services/common/stream/stream_event.h"
 #include "services/common/wire/checkpoint.h"
@@ -56,14 +58,7 @@ constexpr int64_t kMalformedLogged = 20;
 // Production-to-training latencies kept for the result's percentiles: the latest 100,000 (0.8 MB).
 constexpr size_t kLatenciesKept = 100000;
 
-// The hash beside the stream in which the replicas of one run leave their addresses.
-std::string ReplicasKey(const v1::ResolvedStream& stream, const std::string& run) {
-  return absl::StrCat(stream.key(), ":", stream.group(), ":replicas:", run);
-}
-// stream.sync servers: the hash in which each replica keeps its counts (ReplicaCounts::Durable).
-std::string CountsKey(const v1::ResolvedStream& stream, const std::string& run) {
-  return absl::StrCat(ReplicasKey(stream, run), ":counts");
-}
+using stream_keys::Replicas;
 
 struct ReplicaCounts {
   int64_t windows = 0;  // own gradients, applied and sent
@@ -73,9 +68,11 @@ struct ReplicaCounts {
   // Events taken from another consumer's pending list (XAUTOCLAIM, stream.claim_idle_ms), and
   // from this replica's own after a restart (handed to it before it died).
   int64_t claimed = 0, taken_up = 0;
-  // stream.sync servers: how often this replica was started again, and its windows before the
-  // latest start (its counts go on from what the broker kept).
-  int64_t restarts = 0, windows_before_restart = 0;
+  // How often this replica was started again, and its windows before the latest start (its
+  // counts go on from what the broker kept). On the mesh: the windows whose gradients died with
+  // an earlier incarnation before any other replica took them (trained, acknowledged, not in the
+  // model), and the recoveries of other replicas this one took part in.
+  int64_t restarts = 0, windows_before_restart = 0, lost_windows = 0, recoveries = 0;
   int64_t diverged_windows = 0;  // a window whose loss or gradient was not finite: not applied
   std::vector<int64_t> applied;  // by origin: the gradients of each replica applied here
   std::map<int64_t, int64_t> staleness;  // remote gradients by staleness
@@ -100,7 +97,7 @@ struct ReplicaCounts {
   // Where a replica's time goes (wall seconds on its training thread).
   double read_s = 0, compute_s = 0, send_s = 0, remote_apply_s = 0;
 
-  // stream.sync servers: the counts a restarted replica carries on from, kept on the broker after
+  // The counts a restarted replica carries on from, kept on the broker after
   // each acknowledgement, by name (the figures of a run, not the curves and drifts of one
   // incarnation), with the staleness histogram beside them.
   std::vector<std::pair<const char*, int64_t*>> Kept(int rank) {
@@ -111,6 +108,8 @@ struct ReplicaCounts {
             {"claimed", &claimed},
             {"taken_up", &taken_up},
             {"restarts", &restarts},
+            {"lost_windows", &lost_windows},
+            {"recoveries", &recoveries},
             {"diverged_windows", &diverged_windows},
             {"own_applied", &applied[static_cast<size_t>(rank)]},
             {"prequential_correct", &correct},
@@ -160,6 +159,8 @@ struct ReplicaCounts {
             {"taken_up", taken_up},
             {"restarts", restarts},
             {"windows_before_restart", windows_before_restart},
+            {"lost_windows", lost_windows},
+            {"recoveries", recoveries},
             {"diverged_windows", diverged_windows},
             {"applied", applied},
             {"applied_total", applied_total},
@@ -382,10 +383,11 @@ class StreamReplica {
   // its last (each says so on the broker, beside the addresses), then pulls the servers' final
   // model, so that every replica ends with the same one.
   absl::Status FinishWithServers() {
-    const std::string key = absl::StrCat(ReplicasKey(stream_, options_.stream_run), ":ended");
+    const std::string key = absl::StrCat(Replicas(stream_, options_.stream_run), ":ended");
     STRATA_RETURN_IF_ERROR(
         AwaitEveryRank(key, std::to_string(counts_.windows), "finish their pushes", [&] {
           WriteProgress("flushing");
+          return absl::OkStatus();
         }).status());
     return PullFromServers();
   }
@@ -403,12 +405,11 @@ class StreamReplica {
   }
 
   // Leaves `value` under this replica's rank in the broker hash `key` and waits until every
-  // replica has left one there (at most the deadline; `waiting` runs between polls); returns
-  // each rank's value. `what` says, in the error, what the missing replicas did not do.
-  absl::StatusOr<std::vector<std::string>> AwaitEveryRank(const std::string& key,
-                                                          const std::string& value,
-                                                          const char* what,
-                                                          const std::function<void()>& waiting) {
+  // replica but `absent` has left one there (at most the deadline; `waiting` runs between polls);
+  // returns each rank's value. `what` says, in the error, what the missing replicas did not do.
+  absl::StatusOr<std::vector<std::string>> AwaitEveryRank(
+      const std::string& key, const std::string& value, const char* what,
+      const std::function<absl::Status()>& waiting, int absent = -1) {
     STRATA_RETURN_IF_ERROR(broker_->PutField(key, std::to_string(options_.rank), value));
     const auto until = ReplicaClock::now() + options_.deadline;
     std::vector<std::string> values(static_cast<size_t>(options_.world()));
@@ -417,22 +418,25 @@ class StreamReplica {
       int found = 0;
       for (const auto& [rank_text, left] : fields) {
         int rank = -1;
-        if (absl::SimpleAtoi(rank_text, &rank) && rank >= 0 && rank < options_.world()) {
+        if (absl::SimpleAtoi(rank_text, &rank) && rank >= 0 && rank < options_.world() &&
+            rank != absent) {
           values[static_cast<size_t>(rank)] = left;
           ++found;
         }
       }
-      if (found == options_.world()) return values;
+      if (found == options_.world() - (absent >= 0 ? 1 : 0)) return values;
       if (ReplicaClock::now() > until) {
         std::string missing;
         for (int r = 0; r < options_.world(); ++r) {
-          if (values[static_cast<size_t>(r)].empty()) absl::StrAppend(&missing, " ", r);
+          if (r != absent && values[static_cast<size_t>(r)].empty()) {
+            absl::StrAppend(&missing, " ", r);
+          }
         }
         return absl::DeadlineExceededError(absl::StrCat("replicas", missing, " did not ", what,
                                                         " within ",
                                                         options_.deadline.count() / 1000, " s"));
       }
-      if (waiting) waiting();
+      if (waiting) STRATA_RETURN_IF_ERROR(waiting());
       // Polling the broker: the other replicas start, and end, within seconds of each other.
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -440,7 +444,8 @@ class StreamReplica {
 
   absl::Status Train(int port) {
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream_.key(), stream_.group(), "0"));
-    if (ThroughServers()) STRATA_RETURN_IF_ERROR(CarryOnCounts());
+    if (ThroughServers() || MeshRecovers()) STRATA_RETURN_IF_ERROR(CarryOnCounts());
+    if (MeshRecovers()) STRATA_RETURN_IF_ERROR(FindRecoveries());
     if (!options_.port_file.empty()) {
       STRATA_RETURN_IF_ERROR(WriteFileAtomic(options_.port_file, std::to_string(port) + "\n"));
     }
@@ -461,6 +466,7 @@ class StreamReplica {
     bool reading = true;
     while (true) {
       if (!ThroughServers()) STRATA_RETURN_IF_ERROR(ApplyRemote(ReplicaClock::now()));
+      STRATA_RETURN_IF_ERROR(JoinRecoveries());
       if (reading) {
         STRATA_ASSIGN_OR_RETURN(reading, KeepReading());
       }
@@ -507,13 +513,20 @@ class StreamReplica {
           !labels.empty() && ReplicaClock::now() - window_started >=
                                  std::chrono::milliseconds(stream_.claim_idle_ms()) / 2;
       if (full || waited || (last && !labels.empty())) {
-        STRATA_RETURN_IF_ERROR(Frozen() ? ScoreWindow(features, labels, window_ids)
-                                        : TrainWindow(features, labels, window_ids));
+        STRATA_RETURN_IF_ERROR(Frozen()
+                                   ? ScoreWindow(features, labels, window_ids)
+                                   : TrainWindow(features, labels, window_ids, window_started));
         RecordLatency(produced_ns);
         features.clear();
         labels.clear();
         produced_ns.clear();
         window_ids.clear();
+      }
+      // On the mesh a buffer's events are acknowledged when it is sent: it goes once its oldest
+      // event has waited half the claim idle time, for the same reason as a slow window.
+      if (buffered_ > 0 && ReplicaClock::now() - buffer_read_at_ >=
+                               std::chrono::milliseconds(stream_.claim_idle_ms()) / 2) {
+        STRATA_RETURN_IF_ERROR(Flush());
       }
       if (last && labels.empty()) {
         if (!Synchronous()) break;
@@ -530,6 +543,7 @@ class StreamReplica {
     } else if (!Synchronous()) {
       STRATA_RETURN_IF_ERROR(Flush());
       STRATA_RETURN_IF_ERROR(Send(EndMessage()));
+      sent_end_ = true;
       STRATA_RETURN_IF_ERROR(AwaitPeers());
     }
     predictor_->Publish(*trainer_, AppliedTotal(), /*force=*/true);
@@ -541,13 +555,19 @@ class StreamReplica {
   absl::Status FindPeers(int port) {
     const std::string address = absl::StrCat(tcp::DataPlaneHost(options_.listen), ":", port);
     STRATA_ASSIGN_OR_RETURN(const std::vector<std::string> peers,
-                            AwaitEveryRank(ReplicasKey(stream_, options_.stream_run), address,
+                            AwaitEveryRank(Replicas(stream_, options_.stream_run), address,
                                            "announce themselves on the broker", nullptr));
     spdlog::info("replicas at {}", absl::StrJoin(peers, ", "));
     // Through servers the replicas exchange nothing with each other: finding each other is only
     // the start line, so that no replica reads the stream alone while the others start.
     if (ThroughServers()) return absl::OkStatus();
+    if (rejoining_ > 0) STRATA_RETURN_IF_ERROR(JoinAgain(address));
     STRATA_RETURN_IF_ERROR(mesh_->Connect(peers));
+    if (rejoining_ > 0) {
+      // The recovery is over (the run starts no other before this).
+      STRATA_RETURN_IF_ERROR(
+          broker_->PutField(RecoveryStep(rejoining_, "connected"), "address", address));
+    }
     return ring_ ? ring_->Connect(peers) : absl::OkStatus();
   }
 
@@ -595,7 +615,8 @@ class StreamReplica {
   // the broker (its windows are in the servers' model, which it pulled when it connected), and
   // takes up the events it was handed and had not acknowledged.
   absl::Status CarryOnCounts() {
-    STRATA_ASSIGN_OR_RETURN(auto kept, broker_->Fields(CountsKey(stream_, options_.stream_run)));
+    STRATA_ASSIGN_OR_RETURN(auto kept,
+                            broker_->Fields(stream_keys::Counts(stream_, options_.stream_run)));
     const auto it = kept.find(std::to_string(options_.rank));
     // The first start leaves its (empty) record at once: a replica killed before its first
     // acknowledgement still finds, started again, that it is a restart.
@@ -614,8 +635,9 @@ class StreamReplica {
     taken_up_before_ = counts_.taken_up;
     spdlog::info(
         "replica {} starts again (restart {}) after {} windows and {} events trained; it "
-        "takes up the events it held, and trains on the servers' model",
-        options_.rank, counts_.restarts, counts_.windows, counts_.events_trained);
+        "takes up the events it held, and trains on the {} model",
+        options_.rank, counts_.restarts, counts_.windows, counts_.events_trained,
+        ThroughServers() ? "servers'" : "other replicas'");
     return SaveCounts();
   }
 
@@ -624,8 +646,8 @@ class StreamReplica {
     // Before the start line (a restart's own save) the clock has not started.
     kept["seconds"] =
         started_ == ReplicaClock::time_point{} ? seconds_before_restart_ : SecondsSince(started_);
-    return broker_->PutField(CountsKey(stream_, options_.stream_run), std::to_string(options_.rank),
-                             kept.dump());
+    return broker_->PutField(stream_keys::Counts(stream_, options_.stream_run),
+                             std::to_string(options_.rank), kept.dump());
   }
 
   // False once the run's limits are reached: the group has been handed stream.max_events events,
@@ -641,8 +663,9 @@ class StreamReplica {
     return true;
   }
 
+  // `read_at`: when the window's first event was read.
   absl::Status TrainWindow(const std::vector<float>& features, const std::vector<int32_t>& labels,
-                           const std::vector<std::string>& ids) {
+                           const std::vector<std::string>& ids, ReplicaClock::time_point read_at) {
     const auto compute_start = ReplicaClock::now();
     STRATA_ASSIGN_OR_RETURN(StepStats stats, trainer_->ComputeGradientsFrom(features, labels));
     counts_.compute_s += SecondsSince(compute_start);
@@ -674,6 +697,7 @@ class StreamReplica {
       // holds what was computed): the sum so far and this gradient's clock.
       if (buffered_ == 0) {
         buffer_first_ = counts_.windows;
+        buffer_read_at_ = read_at;
         buffer_sum_.resize(n);
         for (size_t i = 0; i < n; ++i) buffer_sum_[i] = scale * gradient[i];
         buffer_clocks_.clear();
@@ -696,8 +720,11 @@ class StreamReplica {
     Score(stats.correct, stats.scored);
     counts_.last_loss = stats.loss;
     predictor_->Publish(*trainer_, AppliedTotal());
-    // Acknowledged only now that its gradient is in the model.
-    STRATA_RETURN_IF_ERROR(Acknowledge(ids));
+    // Acknowledged only now that its gradient is in the model; on the mesh once it is also on its
+    // way to the others, with its buffer (Flush): a replica that dies with gradients in its buffer
+    // leaves their events pending, for its new incarnation to train again.
+    if (ThroughServers() || Synchronous()) return Acknowledge(ids);
+    unacknowledged_.insert(unacknowledged_.end(), ids.begin(), ids.end());
     if (buffered_ >= stream_.max_grad_buffer()) return Flush();
     return absl::OkStatus();
   }
@@ -826,8 +853,11 @@ class StreamReplica {
     STRATA_ASSIGN_OR_RETURN(int64_t acked, broker_->Ack(stream_.key(), stream_.group(), ids));
     counts_.acknowledged += acked;
     // After the acknowledgement: a replica that dies between the two leaves a window trained
-    // (its gradient with the servers) and not counted, never one counted and not trained.
-    return ThroughServers() ? SaveCounts() : absl::OkStatus();
+    // (its gradient with the servers, or sent) and not counted, never one counted and not trained.
+    // On the mesh not while windows are buffered (malformed entries acknowledged meanwhile): their
+    // events are not acknowledged, and a new incarnation trains them again. The next Flush saves.
+    if (ThroughServers() || (MeshRecovers() && buffered_ == 0)) return SaveCounts();
+    return absl::OkStatus();
   }
 
   // Sends the buffer to every other replica: one message, the gradients' sum and their clocks.
@@ -846,6 +876,8 @@ class StreamReplica {
     buffered_ = 0;
     STRATA_RETURN_IF_ERROR(Send(std::move(message)));
     counts_.send_s += SecondsSince(start);
+    STRATA_RETURN_IF_ERROR(Acknowledge(unacknowledged_));
+    unacknowledged_.clear();
     return absl::OkStatus();
   }
 
@@ -891,9 +923,23 @@ class StreamReplica {
     while (
         !mesh_->RoomToSend(std::min(until, ReplicaClock::now() + std::chrono::milliseconds(20)))) {
       if (ReplicaClock::now() > until) break;  // Broadcast names the peer
+      // Not a recovery here: this message, counted as sent, must reach the survivors first (a dead
+      // peer's stopped writer gives room).
       STRATA_RETURN_IF_ERROR(ApplyRemote(ReplicaClock::now()));
     }
-    return mesh_->Broadcast(std::move(message));
+    const absl::Status sent = mesh_->Broadcast(std::move(message));
+    if (!absl::IsUnavailable(sent) || !MeshRecovers() || recovering_) return sent;
+    // A stream to a peer broke (the live ones have the message). If the peer died, the
+    // orchestrator declares its recovery, which replaces the stream; else the error stands.
+    spdlog::warn("{}: waiting for the run to start it again", std::string(sent.message()));
+    const int64_t before = last_recovery_;
+    while (last_recovery_ == before) {
+      if (ReplicaClock::now() > until) return sent;
+      STRATA_RETURN_IF_ERROR(
+          ApplyRemote(std::min(until, ReplicaClock::now() + std::chrono::milliseconds(50))));
+      STRATA_RETURN_IF_ERROR(JoinRecoveries(/*now=*/true));
+    }
+    return absl::OkStatus();
   }
 
   std::shared_ptr<const v1::StreamGradient> EndMessage() const {
@@ -996,9 +1042,248 @@ class StreamReplica {
     return absl::OkStatus();
   }
 
+  // The mesh, with recovery.restarts: a replica that dies is started again by the orchestrator,
+  // which declares it on the broker first (stream_keys::Recoveries). What the survivors and the
+  // new incarnation do is docs/protocol.md's "When a replica of the mesh dies".
+  bool MeshRecovers() const {
+    return !ThroughServers() && !Synchronous() && options_.job.recovery().restarts() > 0;
+  }
+
+  std::string RecoveryStep(int64_t recovery, const char* step) const {
+    return stream_keys::RecoveryStep(stream_, options_.stream_run, recovery, step);
+  }
+
+  // The recoveries declared so far, by number: the dead replica's rank.
+  absl::StatusOr<std::map<int64_t, int>> DeclaredRecoveries() {
+    STRATA_ASSIGN_OR_RETURN(auto fields,
+                            broker_->Fields(stream_keys::Recoveries(stream_, options_.stream_run)));
+    std::map<int64_t, int> declared;
+    for (const auto& [number, rank_text] : fields) {
+      int64_t n = 0;
+      int rank = -1;
+      if (absl::SimpleAtoi(number, &n) && n > 0 && absl::SimpleAtoi(rank_text, &rank) &&
+          rank >= 0 && rank < options_.world()) {
+        declared[n] = rank;
+      }
+    }
+    return declared;
+  }
+
+  // At the start: the recoveries before this incarnation are not this one's to take part in; a
+  // restarted replica finds the one that started it.
+  absl::Status FindRecoveries() {
+    STRATA_ASSIGN_OR_RETURN(auto declared, DeclaredRecoveries());
+    for (const auto& [n, rank] : declared) {
+      last_recovery_ = std::max(last_recovery_, n);
+      if (rank == options_.rank) rejoining_ = n;
+    }
+    if (counts_.restarts > 0 && rejoining_ == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "replica ", options_.rank,
+          " starts again, but no recovery of it was declared on the broker (the run declares one "
+          "before it starts a replica of the mesh again)"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Takes part in every recovery declared since the last look (at most every 200 ms, unless
+  // `now`).
+  absl::Status JoinRecoveries(bool now = false) {
+    if (!MeshRecovers() || recovering_) return absl::OkStatus();
+    const auto t = ReplicaClock::now();
+    if (!now && t < next_recovery_look_) return absl::OkStatus();
+    next_recovery_look_ = t + std::chrono::milliseconds(200);
+    STRATA_ASSIGN_OR_RETURN(auto declared, DeclaredRecoveries());
+    for (const auto& [n, dead] : declared) {
+      if (n <= last_recovery_) continue;
+      last_recovery_ = n;
+      if (dead == options_.rank) continue;  // not this incarnation's death
+      recovering_ = true;
+      const absl::Status recovered = Recover(n, dead);
+      recovering_ = false;
+      STRATA_RETURN_IF_ERROR(recovered);
+    }
+    return absl::OkStatus();
+  }
+
+  // A survivor's part in recovery `n` of replica `dead`: (1) cut it off and send the buffer;
+  // (2) every survivor applies everything every other survivor sent, after which they differ only
+  // in how many of the dead one's gradients reached each; (3) the survivor that holds the most
+  // gives its model to all (so nothing that reached any survivor is lost); (4) once the new
+  // incarnation has it, the survivors take it back, sending to it from where the model stops.
+  absl::Status Recover(int64_t n, int dead) {
+    const auto start = ReplicaClock::now();
+    const size_t d = static_cast<size_t>(dead);
+    spdlog::warn("replica {} died (recovery {}): the others agree on one model for its new start",
+                 dead, n);
+    WriteProgress("recovering");
+    mesh_->Drop(dead);
+    STRATA_RETURN_IF_ERROR(Flush());
+    auto keep_applying = [&] {
+      WriteProgress("recovering");
+      return ApplyRemote(ReplicaClock::now() + std::chrono::milliseconds(20));
+    };
+    STRATA_ASSIGN_OR_RETURN(
+        const std::vector<std::string> sent,
+        AwaitEveryRank(RecoveryStep(n, "sent"),
+                       std::to_string(counts_.applied[static_cast<size_t>(options_.rank)]),
+                       "say what they sent", keep_applying, dead));
+    const auto until = ReplicaClock::now() + options_.deadline;
+    while (true) {
+      std::string behind;
+      for (int r = 0; r < options_.world(); ++r) {
+        if (r == dead || r == options_.rank) continue;
+        const size_t i = static_cast<size_t>(r);
+        int64_t total = 0;
+        if (!absl::SimpleAtoi(sent[i], &total) || total < 0 || counts_.applied[i] > total) {
+          return absl::DataLossError(absl::StrCat("recovery ", n, ": replica ", r, " says it sent ",
+                                                  sent[i], " gradients, ", counts_.applied[i],
+                                                  " came here"));
+        }
+        if (counts_.applied[i] < total) absl::StrAppend(&behind, " ", r);
+      }
+      if (behind.empty()) break;
+      if (ReplicaClock::now() > until) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "recovery ", n, ": the gradients of replicas", behind, " did not all come"));
+      }
+      STRATA_RETURN_IF_ERROR(keep_applying());
+    }
+    STRATA_RETURN_IF_ERROR(ApplyRemote(ReplicaClock::now()));  // the dead one's, still in the inbox
+    STRATA_ASSIGN_OR_RETURN(
+        const std::vector<std::string> held,
+        AwaitEveryRank(RecoveryStep(n, "held"), std::to_string(counts_.applied[d]),
+                       "say what they hold", nullptr, dead));
+    int donor = -1;
+    int64_t most = -1;
+    for (int r = 0; r < options_.world(); ++r) {
+      int64_t h = -1;
+      if (r == dead || !absl::SimpleAtoi(held[static_cast<size_t>(r)], &h)) continue;
+      if (h > most) {
+        most = h;
+        donor = r;
+      }
+    }
+    if (donor == options_.rank) {
+      STRATA_RETURN_IF_ERROR(GiveModel(n));
+    } else {
+      STRATA_RETURN_IF_ERROR(TakeModel(n, dead).status());
+    }
+    const auto joined_until = ReplicaClock::now() + options_.deadline;
+    std::string address;
+    while (address.empty()) {
+      STRATA_ASSIGN_OR_RETURN(auto joined, broker_->Fields(RecoveryStep(n, "joined")));
+      if (auto it = joined.find("address"); it != joined.end()) address = it->second;
+      if (!address.empty()) break;
+      if (ReplicaClock::now() > joined_until) {
+        return absl::DeadlineExceededError(absl::StrCat("recovery ", n, ": replica ", dead,
+                                                        " did not start again within ",
+                                                        options_.deadline.count() / 1000, " s"));
+      }
+      WriteProgress("recovering");
+      // Polling the broker: the new incarnation loads the model and says so within a second.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    STRATA_RETURN_IF_ERROR(mesh_->Rejoin(dead, address, static_cast<uint64_t>(counts_.applied[d])));
+    ended_[d] = -1;
+    // An end sent before the death went to the old incarnation only.
+    if (sent_end_) STRATA_RETURN_IF_ERROR(mesh_->SendTo(dead, EndMessage()));
+    STRATA_RETURN_IF_ERROR(
+        broker_->PutField(RecoveryStep(n, "rejoined"), std::to_string(options_.rank), "1"));
+    ++counts_.recoveries;
+    predictor_->Publish(*trainer_, AppliedTotal(), /*force=*/true);
+    spdlog::info(
+        "recovery {}: replica {} is back at {}; every replica holds replica {}'s model, with {} of "
+        "the dead one's gradients ({:.1f} s)",
+        n, dead, address, donor, counts_.applied[d], SecondsSince(start));
+    return absl::OkStatus();
+  }
+
+  // The donor's part: its weights and its counts of applied gradients, for the others to take.
+  absl::Status GiveModel(int64_t n) {
+    const size_t floats = static_cast<size_t>(trainer_->parameters().total_floats());
+    const std::string key = RecoveryStep(n, "model");
+    STRATA_RETURN_IF_ERROR(broker_->PutField(
+        key, "params",
+        std::string(reinterpret_cast<const char*>(trainer_->parameter_data()), floats * 4)));
+    STRATA_RETURN_IF_ERROR(broker_->PutField(key, "donor", std::to_string(options_.rank)));
+    return broker_->PutField(key, "applied", absl::StrJoin(counts_.applied, ","));
+  }
+
+  // Waits for recovery `n`'s model and makes it this replica's, weights and counts; returns the
+  // donor. A survivor (`dead` the dead replica's rank) must already hold every other replica's
+  // gradients as the donor does: it checks. The new incarnation (dead < 0) has none to check.
+  absl::StatusOr<int> TakeModel(int64_t n, int dead) {
+    const std::string key = RecoveryStep(n, "model");
+    const auto until = ReplicaClock::now() + options_.deadline;
+    std::map<std::string, std::string> model;
+    // Not applying meanwhile: what the donor sends once it goes on is applied on its model.
+    while (!model.count("applied")) {
+      if (ReplicaClock::now() > until) {
+        return absl::DeadlineExceededError(absl::StrCat("recovery ", n, ": no model within ",
+                                                        options_.deadline.count() / 1000, " s"));
+      }
+      // Polling the broker: the donor writes the model as soon as the survivors agree.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      STRATA_ASSIGN_OR_RETURN(model, broker_->Fields(key));
+    }
+    const size_t floats = static_cast<size_t>(trainer_->parameters().total_floats());
+    const std::string& params = model["params"];
+    std::vector<int64_t> applied;
+    for (absl::string_view text : absl::StrSplit(model["applied"], ',')) {
+      int64_t a = -1;
+      if (!absl::SimpleAtoi(text, &a) || a < 0) break;
+      applied.push_back(a);
+    }
+    int donor = -1;
+    if (params.size() != floats * 4 || applied.size() != counts_.applied.size() ||
+        !absl::SimpleAtoi(model["donor"], &donor) ||
+        !std::isfinite(MaxAbsOrInfinity(reinterpret_cast<const float*>(params.data()), floats))) {
+      return absl::DataLossError(
+          absl::StrCat("recovery ", n, ": the model on the broker is not one of this job's"));
+    }
+    for (int r = 0; r < options_.world(); ++r) {
+      const size_t i = static_cast<size_t>(r);
+      if (dead >= 0 && r != dead && applied[i] != counts_.applied[i]) {
+        return absl::DataLossError(absl::StrCat(
+            "recovery ", n, ": replica ", donor, " holds ", applied[i], " gradients of replica ", r,
+            ", this one ", counts_.applied[i], " (they should agree but for the dead one's)"));
+      }
+    }
+    std::memcpy(trainer_->parameter_data(), params.data(), floats * 4);
+    counts_.applied = std::move(applied);
+    return donor;
+  }
+
+  // The new incarnation's part (before it connects): the donor's model, its own count of windows
+  // set to the gradients of its earlier incarnations that the model holds, and its address for
+  // the survivors, who then take it back.
+  absl::Status JoinAgain(const std::string& address) {
+    const int64_t n = rejoining_;
+    const size_t me = static_cast<size_t>(options_.rank);
+    STRATA_ASSIGN_OR_RETURN(const int donor, TakeModel(n, /*dead=*/-1));
+    const int64_t kept = counts_.applied[me];
+    const int64_t lost = std::max<int64_t>(0, counts_.windows - kept);
+    counts_.lost_windows += lost;
+    counts_.windows = kept;
+    counts_.windows_before_restart = kept;
+    mesh_->ExpectFrom(counts_.applied);
+    STRATA_RETURN_IF_ERROR(broker_->PutField(RecoveryStep(n, "joined"), "address", address));
+    STRATA_RETURN_IF_ERROR(
+        AwaitEveryRank(RecoveryStep(n, "rejoined"), "1", "take it back", nullptr, options_.rank)
+            .status());
+    STRATA_RETURN_IF_ERROR(SaveCounts());
+    predictor_->Publish(*trainer_, AppliedTotal(), /*force=*/true);
+    spdlog::info(
+        "replica {} rejoins (recovery {}) with replica {}'s model: {} of its earlier windows' "
+        "gradients had reached the others, {} died with it",
+        options_.rank, n, donor, kept, lost);
+    return absl::OkStatus();
+  }
+
   // Until every peer's end has come and every gradient it announced is applied.
   absl::Status AwaitPeers() {
-    const auto until = ReplicaClock::now() + options_.deadline;
+    auto until = ReplicaClock::now() + options_.deadline;
     while (true) {
       std::string waiting;
       for (int r = 0; r < options_.world(); ++r) {
@@ -1014,6 +1299,10 @@ class StreamReplica {
       WriteProgress("flushing");
       STRATA_RETURN_IF_ERROR(
           ApplyRemote(std::min(until, ReplicaClock::now() + std::chrono::milliseconds(500))));
+      const int64_t recoveries_before = last_recovery_;
+      STRATA_RETURN_IF_ERROR(JoinRecoveries());
+      // A new incarnation still has its predecessor's pending events to train.
+      if (last_recovery_ != recoveries_before) until = ReplicaClock::now() + options_.deadline;
     }
   }
 
@@ -1108,6 +1397,13 @@ class StreamReplica {
   size_t next_latency_ = 0;  // counts_.scored at which the accuracy curve gets its next point
   Adwin drift_detector_;
   std::vector<int64_t> ended_;  // by rank: the gradients it announced in its end, -1 before
+  // The mesh's recoveries (recovery.restarts): the latest this replica has taken part in (or
+  // found declared at its start), the one it was started again by (0: none), whether one is
+  // under way here, and when the broker is next asked for new ones.
+  int64_t last_recovery_ = 0, rejoining_ = 0;
+  bool recovering_ = false;
+  bool sent_end_ = false;  // this replica's end is on its way to the peers
+  ReplicaClock::time_point next_recovery_look_;
   // Where the reading of this consumer's own pending list goes on from ("0": its start), empty
   // once read to its end; the cursor of the claim's scan of the group's pending list, and when
   // the next claim is due.
@@ -1120,6 +1416,8 @@ class StreamReplica {
   // their clocks (world entries each).
   int buffered_ = 0;
   int64_t buffer_first_ = 0;
+  ReplicaClock::time_point buffer_read_at_;  // when its first window's first event was read
+  std::vector<std::string> unacknowledged_;  // the buffered windows' events
   std::vector<float> buffer_sum_;
   // strategy.push_compression fp16 on the mesh's TCP link: the sums go as halves (Flush rounds
   // them; the exact one kept meanwhile).

@@ -196,6 +196,8 @@ std::string ChildProcess::ExitDescription() const {
   return "ended";
 }
 
+bool ChildProcess::killed_by_signal() const { return exited_ && WIFSIGNALED(wait_status_); }
+
 bool ChildProcess::succeeded() const {
   return exited_ && WIFEXITED(wait_status_) && WEXITSTATUS(wait_status_) == 0;
 }

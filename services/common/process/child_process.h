@@ -58,6 +58,8 @@ class ChildProcess {
   // "exited with code 1" / "killed by signal 9 (Killed)"; meaningful once exited().
   std::string ExitDescription() const;
   bool succeeded() const;
+  // Ended by a signal (killed, or a crash) rather than by exiting; meaningful once exited().
+  bool killed_by_signal() const;
   // The exit code, or 128 + signal when killed by one; meaningful once exited().
   int exit_code() const;
 
