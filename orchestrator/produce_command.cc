@@ -8,6 +8,7 @@
 // Ctrl-C; a progress line every second.
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -17,6 +18,7 @@
 
 #include <absl/strings/numbers.h>
 #include <absl/strings/str_cat.h>
+#include <absl/strings/str_join.h>
 #include <absl/strings/str_split.h>
 
 #include "orchestrator/commands.h"
@@ -76,6 +78,31 @@ class Producer {
         where_(std::move(where)),
         permutation_(DriftPermutation(data_.num_classes, job.training().seed())) {}
 
+  // stream.produce.drift.classes: the examples of those classes, in the data set's order, which
+  // the replay keeps to from at_event on. A class the data set does not have, or has no example
+  // of, is an error naming the key.
+  absl::Status SelectMix() {
+    const auto& classes = job_.stream().produce().drift().classes();
+    if (classes.empty()) return absl::OkStatus();
+    for (int32_t c : classes) {
+      if (c >= data_.num_classes) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("stream.produce.drift.classes: class ", c, " is not one of ", data_.name,
+                         "'s ", data_.num_classes, " (0 to ", data_.num_classes - 1, ")"));
+      }
+      const size_t before = mix_.size();
+      for (size_t e = 0; e < data_.train.size(); ++e) {
+        if (data_.train.labels[e] == c) mix_.push_back(static_cast<int64_t>(e));
+      }
+      if (mix_.size() == before) {
+        return absl::InvalidArgumentError(absl::StrCat("stream.produce.drift.classes: ", data_.name,
+                                                       " has no example of class ", c));
+      }
+    }
+    std::sort(mix_.begin(), mix_.end());
+    return absl::OkStatus();
+  }
+
   int Run(double rate, double ramp_step, double ramp_every) {
     const v1::ResolvedStreamDrift& drift = job_.stream().produce().drift();
     const size_t per = data_.example_floats();
@@ -107,10 +134,14 @@ class Producer {
         batch.clear();
         for (int64_t i = 0; i < n; ++i) {
           const int64_t seq = sent + i;
-          const int64_t e = seq % examples;
+          const bool drifted = seq >= drift.at_event();
+          const int64_t e = drifted && !mix_.empty()
+                                ? mix_[static_cast<size_t>((seq - drift.at_event()) %
+                                                           static_cast<int64_t>(mix_.size()))]
+                                : seq % examples;
           data_.train.CopyFeatures(e, per, event.features.data());
           int32_t label = data_.train.labels[static_cast<size_t>(e)];
-          if (drift.permute_labels() && seq >= drift.at_event()) label = permutation_[label];
+          if (drift.permute_labels() && drifted) label = permutation_[label];
           event.label = label;
           event.seq = seq;
           event.produced_ns = WallClockNs();
@@ -159,15 +190,21 @@ class Producer {
   }
   std::string DriftText(int64_t sent) const {
     const v1::ResolvedStreamDrift& drift = job_.stream().produce().drift();
-    if (!drift.permute_labels()) return "";
-    return sent > drift.at_event()
-               ? absl::StrCat("; labels permuted since event ", drift.at_event())
-               : absl::StrCat("; labels permuted from event ", drift.at_event());
+    std::vector<std::string> what;
+    if (drift.permute_labels()) what.push_back("labels permuted");
+    if (!drift.classes().empty()) {
+      what.push_back(absl::StrCat("only classes ", absl::StrJoin(drift.classes(), ", ")));
+    }
+    if (what.empty()) return "";
+    return absl::StrCat("; ", absl::StrJoin(what, " and "),
+                        sent > drift.at_event() ? " since event " : " from event ",
+                        drift.at_event());
   }
 
   const ProduceFlags& flags_;
   const v1::ResolvedJob& job_;
   Dataset data_;
+  std::vector<int64_t> mix_;  // stream.produce.drift.classes' examples (SelectMix)
   std::unique_ptr<StreamBroker> broker_;
   std::string where_;
   std::vector<int32_t> permutation_;
@@ -234,6 +271,11 @@ int Produce(const ProduceFlags& flags) {
   }
   InstallInterruptHandlers();
   Producer producer(flags, *job, *std::move(data), *std::move(broker), address->Describe());
+  if (absl::Status mix = producer.SelectMix(); !mix.ok()) {
+    std::fprintf(stderr, "strata produce: %s; nothing was sent\n",
+                 std::string(mix.message()).c_str());
+    return 2;
+  }
   return producer.Run(rate, ramp_step, ramp_every);
 }
 

@@ -552,6 +552,14 @@ std::vector<JobKey> MakeTable() {
           .EmitOnlyUnlessDefault()
           .Doc("`strata produce`: from `at_event` on, every label y is sent as p(y), p a fixed "
                "permutation of the classes that moves every class."),
+      Key("stream.produce.drift.classes")
+          .Default("[]")
+          .Flow()
+          .EmitOnlyUnlessDefault()
+          .TypeDoc("list of class numbers, each in [0, classes)")
+          .Doc("`strata produce`: from `at_event` on, only the examples of these classes are "
+               "replayed, in the data set's order (a change of the class mix; empty: every "
+               "class). With `permute_labels` too, their labels are permuted as well."),
 
       Key("recovery.restarts")
           .Default("3")

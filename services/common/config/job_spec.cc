@@ -363,6 +363,19 @@ void CheckAcrossKeys(SpecReader& r, JobSpecReading* out) {
       }
     }
   }
+  const auto& mix = job.stream().produce().drift().classes();
+  if (!out->Refused("stream.produce.drift.classes")) {
+    // Whether each is below the data set's number of classes, `strata produce` checks: it has
+    // the data.
+    for (int i = 0; i < mix.size(); ++i) {
+      if (mix[i] < 0 || std::count(mix.begin(), mix.end(), mix[i]) > 1) {
+        error("stream.produce.drift.classes",
+              absl::StrCat("class ", mix[i], (mix[i] < 0 ? " is negative" : " is given twice"),
+                           ": give each class once, from 0"));
+        break;
+      }
+    }
+  }
   // A key given where it means nothing would be silently ignored.
   for (const JobKey& key : JobKeys()) {
     if (key.applies == nullptr || !out->Given(key.path) || out->Refused(key.path)) continue;
