@@ -92,6 +92,64 @@ class StreamRunTest : public StreamBrokerTest {
 
   // The invariants every finished stream run holds (RESEARCH points 1-4 of the replicas):
   // apply-once, agreement, nothing acknowledged untrained, local gradients of staleness 0.
+  // Starts the run of `job` (its stream.key `events`, group `replicas`) and a producer of `events`
+  // events, waits until replica 1 has trained `windows` windows, stops it at a moment it holds
+  // events unacknowledged (the window it fills or trains), kills it there with SIGKILL, and waits
+  // for the run's end. The run, and how many events replica 1 held.
+  struct KilledRun {
+    std::unique_ptr<ChildProcess> run;
+    int64_t held = 0;
+  };
+  void RunAndKillReplicaOne(const std::string& job, const std::string& run, int64_t events,
+                            int windows, KilledRun* out) {
+    std::unique_ptr<ChildProcess> child = StartRunUntilTraining(job, run, 1);
+    ASSERT_NE(child, nullptr);
+    ASSERT_FALSE(child->Poll()) << Slurp(dir_ + "/run.log");
+    std::unique_ptr<ChildProcess> producer = StartProducer(job, events);
+    ASSERT_NE(producer, nullptr);
+    const int pid = PidOf(run, "worker-1");
+    ASSERT_GT(pid, 0) << Slurp(dir_ + "/run.log");
+    auto client = Client();
+    ASSERT_NE(client, nullptr);
+    const std::string progress = run + "/stream/replica-1.progress.json";
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < until && !child->Poll()) {
+      auto p = nlohmann::json::parse(Slurp(progress), nullptr, false);
+      if (p.is_object() && p.value("windows", 0) >= windows) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a file
+    }
+    int64_t held = 0;
+    while (held == 0 && std::chrono::steady_clock::now() < until && !child->Poll()) {
+      ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+      AwaitStopped(pid);
+      auto pending = client->Pending("events", "replicas");
+      ASSERT_TRUE(pending.ok()) << pending.status();
+      for (const auto& [consumer, n] : pending->per_consumer) {
+        if (consumer == "replica-1") held = n;
+      }
+      if (held > 0) break;
+      ASSERT_EQ(::kill(pid, SIGCONT), 0);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the broker
+    }
+    ASSERT_GT(held, 0) << "replica 1 never held an event unacknowledged";
+    ASSERT_EQ(::kill(pid, SIGKILL), 0);
+    ASSERT_TRUE(child->WaitFor(std::chrono::seconds(300))) << "the run did not end";
+    ASSERT_TRUE(producer->WaitFor(std::chrono::seconds(60)));
+    out->run = std::move(child);
+    out->held = held;
+  }
+
+  // What a run whose replica 1 was killed and started again once says on its console and in its
+  // summary.
+  static void ExpectOneRestartOfReplicaOne(const std::string& output, const nlohmann::json& s) {
+    EXPECT_THAT(output, HasSubstr("worker-1 was killed by signal 9"));
+    EXPECT_THAT(output, HasSubstr("started again (restart 1 of 3)"));
+    ASSERT_TRUE(s.is_object());
+    EXPECT_EQ(s["state"], "succeeded");
+    EXPECT_EQ(s["replica_restarts"].get<int64_t>(), 1);
+    EXPECT_EQ(s["apply_once"], true) << s.dump();
+  }
+
   static void ExpectInvariants(const nlohmann::json& s, int replicas, int64_t events) {
     ASSERT_TRUE(s.is_object());
     EXPECT_EQ(s["state"], "succeeded");
@@ -583,53 +641,15 @@ TEST_F(StreamRunTest, ThroughServersAKilledReplicaIsStartedAgainTakesUpItsEvents
                      << ", key: events, batch_events: 32, max_events: " << kEvents
                      << ", sync: servers, produce: { rate: 1000 } }\n";
   const std::string run = dir_ + "/run";
-  std::unique_ptr<ChildProcess> child = StartRunUntilTraining(job, run, 1);
-  ASSERT_NE(child, nullptr);
-  ASSERT_FALSE(child->Poll()) << Slurp(dir_ + "/run.log");
   // The events come at 1,000 a second once both replicas wait for them: eight seconds of stream,
   // of which the restart takes one or two.
-  std::unique_ptr<ChildProcess> producer = StartProducer(job, kEvents);
-  ASSERT_NE(producer, nullptr);
-  const int pid = PidOf(run, "worker-1");
-  ASSERT_GT(pid, 0) << Slurp(dir_ + "/run.log");
-  auto client = Client();
-  ASSERT_NE(client, nullptr);
-  // Once it has trained a few windows...
-  const std::string progress = run + "/stream/replica-1.progress.json";
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < until && !child->Poll()) {
-    auto p = nlohmann::json::parse(Slurp(progress), nullptr, false);
-    if (p.is_object() && p.value("windows", 0) >= 5) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a file
-  }
-  // ...it is stopped at a moment it holds events unacknowledged (the window it fills or trains),
-  // and killed there.
-  int64_t held = 0;
-  while (held == 0 && std::chrono::steady_clock::now() < until && !child->Poll()) {
-    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
-    AwaitStopped(pid);
-    auto pending = client->Pending("events", "replicas");
-    ASSERT_TRUE(pending.ok()) << pending.status();
-    for (const auto& [consumer, n] : pending->per_consumer) {
-      if (consumer == "replica-1") held = n;
-    }
-    if (held > 0) break;
-    ASSERT_EQ(::kill(pid, SIGCONT), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the broker
-  }
-  ASSERT_GT(held, 0) << "replica 1 never held an event unacknowledged";
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  ASSERT_TRUE(child->WaitFor(std::chrono::seconds(300))) << "the run did not end";
-  ASSERT_TRUE(producer->WaitFor(std::chrono::seconds(60)));
+  KilledRun killed;
+  ASSERT_NO_FATAL_FAILURE(RunAndKillReplicaOne(job, run, kEvents, 5, &killed));
+  const int64_t held = killed.held;
   const std::string output = Slurp(dir_ + "/run.log");
-  ASSERT_EQ(child->exit_code(), 0) << output;
-  EXPECT_THAT(output, HasSubstr("worker-1 was killed by signal 9"));
-  EXPECT_THAT(output, HasSubstr("started again (restart 1 of 3)"));
+  ASSERT_EQ(killed.run->exit_code(), 0) << output;
   const nlohmann::json s = Summary(run);
-  ASSERT_TRUE(s.is_object());
-  EXPECT_EQ(s["state"], "succeeded");
-  EXPECT_EQ(s["replica_restarts"].get<int64_t>(), 1);
-  EXPECT_EQ(s["apply_once"], true) << s.dump();
+  ASSERT_NO_FATAL_FAILURE(ExpectOneRestartOfReplicaOne(output, s));
   EXPECT_EQ(s["agreement_max_abs"].get<double>(), 0.0);
   // The broker's witness: every event handed out, every one acknowledged.
   EXPECT_EQ(s["handed_out"].get<int64_t>(), kEvents);
@@ -677,49 +697,14 @@ TEST_P(StreamMeshRecoveryTest, AKilledReplicaIsStartedAgainWithTheSurvivorsModel
                      << ", key: events, batch_events: 32, max_grad_buffer: 4, max_events: "
                      << kEvents << ", link: " << GetParam() << ", produce: { rate: 1000 } }\n";
   const std::string run = dir_ + "/run";
-  std::unique_ptr<ChildProcess> child = StartRunUntilTraining(job, run, 1);
-  ASSERT_NE(child, nullptr);
-  ASSERT_FALSE(child->Poll()) << Slurp(dir_ + "/run.log");
-  std::unique_ptr<ChildProcess> producer = StartProducer(job, kEvents);
-  ASSERT_NE(producer, nullptr);
-  const int pid = PidOf(run, "worker-1");
-  ASSERT_GT(pid, 0) << Slurp(dir_ + "/run.log");
-  auto client = Client();
-  ASSERT_NE(client, nullptr);
-  const std::string progress = run + "/stream/replica-1.progress.json";
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (std::chrono::steady_clock::now() < until && !child->Poll()) {
-    auto p = nlohmann::json::parse(Slurp(progress), nullptr, false);
-    if (p.is_object() && p.value("windows", 0) >= 9) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // polling a file
-  }
-  int64_t held = 0;
-  while (held == 0 && std::chrono::steady_clock::now() < until && !child->Poll()) {
-    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
-    AwaitStopped(pid);
-    auto pending = client->Pending("events", "replicas");
-    ASSERT_TRUE(pending.ok()) << pending.status();
-    for (const auto& [consumer, n] : pending->per_consumer) {
-      if (consumer == "replica-1") held = n;
-    }
-    if (held > 0) break;
-    ASSERT_EQ(::kill(pid, SIGCONT), 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the broker
-  }
-  ASSERT_GT(held, 0) << "replica 1 never held an event unacknowledged";
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
-  ASSERT_TRUE(child->WaitFor(std::chrono::seconds(300))) << "the run did not end";
-  ASSERT_TRUE(producer->WaitFor(std::chrono::seconds(60)));
+  KilledRun killed;
+  ASSERT_NO_FATAL_FAILURE(RunAndKillReplicaOne(job, run, kEvents, 9, &killed));
+  const int64_t held = killed.held;
   const std::string output = Slurp(dir_ + "/run.log");
   // Not ASSERT: a failed run's models are compared all the same, below.
-  EXPECT_EQ(child->exit_code(), 0) << output;
-  EXPECT_THAT(output, HasSubstr("worker-1 was killed by signal 9"));
-  EXPECT_THAT(output, HasSubstr("started again (restart 1 of 3)"));
+  EXPECT_EQ(killed.run->exit_code(), 0) << output;
   const nlohmann::json s = Summary(run);
-  ASSERT_TRUE(s.is_object());
-  EXPECT_EQ(s["state"], "succeeded");
-  EXPECT_EQ(s["replica_restarts"].get<int64_t>(), 1);
-  EXPECT_EQ(s["apply_once"], true) << s.dump();
+  ASSERT_NO_FATAL_FAILURE(ExpectOneRestartOfReplicaOne(output, s));
   EXPECT_EQ(s["agree"], true) << s.dump();
   // The broker's witness: every event handed out, every one acknowledged; trained at least once.
   EXPECT_EQ(s["handed_out"].get<int64_t>(), kEvents);

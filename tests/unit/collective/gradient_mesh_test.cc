@@ -60,6 +60,19 @@ MeshNode StartNode(int rank, int world, bool tcp = false,
   return node;
 }
 
+// `world` nodes, each connected to every other; their addresses in *peers. Empty if one failed.
+std::vector<MeshNode> StartConnectedNodes(int world, bool tcp, std::vector<std::string>* peers) {
+  std::vector<MeshNode> nodes;
+  for (int r = 0; r < world; ++r) nodes.push_back(StartNode(r, world, tcp));
+  for (const auto& n : nodes) peers->push_back(n.address);
+  for (auto& n : nodes) {
+    const absl::Status connected = n.mesh->Connect(*peers);
+    EXPECT_TRUE(connected.ok()) << connected;
+    if (!connected.ok()) return {};
+  }
+  return nodes;
+}
+
 std::shared_ptr<v1::StreamGradient> Gradient(int sender, int world, uint64_t index, float value) {
   auto g = std::make_shared<v1::StreamGradient>();
   g->set_sender(sender);
@@ -110,11 +123,9 @@ class GradientMeshLinks : public ::testing::TestWithParam<bool> {};
 TEST_P(GradientMeshLinks, ThreeReplicasReceiveEveryOtherReplicasGradientsOnceInOrder) {
   const bool tcp = GetParam();
   const int world = 3;
-  std::vector<MeshNode> nodes;
-  for (int r = 0; r < world; ++r) nodes.push_back(StartNode(r, world, tcp));
   std::vector<std::string> peers;
-  for (const auto& n : nodes) peers.push_back(n.address);
-  for (auto& n : nodes) ASSERT_TRUE(n.mesh->Connect(peers).ok());
+  std::vector<MeshNode> nodes = StartConnectedNodes(world, tcp, &peers);
+  ASSERT_EQ(nodes.size(), static_cast<size_t>(world));
   const int per_sender = 40;
   for (int r = 0; r < world; ++r) {
     for (int i = 0; i < per_sender; ++i) {
@@ -162,11 +173,9 @@ TEST_P(GradientMeshLinks, ThreeReplicasReceiveEveryOtherReplicasGradientsOnceInO
 TEST_P(GradientMeshLinks, ADroppedReplicasNewIncarnationRejoinsWhereTheCountsStand) {
   const bool tcp = GetParam();
   const int world = 3;
-  std::vector<MeshNode> nodes;
-  for (int r = 0; r < world; ++r) nodes.push_back(StartNode(r, world, tcp));
   std::vector<std::string> peers;
-  for (const auto& n : nodes) peers.push_back(n.address);
-  for (auto& n : nodes) ASSERT_TRUE(n.mesh->Connect(peers).ok());
+  std::vector<MeshNode> nodes = StartConnectedNodes(world, tcp, &peers);
+  ASSERT_EQ(nodes.size(), static_cast<size_t>(world));
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(nodes[1].mesh->Broadcast(Gradient(1, world, i, i)).ok());
   for (int r : {0, 2}) ASSERT_EQ(TakeAll(*nodes[r].mesh, 5).size(), 5u);
   // Replica 1 dies.
