@@ -19,8 +19,8 @@
 # A form may carry an option after the exchange: `servers-fp16` (strategy.push_compression fp16),
 # `mesh-grpc` (stream.link grpc: the mesh's gradients on gRPC streams instead of its plain-TCP
 # connections), `mesh-wN` (stream.max_in_flight N: at most N messages to each peer in flight and
-# N waiting), `mesh-r0` (recovery.restarts 0: no counts kept on the broker after each window; the
-# default 3 keeps them, for a replica started again).
+# N waiting), `mesh-r0` (recovery.restarts 0: no counts kept on the broker after each buffer sent;
+# the default 3 keeps them, for a replica started again).
 # For `servers` the staleness column is the mean, over every window, of the other replicas'
 # gradients the server applied between the window's model and its gradient.
 # HOSTS_RATE (e.g. 1gbit) runs every count on emulated hosts instead (bench/network/

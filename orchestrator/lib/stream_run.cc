@@ -872,7 +872,7 @@ class StreamRun {
     for (const nlohmann::json& result : results) lost_windows += Int(result, "lost_windows");
     summary["replica_restarts"] = restarts;
     // On the mesh: gradients a dead replica had applied and no survivor had received.
-    if (!ThroughServers()) summary["lost_windows"] = lost_windows;
+    if (job_.stream().sync() == v1::STREAM_SYNC_MESH) summary["lost_windows"] = lost_windows;
     summary["per_replica"] = results;
     summary["gradients"] = gradients;
     summary["events_trained"] = trained;

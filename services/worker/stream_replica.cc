@@ -1046,7 +1046,9 @@ class StreamReplica {
   // which declares it on the broker first (stream_keys::Recoveries). What the survivors and the
   // new incarnation do is docs/protocol.md's "When a replica of the mesh dies".
   bool MeshRecovers() const {
-    return !ThroughServers() && !Synchronous() && options_.job.recovery().restarts() > 0;
+    // A replica alone has no survivor to take a model from: its death is not recovered.
+    return !ThroughServers() && !Synchronous() && options_.job.recovery().restarts() > 0 &&
+           options_.world() > 1;
   }
 
   std::string RecoveryStep(int64_t recovery, const char* step) const {
