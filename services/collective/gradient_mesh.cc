@@ -101,13 +101,19 @@ absl::Status GradientMesh::OfferDataPlane() {
   return absl::OkStatus();
 }
 
-grpc::Status GradientMesh::DataPlane(grpc::ServerContext*, const v1::DataPlaneRequest*,
+grpc::Status GradientMesh::DataPlane(grpc::ServerContext*, const v1::DataPlaneRequest* request,
                                      v1::DataPlaneOffer* offer) {
   if (!plane_) {
     return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "this replica's gradients go on gRPC");
   }
+  const tcp::Ticket* ticket = plane_->ticket(request->sender());
+  if (ticket == nullptr) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("no replica ", request->sender(), " sends to replica ",
+                                     options_.rank, " of ", options_.world));
+  }
   offer->set_port(static_cast<uint32_t>(plane_->port()));
-  offer->set_ticket(plane_->ticket().data(), plane_->ticket().size());
+  offer->set_ticket(ticket->data(), ticket->size());
   return grpc::Status::OK;
 }
 

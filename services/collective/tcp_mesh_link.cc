@@ -160,16 +160,16 @@ struct TcpMeshPlane::Impl {
     bool done = false;  // its thread has finished (joined and closed at the next Admit or Stop)
   };
 
-  Impl(const TcpMeshPlaneOptions& o, int p, tcp::Ticket t, Deliver d)
-      : options(o), port(p), ticket(t), deliver(std::move(d)) {}
+  Impl(const TcpMeshPlaneOptions& o, int p, std::vector<tcp::Ticket> t, Deliver d)
+      : options(o), port(p), tickets(std::move(t)), deliver(std::move(d)) {}
 
-  // On the gate's thread: a hello with the ticket from a peer rank not yet connected gets a
-  // reader; anything else is closed unread.
+  // On the gate's thread: a hello with the ticket of the peer rank it names, from a rank not yet
+  // connected, gets a reader; anything else is closed unread.
   bool Admit(int fd, const uint8_t* hello) {
     tcp::Ticket presented;
     uint32_t sender = 0;
-    if (!mesh_frame::DecodeHello(hello, &presented, &sender).ok() ||
-        !tcp::SameTicket(presented, ticket)) {
+    if (!mesh_frame::DecodeHello(hello, &presented, &sender).ok() || sender >= tickets.size() ||
+        !tcp::SameTicket(presented, tickets[sender])) {
       return false;
     }
     std::list<Connection> finished;
@@ -350,7 +350,7 @@ struct TcpMeshPlane::Impl {
 
   const TcpMeshPlaneOptions options;
   const int port;
-  const tcp::Ticket ticket;
+  const std::vector<tcp::Ticket> tickets;  // by sender rank (this replica's own admits nothing)
   const Deliver deliver;
   std::unique_ptr<tcp::HelloGate> gate;
 
@@ -363,11 +363,17 @@ struct TcpMeshPlane::Impl {
 
 absl::StatusOr<std::unique_ptr<TcpMeshPlane>> TcpMeshPlane::Start(
     const TcpMeshPlaneOptions& options, Deliver deliver) {
-  STRATA_ASSIGN_OR_RETURN(tcp::Ticket ticket, tcp::RandomTicket());
+  // One ticket per peer rank: a connection speaks for the rank its hello names, so one rank's
+  // ticket cannot open another's connection.
+  std::vector<tcp::Ticket> tickets;
+  for (int r = 0; r < options.world; ++r) {
+    STRATA_ASSIGN_OR_RETURN(tcp::Ticket ticket, tcp::RandomTicket());
+    tickets.push_back(ticket);
+  }
   int port = 0;
   absl::StatusOr<int> fd = tcp::ListenTcp(options.listen_host, &port);
   if (!fd.ok()) return Annotate(fd.status(), "gradient mesh data plane");
-  auto impl = std::make_unique<Impl>(options, port, ticket, std::move(deliver));
+  auto impl = std::make_unique<Impl>(options, port, std::move(tickets), std::move(deliver));
   Impl* raw = impl.get();
   tcp::HelloGateOptions gate;
   gate.max_pending = kMaxPendingConnections;
@@ -386,7 +392,12 @@ TcpMeshPlane::~TcpMeshPlane() { Stop(); }
 void TcpMeshPlane::Stop() { impl_->Stop(); }
 void TcpMeshPlane::Forget(uint32_t sender) { impl_->Forget(sender); }
 int TcpMeshPlane::port() const { return impl_->port; }
-const tcp::Ticket& TcpMeshPlane::ticket() const { return impl_->ticket; }
+const tcp::Ticket* TcpMeshPlane::ticket(uint32_t sender) const {
+  if (sender >= impl_->tickets.size() || sender == static_cast<uint32_t>(impl_->options.rank)) {
+    return nullptr;
+  }
+  return &impl_->tickets[sender];
+}
 int64_t TcpMeshPlane::received_in_halves() const { return impl_->received_in_halves.load(); }
 
 absl::StatusOr<std::unique_ptr<GradientSender>> DialTcpMeshPeer(

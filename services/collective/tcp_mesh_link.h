@@ -1,7 +1,8 @@
 // The stream replicas' gradient mesh on plain TCP (mesh_frame.h has the wire): what the ring's
 // TCP link is to its gRPC link. gRPC stays the control plane: a replica's StreamReplica.DataPlane
-// (which carries the run token) hands out its data-plane port and a random ticket, and a
-// connection that does not present the ticket first is closed. The gradients' values go from the
+// (which carries the run token) hands out its data-plane port and a random ticket for the rank
+// that asks, and a connection that does not first present the ticket of the rank it names is
+// closed. The gradients' values go from the
 // sender's buffer to the socket (sendmsg, no serialisation) and from the socket straight into the
 // message the receiver applies them from, without HTTP/2's framing and flow-control window: the
 // socket buffers are what is in flight, and a receiver whose inbox is full stops reading, which
@@ -51,7 +52,9 @@ class TcpMeshPlane {
   TcpMeshPlane& operator=(const TcpMeshPlane&) = delete;
 
   int port() const;
-  const tcp::Ticket& ticket() const;
+  // The ticket that admits peer rank `sender` and no other; null for this replica's own rank or
+  // one outside the job.
+  const tcp::Ticket* ticket(uint32_t sender) const;
   // Gradient messages whose values came as 16-bit floats.
   int64_t received_in_halves() const;
   // Closes the connection of replica `sender`, if one is admitted, and joins its reader; `deliver`

@@ -298,12 +298,14 @@ TEST(GradientMesh, AGapARepeatOrAWrongSizeFailsTheMeshNamingTheSender) {
 
 // ---- the plain-TCP data plane against callers that are not a replica ---------------------------
 
-// The data plane replica 1 of 2 offers over gRPC (with the run token), and a connection to it.
-tcp::Ticket AskForTicket(const MeshNode& node, int* port) {
+// The data plane `node` offers over gRPC (with the run token) to replica `sender`: its port and
+// the ticket for that rank.
+tcp::Ticket AskForTicket(const MeshNode& node, int* port, uint32_t sender = 0) {
   auto stub = v1::StreamReplica::NewStub(MakeChannel(node.address));
   grpc::ClientContext context;
   context.set_deadline(DeadlineAfter(std::chrono::seconds(30)));
   v1::DataPlaneRequest request;
+  request.set_sender(sender);
   v1::DataPlaneOffer offer;
   const grpc::Status s = stub->DataPlane(&context, request, &offer);
   EXPECT_TRUE(s.ok()) << s.error_message();
@@ -426,6 +428,45 @@ TEST(GradientMeshTcp, StrangersAndWrongTicketsReachNothing) {
 // its numbering passes the plane and fails the mesh, naming the sender, as over gRPC. Broken on
 // purpose: with the plane's size check taken out, the 1 GiB announcement was allocated and waited
 // for (the connection was not closed within 60 s).
+// A ticket admits the rank it was handed out for and no other, and none is handed out for the
+// replica's own rank or one outside the job. Broken on purpose: with one ticket for every rank (as
+// first written), rank 0's ticket opened a connection as rank 2, whose message was taken.
+TEST(GradientMeshTcp, ARanksTicketAdmitsThatRankOnly) {
+  MeshNode node = StartNode(1, 3, /*tcp=*/true);
+  int port = 0;
+  const tcp::Ticket ticket = AskForTicket(node, &port, 0);
+  {
+    // Then a whole message rank 2 could send: admitted, it would be taken and acknowledged.
+    uint8_t hello[tcp::kHelloBytes];
+    mesh_frame::EncodeHello(ticket, 2, hello);
+    const int fd = Dial(port);
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(tcp::SendAll(fd, hello, sizeof(hello), nullptr, 0).ok());
+    mesh_frame::Header h = GradientHeader(2, 0);
+    h.world = 3;
+    SendHeader(fd, h);
+    const std::vector<uint8_t> clock_and_values(3 * 8 + kFloats * sizeof(float), 0);
+    (void)tcp::SendAll(fd, clock_and_values.data(), clock_and_values.size(), nullptr, 0);
+    EXPECT_TRUE(ClosedByReceiver(fd));
+    close(fd);
+    auto taken = node.mesh->Take(Clock::now());
+    ASSERT_TRUE(taken.ok()) << taken.status();
+    EXPECT_TRUE(taken->empty());
+  }
+  auto stub = v1::StreamReplica::NewStub(MakeChannel(node.address));
+  for (uint32_t sender : {1u, 3u, 4096u}) {
+    grpc::ClientContext context;
+    context.set_deadline(DeadlineAfter(std::chrono::seconds(30)));
+    v1::DataPlaneRequest request;
+    request.set_sender(sender);
+    v1::DataPlaneOffer offer;
+    const grpc::Status s = stub->DataPlane(&context, request, &offer);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << sender;
+    EXPECT_TRUE(offer.ticket().empty()) << sender;
+  }
+  node.server->Shutdown(DeadlineAfter(std::chrono::seconds(2)));
+}
+
 TEST(GradientMeshTcp, AnAuthenticatedCallerThatLiesIsCutOffBeforeAnythingIsAllocated) {
   MeshNode node = StartNode(1, 2, /*tcp=*/true);
   int port = 0;
