@@ -516,28 +516,8 @@ class StreamRun {
     }
     ChildProcess& dead = *replicas_[r];
     if (!ThroughServers()) {
-      // On the mesh a replica's own error (an exit code) is its verdict, often on a recovery it
-      // took part in: only a death (a signal) is recovered, and one at a time.
-      // The survivors agree on the model the new process takes: a replica alone has none to
-      // agree with, and one that has finished takes no part.
-      if (!dead.killed_by_signal() || replicas_.size() < 2) return false;
-      for (const auto& replica : replicas_) {
-        if (replica->exited() && replica->succeeded()) {
-          Say(absl::StrCat(dead.name(), " ", dead.ExitDescription(), " after ", replica->name(),
-                           " finished: not started again"));
-          return false;
-        }
-      }
-      if (mesh_recoveries_ > 0) {
-        STRATA_ASSIGN_OR_RETURN(auto connected,
-                                broker_->Fields(stream_keys::RecoveryStep(
-                                    job_.stream(), nonce_, mesh_recoveries_, "connected")));
-        if (connected.empty()) {
-          Say(absl::StrCat(dead.name(), " ", dead.ExitDescription(), " during recovery ",
-                           mesh_recoveries_, ": not started again"));
-          return false;
-        }
-      }
+      STRATA_ASSIGN_OR_RETURN(const bool recoverable, MeshCanRecover(dead));
+      if (!recoverable) return false;
     }
     const int attempt = ++replica_restarts_[r];
     if (!ThroughServers()) {
@@ -557,6 +537,28 @@ class StreamRun {
     STRATA_ASSIGN_OR_RETURN(auto child, Launch(replica_spawns_[r], ServiceIndexOfReplica(r)));
     replicas_[r] = std::move(child);
     return true;
+  }
+
+  // On the mesh a replica's own error (an exit code) is its verdict, often on a recovery it took
+  // part in: only a death (a signal) is recovered, and one at a time. The survivors agree on the
+  // model the new process takes: a replica alone has none to agree with, and one that has
+  // finished takes no part.
+  absl::StatusOr<bool> MeshCanRecover(const ChildProcess& dead) {
+    if (!dead.killed_by_signal() || replicas_.size() < 2) return false;
+    std::string why;
+    for (const auto& replica : replicas_) {
+      if (replica->exited() && replica->succeeded())
+        why = absl::StrCat("after ", replica->name(), " finished");
+    }
+    if (why.empty() && mesh_recoveries_ > 0) {
+      STRATA_ASSIGN_OR_RETURN(auto connected,
+                              broker_->Fields(stream_keys::RecoveryStep(
+                                  job_.stream(), nonce_, mesh_recoveries_, "connected")));
+      if (connected.empty()) why = absl::StrCat("during recovery ", mesh_recoveries_);
+    }
+    if (why.empty()) return true;
+    Say(absl::StrCat(dead.name(), " ", dead.ExitDescription(), " ", why, ": not started again"));
+    return false;
   }
 
   // Until every replica has ended; a progress line and a metrics line about once a second.
@@ -850,6 +852,8 @@ class StreamRun {
         }
       }
     }
+    int64_t restarts = 0;
+    for (int n : replica_restarts_) restarts += n;
     if (ThroughServers()) {
       // Every server applied each window's gradient once: its pushes are the windows trained by
       // every replica together (what the replicas counted above only says each pushed its own).
@@ -858,8 +862,6 @@ class StreamRun {
       // were trained again: so with restarts, at most one push more per restart.
       int64_t windows = 0;
       for (const nlohmann::json& result : results) windows += Int(result, "windows");
-      int64_t restarts = 0;
-      for (int n : replica_restarts_) restarts += n;
       apply_once = apply_once && !server_figures_.empty();
       for (const nlohmann::json& server : server_figures_) {
         const int64_t pushes = server.value("pushes", int64_t{-1});
@@ -867,8 +869,7 @@ class StreamRun {
       }
       summary["servers"] = server_figures_;
     }
-    int64_t restarts = 0, lost_windows = 0;
-    for (int n : replica_restarts_) restarts += n;
+    int64_t lost_windows = 0;
     for (const nlohmann::json& result : results) lost_windows += Int(result, "lost_windows");
     summary["replica_restarts"] = restarts;
     // On the mesh: gradients a dead replica had applied and no survivor had received.

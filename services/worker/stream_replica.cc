@@ -442,6 +442,32 @@ class StreamReplica {
     }
   }
 
+  // Waits until the broker hash `key` holds `field` (at most the deadline; `waiting` runs between
+  // polls) and returns the whole hash; `what` says, in the error, what did not come.
+  absl::StatusOr<std::map<std::string, std::string>> AwaitField(
+      const std::string& key, const std::string& field, const std::string& what,
+      const std::function<void()>& waiting) {
+    const auto until = ReplicaClock::now() + options_.deadline;
+    while (true) {
+      STRATA_ASSIGN_OR_RETURN(auto fields, broker_->Fields(key));
+      if (fields.count(field) > 0) return fields;
+      if (ReplicaClock::now() > until) {
+        return absl::DeadlineExceededError(
+            absl::StrCat(what, " within ", options_.deadline.count() / 1000, " s"));
+      }
+      if (waiting) waiting();
+      // Polling the broker, as AwaitEveryRank: what is awaited comes within a second or two.
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+
+  // Whether what was read at `t` has waited half of stream.claim_idle_ms: then it is trained (a
+  // window) or sent (a buffer) as it is, so that a live replica's events are never idle long
+  // enough for another to claim them.
+  bool WaitedHalfTheClaimIdleTime(ReplicaClock::time_point t) const {
+    return ReplicaClock::now() - t >= std::chrono::milliseconds(stream_.claim_idle_ms()) / 2;
+  }
+
   absl::Status Train(int port) {
     STRATA_RETURN_IF_ERROR(broker_->CreateGroup(stream_.key(), stream_.group(), "0"));
     if (ThroughServers() || MeshRecovers()) STRATA_RETURN_IF_ERROR(CarryOnCounts());
@@ -506,12 +532,8 @@ class StreamReplica {
       }
       const bool full = static_cast<int>(labels.size()) >= stream_.batch_events();
       const bool last = !reading && own_pending_after_.empty();
-      // A window the stream is slow to fill is trained as it is once its first event has waited
-      // half of stream.claim_idle_ms: a live replica's events are never idle long enough for
-      // another to claim them.
-      const bool waited =
-          !labels.empty() && ReplicaClock::now() - window_started >=
-                                 std::chrono::milliseconds(stream_.claim_idle_ms()) / 2;
+      // A window the stream is slow to fill is trained as it is once its first event has waited.
+      const bool waited = !labels.empty() && WaitedHalfTheClaimIdleTime(window_started);
       if (full || waited || (last && !labels.empty())) {
         STRATA_RETURN_IF_ERROR(Frozen()
                                    ? ScoreWindow(features, labels, window_ids)
@@ -523,9 +545,8 @@ class StreamReplica {
         window_ids.clear();
       }
       // On the mesh a buffer's events are acknowledged when it is sent: it goes once its oldest
-      // event has waited half the claim idle time, for the same reason as a slow window.
-      if (buffered_ > 0 && ReplicaClock::now() - buffer_read_at_ >=
-                               std::chrono::milliseconds(stream_.claim_idle_ms()) / 2) {
+      // event has waited, as a slow window does.
+      if (buffered_ > 0 && WaitedHalfTheClaimIdleTime(buffer_read_at_)) {
         STRATA_RETURN_IF_ERROR(Flush());
       }
       if (last && labels.empty()) {
@@ -1171,21 +1192,11 @@ class StreamReplica {
     } else {
       STRATA_RETURN_IF_ERROR(TakeModel(n, dead).status());
     }
-    const auto joined_until = ReplicaClock::now() + options_.deadline;
-    std::string address;
-    while (address.empty()) {
-      STRATA_ASSIGN_OR_RETURN(auto joined, broker_->Fields(RecoveryStep(n, "joined")));
-      if (auto it = joined.find("address"); it != joined.end()) address = it->second;
-      if (!address.empty()) break;
-      if (ReplicaClock::now() > joined_until) {
-        return absl::DeadlineExceededError(absl::StrCat("recovery ", n, ": replica ", dead,
-                                                        " did not start again within ",
-                                                        options_.deadline.count() / 1000, " s"));
-      }
-      WriteProgress("recovering");
-      // Polling the broker: the new incarnation loads the model and says so within a second.
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
+    STRATA_ASSIGN_OR_RETURN(auto joined, AwaitField(RecoveryStep(n, "joined"), "address",
+                                                    absl::StrCat("recovery ", n, ": replica ", dead,
+                                                                 " did not start again"),
+                                                    [&] { WriteProgress("recovering"); }));
+    const std::string address = joined["address"];
     STRATA_RETURN_IF_ERROR(mesh_->Rejoin(dead, address, static_cast<uint64_t>(counts_.applied[d])));
     ended_[d] = -1;
     // An end sent before the death went to the old incarnation only.
@@ -1216,19 +1227,11 @@ class StreamReplica {
   // donor. A survivor (`dead` the dead replica's rank) must already hold every other replica's
   // gradients as the donor does: it checks. The new incarnation (dead < 0) has none to check.
   absl::StatusOr<int> TakeModel(int64_t n, int dead) {
-    const std::string key = RecoveryStep(n, "model");
-    const auto until = ReplicaClock::now() + options_.deadline;
-    std::map<std::string, std::string> model;
-    // Not applying meanwhile: what the donor sends once it goes on is applied on its model.
-    while (!model.count("applied")) {
-      if (ReplicaClock::now() > until) {
-        return absl::DeadlineExceededError(absl::StrCat("recovery ", n, ": no model within ",
-                                                        options_.deadline.count() / 1000, " s"));
-      }
-      // Polling the broker: the donor writes the model as soon as the survivors agree.
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      STRATA_ASSIGN_OR_RETURN(model, broker_->Fields(key));
-    }
+    // Not applying meanwhile: what the donor sends once it goes on is applied on its model. The
+    // donor writes `applied` last.
+    STRATA_ASSIGN_OR_RETURN(auto model,
+                            AwaitField(RecoveryStep(n, "model"), "applied",
+                                       absl::StrCat("recovery ", n, ": no model"), nullptr));
     const size_t floats = static_cast<size_t>(trainer_->parameters().total_floats());
     const std::string& params = model["params"];
     std::vector<int64_t> applied;
