@@ -562,10 +562,18 @@ TEST(GradientMeshTcp, ABoundOnMessagesInFlightHoldsASenderWhosePeerTakesNothing)
       EXPECT_EQ(TakeAll(*nodes[1].mesh, 5).size(), 5u);
     } else {
       // Two in the inbox, one read and waiting for room, one waiting for an ack: the fifth is
-      // refused.
+      // refused. The inbox holds the two (taken at once, without waiting); then the one read
+      // arrives, and the one that waited for its ack follows if the sender still waits for it (a
+      // loaded machine may keep its wait going past the fifth's refusal: taking all at once, as
+      // first written, then found four).
       EXPECT_EQ(accepted, 4);
       EXPECT_FALSE(refused.ok());
-      EXPECT_EQ(TakeAll(*nodes[1].mesh, 3).size(), 3u);
+      auto inbox = nodes[1].mesh->Take(Clock::now());
+      ASSERT_TRUE(inbox.ok()) << inbox.status();
+      EXPECT_EQ(inbox->size(), 2u);
+      const size_t rest = TakeAll(*nodes[1].mesh, 1).size();
+      EXPECT_GE(rest, 1u);
+      EXPECT_LE(rest, 2u);
     }
     for (auto& n : nodes) (void)n.mesh->Close(Clock::now() + std::chrono::seconds(10));
     for (auto& n : nodes) n.server->Shutdown(DeadlineAfter(std::chrono::seconds(2)));
